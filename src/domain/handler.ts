@@ -1,0 +1,37 @@
+import type { z } from "zod";
+import type { SqlExecutor } from "./sql.ts";
+
+/** What a handler knows about the message it is given. Nothing here can write anywhere. */
+export interface MessageContext {
+  readonly messageId: string;
+  readonly consumer: string;
+  readonly type: string;
+  readonly deliveryCount: number;
+  readonly correlationId?: string;
+  readonly enqueuedTime?: Date;
+  readonly applicationProperties: Readonly<Record<string, unknown>>;
+}
+
+/**
+ * The business change, written only through `tx`: the same transaction that holds the inbox marker,
+ * so the change and the marker commit together or not at all.
+ */
+export interface TransactionalHandler<T = unknown> {
+  readonly kind: "transactional";
+  readonly type: string;
+  readonly schema: z.ZodType<T>;
+  handle(body: T, tx: SqlExecutor, context: MessageContext): Promise<void>;
+}
+
+/**
+ * An effect outside the database (e-mail, payment, HTTP call). It runs after the claim commits and must
+ * pass `idempotencyKey` (the MessageId) to the external system, which is what makes a retried claim safe.
+ */
+export interface TwoPhaseHandler<T = unknown> {
+  readonly kind: "two-phase";
+  readonly type: string;
+  readonly schema: z.ZodType<T>;
+  perform(body: T, context: MessageContext & { readonly idempotencyKey: string }): Promise<void>;
+}
+
+export type MessageHandler<T = unknown> = TransactionalHandler<T> | TwoPhaseHandler<T>;

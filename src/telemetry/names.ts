@@ -1,0 +1,52 @@
+/**
+ * Every span, attribute and metric name the project emits, in one place.
+ * Follows the OpenTelemetry messaging semantic conventions for Azure Service Bus.
+ */
+export const TRACER_NAME = "sbinbox";
+export const METER_NAME = "sbinbox";
+
+export const Attr = {
+  messagingSystem: "messaging.system",
+  operationName: "messaging.operation.name",
+  operationType: "messaging.operation.type",
+  destinationName: "messaging.destination.name",
+  messageId: "messaging.message.id",
+  conversationId: "messaging.message.conversation_id",
+  deliveryCount: "messaging.servicebus.message.delivery_count",
+  dispositionStatus: "messaging.servicebus.disposition_status",
+  batchMessageCount: "messaging.batch.message_count",
+  errorType: "error.type",
+  dbSystem: "db.system.name",
+  dbOperation: "db.operation.name",
+  dbStatusCode: "db.response.status_code",
+  /** The project's own: committed, duplicate, poison, failed. */
+  outcome: "sbinbox.outcome",
+  consumer: "sbinbox.consumer",
+  messageType: "sbinbox.message.type",
+  deadLetterReason: "sbinbox.dead_letter.reason",
+} as const;
+
+export const MESSAGING_SYSTEM = "servicebus";
+
+export type Disposition = "complete" | "abandon" | "dead_letter";
+export type Outcome = "committed" | "duplicate" | "poison" | "failed";
+
+export const SpanName = {
+  send: (queue: string) => `send ${queue}`,
+  process: (queue: string) => `process ${queue}`,
+  settle: (disposition: Disposition, queue: string) => `${disposition} ${queue}`,
+  inboxTransaction: "inbox.transaction",
+  inboxInsert: "inbox.insert_marker",
+  inboxClaim: "inbox.claim",
+} as const;
+
+export const Metric = {
+  processDuration: "messaging.process.duration",
+  consumedMessages: "messaging.client.consumed.messages",
+  outcomes: "sbinbox.messages.outcome",
+  dispositions: "sbinbox.messages.disposition",
+  duplicatesAbsorbed: "sbinbox.inbox.duplicates",
+  settlementFailures: "sbinbox.settlement.failures",
+  openClaims: "sbinbox.inbox.open_claims",
+  outagePause: "sbinbox.database.outage_pause.duration",
+} as const;
