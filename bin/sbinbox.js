@@ -1,5 +1,12 @@
 #!/usr/bin/env node
 // The command-line entry point; each subcommand lives in src/cli/<name>.ts and exports `run(argv)`.
-import { main } from "../src/cli/main.ts";
+// Telemetry starts before the program's own modules load, so every tracer and meter they take is live.
+import { shutdownProcessTelemetry, startProcessTelemetry } from "../src/telemetry/register.ts";
 
-process.exitCode = await main(process.argv.slice(2));
+if (await startProcessTelemetry()) {
+  const { main } = await import("../src/cli/main.ts");
+  process.exitCode = await main(process.argv.slice(2));
+  await shutdownProcessTelemetry();
+} else {
+  process.exitCode = 2;
+}

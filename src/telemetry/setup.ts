@@ -1,0 +1,251 @@
+import type { AzureMonitorExporterOptions } from "@azure/monitor-opentelemetry-exporter";
+import type { IMetricReader, PushMetricExporter } from "@opentelemetry/sdk-metrics";
+import type { SpanExporter, SpanProcessor } from "@opentelemetry/sdk-trace";
+import { ConfigError } from "../domain/errors.ts";
+
+export type TraceExporterName = "otlp" | "console" | "azuremonitor";
+export type MetricExporterName = "otlp" | "console" | "azuremonitor";
+export type OtlpProtocol = "http/protobuf" | "http/json" | "grpc";
+
+/** What the environment asks for, decided before anything is loaded. */
+export interface TelemetryPlan {
+  readonly traces: readonly TraceExporterName[];
+  readonly metrics: readonly MetricExporterName[];
+  readonly tracesProtocol: OtlpProtocol;
+  readonly metricsProtocol: OtlpProtocol;
+  readonly metricExportIntervalMs: number;
+  readonly azureMonitor?: {
+    readonly connectionString: string;
+    /** Entra ID authentication (Application Insights with local authentication disabled). */
+    readonly entraId?: { readonly managedIdentityClientId?: string };
+  };
+}
+
+export interface TelemetryOptions {
+  /** Where the OTEL_* and APPLICATIONINSIGHTS_* settings are read from; the process environment by default. */
+  readonly env?: Readonly<Record<string, string | undefined>>;
+  /** `service.name` when neither OTEL_SERVICE_NAME nor OTEL_RESOURCE_ATTRIBUTES names one. */
+  readonly serviceName?: string;
+}
+
+export interface Telemetry {
+  readonly plan: TelemetryPlan;
+  /** False when nothing is configured: no SDK was started, the API stays a no-op and nothing is sent. */
+  readonly active: boolean;
+  /** Flushes what is buffered and stops the exporters. */
+  shutdown(): Promise<void>;
+}
+
+const TRACE_EXPORTERS = ["otlp", "console", "none"] as const;
+const METRIC_EXPORTERS = ["otlp", "console", "none"] as const;
+const PROTOCOLS: readonly OtlpProtocol[] = ["http/protobuf", "http/json", "grpc"];
+
+/**
+ * Reads the standard OpenTelemetry settings. Unlike the SDK's own defaults, nothing configured means nothing
+ * exported: the SDK would otherwise send to an OTLP collector on localhost that is usually not there.
+ * An OTLP endpoint alone (OTEL_EXPORTER_OTLP_ENDPOINT) is enough to turn OTLP on.
+ */
+export function planTelemetry(
+  env: Readonly<Record<string, string | undefined>> = process.env,
+): TelemetryPlan {
+  const disabled = (env.OTEL_SDK_DISABLED ?? "").trim().toLowerCase() === "true";
+  const connectionString = env.APPLICATIONINSIGHTS_CONNECTION_STRING?.trim();
+  const azureMonitor = disabled || !connectionString ? undefined : azureMonitorPlan(connectionString, env);
+  const endpoint = (signal: string): boolean =>
+    Boolean(env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim() || env[`OTEL_EXPORTER_OTLP_${signal}_ENDPOINT`]?.trim());
+
+  const traces: TraceExporterName[] = disabled
+    ? []
+    : exporterList(env, "OTEL_TRACES_EXPORTER", TRACE_EXPORTERS, endpoint("TRACES"));
+  const metrics: MetricExporterName[] = disabled
+    ? []
+    : exporterList(env, "OTEL_METRICS_EXPORTER", METRIC_EXPORTERS, endpoint("METRICS"));
+  if (azureMonitor) {
+    traces.push("azuremonitor");
+    metrics.push("azuremonitor");
+  }
+  return {
+    traces,
+    metrics,
+    tracesProtocol: protocol(env, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"),
+    metricsProtocol: protocol(env, "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"),
+    metricExportIntervalMs: positiveInt(env, "OTEL_METRIC_EXPORT_INTERVAL", 60_000),
+    ...(azureMonitor ? { azureMonitor } : {}),
+  };
+}
+
+/**
+ * Starts the OpenTelemetry Node SDK with the exporters the environment names, and registers it as the global
+ * tracer and meter provider. Call it before the program's own modules are loaded (see register.ts).
+ */
+export async function startTelemetry(options: TelemetryOptions = {}): Promise<Telemetry> {
+  const env = options.env ?? process.env;
+  const plan = planTelemetry(env);
+  if (plan.traces.length === 0 && plan.metrics.length === 0) {
+    return { plan, active: false, shutdown: () => Promise.resolve() };
+  }
+  const [{ NodeSDK }, spanProcessors, metricReaders] = await Promise.all([
+    import("@opentelemetry/sdk-node"),
+    createSpanProcessors(plan),
+    createMetricReaders(plan),
+  ]);
+  const named =
+    Boolean(env.OTEL_SERVICE_NAME?.trim()) ||
+    /(^|,)\s*service\.name\s*=/.test(env.OTEL_RESOURCE_ATTRIBUTES ?? "");
+  const sdk = new NodeSDK({
+    spanProcessors,
+    metricReaders,
+    // Logs go to stdout/stderr as JSON lines (logger.ts), where App Service collects them; no OTLP log export.
+    logRecordProcessors: [],
+    ...(named ? {} : { serviceName: options.serviceName ?? "sbinbox" }),
+  });
+  sdk.start();
+  let stopped: Promise<void> | undefined;
+  return {
+    plan,
+    active: true,
+    shutdown: () => (stopped ??= sdk.shutdown()),
+  };
+}
+
+async function createSpanProcessors(plan: TelemetryPlan): Promise<SpanProcessor[]> {
+  if (plan.traces.length === 0) return [];
+  const { BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor } =
+    await import("@opentelemetry/sdk-trace");
+  const processors: SpanProcessor[] = [];
+  for (const name of plan.traces) {
+    if (name === "console") {
+      // Printed as each span ends, so the output reads in order with the program's own.
+      processors.push(new SimpleSpanProcessor({ exporter: new ConsoleSpanExporter() }));
+    } else if (name === "otlp") {
+      processors.push(new BatchSpanProcessor({ exporter: await otlpTraceExporter(plan.tracesProtocol) }));
+    } else {
+      const { AzureMonitorTraceExporter } = await import("@azure/monitor-opentelemetry-exporter");
+      const exporter = new AzureMonitorTraceExporter(await azureMonitorOptions(plan));
+      processors.push(new BatchSpanProcessor({ exporter }));
+    }
+  }
+  return processors;
+}
+
+async function createMetricReaders(plan: TelemetryPlan): Promise<IMetricReader[]> {
+  if (plan.metrics.length === 0) return [];
+  const { ConsoleMetricExporter, PeriodicExportingMetricReader } = await import("@opentelemetry/sdk-metrics");
+  const readers: IMetricReader[] = [];
+  for (const name of plan.metrics) {
+    let exporter: PushMetricExporter;
+    if (name === "console") {
+      exporter = new ConsoleMetricExporter();
+    } else if (name === "otlp") {
+      exporter = await otlpMetricExporter(plan.metricsProtocol);
+    } else {
+      const { AzureMonitorMetricExporter } = await import("@azure/monitor-opentelemetry-exporter");
+      // Built against sdk-metrics 2.x; the export contract (ResourceMetrics in, ExportResult out) is unchanged in 3.x.
+      exporter = new AzureMonitorMetricExporter(await azureMonitorOptions(plan));
+    }
+    readers.push(
+      new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: plan.metricExportIntervalMs }),
+    );
+  }
+  return readers;
+}
+
+// Each OTLP exporter reads its endpoint, headers, timeout and compression from OTEL_EXPORTER_OTLP_* itself.
+async function otlpTraceExporter(protocol: OtlpProtocol): Promise<SpanExporter> {
+  if (protocol === "grpc")
+    return new (await import("@opentelemetry/exporter-trace-otlp-grpc")).OTLPTraceExporter();
+  if (protocol === "http/json")
+    return new (await import("@opentelemetry/exporter-trace-otlp-http")).OTLPTraceExporter();
+  return new (await import("@opentelemetry/exporter-trace-otlp-proto")).OTLPTraceExporter();
+}
+
+async function otlpMetricExporter(protocol: OtlpProtocol): Promise<PushMetricExporter> {
+  if (protocol === "grpc")
+    return new (await import("@opentelemetry/exporter-metrics-otlp-grpc")).OTLPMetricExporter();
+  if (protocol === "http/json")
+    return new (await import("@opentelemetry/exporter-metrics-otlp-http")).OTLPMetricExporter();
+  return new (await import("@opentelemetry/exporter-metrics-otlp-proto")).OTLPMetricExporter();
+}
+
+async function azureMonitorOptions(plan: TelemetryPlan): Promise<AzureMonitorExporterOptions> {
+  const azure = plan.azureMonitor;
+  if (!azure) throw new Error("azure monitor exporter requested without a connection string");
+  if (!azure.entraId) return { connectionString: azure.connectionString };
+  const { DefaultAzureCredential } = await import("@azure/identity");
+  const clientId = azure.entraId.managedIdentityClientId;
+  const credential = new DefaultAzureCredential(clientId ? { managedIdentityClientId: clientId } : {});
+  return { connectionString: azure.connectionString, credential };
+}
+
+function azureMonitorPlan(
+  connectionString: string,
+  env: Readonly<Record<string, string | undefined>>,
+): NonNullable<TelemetryPlan["azureMonitor"]> {
+  if (!/(^|;)\s*InstrumentationKey\s*=\s*[^;\s]/i.test(connectionString)) {
+    throw new ConfigError("APPLICATIONINSIGHTS_CONNECTION_STRING", "has no InstrumentationKey=...");
+  }
+  // The setting Azure's own agents read: "Authorization=AAD" or "Authorization=AAD;ClientId=<client id>".
+  const auth = env.APPLICATIONINSIGHTS_AUTHENTICATION_STRING?.trim();
+  if (!auth) return { connectionString };
+  const fields = new Map(
+    auth
+      .split(";")
+      .filter((part) => part.includes("="))
+      .map((part) => {
+        const at = part.indexOf("=");
+        return [part.slice(0, at).trim().toLowerCase(), part.slice(at + 1).trim()] as const;
+      }),
+  );
+  if (fields.get("authorization")?.toUpperCase() !== "AAD") {
+    throw new ConfigError(
+      "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
+      'expected "Authorization=AAD[;ClientId=<id>]"',
+    );
+  }
+  const clientId = fields.get("clientid");
+  return { connectionString, entraId: clientId ? { managedIdentityClientId: clientId } : {} };
+}
+
+function exporterList<T extends string>(
+  env: Readonly<Record<string, string | undefined>>,
+  setting: string,
+  allowed: readonly (T | "none")[],
+  endpointGiven: boolean,
+): T[] {
+  const raw = env[setting]?.trim();
+  if (!raw) return endpointGiven ? ["otlp" as T] : [];
+  const names = [...new Set(raw.split(",").map((name) => name.trim().toLowerCase()))].filter(Boolean);
+  for (const name of names) {
+    if (!(allowed as readonly string[]).includes(name)) {
+      throw new ConfigError(setting, `unknown exporter "${name}"; use ${allowed.join(", ")}`);
+    }
+  }
+  if (names.includes("none")) {
+    if (names.length > 1) throw new ConfigError(setting, `"none" cannot be combined with other exporters`);
+    return [];
+  }
+  return names as T[];
+}
+
+function protocol(env: Readonly<Record<string, string | undefined>>, setting: string): OtlpProtocol {
+  const specific = env[setting]?.trim();
+  const value = specific || env.OTEL_EXPORTER_OTLP_PROTOCOL?.trim() || "http/protobuf";
+  const name = specific ? setting : "OTEL_EXPORTER_OTLP_PROTOCOL";
+  if (!(PROTOCOLS as readonly string[]).includes(value)) {
+    throw new ConfigError(name, `unknown protocol "${value}"; use ${PROTOCOLS.join(", ")}`);
+  }
+  return value as OtlpProtocol;
+}
+
+function positiveInt(
+  env: Readonly<Record<string, string | undefined>>,
+  setting: string,
+  fallback: number,
+): number {
+  const raw = env[setting]?.trim();
+  if (!raw) return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value <= 0)
+    throw new ConfigError(setting, `expected a positive whole number of milliseconds, got "${raw}"`);
+  return value;
+}
