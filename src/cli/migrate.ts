@@ -1,5 +1,43 @@
-// Placeholder until the command is built; it fails loudly rather than pretending to work.
-export function run(_argv: string[]): Promise<number> {
-  process.stderr.write("sbinbox migrate: not built yet\n");
-  return Promise.resolve(1);
+import { ConfigError } from "../domain/errors.ts";
+import { createInboxStore, type InboxStoreConfig } from "../inbox/index.ts";
+
+/** The database to migrate, from the environment (exactly one of the two variables). */
+export function migrateTarget(env: NodeJS.ProcessEnv): InboxStoreConfig {
+  const url = env.SBINBOX_POSTGRES_URL?.trim();
+  const connectionString = env.SBINBOX_SQLSERVER_CONNECTION_STRING?.trim();
+  if (url && connectionString) {
+    throw new ConfigError(
+      "SBINBOX_POSTGRES_URL, SBINBOX_SQLSERVER_CONNECTION_STRING",
+      "set only one: the inbox lives in one database",
+    );
+  }
+  if (url) return { kind: "postgres", url, maxConnections: 1 };
+  if (connectionString) return { kind: "sqlserver", config: connectionString };
+  throw new ConfigError("SBINBOX_POSTGRES_URL or SBINBOX_SQLSERVER_CONNECTION_STRING", "not set");
+}
+
+/** `sbinbox migrate`: applies pending inbox migrations; a no-op when none are pending. */
+export async function run(
+  _argv: string[],
+  env: NodeJS.ProcessEnv = process.env,
+  out: (line: string) => void = (line) => process.stdout.write(`${line}\n`),
+): Promise<number> {
+  let target: InboxStoreConfig;
+  try {
+    target = migrateTarget(env);
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    process.stderr.write(`sbinbox migrate: ${error.message}\n`);
+    return 2;
+  }
+  const store = createInboxStore(target);
+  try {
+    const { applied } = await store.migrate();
+    out(
+      applied.length === 0 ? "sbinbox migrate: up to date" : `sbinbox migrate: applied ${applied.join(", ")}`,
+    );
+    return 0;
+  } finally {
+    await store.close();
+  }
 }

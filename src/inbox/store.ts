@@ -12,6 +12,19 @@ export interface MigrationResult {
 }
 
 /**
+ * Phase 1's result. A winning claim carries `claimId`, the marker row's Id, so that `markProcessed` can tell
+ * this claim from a later one taken after the sweeper removed it. Assignable to the domain's ClaimOutcome.
+ */
+export type InboxClaimOutcome =
+  | Exclude<ClaimOutcome, { readonly kind: "claimed" }>
+  | { readonly kind: "claimed"; readonly claimId: string };
+
+export interface CleanupOptions {
+  /** Called after each batch with the number of rows it deleted. */
+  onBatch?: (deleted: number) => void;
+}
+
+/**
  * The port every database adapter implements; the conformance suite runs against each one.
  * An adapter owns its connection pool.
  */
@@ -32,18 +45,24 @@ export interface InboxStore {
   isProcessed(key: InboxKey): Promise<boolean>;
 
   /** Two-phase, phase 1: insert the marker with ProcessedUtc null and commit. */
-  claim(key: InboxKey): Promise<ClaimOutcome>;
-  /** Two-phase, phase 3: record that the external effect happened. */
-  markProcessed(key: InboxKey): Promise<void>;
+  claim(key: InboxKey): Promise<InboxClaimOutcome>;
+  /**
+   * Two-phase, phase 3: record that the external effect happened. Idempotent for a processed marker.
+   * Throws ClaimLostError when the claim is gone (swept) or, given `claimId`, now belongs to another claimant.
+   */
+  markProcessed(key: InboxKey, claimId?: string): Promise<void>;
   /** Makes claims open longer than `olderThanMs` retryable; returns how many. */
   sweepStaleClaims(olderThanMs: number): Promise<number>;
   /** Number of claims still open (for metrics). */
   countOpenClaims(): Promise<number>;
 
   /** Deletes rows older than `retentionMs` in batches of `batchSize`; returns the number deleted. */
-  cleanup(retentionMs: number, batchSize?: number): Promise<number>;
+  cleanup(retentionMs: number, batchSize?: number, options?: CleanupOptions): Promise<number>;
 
-  /** Classifies an error raised by this adapter's driver. */
+  /**
+   * Classifies an error raised by this adapter's driver outside the marker insert, so never `duplicate`:
+   * only `process` and `claim` know which statement failed, and they report duplicates as outcomes.
+   */
   classify(error: unknown): ErrorClass;
 
   /** A cheap round trip, used as the readiness probe and to end an outage pause. */

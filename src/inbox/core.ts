@@ -1,0 +1,252 @@
+import type { ErrorClass, ProcessOutcome } from "../domain/outcome.ts";
+import type { Dialect, SqlExecutor, SqlResult } from "../domain/sql.ts";
+import { ClaimLostError } from "./errors.ts";
+import type { CleanupOptions, InboxClaimOutcome, InboxKey, InboxStore, MigrationResult } from "./store.ts";
+
+/**
+ * The statements the store sends, one set per dialect (the dialects' statements.ts). Parameters are positional;
+ * each comment gives them in order.
+ */
+export interface InboxStatements {
+  /** [messageId, consumer]: the marker of a transactional handling, processed at once. */
+  readonly insertProcessedMarker: string;
+  /** [messageId, consumer]: an open two-phase claim; returns one row { id }. */
+  readonly insertOpenClaim: string;
+  /** [messageId, consumer]: a row when a processed marker exists. */
+  readonly isProcessed: string;
+  /** [messageId, consumer]: { id, processed (1 or 0) } or no row. */
+  readonly readMarker: string;
+  /** [messageId, consumer]: closes the open claim. */
+  readonly markProcessed: string;
+  /** [messageId, consumer, id]: closes the open claim only if it is still this claim row. */
+  readonly markProcessedById: string;
+  /** [seconds, milliseconds]: deletes claims open longer than that, on the database's clock. */
+  readonly sweepStaleClaims: string;
+  /** Returns { n }. */
+  readonly countOpenClaims: string;
+  /** [seconds, milliseconds]: returns { cutoff }, the database's now minus that. */
+  readonly cleanupCutoff: string;
+  /** [cutoff, batchSize]: deletes at most batchSize rows received before cutoff. */
+  readonly cleanupBatch: string;
+  readonly ping: string;
+}
+
+/** Which statement raised an error: only the marker insert's unique violation can mean "duplicate". */
+export type StatementOrigin = "marker" | "other";
+
+export interface InboxTransaction {
+  query<R = Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>>;
+  commit(): Promise<void>;
+  /** Never throws: a failed rollback means the connection is gone, and the database rolls back for us. */
+  rollback(): Promise<void>;
+}
+
+/** What a database adapter provides; everything else about the inbox is the same on every database. */
+export interface InboxDriver {
+  readonly dialect: Dialect;
+  readonly statements: InboxStatements;
+  /** One statement in its own (auto-commit) transaction. */
+  query<R = Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>>;
+  begin(): Promise<InboxTransaction>;
+  classify(error: unknown, origin: StatementOrigin): ErrorClass;
+  migrate(): Promise<MigrationResult>;
+  close(): Promise<void>;
+}
+
+export interface InboxStoreOptions {
+  /**
+   * Read for a processed marker before opening the transaction (default true). It makes late redeliveries cost
+   * one indexed read; the marker's unique index still decides when the read misses a concurrent commit.
+   */
+  readonly preCheck?: boolean;
+  /** Rows per cleanup batch when the caller gives none (default 500, below SQL Server's lock escalation). */
+  readonly cleanupBatchSize?: number;
+}
+
+type Failed = Extract<ProcessOutcome, { kind: "failed" }>;
+
+/** The inbox on any database, given that database's driver. */
+export class InboxCore implements InboxStore {
+  readonly dialect: Dialect;
+  private readonly driver: InboxDriver;
+  private readonly sql: InboxStatements;
+  private readonly preCheck: boolean;
+  private readonly cleanupBatchSize: number;
+
+  constructor(driver: InboxDriver, options: InboxStoreOptions = {}) {
+    this.driver = driver;
+    this.dialect = driver.dialect;
+    this.sql = driver.statements;
+    this.preCheck = options.preCheck ?? true;
+    this.cleanupBatchSize = options.cleanupBatchSize ?? 500;
+  }
+
+  migrate(): Promise<MigrationResult> {
+    return this.driver.migrate();
+  }
+
+  async process(key: InboxKey, work: (tx: SqlExecutor) => Promise<void>): Promise<ProcessOutcome> {
+    if (this.preCheck) {
+      try {
+        if (await this.isProcessed(key)) return { kind: "duplicate" };
+      } catch (error) {
+        return this.failed(error, "other");
+      }
+    }
+    let tx: InboxTransaction;
+    try {
+      tx = await this.driver.begin();
+    } catch (error) {
+      return this.failed(error, "other");
+    }
+    // The marker goes first: its key lock makes a concurrent duplicate wait here, before any work is done.
+    try {
+      await tx.query(this.sql.insertProcessedMarker, [key.messageId, key.consumer]);
+    } catch (error) {
+      await tx.rollback();
+      const errorClass = this.driver.classify(error, "marker");
+      return errorClass === "duplicate" ? { kind: "duplicate" } : { kind: "failed", error, errorClass };
+    }
+    const handle = boundExecutor(this.dialect, tx);
+    try {
+      await work(handle.executor);
+      handle.close();
+      await tx.commit();
+      return { kind: "committed" };
+    } catch (error) {
+      handle.close();
+      await tx.rollback();
+      return this.failed(error, "other");
+    }
+  }
+
+  async isProcessed(key: InboxKey): Promise<boolean> {
+    const result = await this.driver.query(this.sql.isProcessed, [key.messageId, key.consumer]);
+    return result.rows.length > 0;
+  }
+
+  async claim(key: InboxKey): Promise<InboxClaimOutcome> {
+    try {
+      // One statement, so its own transaction: the claim is committed when it returns.
+      const result = await this.driver.query<{ id: unknown }>(this.sql.insertOpenClaim, [
+        key.messageId,
+        key.consumer,
+      ]);
+      const id = result.rows[0]?.id;
+      if (id === undefined || id === null) throw new Error("inbox claim insert returned no Id");
+      return { kind: "claimed", claimId: String(id) };
+    } catch (error) {
+      const errorClass = this.driver.classify(error, "marker");
+      if (errorClass !== "duplicate") return { kind: "failed", error, errorClass };
+    }
+    try {
+      const marker = await this.readMarker(key);
+      // No row: the holder's claim was just swept; the next delivery claims it afresh.
+      return marker?.processed ? { kind: "duplicate" } : { kind: "busy" };
+    } catch (error) {
+      return this.failed(error, "other");
+    }
+  }
+
+  async markProcessed(key: InboxKey, claimId?: string): Promise<void> {
+    const result =
+      claimId === undefined
+        ? await this.driver.query(this.sql.markProcessed, [key.messageId, key.consumer])
+        : await this.driver.query(this.sql.markProcessedById, [key.messageId, key.consumer, claimId]);
+    if (result.rowCount === 1) return;
+    // Nothing open to close: fine if this very claim is already processed (a repeated call), lost otherwise.
+    const marker = await this.readMarker(key);
+    if (marker?.processed && (claimId === undefined || marker.id === claimId)) return;
+    throw new ClaimLostError(key, claimId);
+  }
+
+  async sweepStaleClaims(olderThanMs: number): Promise<number> {
+    const result = await this.driver.query(this.sql.sweepStaleClaims, splitMs(olderThanMs, "olderThanMs"));
+    return result.rowCount;
+  }
+
+  async countOpenClaims(): Promise<number> {
+    const result = await this.driver.query<{ n: number | string }>(this.sql.countOpenClaims);
+    return Number(result.rows[0]?.n ?? 0);
+  }
+
+  async cleanup(
+    retentionMs: number,
+    batchSize = this.cleanupBatchSize,
+    options: CleanupOptions = {},
+  ): Promise<number> {
+    if (!Number.isInteger(batchSize) || batchSize < 1)
+      throw new RangeError(`batchSize must be a positive integer`);
+    // One cutoff for the whole run, so rows inserted meanwhile never qualify and the loop ends.
+    const cut = await this.driver.query<{ cutoff: Date }>(
+      this.sql.cleanupCutoff,
+      splitMs(retentionMs, "retentionMs"),
+    );
+    const cutoff = cut.rows[0]?.cutoff;
+    if (!(cutoff instanceof Date)) throw new Error("inbox cleanup: the database returned no cutoff");
+    let total = 0;
+    for (;;) {
+      // Each batch is its own short transaction: locks are held for one small batch only.
+      const { rowCount } = await this.driver.query(this.sql.cleanupBatch, [cutoff, batchSize]);
+      total += rowCount;
+      options.onBatch?.(rowCount);
+      if (rowCount < batchSize) return total;
+    }
+  }
+
+  classify(error: unknown): ErrorClass {
+    return this.driver.classify(error, "other");
+  }
+
+  async ping(): Promise<void> {
+    await this.driver.query(this.sql.ping);
+  }
+
+  close(): Promise<void> {
+    return this.driver.close();
+  }
+
+  private async readMarker(key: InboxKey): Promise<{ id: string; processed: boolean } | undefined> {
+    const result = await this.driver.query<{ id: unknown; processed: unknown }>(this.sql.readMarker, [
+      key.messageId,
+      key.consumer,
+    ]);
+    const row = result.rows[0];
+    if (!row) return undefined;
+    return { id: String(row.id), processed: Number(row.processed) === 1 };
+  }
+
+  private failed(error: unknown, origin: StatementOrigin): Failed {
+    const errorClass = this.driver.classify(error, origin);
+    // Only the marker insert may yield duplicate; from anywhere else the same signal is a plain failure.
+    return { kind: "failed", error, errorClass: errorClass === "duplicate" ? "permanent" : errorClass };
+  }
+}
+
+/** The handler's only handle: bound to the transaction, and dead once the transaction ends. */
+function boundExecutor(dialect: Dialect, tx: InboxTransaction): { executor: SqlExecutor; close(): void } {
+  let open = true;
+  return {
+    executor: {
+      dialect,
+      query<R = Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>> {
+        if (!open)
+          return Promise.reject(
+            new Error("the inbox transaction has ended; this handle can no longer write"),
+          );
+        return tx.query<R>(sql, params);
+      },
+    },
+    close() {
+      open = false;
+    },
+  };
+}
+
+/** A duration as [whole seconds, remaining milliseconds]: SQL Server's DATEADD takes an int, too small for ms. */
+function splitMs(ms: number, name: string): [number, number] {
+  if (!Number.isFinite(ms) || ms < 0)
+    throw new RangeError(`${name} must be a non-negative number of milliseconds`);
+  const whole = Math.floor(ms);
+  return [Math.floor(whole / 1000), whole % 1000];
+}

@@ -1,0 +1,26 @@
+import type mssql from "mssql";
+import type pg from "pg";
+import type { InboxStoreOptions } from "./core.ts";
+import { createPostgresInboxStore } from "./postgres/adapter.ts";
+import { createSqlServerInboxStore } from "./sqlserver/adapter.ts";
+import type { InboxStore } from "./store.ts";
+
+export type { InboxStore, InboxKey, InboxClaimOutcome, MigrationResult, CleanupOptions } from "./store.ts";
+export type { InboxStoreOptions } from "./core.ts";
+export { ClaimLostError } from "./errors.ts";
+export { validateRetention, minimumRetentionMs, type RedeliveryWindow } from "./retention.ts";
+
+/** Which database the inbox lives in. The store is the same for every consumer: the key carries the consumer. */
+export type InboxDatabaseConfig =
+  | { readonly kind: "postgres"; readonly url: string; readonly maxConnections?: number }
+  | { readonly kind: "postgres"; readonly pool: pg.Pool }
+  | { readonly kind: "sqlserver"; readonly config: mssql.config | string }
+  | { readonly kind: "sqlserver"; readonly pool: mssql.ConnectionPool };
+
+export type InboxStoreConfig = InboxDatabaseConfig & InboxStoreOptions;
+
+/** Builds the store for the configured database. Connects lazily: nothing happens until the first call. */
+export function createInboxStore(config: InboxStoreConfig): InboxStore {
+  if (config.kind === "postgres") return createPostgresInboxStore(config);
+  return createSqlServerInboxStore(config);
+}

@@ -1,0 +1,30 @@
+import { readdir, readFile } from "node:fs/promises";
+import { join } from "node:path";
+
+/** One forward-only migration: `NNNN_name.sql`, applied once, in order, inside a transaction. */
+export interface Migration {
+  readonly version: number;
+  readonly name: string;
+  readonly sql: string;
+}
+
+const FILE = /^(\d{4})_([a-z0-9_]+)\.sql$/;
+
+/** Reads a dialect's migration folder; refuses gaps and repeated numbers, which would make order ambiguous. */
+export async function loadMigrations(dir: string): Promise<Migration[]> {
+  const files = (await readdir(dir)).filter((f) => f.endsWith(".sql")).sort();
+  const migrations: Migration[] = [];
+  for (const file of files) {
+    const match = FILE.exec(file);
+    if (!match) throw new Error(`migration file "${file}" in ${dir} is not named NNNN_name.sql`);
+    const version = Number(match[1]);
+    const expected = migrations.length + 1;
+    if (version !== expected) throw new Error(`migration ${file} in ${dir}: expected number ${expected}`);
+    migrations.push({
+      version,
+      name: file.replace(/\.sql$/, ""),
+      sql: await readFile(join(dir, file), "utf8"),
+    });
+  }
+  return migrations;
+}

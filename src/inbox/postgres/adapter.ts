@@ -1,0 +1,160 @@
+import { fileURLToPath } from "node:url";
+import pg from "pg";
+import type { ErrorClass } from "../../domain/outcome.ts";
+import type { SqlResult } from "../../domain/sql.ts";
+import type { InboxDriver, InboxStoreOptions, InboxTransaction, StatementOrigin } from "../core.ts";
+import { InboxCore } from "../core.ts";
+import { loadMigrations } from "../migrations.ts";
+import type { MigrationResult } from "../store.ts";
+import { classifyPostgresError } from "./classify.ts";
+import {
+  ACQUIRE_MIGRATION_LOCK,
+  BEGIN,
+  COMMIT,
+  CREATE_VERSION_TABLE,
+  MIGRATION_LOCK_KEY,
+  RECORD_VERSION,
+  ROLLBACK,
+  SELECT_APPLIED_VERSIONS,
+  statements,
+} from "./statements.ts";
+
+export const POSTGRES_MIGRATIONS_DIR = fileURLToPath(new URL("./migrations/", import.meta.url));
+
+export interface PostgresInboxOptions extends InboxStoreOptions {
+  /** A ready pool (then the store does not end it on close) or a connection URL. */
+  readonly pool?: pg.Pool;
+  readonly url?: string;
+  readonly maxConnections?: number;
+  /** Idle pooled connections that fail (the server restarted) are reported here and replaced on next use. */
+  readonly onIdleError?: (error: Error) => void;
+}
+
+export function createPostgresInboxStore(options: PostgresInboxOptions): InboxCore {
+  return new InboxCore(new PostgresDriver(options), options);
+}
+
+/** The inbox on PostgreSQL through `pg`. */
+export class PostgresDriver implements InboxDriver {
+  readonly dialect = "postgres" as const;
+  readonly statements = statements;
+  private readonly pool: pg.Pool;
+  private readonly ownsPool: boolean;
+  /** Errors raised by `pg` itself, as opposed to handler code: see classifyPostgresError. */
+  private readonly driverErrors = new WeakSet<object>();
+
+  constructor(options: PostgresInboxOptions) {
+    if (options.pool) {
+      this.pool = options.pool;
+      this.ownsPool = false;
+    } else {
+      if (!options.url) throw new Error("PostgreSQL inbox: give a pool or a url");
+      this.pool = new pg.Pool({ connectionString: options.url, max: options.maxConnections ?? 10 });
+      this.ownsPool = true;
+    }
+    // Without a listener an idle client's error (server restart) would crash the process; pg drops that client.
+    const onIdleError = options.onIdleError ?? (() => undefined);
+    this.pool.on("error", onIdleError);
+  }
+
+  async query<R = Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>> {
+    try {
+      const result = await this.pool.query(sql, params as unknown[] | undefined);
+      return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
+    } catch (error) {
+      throw this.tag(error);
+    }
+  }
+
+  async begin(): Promise<InboxTransaction> {
+    let client: pg.PoolClient;
+    try {
+      client = await this.pool.connect();
+    } catch (error) {
+      throw this.tag(error);
+    }
+    let done = false;
+    const finish = (broken?: unknown): void => {
+      if (done) return;
+      done = true;
+      // A client whose connection failed is destroyed instead of returned to the pool.
+      client.release(broken instanceof Error ? broken : broken === undefined ? undefined : true);
+    };
+    try {
+      await client.query(BEGIN);
+    } catch (error) {
+      finish(error);
+      throw this.tag(error);
+    }
+    return {
+      query: async <R>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>> => {
+        try {
+          const result = await client.query(sql, params as unknown[] | undefined);
+          return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
+        } catch (error) {
+          throw this.tag(error);
+        }
+      },
+      commit: async () => {
+        try {
+          await client.query(COMMIT);
+          finish();
+        } catch (error) {
+          finish(error);
+          throw this.tag(error);
+        }
+      },
+      rollback: async () => {
+        if (done) return;
+        try {
+          await client.query(ROLLBACK);
+          finish();
+        } catch (error) {
+          finish(error);
+        }
+      },
+    };
+  }
+
+  classify(error: unknown, origin: StatementOrigin): ErrorClass {
+    return classifyPostgresError(
+      error,
+      origin,
+      typeof error === "object" && error !== null && this.driverErrors.has(error),
+    );
+  }
+
+  async migrate(): Promise<MigrationResult> {
+    const migrations = await loadMigrations(POSTGRES_MIGRATIONS_DIR);
+    const tx = await this.begin();
+    try {
+      // Serializes concurrent migrate runs; released by the commit or rollback.
+      await tx.query(ACQUIRE_MIGRATION_LOCK, [MIGRATION_LOCK_KEY]);
+      await tx.query(CREATE_VERSION_TABLE);
+      const applied = new Set(
+        (await tx.query<{ version: number }>(SELECT_APPLIED_VERSIONS)).rows.map((r) => r.version),
+      );
+      const names: string[] = [];
+      for (const migration of migrations) {
+        if (applied.has(migration.version)) continue;
+        await tx.query(migration.sql); // no parameters: the simple protocol runs every statement in the file
+        await tx.query(RECORD_VERSION, [migration.version, migration.name]);
+        names.push(migration.name);
+      }
+      await tx.commit();
+      return { applied: names };
+    } catch (error) {
+      await tx.rollback();
+      throw error;
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.ownsPool) await this.pool.end();
+  }
+
+  private tag(error: unknown): unknown {
+    if (typeof error === "object" && error !== null) this.driverErrors.add(error);
+    return error;
+  }
+}

@@ -1,0 +1,166 @@
+import { fileURLToPath } from "node:url";
+import mssql from "mssql";
+import type { ErrorClass } from "../../domain/outcome.ts";
+import type { SqlResult } from "../../domain/sql.ts";
+import type { InboxDriver, InboxStoreOptions, InboxTransaction, StatementOrigin } from "../core.ts";
+import { InboxCore } from "../core.ts";
+import { loadMigrations } from "../migrations.ts";
+import type { MigrationResult } from "../store.ts";
+import { classifySqlServerError } from "./classify.ts";
+import {
+  ACQUIRE_MIGRATION_LOCK,
+  CREATE_VERSION_TABLE,
+  MIGRATION_LOCK_RESOURCE,
+  RECORD_VERSION,
+  SELECT_APPLIED_VERSIONS,
+  statements,
+} from "./statements.ts";
+
+export const SQLSERVER_MIGRATIONS_DIR = fileURLToPath(new URL("./migrations/", import.meta.url));
+
+export interface SqlServerInboxOptions extends InboxStoreOptions {
+  /**
+   * A ready pool (then the store does not close it), or what to build one from: an mssql config (for Entra
+   * authentication pass `authentication: { type: "azure-active-directory-access-token", ... }`) or a
+   * connection string.
+   */
+  readonly pool?: mssql.ConnectionPool;
+  readonly config?: mssql.config | string;
+  /** Pool errors outside a request are reported here; the pool replaces the connection on next use. */
+  readonly onPoolError?: (error: Error) => void;
+}
+
+export function createSqlServerInboxStore(options: SqlServerInboxOptions): InboxCore {
+  return new InboxCore(new SqlServerDriver(options), options);
+}
+
+/** Binds positional parameters to @p1..@pn with explicit types, so plans are reused and seeks stay seeks. */
+export function bindParameters(request: mssql.Request, params: readonly unknown[] = []): mssql.Request {
+  params.forEach((value, index) => {
+    request.input(`p${index + 1}`, sqlTypeOf(value), value);
+  });
+  return request;
+}
+
+function sqlTypeOf(value: unknown): mssql.ISqlType {
+  if (typeof value === "string")
+    return value.length <= 4000 ? mssql.NVarChar(4000) : mssql.NVarChar(mssql.MAX);
+  if (typeof value === "number") {
+    if (!Number.isInteger(value)) return mssql.Float();
+    return Math.abs(value) <= 2_147_483_647 ? mssql.Int() : mssql.BigInt();
+  }
+  if (typeof value === "bigint") return mssql.BigInt();
+  if (typeof value === "boolean") return mssql.Bit();
+  if (value instanceof Date) return mssql.DateTime2(3);
+  if (Buffer.isBuffer(value)) return mssql.VarBinary(mssql.MAX);
+  return mssql.NVarChar(4000); // null or undefined: a typed NULL
+}
+
+function toResult<R>(result: mssql.IResult<unknown>): SqlResult<R> {
+  return {
+    rows: (result.recordset ?? []) as R[],
+    rowCount: result.rowsAffected.reduce((sum, n) => sum + n, 0),
+  };
+}
+
+/** The inbox on SQL Server / Azure SQL through `mssql` (tedious). */
+export class SqlServerDriver implements InboxDriver {
+  readonly dialect = "sqlserver" as const;
+  readonly statements = statements;
+  private readonly pool: mssql.ConnectionPool;
+  private readonly ownsPool: boolean;
+  private connecting: Promise<mssql.ConnectionPool> | undefined;
+
+  constructor(options: SqlServerInboxOptions) {
+    if (options.pool) {
+      this.pool = options.pool;
+      this.ownsPool = false;
+    } else {
+      if (options.config === undefined) throw new Error("SQL Server inbox: give a pool or a config");
+      this.pool =
+        typeof options.config === "string"
+          ? new mssql.ConnectionPool(options.config)
+          : new mssql.ConnectionPool(options.config);
+      this.ownsPool = true;
+    }
+    this.pool.on("error", options.onPoolError ?? (() => undefined));
+  }
+
+  async query<R = Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>> {
+    const pool = await this.ready();
+    return toResult<R>(await bindParameters(pool.request(), params).query(sql));
+  }
+
+  async begin(): Promise<InboxTransaction> {
+    const pool = await this.ready();
+    const tx = new mssql.Transaction(pool);
+    await tx.begin(mssql.ISOLATION_LEVEL.READ_COMMITTED);
+    let done = false;
+    return {
+      query: async <R>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>> =>
+        toResult<R>(await bindParameters(new mssql.Request(tx), params).query(sql)),
+      commit: async () => {
+        done = true;
+        await tx.commit();
+      },
+      rollback: async () => {
+        if (done) return;
+        done = true;
+        try {
+          await tx.rollback();
+        } catch {
+          // Already rolled back by the server (an aborting error) or the connection is gone.
+        }
+      },
+    };
+  }
+
+  classify(error: unknown, origin: StatementOrigin): ErrorClass {
+    return classifySqlServerError(error, origin);
+  }
+
+  async migrate(): Promise<MigrationResult> {
+    const migrations = await loadMigrations(SQLSERVER_MIGRATIONS_DIR);
+    const pool = await this.ready();
+    const tx = new mssql.Transaction(pool);
+    await tx.begin(mssql.ISOLATION_LEVEL.READ_COMMITTED);
+    try {
+      await bindParameters(new mssql.Request(tx), [MIGRATION_LOCK_RESOURCE]).query(ACQUIRE_MIGRATION_LOCK);
+      await new mssql.Request(tx).batch(CREATE_VERSION_TABLE);
+      const rows = (await new mssql.Request(tx).query<{ version: number }>(SELECT_APPLIED_VERSIONS))
+        .recordset;
+      const applied = new Set(rows.map((r) => r.version));
+      const names: string[] = [];
+      for (const migration of migrations) {
+        if (applied.has(migration.version)) continue;
+        await new mssql.Request(tx).batch(migration.sql); // a single batch: the files hold no GO
+        await bindParameters(new mssql.Request(tx), [migration.version, migration.name]).query(
+          RECORD_VERSION,
+        );
+        names.push(migration.name);
+      }
+      await tx.commit();
+      return { applied: names };
+    } catch (error) {
+      try {
+        await tx.rollback();
+      } catch {
+        // see begin().rollback
+      }
+      throw error;
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.ownsPool) await this.pool.close();
+  }
+
+  /** Connects on first use, and again after a failed first connect; a connected pool heals its own connections. */
+  private async ready(): Promise<mssql.ConnectionPool> {
+    if (this.pool.connected) return this.pool;
+    this.connecting ??= this.pool.connect().finally(() => {
+      this.connecting = undefined;
+    });
+    return this.connecting;
+  }
+}

@@ -1,0 +1,350 @@
+import assert from "node:assert/strict";
+import type { ProcessOutcome } from "../../src/domain/outcome.ts";
+import type { SqlExecutor } from "../../src/domain/sql.ts";
+import { ClaimLostError } from "../../src/inbox/errors.ts";
+import type { InboxKey, InboxStore } from "../../src/inbox/store.ts";
+import { scalar, type Backend, type BackendDatabase } from "./backends.ts";
+
+/** A promise resolved from outside: the tests' way to hold a transaction open at a chosen point. */
+function gate(): { promise: Promise<void>; open(): void } {
+  let open!: () => void;
+  const promise = new Promise<void>((resolve) => (open = resolve));
+  return { promise, open };
+}
+
+/** Polls a condition on the database (not a sleep: it returns as soon as the condition holds). */
+async function waitUntil(what: string, condition: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
+
+/** Settles to "pending" if the promise has not settled by the time already-queued callbacks have run. */
+async function state(promise: Promise<unknown>): Promise<"pending" | "settled"> {
+  const marker = Symbol("pending");
+  const winner = await Promise.race([
+    promise.then(() => "settled" as const),
+    new Promise((r) => setImmediate(() => r(marker))),
+  ]);
+  return winner === marker ? "pending" : "settled";
+}
+
+let counter = 0;
+function key(consumer = "billing"): InboxKey {
+  counter += 1;
+  return { messageId: `msg-${process.pid}-${counter}-${"x".repeat(8)}`, consumer };
+}
+
+/** The conformance suite: every adapter must pass it on a real database. */
+export function inboxConformance(backend: Backend): void {
+  describe(`inbox conformance: ${backend.name}`, function () {
+    let db: BackendDatabase;
+    let store: InboxStore;
+
+    before(async function () {
+      db = await backend.database(`conformance_${backend.dialect}`);
+      store = db.createStore({ preCheck: false });
+      await store.migrate();
+      await db.raw.query(db.sql.createEffects);
+      await db.raw.query(db.sql.createOrders);
+      await db.raw.query(db.sql.createNaiveInbox);
+    });
+
+    after(async function () {
+      await db?.dispose();
+    });
+
+    const effect = (k: InboxKey) => (tx: SqlExecutor) =>
+      tx.query(db.sql.insertEffect, [k.messageId, k.consumer]).then(() => undefined);
+    const blocked = () => scalar(db.raw, db.sql.blockedSessions);
+
+    describe("migrate", function () {
+      it("two concurrent runs leave one correct schema, and a third run changes nothing", async function () {
+        const fresh = await backend.database(`migrate_${backend.dialect}`);
+        try {
+          const a = fresh.createStore();
+          const b = fresh.createStore();
+          const [ra, rb] = await Promise.all([a.migrate(), b.migrate()]);
+          const appliedTwice = [...ra.applied, ...rb.applied];
+          assert.deepEqual(appliedTwice, ["0001_inbox"], "exactly one run applies the migration");
+          assert.equal(await scalar(fresh.raw, fresh.sql.countVersions), 1);
+          assert.equal(await scalar(fresh.raw, fresh.sql.countUniqueIndex), 1);
+          const again = await a.migrate();
+          assert.deepEqual(again.applied, []);
+          assert.equal(await scalar(fresh.raw, fresh.sql.countVersions), 1);
+        } finally {
+          await fresh.dispose();
+        }
+      });
+    });
+
+    describe("the seeds' race: two consumers, one message, a gap between check and commit", function () {
+      it("control: check-then-insert without a unique index applies the effect twice", async function () {
+        const k = key();
+        const bothChecked = { n: 0, gate: gate() };
+        const naive = async () => {
+          const tx = await db.raw.begin();
+          try {
+            const seen = await tx.query(db.sql.naiveCheck, [k.messageId, k.consumer]);
+            bothChecked.n += 1;
+            if (bothChecked.n === 2) bothChecked.gate.open();
+            await bothChecked.gate.promise; // the gap: the other instance checks meanwhile
+            if (seen.rows.length === 0) {
+              await tx.query(db.sql.insertEffect, [k.messageId, k.consumer]);
+              await tx.query(db.sql.naiveInsert, [k.messageId, k.consumer]);
+            }
+            await tx.commit();
+          } catch (error) {
+            await tx.rollback();
+            throw error;
+          }
+        };
+        await Promise.all([naive(), naive()]);
+        assert.equal(
+          await scalar(db.raw, db.sql.countEffects, [k.messageId]),
+          2,
+          "the naive handler loses the race",
+        );
+      });
+
+      it("with the inbox's unique index: one effect, one marker, and the loser sees duplicate", async function () {
+        const k = key();
+        const checked = gate();
+        const gap = gate();
+        const first = store.process(k, async (tx) => {
+          await effect(k)(tx);
+          checked.open();
+          await gap.promise; // the gap between the check (the marker insert) and the commit
+        });
+        await checked.promise;
+        const second = store.process(k, effect(k));
+        await waitUntil(
+          "the second consumer waits on the marker's key lock",
+          async () => (await blocked()) >= 1,
+        );
+        gap.open();
+        const outcomes = (await Promise.all([first, second])).map((o) => o.kind).sort();
+        assert.deepEqual(outcomes, ["committed", "duplicate"]);
+        assert.equal(await scalar(db.raw, db.sql.countEffects, [k.messageId]), 1);
+        assert.equal(await scalar(db.raw, db.sql.countMarkers, [k.messageId]), 1);
+      });
+    });
+
+    describe("overlap: A has inserted the marker and not committed", function () {
+      async function overlap(
+        aEnds: "commit" | "rollback",
+      ): Promise<{ a: ProcessOutcome; b: ProcessOutcome; key: InboxKey }> {
+        const k = key();
+        const inserted = gate();
+        const release = gate();
+        const a = store.process(k, async (tx) => {
+          await effect(k)(tx);
+          inserted.open();
+          await release.promise;
+          if (aEnds === "rollback") throw new Error("A fails after B started waiting");
+        });
+        await inserted.promise;
+        const b = store.process(k, effect(k));
+        await waitUntil("B waits on A's key lock", async () => (await blocked()) >= 1);
+        assert.equal(await state(b), "pending", "B must still be waiting while A is open");
+        release.open();
+        return { a: await a, b: await b, key: k };
+      }
+
+      it("A commits: B is a duplicate", async function () {
+        const { a, b, key: k } = await overlap("commit");
+        assert.equal(a.kind, "committed");
+        assert.equal(b.kind, "duplicate");
+        assert.equal(await scalar(db.raw, db.sql.countEffects, [k.messageId]), 1);
+      });
+
+      it("A rolls back: B commits", async function () {
+        const { a, b, key: k } = await overlap("rollback");
+        assert.equal(a.kind, "failed");
+        assert.equal(b.kind, "committed");
+        assert.equal(await scalar(db.raw, db.sql.countEffects, [k.messageId]), 1);
+        assert.equal(await scalar(db.raw, db.sql.countMarkers, [k.messageId]), 1);
+      });
+    });
+
+    it("all or nothing: a failing business write leaves no marker and no effect", async function () {
+      const k = key();
+      const outcome = await store.process(k, async (tx) => {
+        await effect(k)(tx);
+        await tx.query("SELECT * FROM no_such_table_at_all");
+      });
+      assert.equal(outcome.kind, "failed");
+      assert.equal(outcome.kind === "failed" && outcome.errorClass, "permanent");
+      assert.equal(await scalar(db.raw, db.sql.countMarkers, [k.messageId]), 0);
+      assert.equal(await scalar(db.raw, db.sql.countEffects, [k.messageId]), 0);
+    });
+
+    it("a unique violation on a business table's own unique index is a failure, not a duplicate", async function () {
+      await db.raw.query(db.sql.insertOrder, [4242]);
+      const k = key();
+      const outcome = await store.process(k, async (tx) => {
+        await tx.query(db.sql.insertOrder, [4242]);
+      });
+      assert.equal(outcome.kind, "failed");
+      assert.equal(outcome.kind === "failed" && outcome.errorClass, "permanent");
+      assert.equal(await scalar(db.raw, db.sql.countMarkers, [k.messageId]), 0);
+      assert.equal(await store.isProcessed(k), false);
+    });
+
+    it("two consumers of one message each apply their effect once", async function () {
+      const billing = key("billing");
+      const shipping: InboxKey = { messageId: billing.messageId, consumer: "shipping" };
+      const first = await Promise.all([
+        store.process(billing, effect(billing)),
+        store.process(shipping, effect(shipping)),
+      ]);
+      const again = await Promise.all([
+        store.process(billing, effect(billing)),
+        store.process(shipping, effect(shipping)),
+      ]);
+      assert.deepEqual(
+        first.map((o) => o.kind),
+        ["committed", "committed"],
+      );
+      assert.deepEqual(
+        again.map((o) => o.kind),
+        ["duplicate", "duplicate"],
+      );
+      assert.equal(await scalar(db.raw, db.sql.countEffects, [billing.messageId]), 2);
+      assert.equal(await scalar(db.raw, db.sql.countMarkers, [billing.messageId]), 2);
+    });
+
+    it("a retry after a failure runs on a fresh transaction and succeeds", async function () {
+      const k = key();
+      const transactions: string[] = [];
+      let firstHandle: SqlExecutor | undefined;
+      let attempt = 0;
+      const work = async (tx: SqlExecutor) => {
+        attempt += 1;
+        const { rows } = await tx.query<{ id: unknown }>(db.sql.transactionId);
+        transactions.push(String(rows[0]?.id));
+        await effect(k)(tx);
+        if (attempt === 1) {
+          firstHandle = tx;
+          throw new Error("transient trouble in the handler");
+        }
+      };
+      assert.equal((await store.process(k, work)).kind, "failed");
+      assert.equal((await store.process(k, work)).kind, "committed");
+      assert.equal(transactions.length, 2);
+      assert.notEqual(transactions[0], transactions[1], "the retry must not reuse the failed transaction");
+      assert.equal(await scalar(db.raw, db.sql.countEffects, [k.messageId]), 1);
+      await assert.rejects(
+        firstHandle!.query(db.sql.insertEffect, [k.messageId, k.consumer]),
+        /transaction has ended/,
+      );
+    });
+
+    it("the pre-check reports processed markers only, and a pre-checking store skips a late redelivery", async function () {
+      const k = key();
+      const prechecking = db.createStore({ preCheck: true });
+      assert.equal(await prechecking.isProcessed(k), false);
+      assert.equal((await prechecking.process(k, effect(k))).kind, "committed");
+      assert.equal(await prechecking.isProcessed(k), true);
+      let ran = false;
+      const again = await prechecking.process(k, () => {
+        ran = true;
+        return Promise.resolve();
+      });
+      assert.equal(again.kind, "duplicate");
+      assert.equal(ran, false);
+      const claimKey = key();
+      assert.equal((await store.claim(claimKey)).kind, "claimed");
+      assert.equal(await store.isProcessed(claimKey), false, "an open claim is not processed");
+    });
+
+    describe("two-phase claim", function () {
+      it("two racing claimants make one external call", async function () {
+        const k = key("mailer");
+        let externalCalls = 0;
+        const claimant = async () => {
+          const claim = await store.claim(k);
+          if (claim.kind !== "claimed") return claim.kind;
+          externalCalls += 1; // the external effect, keyed by k.messageId
+          await store.markProcessed(k, claim.claimId);
+          return claim.kind;
+        };
+        const kinds = await Promise.all([claimant(), claimant()]);
+        assert.equal(externalCalls, 1);
+        assert.equal(kinds.filter((c) => c === "claimed").length, 1, `outcomes: ${kinds.join(", ")}`);
+        const loser = kinds.find((c) => c !== "claimed");
+        assert.ok(loser === "busy" || loser === "duplicate", `loser saw ${loser}`);
+        assert.equal((await store.claim(k)).kind, "duplicate");
+        await store.markProcessed(k); // repeating it is harmless
+      });
+
+      it("a claim left open is found by the sweeper and retried by one claimant", async function () {
+        const k = key("mailer");
+        const abandoned = await store.claim(k);
+        assert.equal(abandoned.kind, "claimed");
+        assert.equal((await store.claim(k)).kind, "busy");
+        const openBefore = await store.countOpenClaims();
+        assert.ok(openBefore >= 1);
+        assert.equal(await store.sweepStaleClaims(60_000), 0, "a fresh claim is not stale");
+        await db.raw.query(db.sql.ageMarker, [k.messageId, 120]);
+        assert.equal(await store.sweepStaleClaims(60_000), 1);
+        assert.equal(await store.countOpenClaims(), openBefore - 1);
+        const retries = await Promise.all([store.claim(k), store.claim(k)]);
+        assert.deepEqual(retries.map((c) => c.kind).sort(), ["busy", "claimed"]);
+        const winner = retries.find((c) => c.kind === "claimed");
+        // The abandoned claimant wakes up late: its claim is gone, and it must be told.
+        await assert.rejects(
+          store.markProcessed(k, abandoned.kind === "claimed" ? abandoned.claimId : "0"),
+          ClaimLostError,
+        );
+        await store.markProcessed(k, winner?.kind === "claimed" ? winner.claimId : "0");
+        assert.equal(await store.isProcessed(k), true);
+      });
+    });
+
+    it("cleanup removes only rows past retention, in batches, while inserts go on", async function () {
+      const scope = key("retention").messageId;
+      for (let i = 0; i < 25; i += 1) {
+        await db.raw.query(db.sql.insertAgedMarker, [`${scope}-old-${i}`, "retention", 7200]);
+      }
+      const before = await scalar(db.raw, db.sql.countAllMarkers);
+      let inserting = true;
+      let inserted = 0;
+      const writer = (async () => {
+        while (inserting) {
+          const k: InboxKey = { messageId: `${scope}-new-${inserted}`, consumer: "retention" };
+          const outcome = await store.process(k, effect(k));
+          assert.equal(outcome.kind, "committed");
+          inserted += 1;
+        }
+      })();
+      const batches: number[] = [];
+      try {
+        await waitUntil("the writer has started", () => Promise.resolve(inserted >= 1));
+        const deleted = await store.cleanup(3_600_000, 10, { onBatch: (n) => batches.push(n) });
+        assert.equal(deleted, 25);
+      } finally {
+        inserting = false;
+        await writer;
+      }
+      assert.deepEqual(batches, [10, 10, 5]);
+      assert.equal(await scalar(db.raw, db.sql.countAllMarkers), before - 25 + inserted);
+      assert.equal(await store.cleanup(3_600_000, 10), 0, "nothing else is past retention");
+    });
+
+    it("answers a ping; classify() never calls an error outside the marker insert a duplicate", async function () {
+      await store.ping();
+      const k = key();
+      assert.equal((await store.process(k, effect(k))).kind, "committed");
+      // The inbox index's own violation, but raised by some other statement: not the duplicate signal.
+      const error = await db.raw.query(db.sql.insertAgedMarker, [k.messageId, k.consumer, 1]).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      assert.ok(error instanceof Error, "the second marker must be refused by the unique index");
+      assert.equal(store.classify(error), "permanent");
+    });
+  });
+}

@@ -1,0 +1,4 @@
+import { postgresBackend } from "./backends.ts";
+import { inboxConformance } from "./inbox-suite.ts";
+
+inboxConformance(postgresBackend);

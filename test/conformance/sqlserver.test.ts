@@ -1,0 +1,6 @@
+import { sqlServerBackend } from "./backends.ts";
+import { inboxConformance } from "./inbox-suite.ts";
+
+// Registered only when a SQL Server is given (the GitHub workflow sets it); never a skipped test.
+const connectionString = process.env.SBINBOX_TEST_MSSQL;
+if (connectionString) inboxConformance(sqlServerBackend(connectionString));
