@@ -128,7 +128,7 @@ export class InboxCore implements InboxStore {
   async claim(key: InboxKey): Promise<InboxClaimOutcome> {
     try {
       // One statement, so its own transaction: the claim is committed when it returns.
-      const result = await this.driver.query<{ id: unknown }>(this.sql.insertOpenClaim, [
+      const result = await this.driver.query<{ id: string | number | null }>(this.sql.insertOpenClaim, [
         key.messageId,
         key.consumer,
       ]);
@@ -207,7 +207,7 @@ export class InboxCore implements InboxStore {
   }
 
   private async readMarker(key: InboxKey): Promise<{ id: string; processed: boolean } | undefined> {
-    const result = await this.driver.query<{ id: unknown; processed: unknown }>(this.sql.readMarker, [
+    const result = await this.driver.query<{ id: string | number; processed: unknown }>(this.sql.readMarker, [
       key.messageId,
       key.consumer,
     ]);

@@ -10,11 +10,13 @@ import { classifySqlServerError } from "./classify.ts";
 import {
   ACQUIRE_MIGRATION_LOCK,
   CREATE_VERSION_TABLE,
-  MIGRATION_LOCK_RESOURCE,
   RECORD_VERSION,
   SELECT_APPLIED_VERSIONS,
   statements,
 } from "./statements.ts";
+
+/** The sp_getapplock resource that serializes concurrent migrate runs. */
+const MIGRATION_LOCK_RESOURCE = "SbInboxMigrate";
 
 export const SQLSERVER_MIGRATIONS_DIR = fileURLToPath(new URL("./migrations/", import.meta.url));
 

@@ -6,8 +6,6 @@ import type { InboxStatements } from "../core.ts";
  * Parameters are @p1..@pn, bound from the positional parameter array.
  */
 
-export const MIGRATION_LOCK_RESOURCE = "SbInboxMigrate";
-
 /** Serializes concurrent migrate runs; the lock belongs to the transaction and ends with it. */
 export const ACQUIRE_MIGRATION_LOCK = `DECLARE @result int;
 EXEC @result = sp_getapplock @Resource = @p1, @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 120000;

@@ -1,0 +1,71 @@
+// `npm run check:tsql`: parses every T-SQL statement the SQL Server adapter can send (every string constant in
+// src/inbox/sqlserver/statements.ts) and every SQL Server migration with Microsoft's own parser (ScriptDom, run
+// by tools/tsql-parse). Fails on any syntax error. Builds the tool on first use; later runs reuse the build.
+import { spawnSync } from "node:child_process";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = fileURLToPath(new URL("..", import.meta.url));
+const toolDir = join(root, "tools", "tsql-parse");
+const toolOut = join(toolDir, "bin", "out");
+const toolBinary = join(toolOut, "tsql-parse");
+const migrationsDir = join(root, "src", "inbox", "sqlserver", "migrations");
+
+interface Item {
+  name: string;
+  sql: string;
+}
+
+/** Every string reachable from the module's exports, named by its export path. */
+function collect(value: unknown, name: string, out: Item[]): void {
+  if (typeof value === "string") out.push({ name, sql: value });
+  else if (value && typeof value === "object") {
+    for (const [k, v] of Object.entries(value)) collect(v, `${name}.${k}`, out);
+  }
+}
+
+function newestSource(): number {
+  return Math.max(...["Program.cs", "tsql-parse.csproj"].map((f) => statSync(join(toolDir, f)).mtimeMs));
+}
+
+function ensureTool(): void {
+  if (existsSync(toolBinary) && statSync(toolBinary).mtimeMs >= newestSource()) return;
+  process.stderr.write("check:tsql: building tools/tsql-parse (dotnet build)\n");
+  const build = spawnSync("dotnet", ["build", toolDir, "-c", "Release", "-o", toolOut, "--nologo", "-v", "quiet"], {
+    stdio: "inherit",
+    env: { ...process.env, DOTNET_CLI_TELEMETRY_OPTOUT: "1", DOTNET_NOLOGO: "1" },
+  });
+  if (build.error || build.status !== 0) {
+    throw new Error(`dotnet build of tools/tsql-parse failed (${build.error?.message ?? `exit ${build.status}`})`);
+  }
+}
+
+function parse(items: Item[]): { status: number | null; output: string } {
+  const run = spawnSync(toolBinary, [], { input: JSON.stringify(items), encoding: "utf8" });
+  if (run.error) throw run.error;
+  return { status: run.status, output: `${run.stdout}${run.stderr}` };
+}
+
+async function main(): Promise<number> {
+  ensureTool();
+  // A statement that is certainly wrong must be refused, or the check proves nothing.
+  const canary = parse([{ name: "canary", sql: "DELETE TOP (@p1) FROM dbo.Inbox WHERE" }]);
+  if (canary.status === 0) throw new Error("tsql-parse accepted invalid T-SQL; the check is broken");
+
+  const items: Item[] = [];
+  const statements = (await import("../src/inbox/sqlserver/statements.ts")) as Record<string, unknown>;
+  for (const [name, value] of Object.entries(statements)) collect(value, `statements.ts:${name}`, items);
+  for (const file of readdirSync(migrationsDir).filter((f) => f.endsWith(".sql")).sort()) {
+    items.push({ name: `migrations/${file}`, sql: readFileSync(join(migrationsDir, file), "utf8") });
+  }
+  const result = parse(items);
+  process.stdout.write(result.output);
+  if (result.status !== 0) {
+    process.stderr.write("check:tsql: T-SQL parse errors above\n");
+    return 1;
+  }
+  return 0;
+}
+
+process.exitCode = await main();
