@@ -1,0 +1,136 @@
+metadata name = 'App Service for the worker'
+metadata description = 'A Linux App Service plan and a web app that runs the sbinbox worker with a system-assigned identity and no secrets.'
+
+@description('Required. Name of the web app (globally unique).')
+@minLength(2)
+@maxLength(60)
+param name string
+
+@description('Required. Name of the App Service plan.')
+param planName string
+
+@description('Optional. Location for all resources.')
+param location string = resourceGroup().location
+
+@description('Optional. Tags of the plan.')
+param tags object = {}
+
+@description('Optional. Tags of the web app (azd finds the app it deploys by its azd-service-name tag).')
+param siteTags object = {}
+
+@description('Optional. SKU of the plan. Autoscale needs Standard (S1) or Premium (P0v3 and up).')
+param planSkuName string = 'P0v3'
+
+@description('Optional. Instances the plan starts with; autoscale moves it between its bounds afterwards.')
+@minValue(1)
+param planCapacity int = 1
+
+@description('Optional. Node.js runtime (an LTS line).')
+@allowed([
+  'NODE|22-lts'
+  'NODE|24-lts'
+])
+param linuxFxVersion string = 'NODE|22-lts'
+
+@description('Optional. Command App Service runs to start the worker.')
+param appCommandLine string = 'node bin/sbinbox.js worker'
+
+@description('Optional. Path App Service probes to decide an instance is healthy.')
+param healthCheckPath string = '/healthz'
+
+@description('Required. Name of the Application Insights component whose connection string the worker gets as a setting.')
+param applicationInsightsName string
+
+@description('Optional. Worker settings (names to values). Never secrets: the managed identity is the credential.')
+param appSettings object = {}
+
+resource applicationInsights 'Microsoft.Insights/components@2020-02-02' existing = {
+  name: applicationInsightsName
+}
+
+resource plan 'Microsoft.Web/serverfarms@2025-03-01' = {
+  name: planName
+  location: location
+  tags: tags
+  kind: 'linux'
+  sku: {
+    name: planSkuName
+    capacity: planCapacity
+  }
+  properties: {
+    reserved: true
+  }
+}
+
+resource site 'Microsoft.Web/sites@2025-03-01' = {
+  name: name
+  location: location
+  tags: siteTags
+  kind: 'app,linux'
+  identity: {
+    type: 'SystemAssigned'
+  }
+  properties: {
+    serverFarmId: plan.id
+    httpsOnly: true
+    clientAffinityEnabled: false
+    publicNetworkAccess: 'Enabled'
+    siteConfig: {
+      linuxFxVersion: linuxFxVersion
+      appCommandLine: appCommandLine
+      // A queue consumer has no incoming traffic to keep it awake.
+      alwaysOn: true
+      healthCheckPath: healthCheckPath
+      ftpsState: 'Disabled'
+      minTlsVersion: '1.2'
+      scmMinTlsVersion: '1.2'
+      http20Enabled: true
+    }
+  }
+}
+
+resource siteSettings 'Microsoft.Web/sites/config@2025-03-01' = {
+  parent: site
+  name: 'appsettings'
+  properties: union(appSettings, {
+    // Read from the resource here so the value never appears as a parameter or an output.
+    APPLICATIONINSIGHTS_CONNECTION_STRING: applicationInsights.properties.ConnectionString
+    // The deployment ships node_modules (npm ci --omit=dev), so Oryx must not rebuild it.
+    SCM_DO_BUILD_DURING_DEPLOYMENT: 'false'
+  })
+}
+
+// Publishing goes through Entra ID (az webapp deploy with the deployer's token), never basic credentials.
+resource ftpPublishing 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2025-03-01' = {
+  parent: site
+  name: 'ftp'
+  properties: {
+    allow: false
+  }
+}
+
+resource scmPublishing 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2025-03-01' = {
+  parent: site
+  name: 'scm'
+  properties: {
+    allow: false
+  }
+}
+
+@description('The name of the web app.')
+output name string = site.name
+
+@description('The resource ID of the web app.')
+output resourceId string = site.id
+
+@description('The principal ID of the web app\'s system-assigned identity.')
+output principalId string = site.identity.principalId
+
+@description('The resource ID of the App Service plan.')
+output planResourceId string = plan.id
+
+@description('The default host name of the web app.')
+output defaultHostName string = site.properties.defaultHostName
+
+@description('Every outbound IPv4 address the web app may use, for firewall rules.')
+output possibleOutboundIpAddresses string[] = split(site.properties.possibleOutboundIpAddresses, ',')

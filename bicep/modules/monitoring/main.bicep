@@ -1,0 +1,59 @@
+metadata name = 'Monitoring'
+metadata description = 'A Log Analytics workspace and a workspace-based Application Insights component.'
+
+@description('Required. Name of the Log Analytics workspace.')
+param logAnalyticsWorkspaceName string
+
+@description('Required. Name of the Application Insights component.')
+param applicationInsightsName string
+
+@description('Optional. Location for all resources.')
+param location string = resourceGroup().location
+
+@description('Optional. Tags of the resources.')
+param tags object = {}
+
+@description('Optional. Days the workspace keeps data.')
+@minValue(30)
+@maxValue(730)
+param retentionInDays int = 30
+
+@description('Optional. Accept telemetry only with an Entra ID token. Off by default because the connection-string exporter sends the instrumentation key.')
+param disableLocalAuth bool = false
+
+resource workspace 'Microsoft.OperationalInsights/workspaces@2026-03-01' = {
+  name: logAnalyticsWorkspaceName
+  location: location
+  tags: tags
+  properties: {
+    sku: {
+      name: 'PerGB2018'
+    }
+    retentionInDays: retentionInDays
+    features: {
+      enableLogAccessUsingOnlyResourcePermissions: true
+    }
+  }
+}
+
+resource applicationInsights 'Microsoft.Insights/components@2020-02-02' = {
+  name: applicationInsightsName
+  location: location
+  tags: tags
+  kind: 'web'
+  properties: {
+    Application_Type: 'web'
+    WorkspaceResourceId: workspace.id
+    DisableLocalAuth: disableLocalAuth
+    IngestionMode: 'LogAnalytics'
+  }
+}
+
+@description('The resource ID of the Log Analytics workspace.')
+output logAnalyticsWorkspaceResourceId string = workspace.id
+
+@description('The name of the Application Insights component; its connection string is read from the resource, never passed as an output.')
+output applicationInsightsName string = applicationInsights.name
+
+@description('The resource ID of the Application Insights component.')
+output applicationInsightsResourceId string = applicationInsights.id

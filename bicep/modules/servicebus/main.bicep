@@ -1,0 +1,100 @@
+metadata name = 'Service Bus namespace and queue'
+metadata description = 'A Service Bus namespace that accepts only Entra ID tokens, and one queue with duplicate detection for the inbox worker.'
+
+@description('Required. Name of the Service Bus namespace (globally unique, 6-50 characters).')
+@minLength(6)
+@maxLength(50)
+param name string
+
+@description('Optional. Location for all resources.')
+param location string = resourceGroup().location
+
+@description('Optional. Tags of the resources.')
+param tags object = {}
+
+@description('Optional. Pricing tier. Duplicate detection needs Standard or Premium, so Basic is not offered.')
+@allowed([
+  'Standard'
+  'Premium'
+])
+param skuName string = 'Standard'
+
+@description('Optional. Messaging units, used only by the Premium tier.')
+@allowed([
+  1
+  2
+  4
+  8
+  16
+])
+param premiumMessagingUnits int = 1
+
+@description('Required. Name of the queue the worker consumes.')
+@minLength(1)
+@maxLength(260)
+param queueName string
+
+@description('Optional. How long the broker remembers a MessageId to drop a resend (ISO 8601 duration, 20 seconds to 7 days).')
+param duplicateDetectionHistoryTimeWindow string = 'PT10M'
+
+@description('Optional. Peek-lock duration (ISO 8601 duration, at most 5 minutes).')
+param lockDuration string = 'PT1M'
+
+@description('Optional. Deliveries before the broker dead-letters a message.')
+@minValue(1)
+@maxValue(2000)
+param maxDeliveryCount int = 10
+
+@description('Optional. Time to live of a message that sets none (ISO 8601 duration).')
+param defaultMessageTimeToLive string = 'P14D'
+
+@description('Optional. Move expired messages to the dead-letter queue instead of dropping them.')
+param deadLetteringOnMessageExpiration bool = true
+
+resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' = {
+  name: name
+  location: location
+  tags: tags
+  sku: {
+    name: skuName
+    tier: skuName
+    capacity: skuName == 'Premium' ? premiumMessagingUnits : null
+  }
+  properties: {
+    // Entra ID only: no SAS keys, so no connection string can leak.
+    disableLocalAuth: true
+    minimumTlsVersion: '1.2'
+    publicNetworkAccess: 'Enabled'
+  }
+}
+
+resource queue 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = {
+  parent: namespace
+  name: queueName
+  properties: {
+    // Cannot be switched on after the queue exists: the publisher's stable MessageId relies on it.
+    requiresDuplicateDetection: true
+    duplicateDetectionHistoryTimeWindow: duplicateDetectionHistoryTimeWindow
+    lockDuration: lockDuration
+    maxDeliveryCount: maxDeliveryCount
+    defaultMessageTimeToLive: defaultMessageTimeToLive
+    deadLetteringOnMessageExpiration: deadLetteringOnMessageExpiration
+    requiresSession: false
+    enablePartitioning: false
+  }
+}
+
+@description('The name of the namespace.')
+output name string = namespace.name
+
+@description('The resource ID of the namespace.')
+output resourceId string = namespace.id
+
+@description('The fully qualified host name of the namespace, as the SDK takes it.')
+output fullyQualifiedNamespace string = split(replace(namespace.properties.serviceBusEndpoint, 'https://', ''), ':')[0]
+
+@description('The name of the queue.')
+output queueName string = queue.name
+
+@description('The resource ID of the queue.')
+output queueResourceId string = queue.id

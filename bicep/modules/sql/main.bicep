@@ -1,0 +1,105 @@
+metadata name = 'Azure SQL logical server and database'
+metadata description = 'An Azure SQL server that accepts only Entra ID authentication, one database, and firewall rules for named addresses only.'
+
+@description('Required. Name of the logical server (globally unique, lowercase).')
+@minLength(1)
+@maxLength(63)
+param name string
+
+@description('Optional. Location for all resources.')
+param location string = resourceGroup().location
+
+@description('Optional. Tags of the resources.')
+param tags object = {}
+
+@description('Required. Display name of the Entra ID user or group that administers the server.')
+param administratorLogin string
+
+@description('Required. Object ID of that Entra ID user or group.')
+param administratorObjectId string
+
+@description('Optional. Kind of principal the administrator is.')
+@allowed([
+  'User'
+  'Group'
+  'Application'
+])
+param administratorPrincipalType string = 'Group'
+
+@description('Optional. Entra ID tenant of the administrator.')
+param administratorTenantId string = subscription().tenantId
+
+@description('Required. Name of the database.')
+param databaseName string
+
+@description('Optional. SKU of the database, for example Basic, S0, GP_S_Gen5_1.')
+param databaseSkuName string = 'Basic'
+
+@description('Optional. Maximum size of the database in bytes.')
+param databaseMaxSizeBytes int = 2147483648
+
+@description('Optional. IPv4 addresses allowed through the firewall, one rule each (for example the web app\'s possible outbound addresses). Never a range.')
+param allowedIpAddresses string[] = []
+
+resource server 'Microsoft.Sql/servers@2025-01-01' = {
+  name: name
+  location: location
+  tags: tags
+  identity: {
+    // Lets the server resolve Entra names in CREATE USER ... FROM EXTERNAL PROVIDER once granted Directory Readers.
+    type: 'SystemAssigned'
+  }
+  properties: {
+    minimalTlsVersion: '1.2'
+    publicNetworkAccess: 'Enabled'
+    administrators: {
+      administratorType: 'ActiveDirectory'
+      azureADOnlyAuthentication: true
+      login: administratorLogin
+      sid: administratorObjectId
+      principalType: administratorPrincipalType
+      tenantId: administratorTenantId
+    }
+  }
+}
+
+resource database 'Microsoft.Sql/servers/databases@2025-01-01' = {
+  parent: server
+  name: databaseName
+  location: location
+  tags: tags
+  sku: {
+    name: databaseSkuName
+  }
+  properties: {
+    maxSizeBytes: databaseMaxSizeBytes
+    zoneRedundant: false
+  }
+}
+
+// One rule per single address: no rule ever spans a range, let alone the whole internet.
+resource firewallRules 'Microsoft.Sql/servers/firewallRules@2025-01-01' = [
+  for (address, index) in allowedIpAddresses: {
+    parent: server
+    name: 'allow-${index}'
+    properties: {
+      startIpAddress: address
+      endIpAddress: address
+    }
+  }
+]
+
+@description('The name of the server.')
+output name string = server.name
+
+@description('The resource ID of the server.')
+output resourceId string = server.id
+
+@description('The fully qualified domain name of the server.')
+output fullyQualifiedDomainName string = server.properties.fullyQualifiedDomainName
+
+@description('The name of the database.')
+output databaseName string = database.name
+
+@description('The resource ID of the database.')
+output databaseResourceId string = database.id

