@@ -1,0 +1,167 @@
+import { MalformedMessageError, messageIdKey, parseMessage, setMessageId } from "./codec.ts";
+import { newLockToken, tokenFromWire } from "./lock-token.ts";
+import type { Queue, Settlement } from "./queue.ts";
+import { encodeStored, longArray, timestampArray, toSequenceNumber, uuidOf } from "./wire.ts";
+
+/** A reply on a request/response link: Service Bus's status code, optional error condition, and body. */
+export interface ManagementResponse {
+  status: number;
+  condition?: string;
+  description?: string;
+  body?: Record<string, unknown>;
+}
+
+const lockLost: ManagementResponse = {
+  status: 410,
+  condition: "com.microsoft:message-lock-lost",
+  description:
+    "The lock supplied is invalid. Either the lock expired, or the message has already been removed from the queue.",
+};
+
+function bad(description: string): ManagementResponse {
+  return { status: 400, condition: "amqp:invalid-field", description };
+}
+
+type Body = Record<string, unknown>;
+
+function list(value: unknown): unknown[] | undefined {
+  return Array.isArray(value) ? value : undefined;
+}
+
+function sequenceNumbers(body: Body): number[] | undefined {
+  const raw = list(body["sequence-numbers"]);
+  if (!raw) return undefined;
+  const seqs = raw.map(toSequenceNumber);
+  return seqs.every((s) => s !== undefined) ? seqs : undefined;
+}
+
+function lockTokens(body: Body): string[] | undefined {
+  const raw = list(body["lock-tokens"]);
+  if (!raw) return undefined;
+  const tokens = raw.map(tokenFromWire);
+  return tokens.every((t) => t !== undefined) ? tokens : undefined;
+}
+
+/** Handles one `$management` operation against a queue; unknown operations get an AMQP error, never a crash. */
+export function handleManagement(queue: Queue, operation: unknown, rawBody: unknown): ManagementResponse {
+  const body: Body =
+    typeof rawBody === "object" && rawBody !== null && !Array.isArray(rawBody) ? (rawBody as Body) : {};
+  switch (operation) {
+    case "com.microsoft:renew-lock": {
+      const tokens = lockTokens(body);
+      if (!tokens) return bad("lock-tokens must be an array of uuids");
+      const expirations: number[] = [];
+      for (const token of tokens) {
+        const until = queue.renewLock(token);
+        if (until === undefined) return lockLost;
+        expirations.push(until);
+      }
+      return { status: 200, body: { expirations: timestampArray(expirations) } };
+    }
+    case "com.microsoft:peek-message": {
+      const from = toSequenceNumber(body["from-sequence-number"]);
+      const count = body["message-count"];
+      if (from === undefined || typeof count !== "number" || count < 1)
+        return bad("from-sequence-number and message-count are required");
+      const messages = queue.peek(from, count);
+      if (messages.length === 0) return { status: 204, description: "No messages to peek" };
+      return {
+        status: 200,
+        body: { messages: messages.map((m) => ({ message: encodeStored(m, undefined) })) },
+      };
+    }
+    case "com.microsoft:schedule-message": {
+      const entries = list(body["messages"]);
+      if (!entries) return bad("messages must be a list");
+      const seqs: number[] = [];
+      for (const entry of entries) {
+        const raw = (entry as Body | undefined)?.["message"];
+        if (!Buffer.isBuffer(raw)) return bad("each scheduled entry needs an encoded message");
+        if (raw.length > queue.settings.maxMessageSizeBytes)
+          return {
+            status: 403,
+            condition: "amqp:link:message-size-exceeded",
+            description: `The message size ${raw.length} exceeds the limit ${queue.settings.maxMessageSizeBytes} bytes.`,
+          };
+        let parts;
+        try {
+          parts = parseMessage(raw);
+        } catch (error) {
+          if (error instanceof MalformedMessageError) return bad(error.message);
+          throw error;
+        }
+        if (messageIdKey(parts.head.message_id) === undefined)
+          setMessageId(parts, newLockToken().replace(/-/g, ""));
+        seqs.push(queue.schedule(parts));
+      }
+      return { status: 200, body: { "sequence-numbers": longArray(seqs) } };
+    }
+    case "com.microsoft:cancel-scheduled-message": {
+      const seqs = sequenceNumbers(body);
+      if (!seqs) return bad("sequence-numbers must be an array of longs");
+      queue.cancelScheduled(seqs);
+      return { status: 200, body: {} };
+    }
+    case "com.microsoft:update-disposition": {
+      const tokens = lockTokens(body);
+      if (!tokens) return bad("lock-tokens must be an array of uuids");
+      const properties = body["properties-to-modify"];
+      const props = typeof properties === "object" && properties !== null ? (properties as Body) : undefined;
+      let settlement: Settlement;
+      switch (body["disposition-status"]) {
+        case "completed":
+          settlement = { kind: "complete" };
+          break;
+        case "abandoned":
+          settlement = { kind: "abandon", properties: props };
+          break;
+        case "defered":
+        case "deferred":
+          settlement = { kind: "defer", properties: props };
+          break;
+        case "suspended":
+          settlement = {
+            kind: "deadLetter",
+            reason: typeof body["deadletter-reason"] === "string" ? body["deadletter-reason"] : undefined,
+            description:
+              typeof body["deadletter-description"] === "string" ? body["deadletter-description"] : undefined,
+            properties: props,
+          };
+          break;
+        default:
+          return bad(`unknown disposition-status ${String(body["disposition-status"])}`);
+      }
+      for (const token of tokens) if (queue.settle(token, settlement) === "lockLost") return lockLost;
+      return { status: 200, body: {} };
+    }
+    case "com.microsoft:receive-by-sequence-number": {
+      const seqs = sequenceNumbers(body);
+      if (!seqs) return bad("sequence-numbers must be an array of longs");
+      const receiveAndDelete = body["receiver-settle-mode"] === 0;
+      const received = queue.receiveDeferred(seqs, receiveAndDelete);
+      if (!received)
+        return {
+          status: 404,
+          condition: "com.microsoft:message-not-found",
+          description:
+            "Failed to lock one or more specified messages. Either the message is not deferred or it does not exist.",
+        };
+      return {
+        status: 200,
+        body: {
+          messages: received.map(({ message, token }) => {
+            const entry: Body = { message: encodeStored(message, token) };
+            if (token !== undefined) entry["lock-token"] = uuidOf(token);
+            return entry;
+          }),
+        },
+      };
+    }
+    default:
+      return {
+        status: 501,
+        condition: "amqp:not-implemented",
+        description: `The operation ${String(operation)} is not supported by the local broker.`,
+      };
+  }
+}

@@ -1,0 +1,470 @@
+import type { QueueSettings } from "./config.ts";
+import { modifyApplicationProperties, type MessageParts } from "./codec.ts";
+import { newLockToken } from "./lock-token.ts";
+
+export type MessageState = "active" | "locked" | "deferred" | "scheduled" | "gone";
+
+export interface StoredMessage {
+  seq: number;
+  parts: MessageParts;
+  enqueuedAt: number;
+  expiresAt: number;
+  /** Prior delivery attempts, as the AMQP header counts them (the first delivery carries 0). */
+  deliveryCount: number;
+  state: MessageState;
+  /** True while a message received through receiveDeferredMessages is locked: settling it differs. */
+  wasDeferred: boolean;
+  scheduledAt: number;
+  lockToken: string | undefined;
+  lockedUntil: number;
+  deadLetterSource: string | undefined;
+}
+
+/** A receive link as the queue sees it. */
+export interface Consumer {
+  readonly receiveAndDelete: boolean;
+  credit(): number;
+  deliver(message: StoredMessage, lockToken: string | undefined): void;
+}
+
+export interface QueueCounts {
+  active: number;
+  locked: number;
+  scheduled: number;
+  deferred: number;
+  deadLettered: number;
+  duplicatesDropped: number;
+  expired: number;
+}
+
+export type Settlement =
+  | { kind: "complete" }
+  | { kind: "abandon"; properties?: Record<string, unknown> }
+  | { kind: "defer"; properties?: Record<string, unknown> }
+  | { kind: "deadLetter"; reason?: string; description?: string; properties?: Record<string, unknown> };
+
+export type SettleResult = "ok" | "lockLost";
+
+/**
+ * One queue (or its dead-letter subqueue): ordering, locks, delivery counts, duplicate detection, scheduling
+ * and expiry. Time comes from `now` so the rules can be read against a clock; timers live in the broker.
+ */
+export class Queue {
+  readonly name: string;
+  readonly settings: QueueSettings;
+  readonly deadLetter: Queue | undefined;
+  private readonly now: () => number;
+  private readonly nextSequence: () => number;
+  private ready: StoredMessage[] = [];
+  private readyHead = 0;
+  private returned: StoredMessage[] = [];
+  private readonly bySeq = new Map<number, StoredMessage>();
+  /** Insertion order is expiry order: every lock lasts the queue's lock duration and a renewal re-inserts. */
+  private readonly locks = new Map<string, StoredMessage>();
+  private scheduled: StoredMessage[] = [];
+  private readonly duplicates = new Map<string, number>();
+  private earliestExpiry = Infinity;
+  private consumers: Consumer[] = [];
+  private roundRobin = 0;
+  private pumping = false;
+  private duplicatesDropped = 0;
+  private expired = 0;
+
+  constructor(settings: QueueSettings, now: () => number, deadLetter: Queue | undefined, name?: string) {
+    this.settings = settings;
+    this.name = name ?? settings.name;
+    this.now = now;
+    this.deadLetter = deadLetter;
+    let sequence = 0;
+    this.nextSequence = () => ++sequence;
+  }
+
+  get isDeadLetterQueue(): boolean {
+    return this.deadLetter === undefined;
+  }
+
+  /** Returns the sequence number, or undefined when duplicate detection dropped the message. */
+  send(parts: MessageParts, messageIdKey: string): number | undefined {
+    const now = this.now();
+    if (this.settings.requiresDuplicateDetection && !this.isDeadLetterQueue) {
+      this.pruneDuplicates(now);
+      const until = this.duplicates.get(messageIdKey);
+      if (until !== undefined && until > now) {
+        this.duplicatesDropped += 1;
+        return undefined;
+      }
+      this.duplicates.set(messageIdKey, now + this.settings.duplicateDetectionWindowMs);
+    }
+    const scheduledFor = parts.head.message_annotations?.["x-opt-scheduled-enqueue-time"];
+    const scheduledAt =
+      scheduledFor instanceof Date
+        ? scheduledFor.getTime()
+        : typeof scheduledFor === "number"
+          ? scheduledFor
+          : 0;
+    return this.add(parts, now, scheduledAt);
+  }
+
+  /** schedule-message over $management: the time is in the message's annotation, set by the SDK. */
+  schedule(parts: MessageParts): number {
+    const at = parts.head.message_annotations?.["x-opt-scheduled-enqueue-time"];
+    const scheduledAt = at instanceof Date ? at.getTime() : typeof at === "number" ? at : this.now();
+    return this.add(parts, this.now(), scheduledAt);
+  }
+
+  private add(parts: MessageParts, now: number, scheduledAt: number): number {
+    const message: StoredMessage = {
+      seq: this.nextSequence(),
+      parts,
+      enqueuedAt: now,
+      expiresAt: Infinity,
+      deliveryCount: 0,
+      state: "active",
+      wasDeferred: false,
+      scheduledAt: 0,
+      lockToken: undefined,
+      lockedUntil: 0,
+      deadLetterSource: undefined,
+    };
+    this.bySeq.set(message.seq, message);
+    if (scheduledAt > now) {
+      message.state = "scheduled";
+      message.scheduledAt = scheduledAt;
+      insertSorted(this.scheduled, message, (m) => m.scheduledAt);
+    } else {
+      this.activate(message, now);
+    }
+    return message.seq;
+  }
+
+  private activate(message: StoredMessage, now: number): void {
+    message.state = "active";
+    message.enqueuedAt = now;
+    const ttl = message.parts.head.ttl;
+    const ttlMs =
+      typeof ttl === "number" && ttl > 0
+        ? Math.min(ttl, this.settings.defaultTimeToLiveMs)
+        : this.settings.defaultTimeToLiveMs;
+    message.expiresAt = this.isDeadLetterQueue ? Infinity : now + ttlMs;
+    this.earliestExpiry = Math.min(this.earliestExpiry, message.expiresAt);
+    this.ready.push(message);
+    this.pump();
+  }
+
+  /** A dead-lettered message keeps its sequence number and enqueued time, as in Service Bus. */
+  receiveDeadLettered(message: StoredMessage): void {
+    message.state = "active";
+    message.lockToken = undefined;
+    message.wasDeferred = false;
+    message.expiresAt = Infinity;
+    this.bySeq.set(message.seq, message);
+    this.ready.push(message);
+    this.pump();
+  }
+
+  addConsumer(consumer: Consumer): void {
+    this.consumers.push(consumer);
+    this.pump();
+  }
+
+  removeConsumer(consumer: Consumer): void {
+    this.consumers = this.consumers.filter((c) => c !== consumer);
+  }
+
+  /** Hands available messages to consumers with credit, one at a time in turn, so competing receivers share. */
+  pump(): void {
+    if (this.pumping || this.consumers.length === 0) return;
+    this.pumping = true;
+    try {
+      for (;;) {
+        const consumer = this.nextConsumerWithCredit();
+        if (!consumer) break;
+        const message = this.takeNext();
+        if (!message) break;
+        if (consumer.receiveAndDelete) {
+          this.remove(message);
+          consumer.deliver(message, undefined);
+        } else {
+          const token = this.lock(message);
+          consumer.deliver(message, token);
+        }
+      }
+    } finally {
+      this.pumping = false;
+    }
+  }
+
+  private nextConsumerWithCredit(): Consumer | undefined {
+    const n = this.consumers.length;
+    for (let i = 0; i < n; i++) {
+      const index = (this.roundRobin + i) % n;
+      const consumer = this.consumers[index]!;
+      if (consumer.credit() > 0) {
+        this.roundRobin = (index + 1) % n;
+        return consumer;
+      }
+    }
+    return undefined;
+  }
+
+  private takeNext(): StoredMessage | undefined {
+    const now = this.now();
+    for (;;) {
+      let message: StoredMessage | undefined;
+      if (this.returned.length > 0) message = this.returned.shift();
+      else if (this.readyHead < this.ready.length) {
+        message = this.ready[this.readyHead];
+        this.ready[this.readyHead] = undefined as unknown as StoredMessage;
+        this.readyHead += 1;
+        if (this.readyHead > 1024 && this.readyHead * 2 > this.ready.length) {
+          this.ready = this.ready.slice(this.readyHead);
+          this.readyHead = 0;
+        }
+      } else return undefined;
+      if (!message || message.state !== "active") continue;
+      if (message.expiresAt <= now) {
+        this.expire(message);
+        continue;
+      }
+      return message;
+    }
+  }
+
+  private lock(message: StoredMessage): string {
+    const token = newLockToken();
+    message.state = "locked";
+    message.lockToken = token;
+    message.lockedUntil = this.now() + this.settings.lockDurationMs;
+    this.locks.set(token, message);
+    return token;
+  }
+
+  private remove(message: StoredMessage): void {
+    message.state = "gone";
+    if (message.lockToken !== undefined) this.locks.delete(message.lockToken);
+    message.lockToken = undefined;
+    this.bySeq.delete(message.seq);
+  }
+
+  /** The message a live lock token holds, or undefined when the lock is lost (expired, settled, unknown). */
+  private locked(token: string): StoredMessage | undefined {
+    const message = this.locks.get(token);
+    if (!message || message.state !== "locked" || message.lockToken !== token) return undefined;
+    if (message.lockedUntil <= this.now()) {
+      this.lockExpired(message);
+      return undefined;
+    }
+    return message;
+  }
+
+  settle(token: string, settlement: Settlement): SettleResult {
+    const message = this.locked(token);
+    if (!message) return "lockLost";
+    this.locks.delete(token);
+    message.lockToken = undefined;
+    switch (settlement.kind) {
+      case "complete":
+        this.remove(message);
+        break;
+      case "abandon":
+        if (settlement.properties) modifyApplicationProperties(message.parts, settlement.properties);
+        this.releaseLock(message);
+        break;
+      case "defer":
+        if (settlement.properties) modifyApplicationProperties(message.parts, settlement.properties);
+        message.state = "deferred";
+        message.wasDeferred = false;
+        break;
+      case "deadLetter":
+        this.moveToDeadLetter(message, settlement.reason, settlement.description, settlement.properties);
+        break;
+    }
+    return "ok";
+  }
+
+  /** Abandon and lock expiry: one more delivery attempt counted; past MaxDeliveryCount the message is dead-lettered. */
+  private releaseLock(message: StoredMessage): void {
+    message.lockToken = undefined;
+    if (message.wasDeferred) {
+      message.state = "deferred";
+      message.wasDeferred = false;
+      return;
+    }
+    message.deliveryCount += 1;
+    if (message.deliveryCount >= this.settings.maxDeliveryCount && !this.isDeadLetterQueue) {
+      this.moveToDeadLetter(
+        message,
+        "MaxDeliveryCountExceeded",
+        `Message could not be consumed after ${this.settings.maxDeliveryCount} delivery attempts.`,
+      );
+      return;
+    }
+    message.state = "active";
+    insertSorted(this.returned, message, (m) => m.seq);
+    this.pump();
+  }
+
+  private lockExpired(message: StoredMessage): void {
+    if (message.lockToken !== undefined) this.locks.delete(message.lockToken);
+    this.releaseLock(message);
+  }
+
+  private moveToDeadLetter(
+    message: StoredMessage,
+    reason: string | undefined,
+    description: string | undefined,
+    properties?: Record<string, unknown>,
+  ): void {
+    this.remove(message);
+    const target = this.deadLetter;
+    if (!target) return; // dead-lettering from the dead-letter queue drops the message, as there is nowhere further
+    const changes: Record<string, unknown> = { ...properties };
+    if (reason !== undefined) changes["DeadLetterReason"] = reason;
+    if (description !== undefined) changes["DeadLetterErrorDescription"] = description;
+    modifyApplicationProperties(message.parts, changes);
+    message.deadLetterSource = this.name;
+    target.receiveDeadLettered(message);
+  }
+
+  private expire(message: StoredMessage): void {
+    this.expired += 1;
+    if (this.settings.deadLetteringOnMessageExpiration) {
+      this.moveToDeadLetter(message, "TTLExpiredException", "The message expired and was dead lettered.");
+    } else {
+      this.remove(message);
+    }
+  }
+
+  renewLock(token: string): number | undefined {
+    const message = this.locked(token);
+    if (!message) return undefined;
+    message.lockedUntil = this.now() + this.settings.lockDurationMs;
+    this.locks.delete(token);
+    this.locks.set(token, message);
+    return message.lockedUntil;
+  }
+
+  /** receive-by-sequence-number: every number must name a deferred message, or nothing is received. */
+  receiveDeferred(
+    seqs: number[],
+    receiveAndDelete: boolean,
+  ): { message: StoredMessage; token: string | undefined }[] | undefined {
+    const messages = seqs.map((s) => this.bySeq.get(s));
+    if (messages.some((m) => !m || m.state !== "deferred")) return undefined;
+    return (messages as StoredMessage[]).map((message) => {
+      if (receiveAndDelete) {
+        this.remove(message);
+        return { message, token: undefined };
+      }
+      message.wasDeferred = true;
+      return { message, token: this.lock(message) };
+    });
+  }
+
+  /** Peek sees active, locked, deferred and scheduled messages in sequence order, without locking them. */
+  peek(fromSeq: number, count: number): StoredMessage[] {
+    const result: StoredMessage[] = [];
+    for (const message of [...this.bySeq.values()].sort((a, b) => a.seq - b.seq)) {
+      if (message.seq < fromSeq || message.state === "gone") continue;
+      result.push(message);
+      if (result.length >= count) break;
+    }
+    return result;
+  }
+
+  cancelScheduled(seqs: number[]): void {
+    for (const seq of seqs) {
+      const message = this.bySeq.get(seq);
+      if (!message || message.state !== "scheduled") continue;
+      this.remove(message);
+      this.scheduled = this.scheduled.filter((m) => m !== message);
+    }
+  }
+
+  /** Called by the broker's timer: expires locks, releases scheduled messages, expires messages past their TTL. */
+  tick(): void {
+    const now = this.now();
+    for (const [token, message] of this.locks) {
+      if (message.lockedUntil > now) break;
+      this.locks.delete(token);
+      if (message.state === "locked" && message.lockToken === token) this.lockExpired(message);
+    }
+    while (this.scheduled.length > 0 && this.scheduled[0]!.scheduledAt <= now) {
+      const message = this.scheduled.shift()!;
+      if (message.state === "scheduled") this.activate(message, now);
+    }
+    if (this.earliestExpiry <= now) this.expireDue(now);
+  }
+
+  private expireDue(now: number): void {
+    let earliest = Infinity;
+    const keep: StoredMessage[] = [];
+    for (let i = this.readyHead; i < this.ready.length; i++) {
+      const message = this.ready[i]!;
+      if (message.state !== "active") continue;
+      if (message.expiresAt <= now) this.expire(message);
+      else {
+        keep.push(message);
+        earliest = Math.min(earliest, message.expiresAt);
+      }
+    }
+    this.ready = keep;
+    this.readyHead = 0;
+    this.returned = this.returned.filter((message) => {
+      if (message.state !== "active") return false;
+      if (message.expiresAt <= now) {
+        this.expire(message);
+        return false;
+      }
+      earliest = Math.min(earliest, message.expiresAt);
+      return true;
+    });
+    this.earliestExpiry = earliest;
+  }
+
+  private pruneDuplicates(now: number): void {
+    for (const [id, until] of this.duplicates) {
+      if (until > now) break;
+      this.duplicates.delete(id);
+    }
+  }
+
+  counts(): QueueCounts {
+    const counts: QueueCounts = {
+      active: 0,
+      locked: 0,
+      scheduled: 0,
+      deferred: 0,
+      deadLettered: 0,
+      duplicatesDropped: this.duplicatesDropped,
+      expired: this.expired,
+    };
+    for (const message of this.bySeq.values()) {
+      if (message.state === "active") counts.active += 1;
+      else if (message.state === "locked") counts.locked += 1;
+      else if (message.state === "scheduled") counts.scheduled += 1;
+      else if (message.state === "deferred") counts.deferred += 1;
+    }
+    if (this.deadLetter) {
+      const dlq = this.deadLetter.counts();
+      counts.deadLettered = dlq.active + dlq.locked + dlq.deferred;
+    }
+    return counts;
+  }
+}
+
+function insertSorted(
+  list: StoredMessage[],
+  message: StoredMessage,
+  key: (m: StoredMessage) => number,
+): void {
+  const k = key(message);
+  let lo = 0;
+  let hi = list.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (key(list[mid]!) <= k) lo = mid + 1;
+    else hi = mid;
+  }
+  list.splice(lo, 0, message);
+}

@@ -1,0 +1,414 @@
+import type { Server, Socket } from "node:net";
+import { entityNotFound, parseEntityAddress, type EntityAddress } from "./addresses.ts";
+import {
+  isBatchFormat,
+  MalformedMessageError,
+  messageIdKey,
+  parseMessage,
+  setMessageId,
+  unpackBatch,
+  type MessageParts,
+} from "./codec.ts";
+import type { BrokerLogger } from "./logger.ts";
+import { newLockToken, tokenToDeliveryTag } from "./lock-token.ts";
+import { handleManagement, type ManagementResponse } from "./management.ts";
+import type { Consumer, Queue, Settlement, StoredMessage } from "./queue.ts";
+import { amqp, type Delivery, type EventContext, type Link, type RheaMessage } from "./rhea.ts";
+import { encodeStored } from "./wire.ts";
+
+/** Marks a single (non-batch) transfer so rhea hands the broker its bytes instead of a decoded message. */
+const RAW_SINGLE = 0xfffffff0;
+
+export interface QueueLookup {
+  find(address: EntityAddress): Queue | undefined;
+}
+
+type LinkRole =
+  | { kind: "consumer"; consumer: LinkConsumer }
+  | { kind: "producer"; queue: Queue }
+  | { kind: "cbs" }
+  | { kind: "management"; queue: Queue }
+  | { kind: "reply" };
+
+const accepted = (): unknown => amqp.message.accepted().described();
+const rejected = (condition: string, description: string): unknown =>
+  amqp.message.rejected({ error: { condition, description } }).described();
+
+const LOCK_LOST_DESCRIPTION =
+  "The lock supplied is invalid. Either the lock expired, or the message has already been removed from the queue.";
+
+/** A client's receive link: credit is counted here, because rhea subtracts it only once a transfer is written. */
+class LinkConsumer implements Consumer {
+  readonly link: Link;
+  readonly queue: Queue;
+  readonly receiveAndDelete: boolean;
+  private issued = 0;
+  private readonly unsettled = new Map<Delivery, { message: StoredMessage; token: string }>();
+
+  constructor(link: Link, queue: Queue, receiveAndDelete: boolean) {
+    this.link = link;
+    this.queue = queue;
+    this.receiveAndDelete = receiveAndDelete;
+  }
+
+  credit(): number {
+    if (!this.link.is_open()) return 0;
+    const linkCredit = this.link.credit + this.link.delivery_count - this.issued;
+    return Math.min(linkCredit, this.link.session.outgoing.available());
+  }
+
+  deliver(message: StoredMessage, token: string | undefined): void {
+    const payload = encodeStored(message, token);
+    const tag = token !== undefined ? tokenToDeliveryTag(token) : tokenToDeliveryTag(newLockToken());
+    const delivery = this.link.send(payload, tag, 0);
+    this.issued += 1;
+    if (token !== undefined) this.unsettled.set(delivery, { message, token });
+  }
+
+  /** Answers a drain: credit the broker cannot use is given back at once, as AMQP asks. */
+  drain(): void {
+    this.queue.pump();
+    this.issued += Math.max(0, this.credit());
+    this.link.set_drained(true);
+  }
+
+  /** One outcome for one delivery; a range disposition reaches here once per delivery in the range. */
+  settle(delivery: Delivery, outcome: string): void {
+    const entry = this.unsettled.get(delivery);
+    if (!entry) return; // already answered (rhea can report one disposition under two names)
+    this.unsettled.delete(delivery);
+    const state = delivery.remote_state ?? {};
+    let settlement: Settlement;
+    if (outcome === "accepted") settlement = { kind: "complete" };
+    else if (outcome === "rejected") {
+      const info = state.error?.info ?? {};
+      const { DeadLetterReason, DeadLetterErrorDescription, ...rest } = info;
+      settlement = {
+        kind: "deadLetter",
+        reason: typeof DeadLetterReason === "string" ? DeadLetterReason : undefined,
+        description: typeof DeadLetterErrorDescription === "string" ? DeadLetterErrorDescription : undefined,
+        properties: rest,
+      };
+    } else if (outcome === "modified" && state.undeliverable_here === true)
+      settlement = { kind: "defer", properties: state.message_annotations };
+    else settlement = { kind: "abandon", properties: state.message_annotations };
+    const result = this.queue.settle(entry.token, settlement);
+    delivery.update(
+      true,
+      result === "ok" ? accepted() : rejected("com.microsoft:message-lock-lost", LOCK_LOST_DESCRIPTION),
+    );
+    // In settle mode "second" the client never settles; marking it here frees rhea's session window slot.
+    delivery.remote_settled = true;
+  }
+
+  close(): void {
+    this.queue.removeConsumer(this);
+    this.unsettled.clear();
+  }
+}
+
+export interface AmqpServerOptions {
+  queues: QueueLookup;
+  logger: BrokerLogger;
+  maxMessageSizeBytes: (queue: Queue) => number;
+}
+
+/** The AMQP side: connections, CBS, links to queues and `$management`, on rhea's server support. */
+export class AmqpServer {
+  private readonly options: AmqpServerOptions;
+  private readonly roles = new WeakMap<Link, LinkRole>();
+  private server: Server | undefined;
+  private readonly sockets = new Set<Socket>();
+
+  constructor(options: AmqpServerOptions) {
+    this.options = options;
+  }
+
+  listen(port: number, host: string): Promise<number> {
+    const container = amqp.create_container({
+      id: "sbinbox-local-broker",
+      treat_modified_as_released: false,
+      autoaccept: false,
+    });
+    container.sasl_server_mechanisms.enable_anonymous();
+    container.sasl_server_mechanisms.enable_plain(() => true);
+    const guard =
+      (name: string, handler: (context: EventContext) => void) =>
+      (context: EventContext): void => {
+        try {
+          handler(context);
+        } catch (error) {
+          this.options.logger.warn(`${name} handler failed: ${(error as Error).stack ?? String(error)}`);
+        }
+      };
+    container.on(
+      "session_open",
+      guard("session_open", (c) => this.patchSession(c.session)),
+    );
+    container.on(
+      "sender_open",
+      guard("sender_open", (c) => this.onSenderOpen(c.sender!)),
+    );
+    container.on(
+      "receiver_open",
+      guard("receiver_open", (c) => this.onReceiverOpen(c.receiver!)),
+    );
+    container.on(
+      "message",
+      guard("message", (c) => this.onMessage(c)),
+    );
+    for (const outcome of ["accepted", "rejected", "modified", "released"]) {
+      container.on(
+        outcome,
+        guard(outcome, (c) => {
+          const role = c.sender && this.roles.get(c.sender);
+          if (role?.kind === "consumer" && c.delivery) role.consumer.settle(c.delivery, outcome);
+        }),
+      );
+    }
+    const pump = guard("flow", (c: EventContext) => {
+      const role = c.sender && this.roles.get(c.sender);
+      if (role?.kind === "consumer") role.consumer.queue.pump();
+    });
+    container.on("sendable", pump);
+    container.on("sender_flow", pump);
+    container.on(
+      "sender_draining",
+      guard("drain", (c) => {
+        const role = c.sender && this.roles.get(c.sender);
+        if (role?.kind === "consumer") role.consumer.drain();
+        else c.sender?.set_drained(true);
+      }),
+    );
+    const closeLink = guard("link_close", (c: EventContext) => {
+      const link = c.sender ?? c.receiver;
+      const role = link && this.roles.get(link);
+      if (role?.kind === "consumer") role.consumer.close();
+    });
+    container.on("sender_close", closeLink);
+    container.on("receiver_close", closeLink);
+    container.on("sender_error", () => {});
+    container.on("receiver_error", () => {});
+    container.on("session_error", () => {});
+    container.on("connection_error", () => {});
+    container.on("connection_open", (c) =>
+      this.options.logger.debug(`connection ${c.connection.options.id ?? ""} open`),
+    );
+    container.on("connection_close", () => {});
+    container.on("disconnected", () => {});
+    container.on("protocol_error", (c) =>
+      this.options.logger.warn(`protocol error: ${describe(c.error ?? c)}`),
+    );
+    container.on("error", (c) => this.options.logger.warn(`error: ${describe(c)}`));
+
+    const server = container.listen({ port, host });
+    this.server = server;
+    server.on("connection", (socket: Socket) => {
+      this.sockets.add(socket);
+      socket.on("close", () => this.sockets.delete(socket));
+      socket.on("error", () => {});
+    });
+    return new Promise((resolve, reject) => {
+      server.once("error", reject);
+      server.once("listening", () => {
+        server.off("error", reject);
+        const address = server.address();
+        resolve(typeof address === "object" && address ? address.port : port);
+      });
+    });
+  }
+
+  /** Consumers of a queue whose links are gone are dropped by their close events; this is for shutdown. */
+  async close(): Promise<void> {
+    const server = this.server;
+    if (!server) return;
+    this.server = undefined;
+    for (const socket of this.sockets) socket.destroy();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+
+  private patchSession(session: Record<string, unknown> | undefined): void {
+    if (!session) return;
+    const original = session["on_transfer"] as (frame: { performative: { message_format?: number } }) => void;
+    session["on_transfer"] = function (this: unknown, frame: { performative: { message_format?: number } }) {
+      if (!frame.performative.message_format) frame.performative.message_format = RAW_SINGLE;
+      original.call(this, frame);
+    };
+  }
+
+  private refuse(link: Link, address: string | undefined): void {
+    this.options.logger.debug(`refusing link to ${address ?? "(no address)"}`);
+    link.close(entityNotFound(address ?? ""));
+  }
+
+  /** The client receives: from a queue, its dead-letter queue, or a reply link of CBS / $management. */
+  private onSenderOpen(link: Link): void {
+    const source = link.source?.address;
+    link.set_source({ ...(link.source ?? {}), address: source });
+    if (link.target) link.set_target({ ...link.target });
+    link.local.attach["snd_settle_mode"] = link.snd_settle_mode ?? 0;
+    link.local.attach["rcv_settle_mode"] = link.rcv_settle_mode ?? 0;
+    if (source === "$cbs") {
+      this.roles.set(link, { kind: "reply" });
+      return;
+    }
+    const address = parseEntityAddress(source);
+    const queue = address && this.options.queues.find(address);
+    if (!address || !queue) return this.refuse(link, source);
+    if (address.management) {
+      this.roles.set(link, { kind: "reply" });
+      return;
+    }
+    const consumer = new LinkConsumer(link, queue, link.snd_settle_mode === 1);
+    this.roles.set(link, { kind: "consumer", consumer });
+    queue.addConsumer(consumer);
+  }
+
+  /** The client sends: to a queue, or requests to CBS / $management. */
+  private onReceiverOpen(link: Link): void {
+    const target = link.target?.address;
+    link.set_target({ ...(link.target ?? {}), address: target });
+    if (link.source) link.set_source({ ...link.source });
+    link.local.attach["snd_settle_mode"] = link.snd_settle_mode ?? 0;
+    link.local.attach["rcv_settle_mode"] = 0;
+    if (target === "$cbs") {
+      this.roles.set(link, { kind: "cbs" });
+      return;
+    }
+    const address = parseEntityAddress(target);
+    const queue = address && this.options.queues.find(address);
+    if (!address || !queue) return this.refuse(link, target);
+    if (address.management) {
+      this.roles.set(link, { kind: "management", queue });
+      return;
+    }
+    if (address.deadLetter) {
+      link.close({ condition: "amqp:not-allowed", description: "Cannot send to a dead-letter queue." });
+      return;
+    }
+    link.local.attach["max_message_size"] = this.options.maxMessageSizeBytes(queue);
+    this.roles.set(link, { kind: "producer", queue });
+  }
+
+  private onMessage(context: EventContext): void {
+    const link = context.receiver;
+    const delivery = context.delivery;
+    if (!link || !delivery) return;
+    const role = this.roles.get(link);
+    const data = context.message;
+    if (!Buffer.isBuffer(data)) {
+      delivery.update(true, rejected("amqp:decode-error", "unexpected message encoding"));
+      return;
+    }
+    if (role?.kind === "producer") return this.onSend(role.queue, data, context.format, delivery);
+    if (role?.kind === "cbs" || role?.kind === "management") {
+      delivery.update(true, accepted());
+      let request: RheaMessage;
+      try {
+        request = amqp.message.decode(data);
+      } catch {
+        return;
+      }
+      const operation = request.application_properties?.["operation"];
+      const response =
+        role.kind === "cbs"
+          ? this.onCbs(operation, request)
+          : handleManagement(role.queue, operation, request.body);
+      this.reply(link, request, response);
+      return;
+    }
+    delivery.update(true, rejected("amqp:not-allowed", "this link does not accept messages"));
+  }
+
+  private onSend(queue: Queue, data: Buffer, format: number | undefined, delivery: Delivery): void {
+    const limit = this.options.maxMessageSizeBytes(queue);
+    if (data.length > limit) {
+      delivery.update(
+        true,
+        rejected(
+          "amqp:link:message-size-exceeded",
+          `The received message (delivery-id:${delivery.id}, size:${data.length} bytes) exceeds the limit (${limit} bytes) currently allowed on the link.`,
+        ),
+      );
+      return;
+    }
+    let messages: MessageParts[];
+    try {
+      const raws = isBatchFormat(format) ? unpackBatch(data) : [data];
+      messages = raws.map(parseMessage);
+    } catch (error) {
+      if (!(error instanceof MalformedMessageError)) throw error;
+      delivery.update(true, rejected("amqp:decode-error", error.message));
+      return;
+    }
+    for (const parts of messages) {
+      let key = messageIdKey(parts.head.message_id);
+      if (key === undefined) {
+        key = newLockToken().replace(/-/g, "");
+        setMessageId(parts, key);
+      }
+      queue.send(parts, key);
+    }
+    delivery.update(true, accepted());
+  }
+
+  /** put-token is accepted for any token (there is no security here), but only for entities that exist. */
+  private onCbs(operation: unknown, request: RheaMessage): ManagementResponse {
+    if (operation !== "put-token")
+      return {
+        status: 400,
+        condition: "amqp:not-implemented",
+        description: `unknown CBS operation ${String(operation)}`,
+      };
+    const audience = request.application_properties?.["name"];
+    const address = typeof audience === "string" ? parseEntityAddress(audience) : undefined;
+    if (address && !this.options.queues.find(address)) {
+      const { description } = entityNotFound(String(audience));
+      return { status: 404, condition: "amqp:not-found", description };
+    }
+    return { status: 202, description: "Accepted" };
+  }
+
+  private reply(requestLink: Link, request: RheaMessage, response: ManagementResponse): void {
+    const replyTo = request.reply_to;
+    const replyLink = this.findReplyLink(requestLink, replyTo);
+    if (!replyLink) {
+      this.options.logger.warn(`no reply link named ${String(replyTo)}`);
+      return;
+    }
+    const properties: Record<string, unknown> = {
+      statusCode: amqp.types.wrap_int(response.status),
+      "status-code": amqp.types.wrap_int(response.status),
+    };
+    if (response.description !== undefined) {
+      properties["statusDescription"] = response.description;
+      properties["status-description"] = response.description;
+    }
+    if (response.condition !== undefined) {
+      properties["errorCondition"] = response.condition;
+      properties["error-condition"] = response.condition;
+    }
+    replyLink.send({
+      correlation_id: request.message_id,
+      to: replyTo,
+      application_properties: properties,
+      body: response.body ?? {},
+    });
+  }
+
+  private findReplyLink(requestLink: Link, replyTo: string | undefined): Link | undefined {
+    if (replyTo === undefined) return undefined;
+    const links = (
+      requestLink.connection as unknown as { find_sender(filter: (l: Link) => boolean): Link | undefined }
+    ).find_sender(
+      (l) => this.roles.get(l)?.kind === "reply" && (l.name === replyTo || l.target?.address === replyTo),
+    );
+    return links;
+  }
+}
+
+function describe(value: unknown): string {
+  if (value instanceof Error) return value.message;
+  if (typeof value === "object" && value !== null && "message" in value) return String(value.message);
+  return typeof value === "string" ? value : (JSON.stringify(value) ?? "unknown");
+}
