@@ -32,12 +32,18 @@ function newestSource(): number {
 function ensureTool(): void {
   if (existsSync(toolBinary) && statSync(toolBinary).mtimeMs >= newestSource()) return;
   process.stderr.write("check:tsql: building tools/tsql-parse (dotnet build)\n");
-  const build = spawnSync("dotnet", ["build", toolDir, "-c", "Release", "-o", toolOut, "--nologo", "-v", "quiet"], {
-    stdio: "inherit",
-    env: { ...process.env, DOTNET_CLI_TELEMETRY_OPTOUT: "1", DOTNET_NOLOGO: "1" },
-  });
+  const build = spawnSync(
+    "dotnet",
+    ["build", toolDir, "-c", "Release", "-o", toolOut, "--nologo", "-v", "quiet"],
+    {
+      stdio: "inherit",
+      env: { ...process.env, DOTNET_CLI_TELEMETRY_OPTOUT: "1", DOTNET_NOLOGO: "1" },
+    },
+  );
   if (build.error || build.status !== 0) {
-    throw new Error(`dotnet build of tools/tsql-parse failed (${build.error?.message ?? `exit ${build.status}`})`);
+    throw new Error(
+      `dotnet build of tools/tsql-parse failed (${build.error?.message ?? `exit ${build.status}`})`,
+    );
   }
 }
 
@@ -56,7 +62,9 @@ async function main(): Promise<number> {
   const items: Item[] = [];
   const statements = (await import("../src/inbox/sqlserver/statements.ts")) as Record<string, unknown>;
   for (const [name, value] of Object.entries(statements)) collect(value, `statements.ts:${name}`, items);
-  for (const file of readdirSync(migrationsDir).filter((f) => f.endsWith(".sql")).sort()) {
+  for (const file of readdirSync(migrationsDir)
+    .filter((f) => f.endsWith(".sql"))
+    .sort()) {
     items.push({ name: `migrations/${file}`, sql: readFileSync(join(migrationsDir, file), "utf8") });
   }
   const result = parse(items);

@@ -21,13 +21,14 @@ export async function run(
   _argv: string[],
   env: NodeJS.ProcessEnv = process.env,
   out: (line: string) => void = (line) => process.stdout.write(`${line}\n`),
+  err: (line: string) => void = (line) => process.stderr.write(`${line}\n`),
 ): Promise<number> {
   let target: InboxStoreConfig;
   try {
     target = migrateTarget(env);
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
-    process.stderr.write(`sbinbox migrate: ${error.message}\n`);
+    err(`sbinbox migrate: ${error.message}`);
     return 2;
   }
   const store = createInboxStore(target);

@@ -73,12 +73,21 @@ export class PostgresDriver implements InboxDriver {
     } catch (error) {
       throw this.tag(error);
     }
+    // While checked out, a client's connection error is emitted on the client, not the pool: without a listener
+    // it would crash the process. The query in flight fails with it too, and that is what the caller sees.
+    let lost: Error | undefined;
+    const onError = (error: Error): void => {
+      lost = error;
+    };
+    client.on("error", onError);
     let done = false;
     const finish = (broken?: unknown): void => {
       if (done) return;
       done = true;
+      client.removeListener("error", onError);
       // A client whose connection failed is destroyed instead of returned to the pool.
-      client.release(broken instanceof Error ? broken : broken === undefined ? undefined : true);
+      const destroy = lost ?? (broken === undefined ? undefined : broken instanceof Error ? broken : true);
+      client.release(destroy);
     };
     try {
       await client.query(BEGIN);

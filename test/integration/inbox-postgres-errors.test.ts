@@ -1,0 +1,56 @@
+import assert from "node:assert/strict";
+import { createPostgresInboxStore } from "../../src/inbox/postgres/adapter.ts";
+import type { InboxStore } from "../../src/inbox/store.ts";
+import type { SqlExecutor } from "../../src/domain/sql.ts";
+import { createTestDatabase } from "../helpers/postgres.ts";
+
+/** Errors the real server raises, classified by the store. */
+describe("PostgreSQL inbox: real server errors", function () {
+  let store: InboxStore;
+
+  before(async function () {
+    const url = await createTestDatabase("inbox_errors");
+    store = createPostgresInboxStore({ url, preCheck: false });
+    await store.migrate();
+    const setup = createPostgresInboxStore({ url });
+    await setup.process({ messageId: "setup", consumer: "setup" }, async (tx) => {
+      await tx.query(`CREATE TABLE "Accounts" ("Id" int PRIMARY KEY, "Balance" int NOT NULL)`);
+      await tx.query(`INSERT INTO "Accounts" VALUES (1, 100), (2, 100)`);
+    });
+    await setup.close();
+  });
+
+  after(async function () {
+    await store?.close();
+  });
+
+  it("a deadlock between two messages fails one of them as transient; the other commits", async function () {
+    let arrived = 0;
+    let bothLocked!: () => void;
+    const barrier = new Promise<void>((resolve) => (bothLocked = resolve));
+    const transfer = (first: number, second: number) => async (tx: SqlExecutor) => {
+      await tx.query(`UPDATE "Accounts" SET "Balance" = "Balance" - 1 WHERE "Id" = $1`, [first]);
+      arrived += 1;
+      if (arrived === 2) bothLocked();
+      await barrier; // each holds its first row; now each reaches for the other's
+      await tx.query(`UPDATE "Accounts" SET "Balance" = "Balance" + 1 WHERE "Id" = $1`, [second]);
+    };
+    const outcomes = await Promise.all([
+      store.process({ messageId: "t-1", consumer: "bank" }, transfer(1, 2)),
+      store.process({ messageId: "t-2", consumer: "bank" }, transfer(2, 1)),
+    ]);
+    const failed = outcomes.filter((o) => o.kind === "failed");
+    assert.equal(failed.length, 1, JSON.stringify(outcomes.map((o) => o.kind)));
+    assert.equal(failed[0]?.kind === "failed" && failed[0].errorClass, "transient");
+    assert.equal((failed[0] as { error: { code?: string } }).error.code, "40P01");
+    assert.equal(outcomes.filter((o) => o.kind === "committed").length, 1);
+  });
+
+  it("the handler's own error is permanent; a duplicate marker is a duplicate", async function () {
+    const key = { messageId: "h-1", consumer: "c" };
+    const failed = await store.process(key, () => Promise.reject(new Error("handler bug")));
+    assert.equal(failed.kind === "failed" && failed.errorClass, "permanent");
+    assert.equal((await store.process(key, () => Promise.resolve())).kind, "committed");
+    assert.equal((await store.process(key, () => Promise.resolve())).kind, "duplicate");
+  });
+});

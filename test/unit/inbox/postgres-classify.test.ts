@@ -1,0 +1,51 @@
+import assert from "node:assert/strict";
+import pg from "pg";
+import { classifyPostgresError } from "../../../src/inbox/postgres/classify.ts";
+
+/** A server error as pg-protocol's parser builds it from an ErrorResponse. */
+function serverError(code: string, fields: Partial<pg.DatabaseError> = {}): pg.DatabaseError {
+  const error = new pg.DatabaseError("server says no", 100, "error");
+  return Object.assign(error, { severity: "ERROR", code, ...fields });
+}
+
+describe("PostgreSQL error classification", () => {
+  it("23505 on the inbox index from the marker insert is a duplicate; on any other index or statement it is not", () => {
+    const inbox = serverError("23505", { constraint: "IX_Inbox_MessageId_Consumer", table: "Inbox" });
+    assert.equal(classifyPostgresError(inbox, "marker", true), "duplicate");
+    assert.equal(classifyPostgresError(inbox, "other", true), "permanent");
+    const business = serverError("23505", { constraint: "UX_Orders_OrderNo", table: "Orders" });
+    assert.equal(classifyPostgresError(business, "marker", true), "permanent");
+    const lowerCase = serverError("23505", { constraint: "ix_inbox_messageid_consumer" });
+    assert.equal(
+      classifyPostgresError(lowerCase, "marker", true),
+      "permanent",
+      "the name must match exactly",
+    );
+  });
+
+  it("serialization failures and deadlocks are transient", () => {
+    assert.equal(classifyPostgresError(serverError("40001"), "other", true), "transient");
+    assert.equal(classifyPostgresError(serverError("40P01"), "other", true), "transient");
+  });
+
+  it("shutdown, connection exceptions and socket errors are unavailable", () => {
+    for (const code of ["57P01", "57P02", "57P03", "08006", "08001", "53300"]) {
+      assert.equal(classifyPostgresError(serverError(code), "other", true), "unavailable", code);
+    }
+    const refused = Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:5432"), { code: "ECONNREFUSED" });
+    assert.equal(classifyPostgresError(refused, "other", true), "unavailable");
+    assert.equal(classifyPostgresError(new AggregateError([refused]), "other", false), "unavailable");
+  });
+
+  it("pg's code-less connection errors are unavailable only when the driver raised them", () => {
+    const terminated = new Error("Connection terminated unexpectedly");
+    assert.equal(classifyPostgresError(terminated, "other", true), "unavailable");
+    assert.equal(classifyPostgresError(new Error("handler bug"), "other", false), "permanent");
+    assert.equal(classifyPostgresError(new TypeError("bad parameter"), "other", true), "permanent");
+  });
+
+  it("other server errors are permanent", () => {
+    assert.equal(classifyPostgresError(serverError("42P01"), "other", true), "permanent");
+    assert.equal(classifyPostgresError(serverError("23503"), "marker", true), "permanent");
+  });
+});
