@@ -6,7 +6,8 @@ import { shutdownProcessTelemetry, startProcessTelemetry } from "../src/telemetr
 if (await startProcessTelemetry()) {
   const { main } = await import("../src/cli/main.ts");
   process.exitCode = await main(process.argv.slice(2));
-  await shutdownProcessTelemetry();
+  // An unreachable collector: exit now instead of waiting out the exporters' retries.
+  if (!(await shutdownProcessTelemetry())) process.exit();
 } else {
   process.exitCode = 2;
 }

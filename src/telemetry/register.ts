@@ -21,20 +21,24 @@ export async function startProcessTelemetry(): Promise<boolean> {
   }
 }
 
-/** Flushes and stops the exporters; bounded, so an unreachable collector cannot hold the exit. */
-export async function shutdownProcessTelemetry(timeoutMs = 5_000): Promise<void> {
+/**
+ * Flushes and stops the exporters. Bounded, so an unreachable collector cannot hold the exit: returns false when
+ * the time ran out, and the caller should then exit at once rather than wait for the exporters' retries.
+ */
+export async function shutdownProcessTelemetry(timeoutMs = 3_000): Promise<boolean> {
   const telemetry = running;
   running = undefined;
-  if (!telemetry?.active) return;
+  if (!telemetry?.active) return true;
   let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<void>((resolve) => {
-    timer = setTimeout(resolve, timeoutMs);
+  const timeout = new Promise<boolean>((resolve) => {
+    timer = setTimeout(() => resolve(false), timeoutMs);
     timer.unref();
   });
   try {
-    await Promise.race([telemetry.shutdown(), timeout]);
+    return await Promise.race([telemetry.shutdown().then(() => true), timeout]);
   } catch (error) {
     process.stderr.write(`sbinbox: telemetry shutdown failed: ${String(error)}\n`);
+    return true;
   } finally {
     clearTimeout(timer);
   }

@@ -1,0 +1,162 @@
+import {
+  metrics,
+  type Attributes,
+  type Counter,
+  type Histogram,
+  type MeterProvider,
+  type ObservableResult,
+} from "@opentelemetry/api";
+import { Attr, MESSAGING_SYSTEM, METER_NAME, Metric, type Disposition, type Outcome } from "./names.ts";
+
+export interface ProcessedRecord {
+  readonly queue: string;
+  readonly outcome: Outcome;
+  /** Wall time from receipt to the end of settlement, in milliseconds. */
+  readonly durationMs: number;
+  /** Why it failed (error class, SQLSTATE, poison reason); only for poison and failed. */
+  readonly errorType?: string;
+}
+
+export interface SettlementRecord {
+  readonly queue: string;
+  readonly disposition: Disposition;
+  /** Set when the settlement itself failed (lock lost, link detached): its error code or name. */
+  readonly errorType?: string;
+}
+
+export interface WorkerMetrics {
+  /** Messages received from the queue and handed to processing. */
+  recordConsumed(queue: string, count?: number): void;
+  /** One message's processing: its duration, its outcome, and a duplicate absorbed by the inbox. */
+  recordProcessed(record: ProcessedRecord): void;
+  /** One settlement: counted by disposition when it took effect, as a settlement failure when it did not. */
+  recordSettlement(record: SettlementRecord): void;
+  /** One pause for a database outage, recorded when receiving resumes (or stops for good). */
+  recordOutagePause(durationMs: number): void;
+  /**
+   * Reports open two-phase claims on each collection from `read` (e.g. `store.countOpenClaims`).
+   * A failing read reports nothing for that collection. Returns a function that stops reporting.
+   */
+  observeOpenClaims(read: () => number | Promise<number>, attributes?: Attributes): () => void;
+}
+
+interface Instruments {
+  readonly provider: MeterProvider;
+  readonly processDuration: Histogram;
+  readonly consumed: Counter;
+  readonly outcomes: Counter;
+  readonly dispositions: Counter;
+  readonly duplicates: Counter;
+  readonly settlementFailures: Counter;
+  readonly outagePause: Histogram;
+}
+
+// The semantic conventions' buckets for messaging durations, in seconds.
+const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10];
+const PAUSE_BUCKETS = [1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600];
+
+type ClaimSource = { read: () => number | Promise<number>; attributes: Attributes };
+const claimSources = new Set<ClaimSource>();
+let current: Instruments | undefined;
+
+/**
+ * Instruments are created from the global meter provider on first use, and again if it changes: the metrics API
+ * has no proxy, so an instrument taken before the SDK registered its provider would stay a no-op forever.
+ */
+function instruments(): Instruments {
+  const provider = metrics.getMeterProvider();
+  if (current?.provider === provider) return current;
+  const meter = provider.getMeter(METER_NAME);
+  const openClaims = meter.createObservableGauge(Metric.openClaims, {
+    description: "Two-phase claims committed whose external effect is not yet recorded as done.",
+    unit: "{claim}",
+  });
+  openClaims.addCallback(observeClaims);
+  current = {
+    provider,
+    processDuration: meter.createHistogram(Metric.processDuration, {
+      description: "Duration of processing one message, settlement included.",
+      unit: "s",
+      advice: { explicitBucketBoundaries: DURATION_BUCKETS },
+    }),
+    consumed: meter.createCounter(Metric.consumedMessages, {
+      description: "Messages delivered to the worker.",
+      unit: "{message}",
+    }),
+    outcomes: meter.createCounter(Metric.outcomes, {
+      description: "Processed messages by outcome: committed, duplicate, poison, failed.",
+      unit: "{message}",
+    }),
+    dispositions: meter.createCounter(Metric.dispositions, {
+      description: "Settlements that took effect, by disposition: complete, abandon, dead_letter.",
+      unit: "{message}",
+    }),
+    duplicates: meter.createCounter(Metric.duplicatesAbsorbed, {
+      description: "Redeliveries the inbox recognised as already processed.",
+      unit: "{message}",
+    }),
+    settlementFailures: meter.createCounter(Metric.settlementFailures, {
+      description: "Settlements that failed (lock lost, link detached); the broker redelivers.",
+      unit: "{message}",
+    }),
+    outagePause: meter.createHistogram(Metric.outagePause, {
+      description: "Time receiving was paused because the database was unreachable.",
+      unit: "s",
+      advice: { explicitBucketBoundaries: PAUSE_BUCKETS },
+    }),
+  };
+  return current;
+}
+
+async function observeClaims(result: ObservableResult): Promise<void> {
+  await Promise.all(
+    [...claimSources].map(async (source) => {
+      try {
+        result.observe(await source.read(), source.attributes);
+      } catch {
+        // The database is unreachable: no value is better than a wrong zero.
+      }
+    }),
+  );
+}
+
+function destination(queue: string): Attributes {
+  return { [Attr.messagingSystem]: MESSAGING_SYSTEM, [Attr.destinationName]: queue };
+}
+
+const api: WorkerMetrics = {
+  recordConsumed(queue, count = 1) {
+    instruments().consumed.add(count, { ...destination(queue), [Attr.operationName]: "receive" });
+  },
+  recordProcessed({ queue, outcome, durationMs, errorType }) {
+    const m = instruments();
+    const error = errorType !== undefined && (outcome === "failed" || outcome === "poison");
+    m.processDuration.record(durationMs / 1000, {
+      ...destination(queue),
+      [Attr.operationName]: "process",
+      ...(error ? { [Attr.errorType]: errorType } : {}),
+    });
+    m.outcomes.add(1, { ...destination(queue), [Attr.outcome]: outcome });
+    if (outcome === "duplicate") m.duplicates.add(1, destination(queue));
+  },
+  recordSettlement({ queue, disposition, errorType }) {
+    const m = instruments();
+    const attributes = { ...destination(queue), [Attr.dispositionStatus]: disposition };
+    if (errorType === undefined) m.dispositions.add(1, attributes);
+    else m.settlementFailures.add(1, { ...attributes, [Attr.errorType]: errorType });
+  },
+  recordOutagePause(durationMs) {
+    instruments().outagePause.record(durationMs / 1000);
+  },
+  observeOpenClaims(read, attributes = {}) {
+    instruments();
+    const source: ClaimSource = { read, attributes };
+    claimSources.add(source);
+    return () => void claimSources.delete(source);
+  },
+};
+
+/** The worker's metrics, recorded on the global meter provider (a no-op until telemetry is started). */
+export function workerMetrics(): WorkerMetrics {
+  return api;
+}

@@ -1,0 +1,57 @@
+import assert from "node:assert/strict";
+import { trace } from "@opentelemetry/api";
+import { createLogger } from "../../src/telemetry/logger.ts";
+import { useTelemetryCapture } from "../helpers/telemetry.ts";
+
+function capturingLogger(level?: "debug" | "info" | "warn" | "error") {
+  const lines: Record<string, unknown>[] = [];
+  const logger = createLogger({
+    ...(level ? { level } : {}),
+    write: (line) => lines.push(JSON.parse(line) as Record<string, unknown>),
+    fields: { component: "worker" },
+  });
+  return { logger, lines };
+}
+
+describe("telemetry: the structured logger", () => {
+  const telemetry = useTelemetryCapture();
+
+  it("writes one JSON object per line with the active span's trace and span ids", () => {
+    const { logger, lines } = capturingLogger();
+    trace.getTracer("test").startActiveSpan("process orders", (active) => {
+      logger.info("settled", { messageId: "m-1" });
+      active.end();
+    });
+    const [line] = lines;
+    const active = telemetry().spansNamed("process orders")[0];
+    assert.ok(line && active);
+    assert.equal(line.trace_id, active.spanContext().traceId);
+    assert.equal(line.span_id, active.spanContext().spanId);
+    assert.equal(line.msg, "settled");
+    assert.equal(line.level, "info");
+    assert.equal(line.messageId, "m-1");
+    assert.equal(line.component, "worker");
+    assert.match(String(line.time), /^\d{4}-\d\d-\d\dT/);
+  });
+
+  it("carries no ids outside a span", () => {
+    const { logger, lines } = capturingLogger();
+    logger.warn("idle");
+    assert.equal(lines.length, 1);
+    assert.equal("trace_id" in lines[0]!, false);
+    assert.equal("span_id" in lines[0]!, false);
+  });
+
+  it("drops lines below its level, and children keep the parent's fields", () => {
+    const { logger, lines } = capturingLogger("warn");
+    logger.info("not written");
+    logger
+      .child({ queue: "orders" })
+      .error("written", { error: Object.assign(new Error("boom"), { code: "57P01" }) });
+    assert.equal(lines.length, 1);
+    assert.deepEqual(
+      { component: lines[0]!.component, queue: lines[0]!.queue, error: lines[0]!.error },
+      { component: "worker", queue: "orders", error: { name: "Error", message: "boom", code: "57P01" } },
+    );
+  });
+});

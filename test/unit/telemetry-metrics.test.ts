@@ -1,0 +1,107 @@
+import assert from "node:assert/strict";
+import { workerMetrics } from "../../src/telemetry/metrics.ts";
+import { Attr, Metric } from "../../src/telemetry/names.ts";
+import {
+  histogramOf,
+  installTelemetryCapture,
+  metricTotal,
+  useTelemetryCapture,
+} from "../helpers/telemetry.ts";
+
+const queue = "orders";
+
+describe("telemetry: the worker's metrics", () => {
+  const telemetry = useTelemetryCapture();
+
+  it("records each processed message's duration in seconds, its outcome and a duplicate absorbed", async () => {
+    const m = workerMetrics();
+    m.recordConsumed(queue, 3);
+    m.recordProcessed({ queue, outcome: "committed", durationMs: 40 });
+    m.recordProcessed({ queue, outcome: "duplicate", durationMs: 10 });
+    m.recordProcessed({ queue, outcome: "failed", durationMs: 250, errorType: "unavailable" });
+    const data = await telemetry().collect();
+
+    assert.equal(metricTotal(data, Metric.consumedMessages, { [Attr.destinationName]: queue }), 3);
+    const all = histogramOf(data, Metric.processDuration, { [Attr.messagingSystem]: "servicebus" });
+    assert.equal(all.count, 3);
+    assert.ok(Math.abs(all.sum - 0.3) < 1e-9, `sum ${all.sum}`);
+    assert.equal(histogramOf(data, Metric.processDuration, { [Attr.errorType]: "unavailable" }).count, 1);
+    assert.equal(metricTotal(data, Metric.outcomes, { [Attr.outcome]: "committed" }), 1);
+    assert.equal(metricTotal(data, Metric.outcomes, { [Attr.outcome]: "duplicate" }), 1);
+    assert.equal(metricTotal(data, Metric.outcomes, { [Attr.outcome]: "failed" }), 1);
+    assert.equal(metricTotal(data, Metric.duplicatesAbsorbed, { [Attr.destinationName]: queue }), 1);
+  });
+
+  it("counts settlements that took effect by disposition, and failed ones apart", async () => {
+    const m = workerMetrics();
+    m.recordSettlement({ queue, disposition: "complete" });
+    m.recordSettlement({ queue, disposition: "complete" });
+    m.recordSettlement({ queue, disposition: "dead_letter" });
+    m.recordSettlement({ queue, disposition: "abandon", errorType: "MessageLockLost" });
+    const data = await telemetry().collect();
+
+    assert.equal(metricTotal(data, Metric.dispositions, { [Attr.dispositionStatus]: "complete" }), 2);
+    assert.equal(metricTotal(data, Metric.dispositions, { [Attr.dispositionStatus]: "dead_letter" }), 1);
+    assert.equal(metricTotal(data, Metric.dispositions, { [Attr.dispositionStatus]: "abandon" }), 0);
+    assert.equal(
+      metricTotal(data, Metric.settlementFailures, {
+        [Attr.dispositionStatus]: "abandon",
+        [Attr.errorType]: "MessageLockLost",
+      }),
+      1,
+    );
+  });
+
+  it("records outage pauses in seconds", async () => {
+    workerMetrics().recordOutagePause(12_500);
+    const pause = histogramOf(await telemetry().collect(), Metric.outagePause);
+    assert.deepEqual(pause, { count: 1, sum: 12.5 });
+  });
+
+  it("reports open claims from its source at each collection, nothing when the read fails, and stops", async () => {
+    let open = 4;
+    const stop = workerMetrics().observeOpenClaims(() => Promise.resolve(open), {
+      [Attr.consumer]: "credit",
+    });
+    const stopFailing = workerMetrics().observeOpenClaims(() => Promise.reject(new Error("database down")), {
+      [Attr.consumer]: "other",
+    });
+    try {
+      assert.equal(
+        metricTotal(await telemetry().collect(), Metric.openClaims, { [Attr.consumer]: "credit" }),
+        4,
+      );
+      open = 1;
+      const data = await telemetry().collect();
+      assert.equal(metricTotal(data, Metric.openClaims, { [Attr.consumer]: "credit" }), 1);
+      const other = data.find((d) => d.descriptor.name === Metric.openClaims)?.dataPoints ?? [];
+      assert.equal(other.filter((p) => p.attributes[Attr.consumer] === "other").length, 0);
+    } finally {
+      stop();
+      stopFailing();
+    }
+    const after = await telemetry().collect();
+    const points = after.find((d) => d.descriptor.name === Metric.openClaims)?.dataPoints ?? [];
+    assert.equal(points.length, 0);
+  });
+});
+
+describe("telemetry: metrics recorded before and after the SDK starts", () => {
+  it("are dropped before, and counted once a meter provider is registered", async () => {
+    workerMetrics().recordProcessed({ queue, outcome: "committed", durationMs: 1 });
+    const capture = installTelemetryCapture();
+    try {
+      workerMetrics().recordProcessed({
+        queue,
+        outcome: "poison",
+        durationMs: 1,
+        errorType: "SchemaViolation",
+      });
+      const data = await capture.collect();
+      assert.equal(metricTotal(data, Metric.outcomes, { [Attr.outcome]: "committed" }), 0);
+      assert.equal(metricTotal(data, Metric.outcomes, { [Attr.outcome]: "poison" }), 1);
+    } finally {
+      await capture.stop();
+    }
+  });
+});

@@ -1,0 +1,259 @@
+import assert from "node:assert/strict";
+import { execFile, spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createServer as createHttpServer, type IncomingMessage, type Server } from "node:http";
+import { createServer as createHttpsServer } from "node:https";
+import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { gunzipSync } from "node:zlib";
+import { trace } from "@opentelemetry/api";
+import { ConfigError } from "../../src/domain/errors.ts";
+import { planTelemetry, startTelemetry } from "../../src/telemetry/setup.ts";
+
+const root = resolve(import.meta.dirname, "../..");
+
+// What a program started by bin/sbinbox.js does: start telemetry, make a span and a count, shut down.
+const CHILD = `
+import { startProcessTelemetry, shutdownProcessTelemetry } from "./src/telemetry/register.ts";
+if (!(await startProcessTelemetry())) process.exit(2);
+const { trace, metrics } = await import("@opentelemetry/api");
+const span = trace.getTracer("sbinbox").startSpan("complete orders", {
+  attributes: { "messaging.servicebus.disposition_status": "complete" },
+});
+span.end();
+metrics.getMeter("sbinbox").createCounter("sbinbox.test.count").add(3);
+const flushed = await shutdownProcessTelemetry();
+process.stdout.write("child done\\n");
+if (!flushed) process.exit();
+`;
+
+interface ChildResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs CHILD with only the given telemetry settings (none inherited from the test's own environment). */
+function runChild(env: Record<string, string>): Promise<ChildResult> {
+  const base = Object.fromEntries(
+    Object.entries(process.env).filter(
+      ([key]) => !key.startsWith("OTEL_") && !key.startsWith("APPLICATIONINSIGHTS_"),
+    ),
+  );
+  return new Promise((resolvePromise) => {
+    execFile(
+      process.execPath,
+      ["--input-type=module", "-e", CHILD],
+      { cwd: root, env: { ...base, ...env }, timeout: 30_000 },
+      (error, stdout, stderr) => {
+        const code = error ? (typeof error.code === "number" ? error.code : null) : 0;
+        resolvePromise({ code, stdout, stderr });
+      },
+    );
+  });
+}
+
+interface Received {
+  url: string;
+  contentType: string;
+  body: Buffer;
+}
+
+function collect(server: Server): Received[] {
+  const received: Received[] = [];
+  server.on("request", (req: IncomingMessage, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (chunk: Buffer) => chunks.push(chunk));
+    req.on("end", () => {
+      let body = Buffer.concat(chunks);
+      if (req.headers["content-encoding"] === "gzip") body = gunzipSync(body);
+      received.push({ url: req.url ?? "", contentType: req.headers["content-type"] ?? "", body });
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify({ itemsReceived: 1, itemsAccepted: 1, errors: [] }));
+    });
+  });
+  return received;
+}
+
+async function listen(server: Server): Promise<number> {
+  await new Promise<void>((ready) => server.listen(0, "127.0.0.1", ready));
+  return (server.address() as AddressInfo).port;
+}
+
+describe("telemetry set-up", () => {
+  describe("planTelemetry", () => {
+    it("exports nothing when nothing is configured", () => {
+      const plan = planTelemetry({});
+      assert.deepEqual(plan.traces, []);
+      assert.deepEqual(plan.metrics, []);
+    });
+
+    it("takes the exporters OTEL_TRACES_EXPORTER and OTEL_METRICS_EXPORTER name", () => {
+      const plan = planTelemetry({ OTEL_TRACES_EXPORTER: "console, otlp", OTEL_METRICS_EXPORTER: "otlp" });
+      assert.deepEqual(plan.traces, ["console", "otlp"]);
+      assert.deepEqual(plan.metrics, ["otlp"]);
+    });
+
+    it("turns OTLP on for the signals whose endpoint is set", () => {
+      assert.deepEqual(planTelemetry({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4318" }).metrics, [
+        "otlp",
+      ]);
+      const traces = planTelemetry({ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: "http://collector:4318/v1/traces" });
+      assert.deepEqual([traces.traces, traces.metrics], [["otlp"], []]);
+      assert.deepEqual(
+        planTelemetry({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c", OTEL_TRACES_EXPORTER: "none" }).traces,
+        [],
+      );
+    });
+
+    it("adds Azure Monitor for an Application Insights connection string, with Entra ID when asked", () => {
+      const connectionString =
+        "InstrumentationKey=00000000-0000-0000-0000-000000000001;IngestionEndpoint=https://x/";
+      const plain = planTelemetry({ APPLICATIONINSIGHTS_CONNECTION_STRING: connectionString });
+      assert.deepEqual([plain.traces, plain.metrics], [["azuremonitor"], ["azuremonitor"]]);
+      assert.equal(plain.azureMonitor?.entraId, undefined);
+      const entra = planTelemetry({
+        APPLICATIONINSIGHTS_CONNECTION_STRING: connectionString,
+        APPLICATIONINSIGHTS_AUTHENTICATION_STRING: "Authorization=AAD;ClientId=abc",
+      });
+      assert.deepEqual(entra.azureMonitor?.entraId, { managedIdentityClientId: "abc" });
+    });
+
+    it("turns everything off with OTEL_SDK_DISABLED", () => {
+      const plan = planTelemetry({ OTEL_SDK_DISABLED: "true", OTEL_TRACES_EXPORTER: "console" });
+      assert.deepEqual([plan.traces, plan.metrics], [[], []]);
+    });
+
+    it("rejects a wrong setting with an error naming it", () => {
+      const cases: [Record<string, string>, string][] = [
+        [{ OTEL_TRACES_EXPORTER: "jaeger" }, "OTEL_TRACES_EXPORTER"],
+        [{ OTEL_METRICS_EXPORTER: "none,otlp" }, "OTEL_METRICS_EXPORTER"],
+        [{ OTEL_EXPORTER_OTLP_PROTOCOL: "thrift" }, "OTEL_EXPORTER_OTLP_PROTOCOL"],
+        [{ OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: "udp" }, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"],
+        [{ OTEL_METRIC_EXPORT_INTERVAL: "soon" }, "OTEL_METRIC_EXPORT_INTERVAL"],
+        [
+          { APPLICATIONINSIGHTS_CONNECTION_STRING: "IngestionEndpoint=https://x/" },
+          "APPLICATIONINSIGHTS_CONNECTION_STRING",
+        ],
+      ];
+      for (const [env, setting] of cases) {
+        assert.throws(
+          () => planTelemetry(env),
+          (error: unknown) => error instanceof ConfigError && error.setting === setting,
+          setting,
+        );
+      }
+    });
+  });
+
+  describe("startTelemetry", () => {
+    it("with nothing configured starts no SDK, so spans are not even recorded", async () => {
+      const telemetry = await startTelemetry({ env: {} });
+      assert.equal(telemetry.active, false);
+      const span = trace.getTracer("sbinbox").startSpan("nothing");
+      assert.equal(span.isRecording(), false);
+      span.end();
+      await telemetry.shutdown();
+    });
+
+    it("with nothing configured, a program runs, prints no telemetry and exits 0", async () => {
+      const child = await runChild({});
+      assert.equal(child.code, 0, child.stderr);
+      assert.equal(child.stdout, "child done\n");
+      assert.equal(child.stderr, "");
+    });
+
+    it("with OTEL_TRACES_EXPORTER=console, prints each span with its attributes", async () => {
+      const child = await runChild({ OTEL_TRACES_EXPORTER: "console" });
+      assert.equal(child.code, 0, child.stderr);
+      assert.match(child.stdout, /name: 'complete orders'/);
+      assert.match(child.stdout, /'messaging\.servicebus\.disposition_status': 'complete'/);
+      assert.match(child.stdout, /'service\.name': 'sbinbox'/);
+    });
+
+    it("keeps OTEL_SERVICE_NAME over the default service name", async () => {
+      const child = await runChild({ OTEL_TRACES_EXPORTER: "console", OTEL_SERVICE_NAME: "orders-worker" });
+      assert.match(child.stdout, /'service\.name': 'orders-worker'/);
+    });
+
+    it("with a wrong setting, says which and exits 2", async () => {
+      const child = await runChild({ OTEL_TRACES_EXPORTER: "jaeger" });
+      assert.equal(child.code, 2);
+      assert.match(child.stderr, /OTEL_TRACES_EXPORTER: unknown exporter "jaeger"/);
+    });
+
+    it("sends spans and metrics to the OTLP endpoint", async () => {
+      const server = createHttpServer();
+      const received = collect(server);
+      const port = await listen(server);
+      try {
+        const child = await runChild({ OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${port}` });
+        assert.equal(child.code, 0, child.stderr);
+        const traces = received.find((r) => r.url === "/v1/traces");
+        const metrics = received.find((r) => r.url === "/v1/metrics");
+        assert.ok(traces && metrics, `received ${received.map((r) => r.url).join(", ")}`);
+        assert.equal(traces.contentType, "application/x-protobuf");
+        assert.ok(traces.body.includes("complete orders"));
+        assert.ok(metrics.body.includes("sbinbox.test.count"));
+      } finally {
+        server.close();
+      }
+    });
+
+    it("does not fail when the OTLP collector is not there", async () => {
+      const server = createHttpServer();
+      const port = await listen(server);
+      await new Promise((closed) => server.close(closed));
+      const child = await runChild({ OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${port}` });
+      assert.equal(child.code, 0, child.stderr);
+      assert.equal(child.stdout, "child done\n");
+    });
+  });
+
+  // Application Insights only takes HTTPS: a throwaway certificate stands in for its ingestion endpoint.
+  if (spawnSync("openssl", ["version"]).status === 0) {
+    describe("Azure Monitor (Application Insights)", () => {
+      let dir: string;
+      before(() => {
+        dir = mkdtempSync(join(tmpdir(), "sbinbox-tls-"));
+        const made = spawnSync("openssl", [
+          ...["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"],
+          ...["-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"), "-days", "2"],
+          ...["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        ]);
+        assert.equal(made.status, 0, made.stderr.toString());
+      });
+      after(() => rmSync(dir, { recursive: true, force: true }));
+
+      it("sends spans and metrics to the ingestion endpoint of the connection string", async () => {
+        const server = createHttpsServer({
+          key: readFileSync(join(dir, "key.pem")),
+          cert: readFileSync(join(dir, "cert.pem")),
+        });
+        const received = collect(server);
+        const port = await listen(server);
+        try {
+          const child = await runChild({
+            NODE_EXTRA_CA_CERTS: join(dir, "cert.pem"),
+            APPLICATIONINSIGHTS_CONNECTION_STRING: `InstrumentationKey=00000000-0000-0000-0000-000000000001;IngestionEndpoint=https://127.0.0.1:${port}/`,
+          });
+          assert.equal(child.code, 0, child.stderr);
+          const items = received
+            .filter((r) => r.url === "/v2.1/track")
+            .flatMap(
+              (r) => JSON.parse(r.body.toString("utf8")) as { name: string; data: { baseData: unknown } }[],
+            );
+          const span = items.find((item) => item.name === "Microsoft.ApplicationInsights.RemoteDependency");
+          assert.ok(span, `received ${items.map((i) => i.name).join(", ")}`);
+          assert.deepEqual((span.data.baseData as { properties: unknown }).properties, {
+            "messaging.servicebus.disposition_status": "complete",
+          });
+          assert.match(JSON.stringify(items), /"name":"sbinbox\.test\.count","kind":"Aggregation","value":3/);
+        } finally {
+          server.close();
+        }
+      });
+    });
+  }
+});
