@@ -1,5 +1,75 @@
-// Placeholder until the command is built; it fails loudly rather than pretending to work.
-export function run(_argv: string[]): Promise<number> {
-  process.stderr.write("sbinbox worker: not built yet\n");
-  return Promise.resolve(1);
+import { startApp } from "../app/app.ts";
+import { loadConfig, type Config } from "../config/load.ts";
+import { ConfigError } from "../domain/errors.ts";
+import { createLogger } from "../telemetry/logger.ts";
+
+const usage = `usage: sbinbox worker
+
+Runs the worker: peek-lock receive, one inbox transaction per message, explicit settlement.
+Configured by environment variables (or a JSON file named by SBINBOX_CONFIG_FILE); see the README.
+With no configuration it starts the local broker and an embedded PostgreSQL itself.
+SIGTERM or SIGINT stop it gracefully; exit code 0 after a clean stop, 2 on bad configuration.
+`;
+
+/** Reads the configuration or reports the bad setting on stderr. */
+export function configOrExit(command: string): Config | undefined {
+  try {
+    return loadConfig();
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      process.stderr.write(`sbinbox ${command}: configuration error: ${error.message}\n`);
+      return undefined;
+    }
+    throw error;
+  }
+}
+
+export async function run(argv: string[]): Promise<number> {
+  if (argv.includes("--help") || argv.includes("-h")) {
+    process.stdout.write(usage);
+    return 0;
+  }
+  if (argv.length > 0) {
+    process.stderr.write(`sbinbox worker: unexpected argument "${argv[0]}"\n\n${usage}`);
+    return 2;
+  }
+  const config = configOrExit("worker");
+  if (!config) return 2;
+  const logger = createLogger({
+    level: config.logLevel,
+    fields: { service: config.serviceName, pid: process.pid },
+  });
+  let stopRequested: (signal: string) => void = () => undefined;
+  const stopped = new Promise<string>((resolve) => (stopRequested = resolve));
+  let signals = 0;
+  const onSignal = (signal: NodeJS.Signals): void => {
+    signals += 1;
+    if (signals > 1) {
+      logger.warn("second signal: exiting at once", { signal });
+      process.exit(130);
+    }
+    stopRequested(signal);
+  };
+  process.on("SIGTERM", onSignal);
+  process.on("SIGINT", onSignal);
+  let app;
+  try {
+    app = await startApp(config, { logger });
+  } catch (error) {
+    logger.error("worker failed to start", { error });
+    process.stderr.write(`sbinbox worker: failed to start: ${(error as Error).message}\n`);
+    return 1;
+  }
+  logger.info("worker ready", {
+    httpPort: app.httpPort,
+    embeddedConnectionString: app.embeddedConnectionString,
+  });
+  const signal = await stopped;
+  logger.info("stopping gracefully", { signal, gracePeriodMs: config.gracePeriodMs });
+  // A backstop: whatever still holds the event loop after the grace period cannot delay the exit for long.
+  setTimeout(() => process.exit(0), config.gracePeriodMs + 10_000).unref();
+  await app.stop();
+  logger.info("stopped", { ...app.worker.stats });
+  setTimeout(() => process.exit(0), 2_000).unref();
+  return 0;
 }

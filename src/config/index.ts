@@ -1,0 +1,8 @@
+export {
+  loadConfig,
+  type Config,
+  type DatabaseConnection,
+  type ServiceBusConnection,
+  type LoadOptions,
+} from "./load.ts";
+export { settings, type SettingName } from "./schema.ts";

@@ -1,0 +1,231 @@
+import { readFileSync } from "node:fs";
+import { ConfigError } from "../domain/errors.ts";
+import { parsers, settings, type RawSettings, type SettingName } from "./schema.ts";
+
+export type ServiceBusConnection =
+  | { readonly kind: "connection-string"; readonly connectionString: string }
+  | { readonly kind: "namespace"; readonly fullyQualifiedNamespace: string }
+  /** Nothing configured: the process starts the local broker itself. */
+  | { readonly kind: "embedded" };
+
+export type DatabaseConnection =
+  | { readonly kind: "postgres"; readonly url: string }
+  | { readonly kind: "sqlserver"; readonly connectionString: string }
+  /** Entra ID token authentication through @azure/identity; no password anywhere. */
+  | { readonly kind: "sqlserver-entra"; readonly server: string; readonly database: string }
+  /** Nothing configured: the process starts an embedded PostgreSQL itself. */
+  | { readonly kind: "embedded" };
+
+export interface Config {
+  readonly serviceBus: ServiceBusConnection;
+  readonly database: DatabaseConnection;
+  readonly queue: string;
+  readonly consumer: string;
+  readonly maxConcurrentCalls: number;
+  readonly maxAutoLockRenewalMs: number;
+  readonly precheck: boolean;
+  readonly maxMessageBytes: number;
+  readonly gracePeriodMs: number;
+  readonly retentionMs: number;
+  readonly cleanupIntervalMs: number;
+  readonly claimTimeoutMs: number;
+  readonly sweepIntervalMs: number;
+  readonly outageBackoffMinMs: number;
+  readonly outageBackoffMaxMs: number;
+  readonly logLevel: "debug" | "info" | "warn" | "error";
+  readonly faultKillAfterCommit?: string;
+  readonly port: number;
+  readonly httpHost: string;
+  readonly applicationInsightsConnectionString?: string;
+  readonly serviceName: string;
+}
+
+export interface LoadOptions {
+  env?: NodeJS.ProcessEnv;
+  /** `publish` needs Service Bus only: no database settings are required or checked. */
+  purpose?: "worker" | "publish";
+  readFile?: (path: string) => string;
+}
+
+const HOUR_MS = 3_600_000;
+
+/** Reads every setting once, validates it, and fails with a ConfigError naming the first bad setting. */
+export function loadConfig(options: LoadOptions = {}): Config {
+  const env = options.env ?? process.env;
+  const readFile = options.readFile ?? ((path: string) => readFileSync(path, "utf8"));
+  const raw = { ...readConfigFile(env.SBINBOX_CONFIG_FILE, readFile), ...pickEnv(env) };
+  const s = parseAll(raw);
+  return {
+    serviceBus: options.purpose === "publish" ? publishConnection(s) : serviceBusConnection(s),
+    database: options.purpose === "publish" ? { kind: "embedded" } : databaseConnection(s),
+    queue: s.SBINBOX_QUEUE,
+    consumer: s.SBINBOX_CONSUMER,
+    maxConcurrentCalls: s.SBINBOX_MAX_CONCURRENT_CALLS,
+    maxAutoLockRenewalMs: s.SBINBOX_MAX_AUTO_LOCK_RENEWAL_MS,
+    precheck: s.SBINBOX_PRECHECK,
+    maxMessageBytes: s.SBINBOX_MAX_MESSAGE_BYTES,
+    gracePeriodMs: s.SBINBOX_GRACE_PERIOD_MS,
+    retentionMs: retention(s),
+    cleanupIntervalMs: s.SBINBOX_CLEANUP_INTERVAL_MS,
+    claimTimeoutMs: s.SBINBOX_CLAIM_TIMEOUT_MS,
+    sweepIntervalMs: s.SBINBOX_SWEEP_INTERVAL_MS,
+    outageBackoffMinMs: s.SBINBOX_OUTAGE_BACKOFF_MIN_MS,
+    outageBackoffMaxMs: backoffMax(s),
+    logLevel: s.SBINBOX_LOG_LEVEL,
+    faultKillAfterCommit: s.SBINBOX_FAULT_KILL_AFTER_COMMIT,
+    port: s.PORT,
+    httpHost: s.SBINBOX_HTTP_HOST ?? (serviceBusConnection(s).kind === "embedded" ? "127.0.0.1" : "0.0.0.0"),
+    applicationInsightsConnectionString: s.APPLICATIONINSIGHTS_CONNECTION_STRING,
+    serviceName: s.OTEL_SERVICE_NAME,
+  };
+}
+
+function pickEnv(env: NodeJS.ProcessEnv): Partial<Record<SettingName, string>> {
+  const picked: Partial<Record<SettingName, string>> = {};
+  for (const name of Object.keys(settings) as SettingName[]) {
+    const value = env[name];
+    // An empty variable means "not set": App Service and shells often leave them empty.
+    if (value !== undefined && value.trim() !== "") picked[name] = value;
+  }
+  return picked;
+}
+
+function readConfigFile(
+  path: string | undefined,
+  readFile: (path: string) => string,
+): Partial<Record<SettingName, string>> {
+  if (path === undefined || path.trim() === "") return {};
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(readFile(path));
+  } catch (error) {
+    throw new ConfigError("SBINBOX_CONFIG_FILE", `cannot read ${path} as JSON (${(error as Error).message})`);
+  }
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) {
+    throw new ConfigError("SBINBOX_CONFIG_FILE", `${path} must hold a JSON object of settings`);
+  }
+  const out: Partial<Record<SettingName, string>> = {};
+  for (const [key, value] of Object.entries(parsed)) {
+    if (!(key in settings)) throw new ConfigError(key, `unknown setting in ${path}`);
+    if (typeof value !== "string" && typeof value !== "number" && typeof value !== "boolean") {
+      throw new ConfigError(key, `must be a string, number or boolean in ${path}`);
+    }
+    out[key as SettingName] = String(value);
+  }
+  return out;
+}
+
+function parseAll(raw: Partial<Record<SettingName, string>>): RawSettings {
+  const out: Record<string, unknown> = {};
+  for (const name of Object.keys(parsers) as SettingName[]) {
+    const result = parsers[name].safeParse(raw[name]);
+    if (!result.success) {
+      const problem = result.error.issues[0]?.message ?? "is invalid";
+      throw new ConfigError(name, `${problem} (got ${JSON.stringify(raw[name])})`);
+    }
+    out[name] = result.data;
+  }
+  return out as RawSettings;
+}
+
+function serviceBusConnection(s: RawSettings): ServiceBusConnection {
+  const cs = s.SBINBOX_SERVICEBUS_CONNECTION_STRING;
+  const ns = s.SBINBOX_SERVICEBUS_NAMESPACE;
+  if (cs && ns) {
+    throw new ConfigError(
+      "SBINBOX_SERVICEBUS_NAMESPACE",
+      "set either it or SBINBOX_SERVICEBUS_CONNECTION_STRING, not both",
+    );
+  }
+  if (cs) return { kind: "connection-string", connectionString: cs };
+  if (ns) return { kind: "namespace", fullyQualifiedNamespace: ns };
+  if (anyDatabaseSetting(s)) {
+    throw new ConfigError(
+      "SBINBOX_SERVICEBUS_CONNECTION_STRING",
+      "a database is configured but no Service Bus: set it or SBINBOX_SERVICEBUS_NAMESPACE (embedded defaults apply only when nothing is configured)",
+    );
+  }
+  return { kind: "embedded" };
+}
+
+function publishConnection(s: RawSettings): ServiceBusConnection {
+  if (!s.SBINBOX_SERVICEBUS_CONNECTION_STRING && !s.SBINBOX_SERVICEBUS_NAMESPACE) {
+    throw new ConfigError(
+      "SBINBOX_SERVICEBUS_CONNECTION_STRING",
+      "required to publish (or SBINBOX_SERVICEBUS_NAMESPACE); a worker on embedded defaults logs the one to use",
+    );
+  }
+  return serviceBusConnection(s);
+}
+
+function anyDatabaseSetting(s: RawSettings): boolean {
+  return [
+    s.SBINBOX_DATABASE,
+    s.SBINBOX_POSTGRES_URL,
+    s.SBINBOX_SQLSERVER_CONNECTION_STRING,
+    s.SBINBOX_SQLSERVER_SERVER,
+    s.SBINBOX_SQLSERVER_DATABASE,
+  ].some((v) => v !== undefined);
+}
+
+function databaseConnection(s: RawSettings): DatabaseConnection {
+  const pgUrl = s.SBINBOX_POSTGRES_URL;
+  const sqlCs = s.SBINBOX_SQLSERVER_CONNECTION_STRING;
+  const server = s.SBINBOX_SQLSERVER_SERVER;
+  const database = s.SBINBOX_SQLSERVER_DATABASE;
+  const sqlGiven = sqlCs !== undefined || server !== undefined || database !== undefined;
+  const kind = s.SBINBOX_DATABASE ?? (pgUrl ? "postgres" : sqlGiven ? "sqlserver" : undefined);
+  if (kind === undefined) {
+    if (s.SBINBOX_SERVICEBUS_CONNECTION_STRING || s.SBINBOX_SERVICEBUS_NAMESPACE) {
+      throw new ConfigError(
+        "SBINBOX_DATABASE",
+        "Service Bus is configured but no database: set SBINBOX_POSTGRES_URL, SBINBOX_SQLSERVER_CONNECTION_STRING or SBINBOX_SQLSERVER_SERVER and SBINBOX_SQLSERVER_DATABASE",
+      );
+    }
+    return { kind: "embedded" };
+  }
+  if (kind === "postgres") {
+    if (!pgUrl) throw new ConfigError("SBINBOX_POSTGRES_URL", "required when SBINBOX_DATABASE is postgres");
+    return { kind: "postgres", url: pgUrl };
+  }
+  if (sqlCs) {
+    if (server || database) {
+      throw new ConfigError(
+        "SBINBOX_SQLSERVER_SERVER",
+        "set either SBINBOX_SQLSERVER_CONNECTION_STRING or SBINBOX_SQLSERVER_SERVER with SBINBOX_SQLSERVER_DATABASE, not both",
+      );
+    }
+    return { kind: "sqlserver", connectionString: sqlCs };
+  }
+  if (!server)
+    throw new ConfigError("SBINBOX_SQLSERVER_SERVER", "required for SQL Server with Entra ID authentication");
+  if (!database)
+    throw new ConfigError("SBINBOX_SQLSERVER_DATABASE", "required with SBINBOX_SQLSERVER_SERVER");
+  return { kind: "sqlserver-entra", server, database };
+}
+
+/**
+ * An inbox row must outlive every redelivery of its message, or a late redelivery would apply the effect twice.
+ */
+function retention(s: RawSettings): number {
+  const retentionMs = s.SBINBOX_RETENTION_HOURS * HOUR_MS;
+  const redeliverableMs =
+    s.SBINBOX_QUEUE_LOCK_DURATION_MS * s.SBINBOX_QUEUE_MAX_DELIVERY_COUNT +
+    s.SBINBOX_QUEUE_MESSAGE_TTL_HOURS * HOUR_MS;
+  if (retentionMs <= redeliverableMs) {
+    throw new ConfigError(
+      "SBINBOX_RETENTION_HOURS",
+      `${s.SBINBOX_RETENTION_HOURS} h is not longer than the broker can still redeliver a message ` +
+        `(SBINBOX_QUEUE_LOCK_DURATION_MS x SBINBOX_QUEUE_MAX_DELIVERY_COUNT + SBINBOX_QUEUE_MESSAGE_TTL_HOURS = ` +
+        `${(redeliverableMs / HOUR_MS).toFixed(2)} h)`,
+    );
+  }
+  return retentionMs;
+}
+
+function backoffMax(s: RawSettings): number {
+  if (s.SBINBOX_OUTAGE_BACKOFF_MAX_MS < s.SBINBOX_OUTAGE_BACKOFF_MIN_MS) {
+    throw new ConfigError("SBINBOX_OUTAGE_BACKOFF_MAX_MS", "must not be below SBINBOX_OUTAGE_BACKOFF_MIN_MS");
+  }
+  return s.SBINBOX_OUTAGE_BACKOFF_MAX_MS;
+}

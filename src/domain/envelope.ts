@@ -1,0 +1,131 @@
+import { PoisonMessageError } from "./errors.ts";
+import type { MessageHandler } from "./handler.ts";
+
+/** A received message as the worker sees it, whatever the broker client; built by src/servicebus. */
+export interface IncomingMessage {
+  readonly messageId: string;
+  /** As the client decoded it: bytes (AMQP data), a string, or an already structured AMQP value. */
+  readonly body: unknown;
+  readonly contentType?: string;
+  readonly subject?: string;
+  readonly correlationId?: string;
+  readonly deliveryCount: number;
+  readonly enqueuedTime?: Date;
+  readonly applicationProperties: Readonly<Record<string, unknown>>;
+}
+
+/** A message that passed decoding and its type's schema. */
+export interface DecodedMessage<T = unknown> {
+  readonly type: string;
+  readonly body: T;
+  readonly handler: MessageHandler<T>;
+}
+
+/** The application property that names the type when the subject is empty. */
+export const TYPE_PROPERTY = "type";
+
+/** Handlers by message type; a type registered twice is a programming error. */
+export class HandlerRegistry {
+  private readonly byType = new Map<string, MessageHandler>();
+
+  constructor(handlers: readonly MessageHandler[] = []) {
+    for (const handler of handlers) this.register(handler);
+  }
+
+  register<T>(handler: MessageHandler<T>): this {
+    if (this.byType.has(handler.type))
+      throw new Error(`a handler for "${handler.type}" is already registered`);
+    this.byType.set(handler.type, handler);
+    return this;
+  }
+
+  get(type: string): MessageHandler | undefined {
+    return this.byType.get(type);
+  }
+
+  get types(): string[] {
+    return [...this.byType.keys()];
+  }
+}
+
+const utf8 = new TextDecoder("utf-8", { fatal: true });
+
+/**
+ * Decodes and validates a message, or throws PoisonMessageError naming what can never succeed:
+ * over the size limit, a body that is not JSON, no or an unknown type, a schema violation.
+ */
+export function decodeMessage(
+  message: IncomingMessage,
+  registry: HandlerRegistry,
+  maxBytes: number,
+): DecodedMessage {
+  const { text, structured, size } = bodyText(message.body);
+  if (size > maxBytes) {
+    throw new PoisonMessageError("MessageTooLarge", `body is ${size} bytes, over the limit of ${maxBytes}`);
+  }
+  const contentType = message.contentType?.split(";")[0]?.trim().toLowerCase();
+  if (contentType !== undefined && contentType !== "" && contentType !== "application/json") {
+    throw new PoisonMessageError(
+      "UndecodableBody",
+      `content type "${message.contentType}" is not application/json`,
+    );
+  }
+  let body: unknown = structured;
+  if (text !== undefined) {
+    try {
+      body = JSON.parse(text);
+    } catch (error) {
+      throw new PoisonMessageError("UndecodableBody", `body is not valid JSON: ${(error as Error).message}`);
+    }
+  }
+  const type = messageType(message);
+  const handler = registry.get(type);
+  if (!handler) {
+    throw new PoisonMessageError("UnknownMessageType", `no handler for message type "${type}"`);
+  }
+  const parsed = handler.schema.safeParse(body);
+  if (!parsed.success) {
+    const issues = parsed.error.issues
+      .slice(0, 3)
+      .map((i) => `${i.path.length > 0 ? i.path.join(".") : "(body)"}: ${i.message}`)
+      .join("; ");
+    throw new PoisonMessageError("SchemaViolation", `${type} does not match its schema: ${issues}`);
+  }
+  return { type, body: parsed.data, handler };
+}
+
+function messageType(message: IncomingMessage): string {
+  const subject = message.subject?.trim();
+  if (subject) return subject;
+  const property = message.applicationProperties[TYPE_PROPERTY];
+  if (typeof property === "string" && property.trim() !== "") return property.trim();
+  throw new PoisonMessageError(
+    "UnknownMessageType",
+    `the message names no type: set its subject or the application property "${TYPE_PROPERTY}"`,
+  );
+}
+
+function bodyText(body: unknown): { text?: string; structured?: unknown; size: number } {
+  if (body instanceof Uint8Array) {
+    try {
+      return { text: utf8.decode(body), size: body.byteLength };
+    } catch {
+      throw new PoisonMessageError("UndecodableBody", "body is not valid UTF-8");
+    }
+  }
+  if (typeof body === "string") return { text: body, size: Buffer.byteLength(body, "utf8") };
+  if (body === undefined || body === null) {
+    throw new PoisonMessageError("UndecodableBody", "body is empty");
+  }
+  // An AMQP value section the client already decoded (a publisher that sent an object, not bytes).
+  let size: number;
+  try {
+    size = Buffer.byteLength(JSON.stringify(body) ?? "", "utf8");
+  } catch (error) {
+    throw new PoisonMessageError(
+      "UndecodableBody",
+      `body cannot be represented as JSON: ${(error as Error).message}`,
+    );
+  }
+  return { structured: body, size };
+}

@@ -1,0 +1,103 @@
+import { z } from "zod";
+import type { TransactionalHandler } from "../domain/handler.ts";
+import type { DialectSql, SqlExecutor } from "../domain/sql.ts";
+
+/**
+ * The seeds' example: crediting an account. Each credit is a row of its own, with no unique constraint, so a
+ * doubled effect would show as two rows: only the inbox stands between a redelivery and a second credit.
+ */
+export const ACCOUNT_CREDITED = "AccountCredited";
+
+export const accountCreditedSchema = z.object({
+  accountId: z.string().min(1).max(100),
+  amount: z.number().int().positive().max(1_000_000_000),
+  reference: z.string().max(200).optional(),
+  /** Demo only: the handler fails once in each process before it succeeds (a transient fault). */
+  failOnce: z.boolean().optional(),
+});
+export type AccountCredited = z.infer<typeof accountCreditedSchema>;
+
+/** Statements as data, one per dialect. */
+export const accountSql = {
+  createTables: {
+    postgres: `
+CREATE TABLE IF NOT EXISTS example_credits (
+  id bigserial PRIMARY KEY,
+  message_id varchar(128) NOT NULL,
+  account_id varchar(100) NOT NULL,
+  amount bigint NOT NULL,
+  created_utc timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS example_accounts (
+  account_id varchar(100) PRIMARY KEY,
+  balance bigint NOT NULL
+);`,
+    sqlserver: `
+IF OBJECT_ID(N'dbo.ExampleCredits', N'U') IS NULL
+  CREATE TABLE dbo.ExampleCredits (
+    Id bigint IDENTITY(1,1) NOT NULL CONSTRAINT PK_ExampleCredits PRIMARY KEY,
+    MessageId nvarchar(128) NOT NULL,
+    AccountId nvarchar(100) NOT NULL,
+    Amount bigint NOT NULL,
+    CreatedUtc datetime2 NOT NULL CONSTRAINT DF_ExampleCredits_CreatedUtc DEFAULT SYSUTCDATETIME()
+  );
+IF OBJECT_ID(N'dbo.ExampleAccounts', N'U') IS NULL
+  CREATE TABLE dbo.ExampleAccounts (
+    AccountId nvarchar(100) NOT NULL CONSTRAINT PK_ExampleAccounts PRIMARY KEY,
+    Balance bigint NOT NULL
+  );`,
+  },
+  insertCredit: {
+    postgres: "INSERT INTO example_credits (message_id, account_id, amount) VALUES ($1, $2, $3)",
+    sqlserver: "INSERT INTO dbo.ExampleCredits (MessageId, AccountId, Amount) VALUES (@p1, @p2, @p3)",
+  },
+  addToBalance: {
+    postgres:
+      "INSERT INTO example_accounts (account_id, balance) VALUES ($1, $2) " +
+      "ON CONFLICT (account_id) DO UPDATE SET balance = example_accounts.balance + EXCLUDED.balance",
+    sqlserver:
+      "MERGE dbo.ExampleAccounts WITH (HOLDLOCK) AS a USING (SELECT @p1 AS AccountId, @p2 AS Amount) AS s " +
+      "ON a.AccountId = s.AccountId " +
+      "WHEN MATCHED THEN UPDATE SET Balance = a.Balance + s.Amount " +
+      "WHEN NOT MATCHED THEN INSERT (AccountId, Balance) VALUES (s.AccountId, s.Amount);",
+  },
+  /** Per MessageId, how many credit rows exist: the demo's lost/doubled check. */
+  creditsPerMessage: {
+    postgres: 'SELECT message_id AS "messageId", count(*)::int AS n FROM example_credits GROUP BY message_id',
+    sqlserver: "SELECT MessageId AS messageId, COUNT(*) AS n FROM dbo.ExampleCredits GROUP BY MessageId",
+  },
+  countCredits: {
+    postgres: "SELECT count(*)::int AS n FROM example_credits",
+    sqlserver: "SELECT COUNT(*) AS n FROM dbo.ExampleCredits",
+  },
+} satisfies Record<string, DialectSql>;
+
+/** A failure that goes away on retry, as a flaky downstream would cause. */
+export class TransientDemoError extends Error {
+  constructor(messageId: string) {
+    super(`demo: failing ${messageId} once, as a transient fault`);
+    this.name = "TransientDemoError";
+  }
+}
+
+/** Creates the example's tables if they are missing; idempotent. */
+export async function ensureAccountTables(db: SqlExecutor): Promise<void> {
+  await db.query(accountSql.createTables[db.dialect]);
+}
+
+export function accountCreditedHandler(): TransactionalHandler<AccountCredited> {
+  const failedOnce = new Set<string>();
+  return {
+    kind: "transactional",
+    type: ACCOUNT_CREDITED,
+    schema: accountCreditedSchema,
+    async handle(body, tx, context) {
+      if (body.failOnce && !failedOnce.has(context.messageId)) {
+        failedOnce.add(context.messageId);
+        throw new TransientDemoError(context.messageId);
+      }
+      await tx.query(accountSql.insertCredit[tx.dialect], [context.messageId, body.accountId, body.amount]);
+      await tx.query(accountSql.addToBalance[tx.dialect], [body.accountId, body.amount]);
+    },
+  };
+}

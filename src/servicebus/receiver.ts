@@ -1,0 +1,236 @@
+import {
+  isServiceBusError,
+  type ProcessErrorArgs,
+  type ServiceBusClient,
+  type ServiceBusReceivedMessage,
+  type ServiceBusReceiver,
+} from "@azure/service-bus";
+import type { Context } from "@opentelemetry/api";
+import type { IncomingMessage } from "../domain/envelope.ts";
+import type { Decision } from "../domain/settlement.ts";
+import type { Logger } from "../telemetry/logger.ts";
+import { SettlementScheduler } from "./settlement.ts";
+import { endProcessSpan, errorType, startProcessSpan, traceSettlement } from "./tracing.ts";
+
+export interface QueueReceiverOptions {
+  readonly client: ServiceBusClient;
+  readonly queue: string;
+  readonly maxConcurrentCalls: number;
+  readonly maxAutoLockRenewalMs: number;
+  /** Decides what becomes of one message; must not throw (a throw is treated as a failure: abandon). */
+  readonly handle: (message: IncomingMessage, ctx: Context) => Promise<Decision & { messageType?: string }>;
+  readonly logger: Logger;
+  readonly scheduler?: SettlementScheduler;
+  /** Called after the decision, before settlement (the demo's kill-between-commit-and-complete switch). */
+  readonly beforeSettle?: (message: IncomingMessage, decision: Decision) => void;
+  readonly onSettled?: (decision: Decision, settled: boolean) => void;
+  readonly onSettlementFailure?: (error: unknown, disposition: Decision["disposition"]) => void;
+}
+
+export interface ReceiverStats {
+  inFlight: number;
+  held: number;
+  settlementFailures: number;
+  receiveErrors: number;
+}
+
+/**
+ * A peek-lock subscription with explicit settlement. It can stop taking messages (pause, stop) without settling
+ * what arrives meanwhile: such messages are held unsettled, their callbacks parked, so the SDK grants no new
+ * credit, and closing the link hands them back to the broker with their delivery count spent at most once.
+ */
+export class QueueReceiver {
+  private readonly options: QueueReceiverOptions;
+  private readonly scheduler: SettlementScheduler;
+  private receiver: ServiceBusReceiver | undefined;
+  private subscription: { close(): Promise<void> } | undefined;
+  private accepting = false;
+  private releaseHeld: (() => void) | undefined;
+  private heldGate: Promise<void> | undefined;
+  private readonly inFlight = new Set<Promise<void>>();
+  readonly stats: ReceiverStats = { inFlight: 0, held: 0, settlementFailures: 0, receiveErrors: 0 };
+
+  constructor(options: QueueReceiverOptions) {
+    this.options = options;
+    this.scheduler = options.scheduler ?? new SettlementScheduler();
+  }
+
+  /** True while a subscription is open and taking messages. */
+  get attached(): boolean {
+    return this.accepting && this.subscription !== undefined && this.receiver?.isClosed === false;
+  }
+
+  /** Opens a new receive link and starts taking messages. */
+  start(): void {
+    if (this.subscription) return;
+    const { client, queue, maxConcurrentCalls, maxAutoLockRenewalMs } = this.options;
+    this.heldGate = new Promise<void>((resolve) => (this.releaseHeld = resolve));
+    const receiver = client.createReceiver(queue, {
+      receiveMode: "peekLock",
+      maxAutoLockRenewalDurationInMs: maxAutoLockRenewalMs,
+      // The worker decodes the body itself, so size and encoding errors are its own to report.
+      skipParsingBodyAsJson: true,
+    });
+    this.receiver = receiver;
+    this.accepting = true;
+    this.subscription = receiver.subscribe(
+      {
+        processMessage: (message) => this.onMessage(receiver, message),
+        processError: (args) => this.onError(args),
+      },
+      { autoCompleteMessages: false, maxConcurrentCalls },
+    );
+  }
+
+  /**
+   * Stops taking messages, waits up to `waitMs` for those in flight to be decided and settled, then closes the
+   * link. Messages held or still unfinished go back to the broker for redelivery.
+   */
+  async detach(waitMs: number): Promise<void> {
+    this.accepting = false;
+    await this.drain(waitMs);
+    const subscription = this.subscription;
+    const receiver = this.receiver;
+    this.subscription = undefined;
+    this.receiver = undefined;
+    this.releaseHeld?.();
+    try {
+      await subscription?.close();
+      await receiver?.close();
+    } catch (error) {
+      this.options.logger.warn("closing the receive link failed", { error });
+    }
+  }
+
+  /** Resolves when nothing is in flight, or after `waitMs`; true when everything finished. */
+  async drain(waitMs: number): Promise<boolean> {
+    const deadline = Date.now() + waitMs;
+    while (this.inFlight.size > 0) {
+      const left = deadline - Date.now();
+      if (left <= 0) return false;
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        Promise.allSettled([...this.inFlight]),
+        new Promise<void>((resolve) => (timer = setTimeout(resolve, left))),
+      ]);
+      clearTimeout(timer);
+    }
+    return true;
+  }
+
+  private async onMessage(receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage): Promise<void> {
+    if (!this.accepting || receiver !== this.receiver) {
+      // Taken after a pause or stop began: leave it unsettled and park the callback until the link closes.
+      this.stats.held += 1;
+      await this.heldGate;
+      return;
+    }
+    const work = this.processOne(receiver, message);
+    this.inFlight.add(work);
+    this.stats.inFlight = this.inFlight.size;
+    try {
+      await work;
+    } finally {
+      this.inFlight.delete(work);
+      this.stats.inFlight = this.inFlight.size;
+    }
+  }
+
+  private async processOne(receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage): Promise<void> {
+    const incoming = toIncoming(message);
+    const { span, ctx } = startProcessSpan({
+      queue: this.options.queue,
+      messageId: incoming.messageId,
+      correlationId: incoming.correlationId,
+      deliveryCount: incoming.deliveryCount,
+      applicationProperties: incoming.applicationProperties,
+    });
+    let decision: Decision & { messageType?: string };
+    try {
+      decision = await this.options.handle(incoming, ctx);
+    } catch (error) {
+      decision = { disposition: "abandon", outcome: "failed", error, errorClass: "permanent" };
+    }
+    this.options.beforeSettle?.(incoming, decision);
+    const settled = await this.settle(receiver, message, decision, ctx);
+    this.options.onSettled?.(decision, settled);
+    endProcessSpan(span, {
+      outcome: decision.outcome,
+      disposition: decision.disposition,
+      messageType: decision.messageType,
+      reason: decision.disposition === "dead_letter" ? decision.reason : undefined,
+      errorType: decision.disposition === "abandon" ? errorType(decision.error) : undefined,
+    });
+  }
+
+  /** Settles through the scheduler; a failure is logged and counted, never thrown (the inbox absorbs it). */
+  private async settle(
+    receiver: ServiceBusReceiver,
+    message: ServiceBusReceivedMessage,
+    decision: Decision,
+    ctx: Context,
+  ): Promise<boolean> {
+    const { queue } = this.options;
+    const issue = (): Promise<void> => {
+      switch (decision.disposition) {
+        case "complete":
+          return receiver.completeMessage(message);
+        case "abandon":
+          return receiver.abandonMessage(message);
+        case "dead_letter":
+          return receiver.deadLetterMessage(message, {
+            deadLetterReason: decision.reason,
+            deadLetterErrorDescription: decision.description.slice(0, 1024),
+          });
+      }
+    };
+    try {
+      await traceSettlement(decision.disposition, queue, ctx, () =>
+        this.scheduler.settle(decision.disposition, issue),
+      );
+      return true;
+    } catch (error) {
+      this.stats.settlementFailures += 1;
+      this.options.onSettlementFailure?.(error, decision.disposition);
+      this.options.logger.warn(
+        "settlement failed; the message will be redelivered and the inbox absorbs it",
+        {
+          messageId: message.messageId,
+          disposition: decision.disposition,
+          code: isServiceBusError(error) ? error.code : undefined,
+          error,
+        },
+      );
+      return false;
+    }
+  }
+
+  private onError(args: ProcessErrorArgs): Promise<void> {
+    this.stats.receiveErrors += 1;
+    this.options.logger.warn("receive error", {
+      source: args.errorSource,
+      code: isServiceBusError(args.error) ? args.error.code : undefined,
+      error: args.error,
+    });
+    return Promise.resolve();
+  }
+}
+
+export function toIncoming(message: ServiceBusReceivedMessage): IncomingMessage {
+  return {
+    messageId: messageIdText(message.messageId),
+    body: message.body as unknown,
+    contentType: message.contentType,
+    subject: message.subject,
+    correlationId: message.correlationId === undefined ? undefined : String(message.correlationId),
+    deliveryCount: message.deliveryCount ?? 0,
+    enqueuedTime: message.enqueuedTimeUtc,
+    applicationProperties: message.applicationProperties ?? {},
+  };
+}
+
+function messageIdText(id: ServiceBusReceivedMessage["messageId"]): string {
+  if (id === undefined || id === null) return "";
+  if (Buffer.isBuffer(id)) return id.toString("hex");
+  return String(id);
+}

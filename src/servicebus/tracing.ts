@@ -1,0 +1,187 @@
+import {
+  context,
+  createTraceState,
+  propagation,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  TraceFlags,
+  type Context,
+  type Link,
+  type Span,
+  type SpanContext,
+} from "@opentelemetry/api";
+import {
+  Attr,
+  MESSAGING_SYSTEM,
+  SpanName,
+  TRACER_NAME,
+  type Disposition,
+  type Outcome,
+} from "../telemetry/names.ts";
+
+/**
+ * The project's Service Bus spans, kept small so the telemetry set-up can extend them. Without a registered SDK
+ * every call here is a no-op.
+ */
+const tracer = () => trace.getTracer(TRACER_NAME);
+
+const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
+
+/** The producer's span context from `traceparent` or the SDK's `Diagnostic-Id` (same W3C format). */
+export function producerContext(properties: Readonly<Record<string, unknown>>): SpanContext | undefined {
+  for (const name of ["traceparent", "Diagnostic-Id"]) {
+    const value = properties[name];
+    if (typeof value !== "string") continue;
+    const match = TRACEPARENT.exec(value.trim().toLowerCase());
+    if (!match || match[1] === "ff") continue;
+    const traceId = match[2]!;
+    const spanId = match[3]!;
+    if (/^0+$/.test(traceId) || /^0+$/.test(spanId)) continue;
+    const traceState = typeof properties.tracestate === "string" ? properties.tracestate : undefined;
+    const spanContext: { -readonly [K in keyof SpanContext]: SpanContext[K] } = {
+      traceId,
+      spanId,
+      traceFlags: parseInt(match[4]!, 16) & TraceFlags.SAMPLED,
+      isRemote: true,
+    };
+    if (traceState !== undefined) spanContext.traceState = createTraceState(traceState);
+    return spanContext;
+  }
+  return undefined;
+}
+
+export interface ProcessSpanInput {
+  readonly queue: string;
+  readonly messageId: string;
+  readonly correlationId?: string;
+  readonly deliveryCount: number;
+  readonly applicationProperties: Readonly<Record<string, unknown>>;
+}
+
+/** The CONSUMER span of one message, a new trace linked to the producer's (messaging conventions). */
+export function startProcessSpan(input: ProcessSpanInput): { span: Span; ctx: Context } {
+  const links: Link[] = [];
+  const producer = producerContext(input.applicationProperties);
+  if (producer) links.push({ context: producer });
+  const span = tracer().startSpan(
+    SpanName.process(input.queue),
+    {
+      kind: SpanKind.CONSUMER,
+      links,
+      attributes: {
+        [Attr.messagingSystem]: MESSAGING_SYSTEM,
+        [Attr.operationName]: "process",
+        [Attr.operationType]: "process",
+        [Attr.destinationName]: input.queue,
+        [Attr.messageId]: input.messageId,
+        [Attr.deliveryCount]: input.deliveryCount,
+        ...(input.correlationId !== undefined ? { [Attr.conversationId]: input.correlationId } : {}),
+      },
+    },
+    context.active(),
+  );
+  return { span, ctx: trace.setSpan(context.active(), span) };
+}
+
+/** Records what became of the message on its process span and ends it. */
+export function endProcessSpan(
+  span: Span,
+  result: {
+    outcome: Outcome;
+    disposition?: Disposition;
+    errorType?: string;
+    messageType?: string;
+    reason?: string;
+  },
+): void {
+  span.setAttribute(Attr.outcome, result.outcome);
+  if (result.disposition !== undefined) span.setAttribute(Attr.dispositionStatus, result.disposition);
+  if (result.messageType !== undefined) span.setAttribute(Attr.messageType, result.messageType);
+  if (result.reason !== undefined) span.setAttribute(Attr.deadLetterReason, result.reason);
+  if (result.errorType !== undefined) {
+    span.setAttribute(Attr.errorType, result.errorType);
+    span.setStatus({ code: SpanStatusCode.ERROR });
+  }
+  span.end();
+}
+
+/** A child span around one settlement call (`complete <queue>`, `abandon <queue>`, `dead_letter <queue>`). */
+export async function traceSettlement<T>(
+  disposition: Disposition,
+  queue: string,
+  parent: Context,
+  fn: () => Promise<T>,
+): Promise<T> {
+  const span = tracer().startSpan(
+    SpanName.settle(disposition, queue),
+    {
+      kind: SpanKind.CLIENT,
+      attributes: {
+        [Attr.messagingSystem]: MESSAGING_SYSTEM,
+        [Attr.operationName]: disposition,
+        [Attr.operationType]: "settle",
+        [Attr.destinationName]: queue,
+        [Attr.dispositionStatus]: disposition,
+      },
+    },
+    parent,
+  );
+  try {
+    return await fn();
+  } catch (error) {
+    span.setAttribute(Attr.errorType, errorType(error));
+    span.setStatus({ code: SpanStatusCode.ERROR });
+    throw error;
+  } finally {
+    span.end();
+  }
+}
+
+/** The PRODUCER span of one send; `inject` writes its context into a message's application properties. */
+export function startSendSpan(
+  queue: string,
+  messageCount: number,
+  messageId?: string,
+): { span: Span; ctx: Context } {
+  const span = tracer().startSpan(SpanName.send(queue), {
+    kind: SpanKind.PRODUCER,
+    attributes: {
+      [Attr.messagingSystem]: MESSAGING_SYSTEM,
+      [Attr.operationName]: "send",
+      [Attr.operationType]: "send",
+      [Attr.destinationName]: queue,
+      ...(messageCount > 1 ? { [Attr.batchMessageCount]: messageCount } : {}),
+      ...(messageId !== undefined ? { [Attr.messageId]: messageId } : {}),
+    },
+  });
+  return { span, ctx: trace.setSpan(context.active(), span) };
+}
+
+/** Writes `traceparent` and `Diagnostic-Id` (and whatever the registered propagator adds) for the consumer. */
+export function injectTraceContext(ctx: Context, properties: Record<string, unknown>): void {
+  const spanContext = trace.getSpanContext(ctx);
+  if (!spanContext || !trace.isSpanContextValid(spanContext)) return;
+  propagation.inject(ctx, properties, { set: (carrier, key, value) => (carrier[key] = value) });
+  const flags = (spanContext.traceFlags & TraceFlags.SAMPLED).toString(16).padStart(2, "0");
+  const traceparent = `00-${spanContext.traceId}-${spanContext.spanId}-${flags}`;
+  properties.traceparent = traceparent;
+  properties["Diagnostic-Id"] = traceparent;
+}
+
+export function endSpan(span: Span, error?: unknown): void {
+  if (error !== undefined) {
+    span.setAttribute(Attr.errorType, errorType(error));
+    span.setStatus({ code: SpanStatusCode.ERROR });
+  }
+  span.end();
+}
+
+export function errorType(error: unknown): string {
+  if (error && typeof error === "object") {
+    const e = error as { code?: unknown; name?: unknown };
+    if (typeof e.code === "string" && e.code !== "") return e.code;
+    if (typeof e.name === "string" && e.name !== "") return e.name;
+  }
+  return "Error";
+}

@@ -1,0 +1,261 @@
+import type { Context } from "@opentelemetry/api";
+import { metrics } from "@opentelemetry/api";
+import { HandlerRegistry, type IncomingMessage } from "../domain/envelope.ts";
+import type { MessageHandler } from "../domain/handler.ts";
+import type { Decision } from "../domain/settlement.ts";
+import type { InboxStore } from "../inbox/store.ts";
+import type { ServiceBusClient } from "../servicebus/client.ts";
+import { QueueReceiver } from "../servicebus/receiver.ts";
+import { METER_NAME, Metric } from "../telemetry/names.ts";
+import { silentLogger, type Logger } from "../telemetry/logger.ts";
+import { processMessage } from "./process-message.ts";
+
+export interface WorkerOptions {
+  readonly client: ServiceBusClient;
+  readonly store: InboxStore;
+  readonly handlers: readonly MessageHandler[] | HandlerRegistry;
+  readonly queue: string;
+  readonly consumer: string;
+  readonly maxConcurrentCalls?: number;
+  readonly maxAutoLockRenewalMs?: number;
+  readonly maxMessageBytes?: number;
+  readonly gracePeriodMs?: number;
+  readonly claimTimeoutMs?: number;
+  readonly sweepIntervalMs?: number;
+  readonly retentionMs?: number;
+  readonly cleanupIntervalMs?: number;
+  readonly outageBackoffMinMs?: number;
+  readonly outageBackoffMaxMs?: number;
+  readonly logger?: Logger;
+  /** Runs after a message's decision and before its settlement (fault injection; tests). */
+  readonly beforeSettle?: (message: IncomingMessage, decision: Decision) => void;
+}
+
+export interface WorkerStats {
+  committed: number;
+  duplicate: number;
+  poison: number;
+  failed: number;
+  settled: number;
+  settlementFailures: number;
+  outages: number;
+  held: number;
+}
+
+export interface Readiness {
+  readonly ready: boolean;
+  readonly receiver: "attached" | "detached";
+  readonly database: "ok" | "unreachable";
+  readonly paused: boolean;
+  readonly stats: WorkerStats;
+}
+
+export interface Worker {
+  start(): void;
+  /** Stops taking messages, finishes what is in flight within the grace period, settles, closes the link. */
+  stop(): Promise<void>;
+  readiness(): Promise<Readiness>;
+  readonly stats: WorkerStats;
+  /** True while receiving is paused for a database outage. */
+  readonly paused: boolean;
+}
+
+/**
+ * The worker: a peek-lock receiver whose every message goes through the inbox. On a database outage it stops
+ * taking messages, probes the database with backoff, and resumes when it answers, so healthy messages are not
+ * burned into the dead-letter queue by repeated abandons.
+ */
+export function createWorker(options: WorkerOptions): Worker {
+  const logger = options.logger ?? silentLogger;
+  const registry =
+    options.handlers instanceof HandlerRegistry ? options.handlers : new HandlerRegistry(options.handlers);
+  const store = options.store;
+  const gracePeriodMs = options.gracePeriodMs ?? 20_000;
+  const backoffMin = options.outageBackoffMinMs ?? 250;
+  const backoffMax = options.outageBackoffMaxMs ?? 15_000;
+  const stats: WorkerStats = {
+    committed: 0,
+    duplicate: 0,
+    poison: 0,
+    failed: 0,
+    settled: 0,
+    settlementFailures: 0,
+    outages: 0,
+    held: 0,
+  };
+  const meter = metrics.getMeter(METER_NAME);
+  const outcomeCounter = meter.createCounter(Metric.outcomes);
+  const dispositionCounter = meter.createCounter(Metric.dispositions);
+  const settlementFailureCounter = meter.createCounter(Metric.settlementFailures);
+  const duplicateCounter = meter.createCounter(Metric.duplicatesAbsorbed);
+
+  let started = false;
+  let stopping = false;
+  let paused = false;
+  let outageLoop: Promise<void> | undefined;
+  let wakeOutage: (() => void) | undefined;
+  const timers: NodeJS.Timeout[] = [];
+
+  const receiver = new QueueReceiver({
+    client: options.client,
+    queue: options.queue,
+    maxConcurrentCalls: options.maxConcurrentCalls ?? 16,
+    maxAutoLockRenewalMs: options.maxAutoLockRenewalMs ?? 300_000,
+    logger,
+    handle: (message: IncomingMessage, _ctx: Context) => handle(message),
+    beforeSettle: options.beforeSettle,
+    onSettled: (decision, settled) => {
+      if (settled) stats.settled += 1;
+      dispositionCounter.add(1, { disposition: decision.disposition, settled });
+    },
+    onSettlementFailure: (_error, disposition) => {
+      stats.settlementFailures += 1;
+      settlementFailureCounter.add(1, { disposition });
+    },
+  });
+
+  async function handle(message: IncomingMessage): Promise<Decision & { messageType?: string }> {
+    const decision = await processMessage(message, {
+      store,
+      registry,
+      consumer: options.consumer,
+      maxMessageBytes: options.maxMessageBytes ?? 262_144,
+    });
+    stats[decision.outcome] += 1;
+    outcomeCounter.add(1, { outcome: decision.outcome });
+    if (decision.outcome === "duplicate") duplicateCounter.add(1);
+    if (decision.disposition === "abandon") {
+      logger.warn("message abandoned", {
+        messageId: message.messageId,
+        deliveryCount: message.deliveryCount,
+        errorClass: decision.errorClass,
+        error: decision.error,
+      });
+      if (decision.errorClass === "unavailable") enterOutage();
+    } else if (decision.disposition === "dead_letter") {
+      logger.warn("message dead-lettered", {
+        messageId: message.messageId,
+        reason: decision.reason,
+        description: decision.description,
+      });
+    }
+    return decision;
+  }
+
+  function enterOutage(): void {
+    if (paused || stopping) return;
+    paused = true;
+    stats.outages += 1;
+    logger.warn("database unreachable: receiving paused until it answers");
+    outageLoop = runOutage().catch((error: unknown) => logger.error("outage loop failed", { error }));
+  }
+
+  async function runOutage(): Promise<void> {
+    const began = Date.now();
+    await receiver.detach(gracePeriodMs);
+    let wait = backoffMin;
+    while (!stopping) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, wait);
+        wakeOutage = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      wakeOutage = undefined;
+      if (stopping) return;
+      try {
+        await store.ping();
+        break;
+      } catch (error) {
+        logger.info("database still unreachable", { nextProbeMs: Math.min(wait * 2, backoffMax), error });
+        wait = Math.min(wait * 2, backoffMax);
+      }
+    }
+    if (stopping) return;
+    meter.createHistogram(Metric.outagePause, { unit: "s" }).record((Date.now() - began) / 1000);
+    logger.info("database answers again: receiving resumed", { pausedMs: Date.now() - began });
+    paused = false;
+    receiver.start();
+  }
+
+  function every(intervalMs: number | undefined, name: string, task: () => Promise<unknown>): void {
+    if (!intervalMs) return;
+    let running = false;
+    const timer = setInterval(() => {
+      if (running || paused) return;
+      running = true;
+      task()
+        .catch((error: unknown) => logger.warn(`${name} failed`, { error }))
+        .finally(() => (running = false));
+    }, intervalMs);
+    timer.unref();
+    timers.push(timer);
+  }
+
+  return {
+    stats,
+    get paused() {
+      return paused;
+    },
+    start() {
+      if (started) return;
+      started = true;
+      receiver.start();
+      const claimTimeoutMs = options.claimTimeoutMs ?? 300_000;
+      every(options.sweepIntervalMs ?? 60_000, "claim sweep", async () => {
+        const swept = await store.sweepStaleClaims(claimTimeoutMs);
+        if (swept > 0) logger.info("stale two-phase claims made retryable", { swept });
+      });
+      const retentionMs = options.retentionMs;
+      if (retentionMs !== undefined) {
+        every(options.cleanupIntervalMs, "inbox cleanup", async () => {
+          const deleted = await store.cleanup(retentionMs);
+          if (deleted > 0) logger.info("old inbox rows deleted", { deleted });
+        });
+      }
+      logger.info("worker started", {
+        queue: options.queue,
+        consumer: options.consumer,
+        types: registry.types,
+      });
+    },
+    async stop() {
+      if (stopping) return;
+      stopping = true;
+      for (const timer of timers) clearInterval(timer);
+      wakeOutage?.();
+      await outageLoop;
+      await receiver.detach(gracePeriodMs);
+      stats.held = receiver.stats.held;
+      logger.info("worker stopped", { ...stats });
+    },
+    async readiness() {
+      let database: Readiness["database"] = "ok";
+      try {
+        await withTimeout(store.ping(), 2_000);
+      } catch {
+        database = "unreachable";
+      }
+      const attached = receiver.attached;
+      stats.held = receiver.stats.held;
+      return {
+        ready: attached && database === "ok" && !stopping,
+        receiver: attached ? "attached" : "detached",
+        database,
+        paused,
+        stats: { ...stats },
+      };
+    },
+  };
+}
+
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    promise,
+    new Promise<T>(
+      (_, reject) => (timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms`)), ms)),
+    ),
+  ]).finally(() => clearTimeout(timer));
+}
