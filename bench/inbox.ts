@@ -1,0 +1,154 @@
+// `npm run bench:inbox`: messages per second through the inbox store on an embedded PostgreSQL, fresh and
+// duplicate paths, at concurrency 1 and 16, against the same SQL issued in a bare loop on a bare pg pool.
+// A benchmark, not a test: it prints figures and the ratios the targets are stated in.
+import pg from "pg";
+import { EmbeddedPostgresServer } from "../src/embedded/postgres.ts";
+import { createPostgresInboxStore } from "../src/inbox/postgres/adapter.ts";
+import { BEGIN, COMMIT, ROLLBACK, statements } from "../src/inbox/postgres/statements.ts";
+import type { SqlExecutor } from "../src/domain/sql.ts";
+
+const MESSAGES = Number(process.env.SBINBOX_BENCH_MESSAGES ?? 3000);
+const CONCURRENCY = [1, 16];
+const INSERT_EFFECT = `INSERT INTO "Effects" ("MessageId") VALUES ($1)`;
+
+/** Runs `count` operations with `concurrency` workers; returns operations per second. */
+async function rate(count: number, concurrency: number, op: (i: number) => Promise<void>): Promise<number> {
+  let next = 0;
+  const started = process.hrtime.bigint();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      for (let i = next++; i < count; i = next++) await op(i);
+    }),
+  );
+  const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+  return count / seconds;
+}
+
+async function main(): Promise<void> {
+  const server = await EmbeddedPostgresServer.create();
+  try {
+    const url = await server.createDatabase("sbinbox_bench");
+    const store = createPostgresInboxStore({ url, maxConnections: 16 });
+    const storeNoPreCheck = createPostgresInboxStore({ url, maxConnections: 16, preCheck: false });
+    const bare = new pg.Pool({ connectionString: url, max: 16 });
+    await store.migrate();
+    await bare.query(
+      `CREATE TABLE "Effects" ("Id" bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "MessageId" text)`,
+    );
+    const effect = (id: string) => (tx: SqlExecutor) => tx.query(INSERT_EFFECT, [id]).then(() => undefined);
+
+    /** What the store sends for a fresh message, issued by hand: pre-check, BEGIN, marker, effect, COMMIT. */
+    const bareFresh = async (id: string, consumer: string) => {
+      const seen = await bare.query(statements.isProcessed, [id, consumer]);
+      if (seen.rows.length > 0) throw new Error("bench: unexpected duplicate");
+      const client = await bare.connect();
+      try {
+        await client.query(BEGIN);
+        await client.query(statements.insertProcessedMarker, [id, consumer]);
+        await client.query(INSERT_EFFECT, [id]);
+        await client.query(COMMIT);
+      } catch (error) {
+        await client.query(ROLLBACK);
+        throw error;
+      } finally {
+        client.release();
+      }
+    };
+    /** What the store sends for a duplicate found by the pre-check. */
+    const bareDuplicate = async (id: string, consumer: string) => {
+      const seen = await bare.query(statements.isProcessed, [id, consumer]);
+      if (seen.rows.length === 0) throw new Error("bench: expected a duplicate");
+    };
+    const expect = (kind: string) => (o: { kind: string }) => {
+      if (o.kind !== kind) throw new Error(`bench: expected ${kind}, got ${o.kind}`);
+    };
+
+    // Warm up connections, plans and caches for both paths.
+    await rate(500, 16, (i) =>
+      store.process({ messageId: `warm-${i}`, consumer: "s" }, effect(`warm-${i}`)).then(expect("committed")),
+    );
+    await rate(500, 16, (i) => bareFresh(`warm-${i}`, "b"));
+    await rate(500, 16, (i) =>
+      store.process({ messageId: `warm-${i}`, consumer: "s" }, effect("never")).then(expect("duplicate")),
+    );
+    await rate(500, 16, (i) => bareDuplicate(`warm-${i}`, "b"));
+
+    // Three rounds per cell, the store and the bare loop taking turns, and the median reported: the machine is
+    // shared, and one noisy stretch should not decide a ratio.
+    const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
+    const rows: string[][] = [];
+    for (const c of CONCURRENCY) {
+      const runs = {
+        storeFresh: [] as number[],
+        bareFresh: [] as number[],
+        storeDup: [] as number[],
+        bareDup: [] as number[],
+        noPre: [] as number[],
+      };
+      for (let round = 0; round < 3; round += 1) {
+        const tag = `c${c}r${round}`;
+        const key = (i: number) => ({ messageId: `${tag}-s-${i}`, consumer: "bench" });
+        runs.storeFresh.push(
+          await rate(MESSAGES, c, (i) =>
+            store.process(key(i), effect(`${tag}-s-${i}`)).then(expect("committed")),
+          ),
+        );
+        runs.bareFresh.push(await rate(MESSAGES, c, (i) => bareFresh(`${tag}-b-${i}`, "bench")));
+        runs.storeDup.push(
+          await rate(MESSAGES, c, (i) => store.process(key(i), effect("never")).then(expect("duplicate"))),
+        );
+        runs.bareDup.push(await rate(MESSAGES, c, (i) => bareDuplicate(`${tag}-b-${i}`, "bench")));
+        runs.noPre.push(
+          await rate(MESSAGES, c, (i) =>
+            storeNoPreCheck.process(key(i), effect("never")).then(expect("duplicate")),
+          ),
+        );
+      }
+      const [storeFresh, bareFreshRate, storeDup, bareDup, dupNoPreCheck] = [
+        runs.storeFresh,
+        runs.bareFresh,
+        runs.storeDup,
+        runs.bareDup,
+        runs.noPre,
+      ].map(median) as [number, number, number, number, number];
+      rows.push([
+        String(c),
+        storeFresh.toFixed(0),
+        bareFreshRate.toFixed(0),
+        (storeFresh / bareFreshRate).toFixed(2),
+        storeDup.toFixed(0),
+        bareDup.toFixed(0),
+        (storeDup / bareDup).toFixed(2),
+        (storeDup / storeFresh).toFixed(2),
+        dupNoPreCheck.toFixed(0),
+      ]);
+    }
+    const header = [
+      "conc",
+      "fresh store/s",
+      "fresh bare/s",
+      "store/bare",
+      "dup store/s",
+      "dup bare/s",
+      "store/bare",
+      "dup/fresh",
+      "dup no-precheck/s",
+    ];
+    const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+    const line = (cells: string[]) => cells.map((cell, i) => cell.padStart(widths[i]!)).join("  ");
+    process.stdout.write(
+      `inbox benchmark: embedded PostgreSQL, ${MESSAGES} messages per run, median of 3 runs, msgs/s\n`,
+    );
+    process.stdout.write(`${line(header)}\n${rows.map(line).join("\n")}\n`);
+    process.stdout.write(
+      "targets: store/bare >= 0.90; dup/fresh >= 3.00 (duplicates found by the pre-check)\n",
+    );
+    await store.close();
+    await storeNoPreCheck.close();
+    await bare.end();
+  } finally {
+    await server.dispose();
+  }
+}
+
+await main();
