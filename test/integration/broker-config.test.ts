@@ -1,0 +1,186 @@
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { once } from "node:events";
+import { mkdtemp, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { ServiceBusClient } from "@azure/service-bus";
+import {
+  BrokerConfigError,
+  defaultConfig,
+  loadConfigFile,
+  parseConfig,
+} from "../../src/localbroker/config.ts";
+import { parseIsoDuration } from "../../src/localbroker/duration.ts";
+
+/** The sample Config.json the Service Bus emulator ships with (one queue, one topic). */
+const emulatorSample = {
+  UserConfig: {
+    Namespaces: [
+      {
+        Name: "sbemulatorns",
+        Queues: [
+          {
+            Name: "queue.1",
+            Properties: {
+              DeadLetteringOnMessageExpiration: false,
+              DefaultMessageTimeToLive: "PT1H",
+              DuplicateDetectionHistoryTimeWindow: "PT20S",
+              ForwardDeadLetteredMessagesTo: "",
+              ForwardTo: "",
+              LockDuration: "PT1M",
+              MaxDeliveryCount: 3,
+              RequiresDuplicateDetection: false,
+              RequiresSession: false,
+            },
+          },
+        ],
+        Topics: [
+          {
+            Name: "topic.1",
+            Properties: {
+              DefaultMessageTimeToLive: "PT1H",
+              DuplicateDetectionHistoryTimeWindow: "PT20S",
+              RequiresDuplicateDetection: false,
+            },
+            Subscriptions: [
+              {
+                Name: "subscription.1",
+                Properties: { LockDuration: "PT1M", MaxDeliveryCount: 3 },
+                Rules: [],
+              },
+            ],
+          },
+        ],
+      },
+    ],
+    Logging: { Type: "File" },
+  },
+};
+
+function withQueueProperties(properties: Record<string, unknown>): unknown {
+  return { UserConfig: { Namespaces: [{ Name: "ns", Queues: [{ Name: "q", Properties: properties }] }] } };
+}
+
+function rejectsNaming(json: unknown, field: string): void {
+  assert.throws(
+    () => parseConfig(json),
+    (error: unknown) => {
+      assert.ok(error instanceof BrokerConfigError);
+      assert.equal(error.field, field);
+      assert.ok(error.message.includes(field));
+      return true;
+    },
+  );
+}
+
+describe("local broker: configuration in the emulator's Config.json shape", () => {
+  it("reads the emulator's sample config: its queue with its settings, its topic reported as ignored", () => {
+    const config = parseConfig(emulatorSample);
+    assert.equal(config.namespace, "sbemulatorns");
+    assert.deepEqual(config.queues, [
+      {
+        name: "queue.1",
+        lockDurationMs: 60_000,
+        maxDeliveryCount: 3,
+        requiresDuplicateDetection: false,
+        duplicateDetectionWindowMs: 20_000,
+        defaultTimeToLiveMs: 3_600_000,
+        deadLetteringOnMessageExpiration: false,
+        maxMessageSizeBytes: 256 * 1024,
+      },
+    ]);
+    assert.equal(config.warnings.length, 1);
+    assert.match(config.warnings[0]!, /topic\.1/);
+  });
+
+  it("reads the example config shipped in config/", async () => {
+    const config = await loadConfigFile("config/emulator.Config.json");
+    assert.deepEqual(
+      config.queues.map((q) => q.name),
+      ["sbinbox", "queue.1"],
+    );
+    assert.equal(config.queues[0]?.requiresDuplicateDetection, true);
+  });
+
+  it("offers one queue named sbinbox by default, with duplicate detection on", () => {
+    const [queue, ...others] = defaultConfig().queues;
+    assert.equal(others.length, 0);
+    assert.equal(queue?.name, "sbinbox");
+    assert.equal(queue?.requiresDuplicateDetection, true);
+    assert.equal(queue?.maxDeliveryCount, 10);
+    assert.equal(queue?.maxMessageSizeBytes, 262_144);
+  });
+
+  it("parses ISO 8601 durations and refuses what is not one", () => {
+    assert.equal(parseIsoDuration("PT1M"), 60_000);
+    assert.equal(parseIsoDuration("PT0.5S"), 500);
+    assert.equal(parseIsoDuration("P1DT2H"), 93_600_000);
+    assert.equal(parseIsoDuration("1 minute"), undefined);
+    assert.equal(parseIsoDuration("PT"), undefined);
+  });
+
+  it("names the bad field in every error", () => {
+    const p = "UserConfig.Namespaces[0].Queues[0].Properties";
+    rejectsNaming({}, "UserConfig");
+    rejectsNaming({ UserConfig: { Namespaces: [] } }, "UserConfig.Namespaces");
+    rejectsNaming({ UserConfig: { Namespaces: [{ Queues: [] }] } }, "UserConfig.Namespaces[0].Name");
+    rejectsNaming(
+      { UserConfig: { Namespaces: [{ Name: "n", Queues: [{}] }] } },
+      "UserConfig.Namespaces[0].Queues[0].Name",
+    );
+    rejectsNaming(withQueueProperties({ LockDuration: "1 minute" }), `${p}.LockDuration`);
+    rejectsNaming(withQueueProperties({ MaxDeliveryCount: 0 }), `${p}.MaxDeliveryCount`);
+    rejectsNaming(
+      withQueueProperties({ RequiresDuplicateDetection: "yes" }),
+      `${p}.RequiresDuplicateDetection`,
+    );
+    rejectsNaming(
+      withQueueProperties({ DuplicateDetectionHistoryTimeWindow: 20 }),
+      `${p}.DuplicateDetectionHistoryTimeWindow`,
+    );
+    rejectsNaming(withQueueProperties({ DefaultMessageTimeToLive: "P" }), `${p}.DefaultMessageTimeToLive`);
+    rejectsNaming(
+      withQueueProperties({ DeadLetteringOnMessageExpiration: 1 }),
+      `${p}.DeadLetteringOnMessageExpiration`,
+    );
+    rejectsNaming(withQueueProperties({ RequiresSession: true }), `${p}.RequiresSession`);
+    rejectsNaming(withQueueProperties({ ForwardTo: "elsewhere" }), `${p}.ForwardTo`);
+  });
+
+  it("`sbinbox broker --config` serves the emulator's sample config to the SDK and stops on SIGINT", async function () {
+    this.timeout(30_000);
+    const dir = await mkdtemp(join(tmpdir(), "sbinbox-broker-"));
+    const file = join(dir, "Config.json");
+    await writeFile(file, JSON.stringify(emulatorSample));
+    const child = spawn(process.execPath, ["bin/sbinbox.js", "broker", "--port", "0", "--config", file], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let stdout = "";
+    child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()));
+    const exited = once(child, "exit");
+    try {
+      const deadline = Date.now() + 20_000;
+      while (!/Endpoint=sb:\/\/localhost:\d+;\S+/.test(stdout)) {
+        if (Date.now() > deadline || child.exitCode !== null)
+          throw new Error(`broker did not start: ${stdout}`);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      const connectionString = /Endpoint=sb:\/\/localhost:\d+;\S+/.exec(stdout)![0];
+      assert.match(connectionString, /UseDevelopmentEmulator=true$/);
+      const client = new ServiceBusClient(connectionString);
+      const sender = client.createSender("queue.1");
+      await sender.sendMessages({ body: "hello", messageId: "cli-1" });
+      const receiver = client.createReceiver("queue.1");
+      const [message] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 5000 });
+      assert.equal(message?.body, "hello");
+      await receiver.completeMessage(message!);
+      await client.close();
+    } finally {
+      child.kill("SIGINT");
+    }
+    const [code] = await exited;
+    assert.equal(code, 0);
+    assert.match(stdout, /broker stopped/);
+  });
+});
