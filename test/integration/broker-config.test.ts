@@ -174,12 +174,12 @@ describe("local broker: configuration in the emulator's Config.json shape", () =
       const receiver = client.createReceiver("queue.1");
       const [message] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 5000 });
       assert.equal(message?.body, "hello");
-      await receiver.completeMessage(message!);
+      await receiver.completeMessage(message);
       await client.close();
     } finally {
       child.kill("SIGINT");
     }
-    const [code] = await exited;
+    const [code] = (await exited) as [number | null];
     assert.equal(code, 0);
     assert.match(stdout, /broker stopped/);
   });

@@ -22,9 +22,7 @@ function collect(
         await receiver.completeMessage(message);
         ids.push(String(message.messageId));
       },
-      processError: async (args) => {
-        throw args.error;
-      },
+      processError: (args) => Promise.reject(args.error),
     },
     { autoCompleteMessages: false, maxConcurrentCalls },
   );

@@ -9,7 +9,9 @@ async function openRhea(port: number): Promise<Connection> {
   const connection = container.connect({ host: "127.0.0.1", port, reconnect: false });
   await new Promise<void>((resolve, reject) => {
     connection.once("connection_open", () => resolve());
-    connection.once("connection_error", (c: EventContext) => reject(new Error(String(c.connection.error))));
+    connection.once("connection_error", (c: EventContext) =>
+      reject(new Error(JSON.stringify(c.connection.error))),
+    );
   });
   return connection;
 }
@@ -21,7 +23,7 @@ async function roundTrip(fixture: ReturnType<typeof useLocalBroker>, id: string)
   const receiver = fixture.client.createReceiver("sbinbox");
   const [message] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 5000 });
   assert.equal(message?.messageId, id);
-  await receiver.completeMessage(message!);
+  await receiver.completeMessage(message);
   await receiver.close();
 }
 
