@@ -19,11 +19,15 @@ export const Attr = {
   dbSystem: "db.system.name",
   dbOperation: "db.operation.name",
   dbStatusCode: "db.response.status_code",
+  dbQueryText: "db.query.text",
+  dbCollection: "db.collection.name",
   /** The project's own: committed, duplicate, poison, failed. */
   outcome: "sbinbox.outcome",
   consumer: "sbinbox.consumer",
   messageType: "sbinbox.message.type",
   deadLetterReason: "sbinbox.dead_letter.reason",
+  /** Which of the inbox's own statements a database span is (insertProcessedMarker, isProcessed, ...). */
+  inboxStatement: "sbinbox.inbox.statement",
 } as const;
 
 export const MESSAGING_SYSTEM = "servicebus";
@@ -38,6 +42,15 @@ export const SpanName = {
   inboxTransaction: "inbox.transaction",
   inboxInsert: "inbox.insert_marker",
   inboxClaim: "inbox.claim",
+  inboxMarkProcessed: "inbox.mark_processed",
+  /** One SQL statement, named as the database conventions say: operation, then table when known. */
+  dbStatement: (operation: string, table?: string) => (table ? `${operation} ${table}` : operation),
+} as const;
+
+/** `db.system.name` by dialect, as the database semantic conventions spell them. */
+export const DbSystem = {
+  postgres: "postgresql",
+  sqlserver: "microsoft.sql_server",
 } as const;
 
 export const Metric = {

@@ -4,6 +4,7 @@ import type { ErrorClass } from "../../domain/outcome.ts";
 import type { SqlResult } from "../../domain/sql.ts";
 import type { InboxDriver, InboxStoreOptions, InboxTransaction, StatementOrigin } from "../core.ts";
 import { InboxCore } from "../core.ts";
+import { traceInboxDriver, traceInboxStore } from "../../telemetry/inbox-tracing.ts";
 import { loadMigrations } from "../migrations.ts";
 import type { MigrationResult } from "../store.ts";
 import { classifyPostgresError } from "./classify.ts";
@@ -31,7 +32,8 @@ export interface PostgresInboxOptions extends InboxStoreOptions {
 }
 
 export function createPostgresInboxStore(options: PostgresInboxOptions): InboxCore {
-  return new InboxCore(new PostgresDriver(options), options);
+  // Traced: a span for the transaction and one per statement (no-ops until telemetry is started).
+  return traceInboxStore(new InboxCore(traceInboxDriver(new PostgresDriver(options)), options));
 }
 
 /** The inbox on PostgreSQL through `pg`. */

@@ -4,6 +4,7 @@ import type { ErrorClass } from "../../domain/outcome.ts";
 import type { SqlResult } from "../../domain/sql.ts";
 import type { InboxDriver, InboxStoreOptions, InboxTransaction, StatementOrigin } from "../core.ts";
 import { InboxCore } from "../core.ts";
+import { traceInboxDriver, traceInboxStore } from "../../telemetry/inbox-tracing.ts";
 import { loadMigrations } from "../migrations.ts";
 import type { MigrationResult } from "../store.ts";
 import { classifySqlServerError } from "./classify.ts";
@@ -33,7 +34,8 @@ export interface SqlServerInboxOptions extends InboxStoreOptions {
 }
 
 export function createSqlServerInboxStore(options: SqlServerInboxOptions): InboxCore {
-  return new InboxCore(new SqlServerDriver(options), options);
+  // Traced: a span for the transaction and one per statement (no-ops until telemetry is started).
+  return traceInboxStore(new InboxCore(traceInboxDriver(new SqlServerDriver(options)), options));
 }
 
 /** Binds positional parameters to @p1..@pn with explicit types, so plans are reused and seeks stay seeks. */

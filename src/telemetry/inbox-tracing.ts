@@ -1,0 +1,162 @@
+import { SpanKind, SpanStatusCode, trace, type Attributes, type Span } from "@opentelemetry/api";
+import type { Dialect, SqlResult } from "../domain/sql.ts";
+import type { InboxDriver, InboxStatements, InboxTransaction } from "../inbox/core.ts";
+import type { InboxStore } from "../inbox/store.ts";
+import { sqlServerErrorNumbers } from "../inbox/sqlserver/classify.ts";
+import { Attr, DbSystem, SpanName, TRACER_NAME } from "./names.ts";
+
+/**
+ * Spans for the inbox: `traceInboxStore` gives the transaction (and the two-phase claim) a span carrying its
+ * outcome; `traceInboxDriver` gives every statement inside it one, the marker insert and the handler's own
+ * writes included. Both are no-ops until a tracer provider is registered.
+ */
+const tracer = () => trace.getTracer(TRACER_NAME);
+
+/** The store with a span around `process`, `claim` and `markProcessed`, children of the active span. */
+export function traceInboxStore<S extends InboxStore>(store: S): S {
+  const system = DbSystem[store.dialect];
+  const base = (key: { messageId: string; consumer: string }): Attributes => ({
+    [Attr.dbSystem]: system,
+    [Attr.messageId]: key.messageId,
+    [Attr.consumer]: key.consumer,
+  });
+  const traced: Partial<InboxStore> = {
+    process: (key, work) =>
+      inSpan(SpanName.inboxTransaction, base(key), async (span) => {
+        const outcome = await store.process(key, work);
+        span.setAttribute(Attr.outcome, outcome.kind);
+        if (outcome.kind === "failed") recordDbError(span, store.dialect, outcome.error);
+        return outcome;
+      }),
+    claim: (key) =>
+      inSpan(SpanName.inboxClaim, base(key), async (span) => {
+        const outcome = await store.claim(key);
+        span.setAttribute(Attr.outcome, outcome.kind);
+        if (outcome.kind === "failed") recordDbError(span, store.dialect, outcome.error);
+        return outcome;
+      }),
+    markProcessed: (key, claimId) =>
+      inSpan(SpanName.inboxMarkProcessed, base(key), async (span) => {
+        try {
+          await store.markProcessed(key, claimId);
+        } catch (error) {
+          recordDbError(span, store.dialect, error);
+          throw error;
+        }
+      }),
+  };
+  // A proxy rather than a copy: every other member (and any the adapter adds) reaches the store untouched.
+  return new Proxy(store, {
+    get(target, property, receiver) {
+      if (typeof property === "string" && property in traced) return traced[property as keyof InboxStore];
+      const value: unknown = Reflect.get(target, property, receiver);
+      return typeof value === "function" ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+}
+
+/** The driver with a CLIENT span per statement: BEGIN, each query, COMMIT, ROLLBACK. */
+export function traceInboxDriver<D extends InboxDriver>(driver: D): D {
+  const roles = statementRoles(driver.statements);
+  const attributes = (sql: string): { name: string; attributes: Attributes } => {
+    const operation = firstKeyword(sql);
+    const role = roles.get(sql);
+    return {
+      name: SpanName.dbStatement(operation, role ? "Inbox" : undefined),
+      attributes: {
+        [Attr.dbSystem]: DbSystem[driver.dialect],
+        [Attr.dbOperation]: operation,
+        [Attr.dbQueryText]: sql,
+        ...(role ? { [Attr.dbCollection]: "Inbox", [Attr.inboxStatement]: role } : {}),
+      },
+    };
+  };
+  const statement = <T>(sql: string, run: () => Promise<T>): Promise<T> => {
+    const { name, attributes: attrs } = attributes(sql);
+    return inSpan(name, attrs, run, driver.dialect, SpanKind.CLIENT);
+  };
+  const control = <T>(operation: string, run: () => Promise<T>): Promise<T> =>
+    inSpan(
+      operation,
+      { [Attr.dbSystem]: DbSystem[driver.dialect], [Attr.dbOperation]: operation },
+      run,
+      driver.dialect,
+      SpanKind.CLIENT,
+    );
+  const traceTx = (tx: InboxTransaction): InboxTransaction => ({
+    query: <R>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>> =>
+      statement(sql, () => tx.query<R>(sql, params)),
+    commit: () => control("COMMIT", () => tx.commit()),
+    rollback: () => control("ROLLBACK", () => tx.rollback()),
+  });
+  const traced: Partial<InboxDriver> = {
+    query: <R>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>> =>
+      statement(sql, () => driver.query<R>(sql, params)),
+    begin: async () => traceTx(await control("BEGIN", () => driver.begin())),
+  };
+  return new Proxy(driver, {
+    get(target, property, receiver) {
+      if (typeof property === "string" && property in traced) return traced[property as keyof InboxDriver];
+      const value: unknown = Reflect.get(target, property, receiver);
+      return typeof value === "function" ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+}
+
+/**
+ * `db.response.status_code` as the conventions define it: the PostgreSQL SQLSTATE, or the SQL Server error
+ * number. Undefined for errors that never reached the server (a refused connection).
+ */
+export function dbStatusCode(dialect: Dialect, error: unknown): string | undefined {
+  if (typeof error !== "object" || error === null) return undefined;
+  if (dialect === "sqlserver") {
+    const number = sqlServerErrorNumbers(error)[0];
+    return number === undefined ? undefined : String(number);
+  }
+  const code = (error as { code?: unknown }).code;
+  return typeof code === "string" && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
+}
+
+function recordDbError(span: Span, dialect: Dialect, error: unknown): void {
+  const status = dbStatusCode(dialect, error);
+  if (status !== undefined) span.setAttribute(Attr.dbStatusCode, status);
+  span.setAttribute(Attr.errorType, status ?? errorName(error));
+  span.setStatus({ code: SpanStatusCode.ERROR, message: error instanceof Error ? error.message : undefined });
+}
+
+function errorName(error: unknown): string {
+  if (typeof error === "object" && error !== null) {
+    const { code, name } = error as { code?: unknown; name?: unknown };
+    if (typeof code === "string" && code !== "") return code;
+    if (typeof name === "string" && name !== "") return name;
+  }
+  return "Error";
+}
+
+async function inSpan<T>(
+  name: string,
+  attributes: Attributes,
+  run: (span: Span) => Promise<T>,
+  dialect?: Dialect,
+  kind: SpanKind = SpanKind.INTERNAL,
+): Promise<T> {
+  return tracer().startActiveSpan(name, { kind, attributes }, async (span) => {
+    try {
+      return await run(span);
+    } catch (error) {
+      if (dialect) recordDbError(span, dialect, error);
+      else span.setStatus({ code: SpanStatusCode.ERROR });
+      throw error;
+    } finally {
+      span.end();
+    }
+  });
+}
+
+function statementRoles(statements: InboxStatements): Map<string, string> {
+  return new Map(Object.entries(statements).map(([role, sql]) => [sql as string, role]));
+}
+
+function firstKeyword(sql: string): string {
+  return /^\s*([A-Za-z]+)/.exec(sql)?.[1]?.toUpperCase() ?? "QUERY";
+}
