@@ -44,11 +44,18 @@ param consumerName string = 'notes-worker'
 @description('Optional. Duplicate-detection window of the queue (ISO 8601 duration).')
 param duplicateDetectionHistoryTimeWindow string = 'PT10M'
 
-@description('Optional. Peek-lock duration of the queue (ISO 8601 duration).')
-param lockDuration string = 'PT1M'
+@description('Optional. Peek-lock duration of the queue in seconds (at most 300).')
+@minValue(5)
+@maxValue(300)
+param lockDurationSeconds int = 60
 
 @description('Optional. Deliveries before a message is dead-lettered.')
+@minValue(1)
 param maxDeliveryCount int = 10
+
+@description('Optional. Time to live of a message in hours.')
+@minValue(1)
+param messageTimeToLiveHours int = 336
 
 @description('Optional. Messages the worker processes at once on each instance.')
 @minValue(1)
@@ -111,8 +118,9 @@ module serviceBus '../bicep/modules/servicebus/main.bicep' = {
     skuName: serviceBusSkuName
     queueName: queueName
     duplicateDetectionHistoryTimeWindow: duplicateDetectionHistoryTimeWindow
-    lockDuration: lockDuration
+    lockDuration: 'PT${lockDurationSeconds}S'
     maxDeliveryCount: maxDeliveryCount
+    defaultMessageTimeToLive: 'PT${messageTimeToLiveHours}H'
   }
 }
 
@@ -136,7 +144,6 @@ module worker '../bicep/modules/appservice/main.bicep' = {
     planName: 'plan-sbinbox-${resourceToken}'
     location: location
     tags: tags
-    siteTags: union(tags, { 'azd-service-name': 'worker' })
     planSkuName: appServicePlanSkuName
     planCapacity: autoscaleMinimumCapacity
     linuxFxVersion: linuxFxVersion
@@ -149,6 +156,10 @@ module worker '../bicep/modules/appservice/main.bicep' = {
       SBINBOX_SQLSERVER_SERVER: '${sqlServerName}${environment().suffixes.sqlServerHostname}'
       SBINBOX_SQLSERVER_DATABASE: sqlDatabaseName
       SBINBOX_MAX_CONCURRENT_CALLS: string(maxConcurrentCalls)
+      // The queue's own settings, so the worker can check its inbox retention outlives every redelivery.
+      SBINBOX_QUEUE_LOCK_DURATION_MS: string(lockDurationSeconds * 1000)
+      SBINBOX_QUEUE_MAX_DELIVERY_COUNT: string(maxDeliveryCount)
+      SBINBOX_QUEUE_MESSAGE_TTL_HOURS: string(messageTimeToLiveHours)
       OTEL_SERVICE_NAME: 'sbinbox-worker'
     }
   }

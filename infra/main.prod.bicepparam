@@ -15,4 +15,4 @@ param autoscaleMaximumCapacity = 10
 param autoscaleScaleOutThreshold = 200
 param maxConcurrentCalls = 8
 param duplicateDetectionHistoryTimeWindow = 'PT1H'
-param lockDuration = 'PT2M'
+param lockDurationSeconds = 120

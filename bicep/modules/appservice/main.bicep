@@ -12,11 +12,8 @@ param planName string
 @description('Optional. Location for all resources.')
 param location string = resourceGroup().location
 
-@description('Optional. Tags of the plan.')
+@description('Optional. Tags of the resources.')
 param tags object = {}
-
-@description('Optional. Tags of the web app (azd finds the app it deploys by its azd-service-name tag).')
-param siteTags object = {}
 
 @description('Optional. SKU of the plan. Autoscale needs Standard (S1) or Premium (P0v3 and up).')
 param planSkuName string = 'P0v3'
@@ -65,7 +62,7 @@ resource plan 'Microsoft.Web/serverfarms@2025-03-01' = {
 resource site 'Microsoft.Web/sites@2025-03-01' = {
   name: name
   location: location
-  tags: siteTags
+  tags: tags
   kind: 'app,linux'
   identity: {
     type: 'SystemAssigned'

@@ -1,0 +1,132 @@
+/**
+ * Compiles the Bicep once per test run with the pinned CLI and walks the ARM JSON it produces, nested module
+ * templates included, so tests can assert on what Azure will actually receive.
+ */
+import { mkdtemp, readFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { runBicep } from "../../scripts/bicep.ts";
+
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+export type JsonObject = { [key: string]: Json };
+
+export interface ArmResource {
+  /** Symbolic name (language version 2.0) or index. */
+  symbol: string;
+  type: string;
+  name: string;
+  existing: boolean;
+  raw: JsonObject;
+  /** The template that declares it. */
+  template: JsonObject;
+}
+
+let outDir: Promise<string> | undefined;
+const cache = new Map<string, Promise<JsonObject>>();
+
+function workDir(): Promise<string> {
+  outDir ??= mkdtemp(join(tmpdir(), "sbinbox-arm-"));
+  return outDir;
+}
+
+async function bicepToJson(args: string[], outFile: string): Promise<JsonObject> {
+  const result = await runBicep([...args, "--outfile", outFile]);
+  if (result.code !== 0 || result.stderr.trim() !== "") {
+    throw new Error(
+      `bicep ${args.join(" ")} failed (exit ${result.code}):\n${result.stderr}${result.stdout}`,
+    );
+  }
+  return JSON.parse(await readFile(outFile, "utf8")) as JsonObject;
+}
+
+/** ARM template of a .bicep file, relative to the repository root. */
+export function compileTemplate(path: string): Promise<JsonObject> {
+  let entry = cache.get(path);
+  if (!entry) {
+    entry = workDir().then((dir) =>
+      bicepToJson(["build", path], join(dir, `${path.replaceAll("/", "_")}.json`)),
+    );
+    cache.set(path, entry);
+  }
+  return entry;
+}
+
+/** Parameters JSON of a .bicepparam file (placeholders stand in for the deploy-time environment). */
+export function compileParameters(path: string): Promise<JsonObject> {
+  let entry = cache.get(path);
+  if (!entry) {
+    entry = workDir().then((dir) =>
+      bicepToJson(["build-params", path], join(dir, `${path.replaceAll("/", "_")}.json`)),
+    );
+    cache.set(path, entry);
+  }
+  return entry;
+}
+
+export function isObject(value: Json | undefined): value is JsonObject {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+export function str(value: Json | undefined, what = "value"): string {
+  if (typeof value !== "string") throw new Error(`${what} is not a string`);
+  return value;
+}
+
+export function obj(value: Json | undefined, what: string): JsonObject {
+  if (!isObject(value)) throw new Error(`${what} is not an object`);
+  return value;
+}
+
+function entries(resources: Json | undefined): [string, JsonObject][] {
+  if (Array.isArray(resources)) return resources.map((r, i) => [String(i), obj(r, `resource ${i}`)]);
+  if (isObject(resources)) return Object.entries(resources).map(([k, r]) => [k, obj(r, `resource ${k}`)]);
+  return [];
+}
+
+/** Every template: the root and each nested module template, depth first. */
+export function templates(root: JsonObject): JsonObject[] {
+  const found: JsonObject[] = [root];
+  for (const [, r] of entries(root.resources)) {
+    if (r.type === "Microsoft.Resources/deployments") {
+      const nested = obj(obj(r.properties, "deployment properties").template, "nested template");
+      found.push(...templates(nested));
+    }
+  }
+  return found;
+}
+
+/** Every resource of every template, module deployments themselves excluded. */
+export function resources(root: JsonObject): ArmResource[] {
+  return templates(root).flatMap((template) =>
+    entries(template.resources)
+      .filter(([, r]) => r.type !== "Microsoft.Resources/deployments")
+      .map(([symbol, r]) => ({
+        symbol,
+        type: str(r.type, "resource type"),
+        name: str(r.name, "resource name"),
+        existing: r.existing === true,
+        raw: r,
+        template,
+      })),
+  );
+}
+
+export function ofType(root: JsonObject, type: string): ArmResource[] {
+  return resources(root).filter((r) => r.type.toLowerCase() === type.toLowerCase() && !r.existing);
+}
+
+/** The one resource of a type; fails when there are none or several. */
+export function single(root: JsonObject, type: string): ArmResource {
+  const found = ofType(root, type);
+  if (found.length !== 1) throw new Error(`expected one ${type}, found ${found.length}`);
+  return found[0]!;
+}
+
+export function props(resource: ArmResource): JsonObject {
+  return obj(resource.raw.properties, `${resource.type} properties`);
+}
+
+/** A template parameter's default value, for properties set as `[parameters('x')]`. */
+export function parameterDefault(template: JsonObject, name: string): Json | undefined {
+  return obj(obj(template.parameters, "parameters")[name], `parameter ${name}`).defaultValue;
+}

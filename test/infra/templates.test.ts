@@ -1,0 +1,262 @@
+import assert from "node:assert/strict";
+import {
+  compileParameters,
+  compileTemplate,
+  isObject,
+  obj,
+  ofType,
+  parameterDefault,
+  props,
+  resources,
+  single,
+  str,
+  templates,
+  type JsonObject,
+} from "./arm.ts";
+
+// Built-in role definition IDs, the same in every tenant (Microsoft's "Azure built-in roles" list).
+const dataReceiverRole = "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0";
+const dataSenderRole = "69a216fc-b8fb-44d8-bc22-1f3c2cd27a39";
+
+describe("infra/main.bicep compiled to ARM JSON by the pinned Bicep CLI", function () {
+  this.timeout(120_000);
+  let main: JsonObject;
+
+  before(async function () {
+    main = await compileTemplate("infra/main.bicep");
+  });
+
+  describe("Service Bus", function () {
+    it("accepts Entra ID only, over TLS 1.2, on a tier that has duplicate detection", function () {
+      const namespace = single(main, "Microsoft.ServiceBus/namespaces");
+      assert.equal(props(namespace).disableLocalAuth, true);
+      assert.equal(props(namespace).minimumTlsVersion, "1.2");
+      const sku = obj(obj(namespace.template.parameters, "parameters").skuName, "skuName");
+      assert.deepEqual(sku.allowedValues, ["Standard", "Premium"]);
+      assert.equal(sku.defaultValue, "Standard");
+    });
+
+    it("creates the queue with duplicate detection and its tunables as parameters", function () {
+      const queue = single(main, "Microsoft.ServiceBus/namespaces/queues");
+      const p = props(queue);
+      assert.equal(p.requiresDuplicateDetection, true);
+      assert.equal(p.deadLetteringOnMessageExpiration, "[parameters('deadLetteringOnMessageExpiration')]");
+      for (const name of ["duplicateDetectionHistoryTimeWindow", "lockDuration", "maxDeliveryCount"]) {
+        assert.equal(p[name], `[parameters('${name}')]`, name);
+      }
+      assert.equal(parameterDefault(queue.template, "deadLetteringOnMessageExpiration"), true);
+    });
+  });
+
+  describe("Azure SQL", function () {
+    it("has an Entra-only server with an Entra admin from parameters and TLS 1.2", function () {
+      const server = single(main, "Microsoft.Sql/servers");
+      const p = props(server);
+      assert.equal(p.minimalTlsVersion, "1.2");
+      assert.equal(p.administratorLoginPassword, undefined);
+      const admins = obj(p.administrators, "administrators");
+      assert.equal(admins.azureADOnlyAuthentication, true);
+      assert.equal(admins.administratorType, "ActiveDirectory");
+      assert.equal(admins.sid, "[parameters('administratorObjectId')]");
+      assert.equal(admins.login, "[parameters('administratorLogin')]");
+    });
+
+    it("opens the firewall to single addresses only, never to Azure at large or the internet", function () {
+      const rules = ofType(main, "Microsoft.Sql/servers/firewallRules");
+      assert.ok(rules.length > 0, "the worker's addresses need rules");
+      for (const rule of rules) {
+        const p = props(rule);
+        assert.equal(p.startIpAddress, p.endIpAddress, `${rule.name} spans a range`);
+        assert.doesNotMatch(rule.name, /AllowAllWindowsAzureIps/i);
+      }
+      const text = JSON.stringify(main);
+      assert.doesNotMatch(text, /255\.255\.255\.255/);
+      assert.doesNotMatch(text, /"0\.0\.0\.0"/);
+    });
+  });
+
+  describe("App Service", function () {
+    it("runs the worker on a current Node LTS with a system-assigned identity", function () {
+      const site = single(main, "Microsoft.Web/sites");
+      assert.deepEqual(site.raw.identity, { type: "SystemAssigned" });
+      assert.equal(props(site).httpsOnly, true);
+      const config = obj(props(site).siteConfig, "siteConfig");
+      assert.equal(config.linuxFxVersion, "[parameters('linuxFxVersion')]");
+      const runtime = obj(obj(site.template.parameters, "parameters").linuxFxVersion, "linuxFxVersion");
+      const allowed = runtime.allowedValues;
+      assert.ok(Array.isArray(allowed) && allowed.length > 0);
+      for (const value of [...allowed, runtime.defaultValue]) {
+        const major = /^NODE\|(\d+)-lts$/.exec(str(value))?.[1];
+        assert.ok(major !== undefined && Number(major) >= 22, `${str(value)} is not Node 22 LTS or newer`);
+      }
+      assert.equal(parameterDefault(site.template, "appCommandLine"), "node bin/sbinbox.js worker");
+    });
+
+    it("keeps the worker always on, health-checked, HTTPS only, no FTP, TLS 1.2", function () {
+      const site = single(main, "Microsoft.Web/sites");
+      const config = obj(props(site).siteConfig, "siteConfig");
+      assert.equal(config.alwaysOn, true);
+      assert.equal(config.ftpsState, "Disabled");
+      assert.equal(config.minTlsVersion, "1.2");
+      assert.equal(config.scmMinTlsVersion, "1.2");
+      assert.equal(config.healthCheckPath, "[parameters('healthCheckPath')]");
+      assert.equal(parameterDefault(site.template, "healthCheckPath"), "/healthz");
+      const basicAuth = ofType(main, "Microsoft.Web/sites/basicPublishingCredentialsPolicies");
+      assert.equal(basicAuth.length, 2);
+      for (const policy of basicAuth) assert.equal(props(policy).allow, false);
+      const plan = single(main, "Microsoft.Web/serverfarms");
+      assert.equal(props(plan).reserved, true, "Linux plan");
+    });
+
+    it("passes the worker's settings, Application Insights read from the resource itself", function () {
+      const settings = single(main, "Microsoft.Web/sites/config");
+      assert.match(settings.name, /'appsettings'/);
+      const expression = str(settings.raw.properties);
+      assert.match(expression, /'APPLICATIONINSIGHTS_CONNECTION_STRING', reference\('applicationInsights'\)/);
+      const worker = obj(obj(main.resources, "resources").worker, "worker module");
+      const params = obj(obj(worker.properties, "module properties").parameters, "module parameters");
+      const appSettings = obj(obj(params.appSettings, "appSettings").value, "appSettings value");
+      for (const name of [
+        "SBINBOX_SERVICEBUS_NAMESPACE",
+        "SBINBOX_QUEUE",
+        "SBINBOX_CONSUMER",
+        "SBINBOX_SQLSERVER_SERVER",
+        "SBINBOX_SQLSERVER_DATABASE",
+        "SBINBOX_MAX_CONCURRENT_CALLS",
+        "OTEL_SERVICE_NAME",
+      ]) {
+        assert.ok(name in appSettings, `${name} missing`);
+      }
+      assert.equal(appSettings.SBINBOX_DATABASE, "sqlserver");
+      assert.doesNotMatch(JSON.stringify(appSettings), /CONNECTION_STRING|Password|listKeys/i);
+    });
+  });
+
+  describe("role assignments", function () {
+    it("give the worker Data Receiver and publishers Data Sender, on the queue, named guid(scope, principal, role)", function () {
+      const assignments = ofType(main, "Microsoft.Authorization/roleAssignments");
+      assert.equal(assignments.length, 2);
+      const roleIds = obj(assignments[0]!.template.variables, "variables");
+      assert.equal(roleIds.dataReceiverRoleId, dataReceiverRole);
+      assert.equal(roleIds.dataSenderRoleId, dataSenderRole);
+      const queueScope =
+        "resourceId('Microsoft.ServiceBus/namespaces/queues', parameters('namespaceName'), parameters('queueName'))";
+      const expected = [
+        { principal: "parameters('receiverPrincipalId')", role: "dataReceiverRoleId" },
+        { principal: "parameters('senders')[copyIndex()].principalId", role: "dataSenderRoleId" },
+      ];
+      for (const { principal, role } of expected) {
+        const assignment = assignments.find((a) => str(props(a).roleDefinitionId).includes(role));
+        assert.ok(assignment, `no assignment of ${role}`);
+        assert.equal(assignment.name, `[guid(${queueScope}, ${principal}, variables('${role}'))]`);
+        assert.equal(assignment.raw.scope, `[${queueScope}]`);
+        assert.equal(
+          props(assignment).roleDefinitionId,
+          `[subscriptionResourceId('Microsoft.Authorization/roleDefinitions', variables('${role}'))]`,
+        );
+      }
+    });
+  });
+
+  describe("monitoring and autoscale", function () {
+    it("has a workspace-based Application Insights", function () {
+      const insights = single(main, "Microsoft.Insights/components");
+      assert.match(str(props(insights).WorkspaceResourceId), /Microsoft\.OperationalInsights\/workspaces/);
+      single(main, "Microsoft.OperationalInsights/workspaces");
+    });
+
+    it("scales the plan out and in on the queue's ActiveMessages, with bounds as parameters", function () {
+      const autoscale = single(main, "Microsoft.Insights/autoscalesettings");
+      const profiles = props(autoscale).profiles;
+      assert.ok(Array.isArray(profiles) && profiles.length === 1);
+      const profile = obj(profiles[0], "profile");
+      assert.deepEqual(profile.capacity, {
+        minimum: "[string(parameters('minimumCapacity'))]",
+        maximum: "[string(parameters('maximumCapacity'))]",
+        default: "[string(parameters('defaultCapacity'))]",
+      });
+      const rules = profile.rules;
+      assert.ok(Array.isArray(rules));
+      const directions = rules.map((r) => {
+        const rule = obj(r, "rule");
+        const trigger = obj(rule.metricTrigger, "metricTrigger");
+        assert.equal(trigger.metricName, "ActiveMessages");
+        assert.equal(trigger.metricNamespace, "Microsoft.ServiceBus/namespaces");
+        const dimensions =
+          typeof trigger.dimensions === "string"
+            ? /^\[variables\('(\w+)'\)\]$/.exec(trigger.dimensions)?.[1]
+            : undefined;
+        const resolved = dimensions
+          ? obj(autoscale.template.variables, "variables")[dimensions]
+          : trigger.dimensions;
+        assert.match(
+          JSON.stringify(resolved),
+          /"DimensionName":"EntityName".*"Values":\["\[parameters\('queueName'\)\]"\]/,
+        );
+        return obj(rule.scaleAction, "scaleAction").direction;
+      });
+      assert.deepEqual(directions.sort(), ["Decrease", "Increase"]);
+    });
+  });
+
+  describe("conventions", function () {
+    it("describes every parameter as Required. or Optional., matching whether it has a default", function () {
+      let checked = 0;
+      for (const template of templates(main)) {
+        for (const [name, value] of Object.entries(obj(template.parameters ?? {}, "parameters"))) {
+          const param = obj(value, name);
+          const description = isObject(param.metadata) ? str(param.metadata.description) : "";
+          const expected = "defaultValue" in param || param.nullable === true ? "Optional. " : "Required. ";
+          assert.ok(description.startsWith(expected), `${name}: "${description}" should start "${expected}"`);
+          checked++;
+        }
+      }
+      assert.ok(checked > 40, `only ${checked} parameters seen`);
+    });
+
+    it("outputs names and ids, never a secret", function () {
+      const secretName = /secret|password|key$|keys|connectionstring|token|sas/i;
+      const secretValue =
+        /listKeys|listConnectionStrings|listCredentials|ConnectionString|InstrumentationKey|primaryKey/i;
+      let checked = 0;
+      for (const template of templates(main)) {
+        for (const [name, value] of Object.entries(obj(template.outputs ?? {}, "outputs"))) {
+          const output = obj(value, name);
+          assert.doesNotMatch(name, secretName, `output ${name}`);
+          const expression = JSON.stringify({ value: output.value, copy: output.copy });
+          assert.doesNotMatch(expression, secretValue, `output ${name}`);
+          assert.notEqual(output.type, "securestring");
+          checked++;
+        }
+      }
+      assert.ok(checked > 20, `only ${checked} outputs seen`);
+    });
+
+    it("uses stable API versions only", function () {
+      for (const resource of resources(main)) {
+        assert.doesNotMatch(str(resource.raw.apiVersion), /preview/, `${resource.type}`);
+      }
+    });
+  });
+});
+
+describe("infra/main.<env>.bicepparam compiled by the pinned Bicep CLI", function () {
+  this.timeout(120_000);
+
+  for (const env of ["dev", "prod"]) {
+    it(`${env}: names its environment, keeps Node LTS and sane autoscale bounds`, async function () {
+      const built = await compileParameters(`infra/main.${env}.bicepparam`);
+      const parameters = obj(built.parameters, "parameters");
+      const value = (name: string) => obj(parameters[name], name).value;
+      assert.equal(value("environmentName"), env);
+      // Read from the environment at deploy time; the checks supply a placeholder.
+      assert.equal(value("sqlAdministratorObjectId"), "00000000-0000-0000-0000-000000000000");
+      assert.ok(Number(value("autoscaleMinimumCapacity")) <= Number(value("autoscaleMaximumCapacity")));
+      assert.match(
+        str(value("appServicePlanSkuName")),
+        /^(S\d|P\d+v\d)$/,
+        "autoscale needs Standard or Premium",
+      );
+    });
+  }
+});
