@@ -21,10 +21,15 @@ export interface QueueReceiverOptions {
   readonly handle: (message: IncomingMessage, ctx: Context) => Promise<Decision & { messageType?: string }>;
   readonly logger: Logger;
   readonly scheduler?: SettlementScheduler;
-  /** Called after the decision, before settlement (the demo's kill-between-commit-and-complete switch). */
-  readonly beforeSettle?: (message: IncomingMessage, decision: Decision) => void;
-  readonly onSettled?: (decision: Decision, settled: boolean) => void;
-  readonly onSettlementFailure?: (error: unknown, disposition: Decision["disposition"]) => void;
+  /** Awaited after the decision, before settlement (the demo's kill-between-commit-and-complete switch; tests). */
+  readonly beforeSettle?: (message: IncomingMessage, decision: Decision) => void | Promise<void>;
+  /** Each message taken for processing. */
+  readonly onReceived?: () => void;
+  /** After settlement: whether it took effect, its error if not, and the time since receipt. */
+  readonly onSettled?: (
+    decision: Decision,
+    result: { settled: boolean; error?: unknown; durationMs: number },
+  ) => void;
 }
 
 export interface ReceiverStats {
@@ -137,6 +142,8 @@ export class QueueReceiver {
   }
 
   private async processOne(receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage): Promise<void> {
+    const began = performance.now();
+    this.options.onReceived?.();
     const incoming = toIncoming(message);
     const { span, ctx } = startProcessSpan({
       queue: this.options.queue,
@@ -151,9 +158,9 @@ export class QueueReceiver {
     } catch (error) {
       decision = { disposition: "abandon", outcome: "failed", error, errorClass: "permanent" };
     }
-    this.options.beforeSettle?.(incoming, decision);
-    const settled = await this.settle(receiver, message, decision, ctx);
-    this.options.onSettled?.(decision, settled);
+    await this.options.beforeSettle?.(incoming, decision);
+    const settlement = await this.settle(receiver, message, decision, ctx);
+    this.options.onSettled?.(decision, { ...settlement, durationMs: performance.now() - began });
     endProcessSpan(span, {
       outcome: decision.outcome,
       disposition: decision.disposition,
@@ -169,7 +176,7 @@ export class QueueReceiver {
     message: ServiceBusReceivedMessage,
     decision: Decision,
     ctx: Context,
-  ): Promise<boolean> {
+  ): Promise<{ settled: boolean; error?: unknown }> {
     const { queue } = this.options;
     const issue = (): Promise<void> => {
       switch (decision.disposition) {
@@ -188,10 +195,9 @@ export class QueueReceiver {
       await traceSettlement(decision.disposition, queue, ctx, () =>
         this.scheduler.settle(decision.disposition, issue),
       );
-      return true;
+      return { settled: true };
     } catch (error) {
       this.stats.settlementFailures += 1;
-      this.options.onSettlementFailure?.(error, decision.disposition);
       this.options.logger.warn(
         "settlement failed; the message will be redelivered and the inbox absorbs it",
         {
@@ -201,7 +207,7 @@ export class QueueReceiver {
           error,
         },
       );
-      return false;
+      return { settled: false, error };
     }
   }
 

@@ -1,13 +1,13 @@
 import type { Context } from "@opentelemetry/api";
-import { metrics } from "@opentelemetry/api";
 import { HandlerRegistry, type IncomingMessage } from "../domain/envelope.ts";
 import type { MessageHandler } from "../domain/handler.ts";
 import type { Decision } from "../domain/settlement.ts";
 import type { InboxStore } from "../inbox/store.ts";
 import type { ServiceBusClient } from "../servicebus/client.ts";
 import { QueueReceiver } from "../servicebus/receiver.ts";
-import { METER_NAME, Metric } from "../telemetry/names.ts";
+import { workerMetrics } from "../telemetry/metrics.ts";
 import { silentLogger, type Logger } from "../telemetry/logger.ts";
+import { errorType } from "../servicebus/tracing.ts";
 import { processMessage } from "./process-message.ts";
 
 export interface WorkerOptions {
@@ -28,7 +28,7 @@ export interface WorkerOptions {
   readonly outageBackoffMaxMs?: number;
   readonly logger?: Logger;
   /** Runs after a message's decision and before its settlement (fault injection; tests). */
-  readonly beforeSettle?: (message: IncomingMessage, decision: Decision) => void;
+  readonly beforeSettle?: (message: IncomingMessage, decision: Decision) => void | Promise<void>;
 }
 
 export interface WorkerStats {
@@ -83,11 +83,8 @@ export function createWorker(options: WorkerOptions): Worker {
     outages: 0,
     held: 0,
   };
-  const meter = metrics.getMeter(METER_NAME);
-  const outcomeCounter = meter.createCounter(Metric.outcomes);
-  const dispositionCounter = meter.createCounter(Metric.dispositions);
-  const settlementFailureCounter = meter.createCounter(Metric.settlementFailures);
-  const duplicateCounter = meter.createCounter(Metric.duplicatesAbsorbed);
+  const telemetry = workerMetrics();
+  let stopObservingClaims: (() => void) | undefined;
 
   let started = false;
   let stopping = false;
@@ -104,13 +101,26 @@ export function createWorker(options: WorkerOptions): Worker {
     logger,
     handle: (message: IncomingMessage, _ctx: Context) => handle(message),
     beforeSettle: options.beforeSettle,
-    onSettled: (decision, settled) => {
-      if (settled) stats.settled += 1;
-      dispositionCounter.add(1, { disposition: decision.disposition, settled });
-    },
-    onSettlementFailure: (_error, disposition) => {
-      stats.settlementFailures += 1;
-      settlementFailureCounter.add(1, { disposition });
+    onReceived: () => telemetry.recordConsumed(options.queue),
+    onSettled: (decision, result) => {
+      if (result.settled) stats.settled += 1;
+      else stats.settlementFailures += 1;
+      telemetry.recordSettlement({
+        queue: options.queue,
+        disposition: decision.disposition,
+        errorType: result.settled ? undefined : errorType(result.error),
+      });
+      telemetry.recordProcessed({
+        queue: options.queue,
+        outcome: decision.outcome,
+        durationMs: result.durationMs,
+        errorType:
+          decision.disposition === "dead_letter"
+            ? decision.reason
+            : decision.disposition === "abandon"
+              ? decision.errorClass
+              : undefined,
+      });
     },
   });
 
@@ -122,8 +132,6 @@ export function createWorker(options: WorkerOptions): Worker {
       maxMessageBytes: options.maxMessageBytes ?? 262_144,
     });
     stats[decision.outcome] += 1;
-    outcomeCounter.add(1, { outcome: decision.outcome });
-    if (decision.outcome === "duplicate") duplicateCounter.add(1);
     if (decision.disposition === "abandon") {
       logger.warn("message abandoned", {
         messageId: message.messageId,
@@ -173,7 +181,7 @@ export function createWorker(options: WorkerOptions): Worker {
       }
     }
     if (stopping) return;
-    meter.createHistogram(Metric.outagePause, { unit: "s" }).record((Date.now() - began) / 1000);
+    telemetry.recordOutagePause(Date.now() - began);
     logger.info("database answers again: receiving resumed", { pausedMs: Date.now() - began });
     paused = false;
     receiver.start();
@@ -202,6 +210,7 @@ export function createWorker(options: WorkerOptions): Worker {
       if (started) return;
       started = true;
       receiver.start();
+      stopObservingClaims = telemetry.observeOpenClaims(() => store.countOpenClaims());
       const claimTimeoutMs = options.claimTimeoutMs ?? 300_000;
       every(options.sweepIntervalMs ?? 60_000, "claim sweep", async () => {
         const swept = await store.sweepStaleClaims(claimTimeoutMs);
@@ -224,6 +233,7 @@ export function createWorker(options: WorkerOptions): Worker {
       if (stopping) return;
       stopping = true;
       for (const timer of timers) clearInterval(timer);
+      stopObservingClaims?.();
       wakeOutage?.();
       await outageLoop;
       await receiver.detach(gracePeriodMs);
