@@ -109,6 +109,7 @@ interface RheaModule {
     wrap_long(value: number | Buffer): unknown;
     wrap_int(value: number): unknown;
     wrap_uint(value: number): unknown;
+    wrap_symbol(value: string): unknown;
   };
 }
 

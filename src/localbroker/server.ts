@@ -132,6 +132,15 @@ export class AmqpServer {
     });
     container.sasl_server_mechanisms.enable_anonymous();
     container.sasl_server_mechanisms.enable_plain(() => true);
+    // The .NET SDK offers only MSSBCBS ("the token comes later, over CBS"); it is accepted like ANONYMOUS.
+    (container.sasl_server_mechanisms as unknown as Record<string, () => unknown>)["MSSBCBS"] = () => ({
+      outcome: undefined as boolean | undefined,
+      username: undefined as string | undefined,
+      start(this: { outcome?: boolean; username?: string }) {
+        this.outcome = true;
+        this.username = "cbs";
+      },
+    });
     const guard =
       (name: string, handler: (context: EventContext) => void) =>
       (context: EventContext): void => {
@@ -385,8 +394,9 @@ export class AmqpServer {
       properties["status-description"] = response.description;
     }
     if (response.condition !== undefined) {
-      properties["errorCondition"] = response.condition;
-      properties["error-condition"] = response.condition;
+      // A symbol, not a string: the .NET SDK casts it to AmqpSymbol.
+      properties["errorCondition"] = amqp.types.wrap_symbol(response.condition);
+      properties["error-condition"] = amqp.types.wrap_symbol(response.condition);
     }
     replyLink.send({
       correlation_id: request.message_id,
