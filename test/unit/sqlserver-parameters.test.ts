@@ -1,0 +1,38 @@
+import assert from "node:assert/strict";
+import mssql from "mssql";
+import { bindParameters } from "../../src/inbox/sqlserver/adapter.ts";
+import { statements } from "../../src/inbox/sqlserver/statements.ts";
+
+describe("SQL Server adapter: positional parameters become typed @p1..@pn", () => {
+  it("binds each value with an explicit type", () => {
+    const cutoff = new Date("2026-01-02T03:04:05.678Z");
+    const request = bindParameters(new mssql.Request(), [
+      "msg-1",
+      42,
+      5_000_000_000,
+      1.5,
+      cutoff,
+      true,
+      null,
+    ]);
+    const p = request.parameters;
+    assert.deepEqual(Object.keys(p), ["p1", "p2", "p3", "p4", "p5", "p6", "p7"]);
+    assert.equal(p.p1?.type, mssql.NVarChar);
+    assert.equal(p.p1?.length, 4000, "a bounded nvarchar, so an index seek on MessageId stays a seek");
+    assert.equal(p.p2?.type, mssql.Int);
+    assert.equal(p.p3?.type, mssql.BigInt);
+    assert.equal(p.p4?.type, mssql.Float);
+    assert.equal(p.p5?.type, mssql.DateTime2);
+    assert.equal(p.p5?.scale, 3);
+    assert.equal(p.p5?.value, cutoff);
+    assert.equal(p.p6?.type, mssql.Bit);
+    assert.equal(p.p7?.value, null);
+  });
+
+  it("every statement uses only @p1..@pn parameter names", () => {
+    for (const [name, sql] of Object.entries(statements)) {
+      const params = sql.match(/@\w+/g) ?? [];
+      for (const param of params) assert.match(param, /^@p\d+$/, `${name} uses ${param}`);
+    }
+  });
+});
