@@ -30,7 +30,8 @@ describe("SQL Server adapter: positional parameters become typed @p1..@pn", () =
   });
 
   it("every statement uses only @p1..@pn parameter names", () => {
-    for (const [name, sql] of Object.entries(statements)) {
+    const all: Record<string, string> = { ...statements };
+    for (const [name, sql] of Object.entries(all)) {
       const params = sql.match(/@\w+/g) ?? [];
       for (const param of params) assert.match(param, /^@p\d+$/, `${name} uses ${param}`);
     }
