@@ -5,7 +5,7 @@ import {
   type ServiceBusReceivedMessage,
   type ServiceBusReceiver,
 } from "@azure/service-bus";
-import type { Context } from "@opentelemetry/api";
+import { context, type Context } from "@opentelemetry/api";
 import type { IncomingMessage } from "../domain/envelope.ts";
 import type { Decision } from "../domain/settlement.ts";
 import type { Logger } from "../telemetry/logger.ts";
@@ -154,7 +154,8 @@ export class QueueReceiver {
     });
     let decision: Decision & { messageType?: string };
     try {
-      decision = await this.options.handle(incoming, ctx);
+      // Inside the process span, so the inbox's spans and the handler's log lines belong to it.
+      decision = await context.with(ctx, () => this.options.handle(incoming, ctx));
     } catch (error) {
       decision = { disposition: "abandon", outcome: "failed", error, errorClass: "permanent" };
     }
@@ -166,7 +167,15 @@ export class QueueReceiver {
       disposition: decision.disposition,
       messageType: decision.messageType,
       reason: decision.disposition === "dead_letter" ? decision.reason : undefined,
-      errorType: decision.disposition === "abandon" ? errorType(decision.error) : undefined,
+      // Why it did not simply succeed: the failure, the poison reason, or a settlement that did not take effect.
+      errorType:
+        decision.disposition === "abandon"
+          ? errorType(decision.error)
+          : decision.disposition === "dead_letter"
+            ? decision.reason
+            : settlement.settled
+              ? undefined
+              : errorType(settlement.error),
     });
   }
 

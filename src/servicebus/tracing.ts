@@ -59,11 +59,16 @@ export interface ProcessSpanInput {
   readonly applicationProperties: Readonly<Record<string, unknown>>;
 }
 
-/** The CONSUMER span of one message, a new trace linked to the producer's (messaging conventions). */
+/**
+ * The CONSUMER span of one message: a child of the producer's span, and linked to it as the messaging conventions
+ * recommend. The parent puts the publish, every delivery of the message, its inbox transaction and its settlement
+ * in one trace (README, "Tracing and metrics"); a message without trace context starts a new trace.
+ */
 export function startProcessSpan(input: ProcessSpanInput): { span: Span; ctx: Context } {
   const links: Link[] = [];
   const producer = producerContext(input.applicationProperties);
   if (producer) links.push({ context: producer });
+  const parent = producer ? trace.setSpanContext(context.active(), producer) : context.active();
   const span = tracer().startSpan(
     SpanName.process(input.queue),
     {
@@ -79,9 +84,9 @@ export function startProcessSpan(input: ProcessSpanInput): { span: Span; ctx: Co
         ...(input.correlationId !== undefined ? { [Attr.conversationId]: input.correlationId } : {}),
       },
     },
-    context.active(),
+    parent,
   );
-  return { span, ctx: trace.setSpan(context.active(), span) };
+  return { span, ctx: trace.setSpan(parent, span) };
 }
 
 /** Records what became of the message on its process span and ends it. */

@@ -61,13 +61,16 @@ export function traceInboxDriver<D extends InboxDriver>(driver: D): D {
   const attributes = (sql: string): { name: string; attributes: Attributes } => {
     const operation = firstKeyword(sql);
     const role = roles.get(sql);
+    // The inbox's own statements name their table; a ping or a cutoff query touches none.
+    const table = role && /\bInbox\b/.test(sql) ? "Inbox" : undefined;
     return {
-      name: SpanName.dbStatement(operation, role ? "Inbox" : undefined),
+      name: SpanName.dbStatement(operation, table),
       attributes: {
         [Attr.dbSystem]: DbSystem[driver.dialect],
         [Attr.dbOperation]: operation,
         [Attr.dbQueryText]: sql,
-        ...(role ? { [Attr.dbCollection]: "Inbox", [Attr.inboxStatement]: role } : {}),
+        ...(table ? { [Attr.dbCollection]: table } : {}),
+        ...(role ? { [Attr.inboxStatement]: role } : {}),
       },
     };
   };

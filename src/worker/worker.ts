@@ -1,4 +1,4 @@
-import type { Context } from "@opentelemetry/api";
+import { context, ROOT_CONTEXT, type Context } from "@opentelemetry/api";
 import { HandlerRegistry, type IncomingMessage } from "../domain/envelope.ts";
 import type { MessageHandler } from "../domain/handler.ts";
 import type { Decision } from "../domain/settlement.ts";
@@ -155,7 +155,10 @@ export function createWorker(options: WorkerOptions): Worker {
     paused = true;
     stats.outages += 1;
     logger.warn("database unreachable: receiving paused until it answers");
-    outageLoop = runOutage().catch((error: unknown) => logger.error("outage loop failed", { error }));
+    // Outside the message's span that noticed the outage: the pause outlives it, and its probes are their own.
+    outageLoop = context
+      .with(ROOT_CONTEXT, () => runOutage())
+      .catch((error: unknown) => logger.error("outage loop failed", { error }));
   }
 
   async function runOutage(): Promise<void> {
