@@ -193,6 +193,17 @@ export function inboxConformance(backend: Backend): void {
       assert.equal(await store.isProcessed(k), false);
     });
 
+    it("takes MessageIds of 128 characters and tells ids apart that differ only in case", async function () {
+      const long: InboxKey = { messageId: `L${"m".repeat(127)}`, consumer: "billing" };
+      assert.equal(long.messageId.length, 128);
+      assert.equal((await store.process(long, effect(long))).kind, "committed");
+      assert.equal((await store.process(long, effect(long))).kind, "duplicate");
+      const lower = key();
+      const upper: InboxKey = { messageId: lower.messageId.toUpperCase(), consumer: lower.consumer };
+      assert.equal((await store.process(lower, effect(lower))).kind, "committed");
+      assert.equal((await store.process(upper, effect(upper))).kind, "committed");
+    });
+
     it("two consumers of one message each apply their effect once", async function () {
       const billing = key("billing");
       const shipping: InboxKey = { messageId: billing.messageId, consumer: "shipping" };
