@@ -1,0 +1,88 @@
+import assert from "node:assert/strict";
+import type { Database } from "../../src/app/database.ts";
+import { demoEvent } from "../../src/example/demo-events.ts";
+import { createPublisher } from "../../src/servicebus/publisher.ts";
+import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
+import { runCli, startCli } from "../helpers/cli.ts";
+import { countCredits, creditsPerMessage, exampleDatabase, startTestWorker } from "../helpers/worker.ts";
+
+const QUEUE = "sbinbox";
+
+describe("sbinbox worker as a process", function () {
+  describe("bad configuration", function () {
+    it("a malformed number: a clear error naming the setting, exit code 2", async function () {
+      const result = await runCli(["worker"], { SBINBOX_MAX_CONCURRENT_CALLS: "lots" });
+      assert.equal(result.code, 2);
+      assert.match(
+        result.stderr,
+        /configuration error: SBINBOX_MAX_CONCURRENT_CALLS: must be a whole number/,
+      );
+    });
+
+    it("Service Bus without a database: names the missing setting", async function () {
+      const result = await runCli(["worker"], {
+        SBINBOX_SERVICEBUS_CONNECTION_STRING:
+          "Endpoint=sb://localhost:1;SharedAccessKeyName=k;SharedAccessKey=v",
+      });
+      assert.equal(result.code, 2);
+      assert.match(result.stderr, /SBINBOX_DATABASE: Service Bus is configured but no database/);
+    });
+  });
+
+  describe("SIGTERM under load", function () {
+    const fixture = useLocalBroker(
+      brokerConfig({ [QUEUE]: { LockDuration: "PT2S", RequiresDuplicateDetection: true } }),
+    );
+    let db: Database & { url: string };
+    before(async () => {
+      db = await exampleDatabase("worker_sigterm");
+    });
+    after(async () => {
+      await db.close();
+    });
+
+    it("stops gracefully with exit 0; what it left is redelivered: nothing lost, nothing doubled", async function () {
+      this.timeout(60_000);
+      const total = 800;
+      const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
+      const events = Array.from({ length: total }, (_, i) => demoEvent("sigterm", i));
+      for (let i = 0; i < total; i += 100) await publisher.publishBatch(events.slice(i, i + 100));
+      await publisher.close();
+      const { child, done } = startCli(["worker"], {
+        SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString,
+        SBINBOX_POSTGRES_URL: db.url,
+        PORT: "0",
+        SBINBOX_HTTP_HOST: "127.0.0.1",
+        SBINBOX_GRACE_PERIOD_MS: "5000",
+        SBINBOX_LOG_LEVEL: "warn",
+      });
+      let applied = 0;
+      const deadline = Date.now() + 30_000;
+      while (applied < 100 && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 50));
+        applied = await countCredits(db);
+      }
+      assert.ok(applied >= 100, "the worker is busy before the signal");
+      child.kill("SIGTERM");
+      const result = await done;
+      assert.equal(result.code, 0, `exit code 0 after SIGTERM; stderr: ${result.stderr.slice(-2000)}`);
+      const atExit = await countCredits(db);
+      // Whatever the first process left behind is picked up by the next one.
+      const next = startTestWorker({ client: fixture.client, db, consumer: "sbinbox" });
+      try {
+        await waitUntil(
+          () => fixture.broker.counts(QUEUE).active + fixture.broker.counts(QUEUE).locked === 0,
+          "the queue is empty",
+          30_000,
+        );
+        await next.stop();
+      } finally {
+        await next.stop();
+      }
+      const perMessage = await creditsPerMessage(db);
+      assert.equal(perMessage.size, total, `every message applied (${atExit} before the restart)`);
+      assert.deepEqual([...new Set(perMessage.values())], [1], "none applied twice");
+      assert.equal(fixture.broker.counts(QUEUE).deadLettered, 0);
+    });
+  });
+});
