@@ -24,6 +24,8 @@ export interface StoredMessage {
 export interface Consumer {
   readonly receiveAndDelete: boolean;
   credit(): number;
+  /** True once the link is gone, including a dropped connection that never detached it. */
+  isClosed(): boolean;
   deliver(message: StoredMessage, lockToken: string | undefined): void;
 }
 
@@ -195,6 +197,8 @@ export class Queue {
   }
 
   private nextConsumerWithCredit(): Consumer | undefined {
+    if (this.consumers.some((c) => c.isClosed()))
+      this.consumers = this.consumers.filter((c) => !c.isClosed());
     const n = this.consumers.length;
     for (let i = 0; i < n; i++) {
       const index = (this.roundRobin + i) % n;

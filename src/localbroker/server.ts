@@ -51,6 +51,10 @@ class LinkConsumer implements Consumer {
     this.receiveAndDelete = receiveAndDelete;
   }
 
+  isClosed(): boolean {
+    return !this.link.is_open();
+  }
+
   credit(): number {
     if (!this.link.is_open()) return 0;
     const linkCredit = this.link.credit + this.link.delivery_count - this.issued;
