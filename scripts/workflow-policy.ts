@@ -1,0 +1,66 @@
+/**
+ * The repository's own rules for workflows, beyond what actionlint checks: actions pinned to a full commit SHA with
+ * the version in a comment, read-only permissions at workflow level, concurrency set, a timeout on every job.
+ * Line-based on purpose: the workflows are small and written in one style, and no YAML parser is a dependency.
+ */
+export function workflowPolicyFindings(text: string, path: string): string[] {
+  const findings: string[] = [];
+  const lines = text.split("\n");
+
+  lines.forEach((line, i) => {
+    const uses = /^\s*(?:-\s+)?uses:\s*(\S+)(.*)$/.exec(line);
+    if (!uses) return;
+    const [, ref = "", rest = ""] = uses;
+    if (ref.startsWith("./") || ref.startsWith("docker://")) return;
+    if (!/^[\w.-]+\/[\w./-]+@[0-9a-f]{40}$/.test(ref) || !/#\s*v\d/.test(rest)) {
+      findings.push(`${path}:${i + 1}: "${ref}" is not pinned to a full commit SHA with a "# vX" comment`);
+    }
+  });
+
+  const topLevel = (key: string) => lines.findIndex((l) => new RegExp(`^${key}:`).test(l));
+  const permissions = topLevel("permissions");
+  if (permissions < 0) {
+    findings.push(`${path}: no workflow-level permissions`);
+  } else {
+    const inline = lines[permissions]!.replace(/^permissions:\s*/, "").trim();
+    const block: string[] = [];
+    for (let i = permissions + 1; i < lines.length && /^\s+\S/.test(lines[i]!); i++)
+      block.push(lines[i]!.trim());
+    const grants = inline === "" ? block : [inline];
+    for (const grant of grants) {
+      if (grant.startsWith("#") || grant === "{}") continue;
+      if (!/^[\w-]+:\s*(read|none)\b/.test(grant)) {
+        findings.push(
+          `${path}: workflow-level permission "${grant}" is more than read (grant it on the job)`,
+        );
+      }
+    }
+  }
+  if (topLevel("concurrency") < 0) findings.push(`${path}: no concurrency`);
+
+  const jobsAt = topLevel("jobs");
+  if (jobsAt < 0) {
+    findings.push(`${path}: no jobs`);
+  } else {
+    let job: string | undefined;
+    let hasTimeout = false;
+    const close = () => {
+      if (job !== undefined && !hasTimeout) findings.push(`${path}: job "${job}" has no timeout-minutes`);
+    };
+    for (let i = jobsAt + 1; i < lines.length; i++) {
+      const line = lines[i]!;
+      const start = /^ {2}([\w-]+):\s*$/.exec(line);
+      if (start) {
+        close();
+        job = start[1];
+        hasTimeout = false;
+      } else if (/^ {4}timeout-minutes:\s*\d+/.test(line)) {
+        hasTimeout = true;
+      } else if (/^\S/.test(line)) {
+        break;
+      }
+    }
+    close();
+  }
+  return findings;
+}

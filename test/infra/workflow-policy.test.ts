@@ -1,0 +1,60 @@
+import assert from "node:assert/strict";
+import { readFile } from "node:fs/promises";
+import { workflowPolicyFindings } from "../../scripts/workflow-policy.ts";
+
+const good = `name: x
+on: push
+permissions:
+  contents: read
+concurrency:
+  group: x
+jobs:
+  build:
+    runs-on: ubuntu-latest
+    timeout-minutes: 10
+    permissions:
+      id-token: write
+    steps:
+      - uses: actions/checkout@d23441a48e516b6c34aea4fa41551a30e30af803 # v6.1.0
+      - run: echo hi
+`;
+
+describe("workflow policy", function () {
+  it("accepts pinned actions, read-only workflow permissions, concurrency and job timeouts", function () {
+    assert.deepEqual(workflowPolicyFindings(good, "good.yml"), []);
+  });
+
+  it("flags a tag instead of a SHA, a SHA without its version comment, write permissions and missing settings", function () {
+    const bad = good
+      .replace("actions/checkout@d23441a48e516b6c34aea4fa41551a30e30af803 # v6.1.0", "actions/checkout@v6")
+      .replace(
+        "      - run: echo hi",
+        "      - uses: actions/setup-node@249970729cb0ef3589644e2896645e5dc5ba9c38",
+      )
+      .replace("  contents: read", "  contents: write")
+      .replace("concurrency:\n  group: x\n", "")
+      .replace("    timeout-minutes: 10\n", "");
+    const findings = workflowPolicyFindings(bad, "bad.yml");
+    assert.equal(findings.length, 5, findings.join("\n"));
+    assert.match(findings.join("\n"), /actions\/checkout@v6/);
+    assert.match(findings.join("\n"), /setup-node@2499/);
+    assert.match(findings.join("\n"), /contents: write/);
+    assert.match(findings.join("\n"), /no concurrency/);
+    assert.match(findings.join("\n"), /job "build" has no timeout-minutes/);
+  });
+
+  for (const file of ["ci.yml", "deploy.yml"]) {
+    it(`holds for .github/workflows/${file}`, async function () {
+      const text = await readFile(new URL(`../../.github/workflows/${file}`, import.meta.url), "utf8");
+      assert.deepEqual(workflowPolicyFindings(text, file), []);
+      assert.match(text, /^permissions:\n {2}contents: read$/m);
+    });
+  }
+
+  it("deploys with OIDC: id-token write on the deploy job only", async function () {
+    const text = await readFile(new URL("../../.github/workflows/deploy.yml", import.meta.url), "utf8");
+    assert.match(text, /^ {6}id-token: write/m);
+    assert.match(text, /client-id: \$\{\{ secrets\.AZURE_CLIENT_ID \}\}/);
+    assert.doesNotMatch(text, /creds:|client-secret/);
+  });
+});
