@@ -272,6 +272,7 @@ export class AmqpServer {
       this.roles.set(link, { kind: "reply" });
       return;
     }
+    answerDrainsWithoutCredit(link);
     const consumer = new LinkConsumer(link, queue, link.snd_settle_mode === 1);
     this.roles.set(link, { kind: "consumer", consumer });
     queue.addConsumer(consumer);
@@ -425,4 +426,25 @@ function describe(value: unknown): string {
   if (value instanceof Error) return value.message;
   if (typeof value === "object" && value !== null && "message" in value) return String(value.message);
   return typeof value === "string" ? value : (JSON.stringify(value) ?? "unknown");
+}
+
+/**
+ * rhea echoes a drain only while the link still has credit. When the broker has already spent it (deliveries in
+ * flight when the client asked to drain), the client would wait for a drain reply that never comes, and the SDK
+ * closes its link after a timeout. This answers every drain: remaining credit is consumed and the flag echoed.
+ */
+function answerDrainsWithoutCredit(link: Link): void {
+  const sender = link as unknown as {
+    _draining: boolean;
+    _drained: boolean;
+    credit: number;
+    delivery_count: number;
+    _get_drain(): boolean;
+  };
+  sender._get_drain = function (this: typeof sender): boolean {
+    if (!this._draining || !this._drained) return false;
+    this.delivery_count += this.credit;
+    this.credit = 0;
+    return true;
+  };
 }
