@@ -57,6 +57,10 @@ param maxDeliveryCount int = 10
 @minValue(1)
 param messageTimeToLiveHours int = 336
 
+@description('Optional. Hours an inbox row outlives the longest redelivery window, for messages resubmitted from the dead-letter queue.')
+@minValue(1)
+param inboxRetentionMarginHours int = 24
+
 @description('Optional. Messages the worker processes at once on each instance.')
 @minValue(1)
 param maxConcurrentCalls int = 4
@@ -97,6 +101,8 @@ var tags = {
   'azd-env-name': environmentName
   application: 'sbinbox'
 }
+// The worker refuses to start unless an inbox row outlives every redelivery (design: lock x deliveries + TTL + margin).
+var inboxRetentionHours = messageTimeToLiveHours + (lockDurationSeconds * maxDeliveryCount) / 3600 + 1 + inboxRetentionMarginHours
 var appName = 'app-sbinbox-${resourceToken}'
 var sqlServerName = 'sql-sbinbox-${resourceToken}'
 var sqlDatabaseName = 'sbinbox'
@@ -160,6 +166,7 @@ module worker '../bicep/modules/appservice/main.bicep' = {
       SBINBOX_QUEUE_LOCK_DURATION_MS: string(lockDurationSeconds * 1000)
       SBINBOX_QUEUE_MAX_DELIVERY_COUNT: string(maxDeliveryCount)
       SBINBOX_QUEUE_MESSAGE_TTL_HOURS: string(messageTimeToLiveHours)
+      SBINBOX_RETENTION_HOURS: string(inboxRetentionHours)
       OTEL_SERVICE_NAME: 'sbinbox-worker'
     }
   }

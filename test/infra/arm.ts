@@ -130,3 +130,74 @@ export function props(resource: ArmResource): JsonObject {
 export function parameterDefault(template: JsonObject, name: string): Json | undefined {
   return obj(obj(template.parameters, "parameters")[name], `parameter ${name}`).defaultValue;
 }
+
+/**
+ * Evaluates the integer arithmetic of an ARM expression (add, sub, mul, div, parameters, variables), enough to check
+ * a derived setting against the parameter values a deployment would use.
+ */
+export function evaluateInteger(
+  template: JsonObject,
+  expression: string,
+  parameterValues: Record<string, number>,
+): number {
+  const source = expression.replace(/^\[/, "").replace(/\]$/, "");
+  let pos = 0;
+  const skip = () => {
+    while (source[pos] === " ") pos++;
+  };
+  const expect = (char: string) => {
+    skip();
+    if (source[pos] !== char) throw new Error(`expected "${char}" at ${pos} in ${source}`);
+    pos++;
+  };
+  const parse = (): number => {
+    skip();
+    const literal = /^\d+/.exec(source.slice(pos));
+    if (literal) {
+      pos += literal[0].length;
+      return Number(literal[0]);
+    }
+    const name = /^\w+/.exec(source.slice(pos))?.[0];
+    if (!name) throw new Error(`cannot read ${source.slice(pos)}`);
+    pos += name.length;
+    expect("(");
+    if (name === "parameters" || name === "variables") {
+      const key = /^'(\w+)'/.exec(source.slice(pos))?.[1];
+      if (!key) throw new Error(`expected a quoted name at ${pos} in ${source}`);
+      pos += key.length + 2;
+      expect(")");
+      if (name === "variables") {
+        return evaluateInteger(
+          template,
+          str(obj(template.variables, "variables")[key], key),
+          parameterValues,
+        );
+      }
+      const given = parameterValues[key];
+      const fallback = parameterDefault(template, key);
+      const value = given ?? fallback;
+      if (typeof value !== "number") throw new Error(`parameter ${key} has no integer value`);
+      return value;
+    }
+    const left = parse();
+    expect(",");
+    const right = parse();
+    expect(")");
+    switch (name) {
+      case "add":
+        return left + right;
+      case "sub":
+        return left - right;
+      case "mul":
+        return left * right;
+      case "div":
+        return Math.trunc(left / right);
+      default:
+        throw new Error(`unsupported function ${name}`);
+    }
+  };
+  const result = parse();
+  skip();
+  if (pos !== source.length) throw new Error(`trailing input in ${source}`);
+  return result;
+}

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import {
   compileParameters,
   compileTemplate,
+  evaluateInteger,
   isObject,
   obj,
   ofType,
@@ -129,6 +130,30 @@ describe("infra/main.bicep compiled to ARM JSON by the pinned Bicep CLI", functi
       }
       assert.equal(appSettings.SBINBOX_DATABASE, "sqlserver");
       assert.doesNotMatch(JSON.stringify(appSettings), /CONNECTION_STRING|Password|listKeys/i);
+    });
+  });
+
+  describe("inbox retention setting", function () {
+    const retentionFor = (values: Record<string, number>) =>
+      evaluateInteger(main, "[variables('inboxRetentionHours')]", values);
+    const redeliverableHours = (ttl: number, lockSeconds: number, deliveries: number) =>
+      ttl + (lockSeconds * deliveries) / 3600;
+
+    it("reaches the worker, derived from the queue's own settings", function () {
+      const worker = obj(obj(main.resources, "resources").worker, "worker module");
+      const params = obj(obj(worker.properties, "module properties").parameters, "module parameters");
+      const appSettings = obj(obj(params.appSettings, "appSettings").value, "appSettings value");
+      assert.equal(appSettings.SBINBOX_RETENTION_HOURS, "[string(variables('inboxRetentionHours'))]");
+      assert.equal(
+        appSettings.SBINBOX_QUEUE_LOCK_DURATION_MS,
+        "[string(mul(parameters('lockDurationSeconds'), 1000))]",
+      );
+    });
+
+    it("outlives every redelivery for the defaults and for long locks and many deliveries", function () {
+      assert.ok(retentionFor({}) > redeliverableHours(336, 60, 10));
+      const extreme = { messageTimeToLiveHours: 1, lockDurationSeconds: 300, maxDeliveryCount: 2000 };
+      assert.ok(retentionFor(extreme) > redeliverableHours(1, 300, 2000), `${retentionFor(extreme)} h`);
     });
   });
 
