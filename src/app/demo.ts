@@ -1,0 +1,292 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { fileURLToPath } from "node:url";
+import { freePort } from "../embedded/free-port.ts";
+import { accountSql, ensureAccountTables } from "../example/accounts.ts";
+import { demoEvent } from "../example/demo-events.ts";
+import { LocalBroker } from "../localbroker/broker.ts";
+import { defaultConfig, queueDefaults } from "../localbroker/config.ts";
+import { createServiceBusClient } from "../servicebus/client.ts";
+import { deriveMessageId } from "../servicebus/message-id.ts";
+import { createPublisher, type PublishEvent } from "../servicebus/publisher.ts";
+import { sendRawMessages } from "../servicebus/raw.ts";
+import { openDatabase } from "./database.ts";
+import { loadEmbeddedPostgres } from "./embedded-postgres.ts";
+
+export interface DemoOptions {
+  readonly count: number;
+  readonly timeoutMs: number;
+  /** Progress and report lines. */
+  readonly out: (line: string) => void;
+  /** A live status line (rewritten in place on a terminal). */
+  readonly status: (line: string) => void;
+}
+
+export interface DemoResult {
+  readonly ok: boolean;
+  readonly result: string;
+}
+
+const QUEUE = "sbinbox";
+const CONSUMER = "sbinbox-demo";
+const BIN = fileURLToPath(new URL("../../bin/sbinbox.js", import.meta.url));
+const RESEND_EVERY = 20;
+
+interface WorkerProcess {
+  readonly name: string;
+  readonly child: ChildProcess;
+  readonly port: number;
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  stderrTail: string;
+}
+
+/**
+ * The whole system on one machine: the local broker and an embedded PostgreSQL in this process, two worker
+ * processes competing on one queue, N events published with trouble mixed in, and a report that holds or not.
+ */
+export async function runDemo(options: DemoOptions): Promise<DemoResult> {
+  const { out, status } = options;
+  const cleanups: (() => Promise<void>)[] = [];
+  const workers: WorkerProcess[] = [];
+  const killAll = (): void => {
+    for (const w of workers)
+      if (w.child.exitCode === null && w.child.signalCode === null) w.child.kill("SIGKILL");
+  };
+  process.once("exit", killAll);
+  try {
+    out("starting the local broker and an embedded PostgreSQL ...");
+    const config = defaultConfig();
+    config.queues = [{ ...queueDefaults, name: QUEUE, lockDurationMs: 3_000, maxDeliveryCount: 10 }];
+    const broker = await LocalBroker.start({ port: 0, config });
+    cleanups.push(() => broker.stop());
+    const EmbeddedPostgresServer = await loadEmbeddedPostgres();
+    const pgServer = await EmbeddedPostgresServer.create();
+    cleanups.push(() => pgServer.dispose());
+    const url = await pgServer.createDatabase("sbinbox_demo");
+    const db = openDatabase({ kind: "postgres", url }, { preCheck: true, maxConnections: 4 });
+    cleanups.push(() => db.close());
+    const migrated = await db.store.migrate();
+    await ensureAccountTables(db.sql);
+    out(`migrated: ${migrated.applied.join(", ") || "nothing pending"}; example tables ready`);
+
+    const runId = randomUUID().slice(0, 8);
+    const events: PublishEvent[] = Array.from({ length: options.count }, (_, i) => demoEvent(runId, i));
+    const victim = events[Math.floor(options.count / 3)]!;
+    const victimId = deriveMessageId(victim.type, victim.key);
+    const flaky = Math.floor(options.count / 2);
+    events[flaky] = { ...events[flaky]!, body: { ...(events[flaky]!.body as object), failOnce: true } };
+    const expected = new Map(events.map((e) => [deriveMessageId(e.type, e.key), e]));
+
+    const env = (extra: Record<string, string>): NodeJS.ProcessEnv => ({
+      ...withoutSbinboxSettings(process.env),
+      SBINBOX_SERVICEBUS_CONNECTION_STRING: broker.connectionString,
+      SBINBOX_POSTGRES_URL: url,
+      SBINBOX_QUEUE: QUEUE,
+      SBINBOX_CONSUMER: CONSUMER,
+      SBINBOX_HTTP_HOST: "127.0.0.1",
+      SBINBOX_LOG_LEVEL: "error",
+      SBINBOX_GRACE_PERIOD_MS: "5000",
+      SBINBOX_QUEUE_LOCK_DURATION_MS: "3000",
+      ...extra,
+    });
+    const startWorker = async (name: string, extra: Record<string, string>): Promise<WorkerProcess> => {
+      const port = await freePort();
+      const child = spawn(process.execPath, [BIN, "worker"], {
+        env: env({ PORT: String(port), ...extra }),
+        stdio: ["ignore", "ignore", "pipe"],
+      });
+      const worker: WorkerProcess = {
+        name,
+        child,
+        port,
+        stderrTail: "",
+        exited: new Promise((resolve) => child.on("exit", (code, signal) => resolve({ code, signal }))),
+      };
+      child
+        .stderr.setEncoding("utf8")
+        .on("data", (d: string) => (worker.stderrTail = (worker.stderrTail + d).slice(-4000)));
+      workers.push(worker);
+      return worker;
+    };
+    // Both carry the fault switch: whichever commits the victim dies before completing it.
+    const fault = { SBINBOX_FAULT_KILL_AFTER_COMMIT: victimId };
+    await Promise.all([startWorker("worker-1", fault), startWorker("worker-2", fault)]);
+    out(`two worker processes started (pids ${workers.map((w) => w.child.pid).join(", ")})`);
+
+    const client = createServiceBusClient({ connectionString: broker.connectionString });
+    cleanups.push(() => client.close());
+    const publisher = createPublisher({ client, queue: QUEUE });
+    cleanups.push(() => publisher.close());
+    let resends = 0;
+    for (let i = 0; i < events.length; i += 100) {
+      const batch = events.slice(i, i + 100);
+      await publisher.publishBatch(batch);
+      // A lost acknowledgement: the publisher cannot tell the send succeeded, so it sends again.
+      const again = batch.filter((_, j) => (i + j) % RESEND_EVERY === 0);
+      if (again.length > 0) await publisher.publishBatch(again);
+      resends += again.length;
+      status(`published ${Math.min(i + 100, events.length)}/${events.length} (+${resends} resends)`);
+    }
+    const poison = [
+      {
+        messageId: `poison-json-${runId}`,
+        subject: "AccountCredited",
+        contentType: "application/json",
+        body: Buffer.from("{not json"),
+      },
+      {
+        messageId: `poison-type-${runId}`,
+        subject: "AccountDebited",
+        body: Buffer.from('{"accountId":"acc-1","amount":1}'),
+      },
+      {
+        messageId: `poison-schema-${runId}`,
+        subject: "AccountCredited",
+        body: Buffer.from('{"accountId":"acc-1","amount":-5}'),
+      },
+    ];
+    await sendRawMessages(client, QUEUE, poison);
+    out(`published ${events.length} events, ${resends} resends of them, ${poison.length} poison messages`);
+
+    // Watch until every event is applied and the queue is empty; replace a killed worker as an orchestrator would.
+    let killed = 0;
+    const deadline = Date.now() + options.timeoutMs;
+    let applied = 0;
+    for (;;) {
+      for (const w of [...workers]) {
+        if (w.child.signalCode === "SIGKILL" && !("replaced" in w)) {
+          Object.assign(w, { replaced: true });
+          killed += 1;
+          out(
+            `${w.name} (pid ${w.child.pid}) was killed between commit and complete; starting a replacement`,
+          );
+          await startWorker(`${w.name}-restarted`, {});
+        } else if (w.child.exitCode !== null && !("replaced" in w)) {
+          throw new Error(`${w.name} exited with code ${w.child.exitCode}: ${w.stderrTail}`);
+        }
+      }
+      applied = await scalar(db.sql, "SELECT count(DISTINCT message_id)::int AS n FROM example_credits");
+      const c = broker.counts(QUEUE);
+      status(
+        `applied ${applied}/${events.length} | queue: ${c.active} waiting, ${c.locked} locked | ` +
+          `dead-lettered ${c.deadLettered} | dropped resends ${c.duplicatesDropped} | killed ${killed}`,
+      );
+      if (applied >= events.length && c.active + c.locked === 0 && c.deadLettered >= poison.length) break;
+      if (Date.now() > deadline) {
+        out(`timed out after ${options.timeoutMs} ms`);
+        break;
+      }
+      await new Promise((r) => setTimeout(r, 200));
+    }
+
+    let duplicates = 0;
+    let transientFailures = 0;
+    for (const w of workers.filter((w) => w.child.exitCode === null && w.child.signalCode === null)) {
+      const stats = await readStats(w.port);
+      duplicates += stats.duplicate;
+      transientFailures += stats.failed;
+    }
+    await Promise.all(
+      workers
+        .filter((w) => w.child.exitCode === null && w.child.signalCode === null)
+        .map(async (w) => {
+          w.child.kill("SIGTERM");
+          const { code } = await w.exited;
+          if (code !== 0) out(`${w.name} exited with code ${code} after SIGTERM`);
+        }),
+    );
+
+    const { rows } = await db.sql.query<{ messageId: string; n: number }>(
+      accountSql.creditsPerMessage.postgres,
+    );
+    const perMessage = new Map(rows.map((r) => [r.messageId, Number(r.n)]));
+    const effects = [...perMessage.values()].reduce((a, b) => a + b, 0);
+    const lost = [...expected.keys()].filter((id) => !perMessage.has(id)).length;
+    const doubled = [...perMessage.values()].filter((n) => n > 1).length;
+    const unexpected = [...perMessage.keys()].filter((id) => !expected.has(id)).length;
+    const balances = await balancesMatch(db.sql, events);
+    const counts = broker.counts(QUEUE);
+    const deadLettered = counts.deadLettered;
+
+    out("");
+    out("report");
+    out(`  events published          ${events.length} distinct, ${resends} resent, ${poison.length} poison`);
+    out(
+      `  resends dropped by broker ${counts.duplicatesDropped} (duplicate detection on the derived MessageId)`,
+    );
+    out(`  worker killed after commit ${killed} (its message redelivered and absorbed by the inbox)`);
+    out(
+      `  duplicates in the inbox   ${duplicates} (redeliveries found already done, completed without effect)`,
+    );
+    out(`  transient failures        ${transientFailures} (abandoned, redelivered, then applied)`);
+    out(`  dead-lettered             ${deadLettered} (poison, at once, with a reason)`);
+    out(
+      `  effects                   ${effects} credit rows; lost ${lost}, doubled ${doubled}, unexpected ${unexpected}`,
+    );
+    out(`  account balances          ${balances ? "match the events" : "DO NOT match the events"}`);
+    const ok =
+      lost === 0 &&
+      doubled === 0 &&
+      unexpected === 0 &&
+      effects === events.length &&
+      deadLettered === poison.length &&
+      counts.duplicatesDropped === resends &&
+      killed >= 1 &&
+      balances;
+    out(ok ? "  verdict                   exactly once: it holds" : "  verdict                   FAILED");
+    const result =
+      `RESULT distinct=${events.length} effects=${effects} resends=${resends} ` +
+      `dropped_by_broker=${counts.duplicatesDropped} duplicates_in_inbox=${duplicates} poison=${poison.length} ` +
+      `deadlettered=${deadLettered} lost=${lost} doubled=${doubled}`;
+    return { ok, result };
+  } finally {
+    killAll();
+    process.removeListener("exit", killAll);
+    for (const cleanup of cleanups.reverse()) {
+      try {
+        await cleanup();
+      } catch {
+        // Best effort: the demo's result is already decided.
+      }
+    }
+  }
+}
+
+function withoutSbinboxSettings(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  return Object.fromEntries(Object.entries(env).filter(([k]) => !k.startsWith("SBINBOX_") && k !== "PORT"));
+}
+
+async function scalar(
+  sql: { query<R>(text: string): Promise<{ rows: R[] }> },
+  text: string,
+): Promise<number> {
+  const { rows } = await sql.query<{ n: number }>(text);
+  return Number(rows[0]?.n ?? 0);
+}
+
+async function readStats(port: number): Promise<{ duplicate: number; failed: number }> {
+  try {
+    const response = await fetch(`http://127.0.0.1:${port}/readyz`);
+    const body = (await response.json()) as { stats?: { duplicate?: number; failed?: number } };
+    return { duplicate: body.stats?.duplicate ?? 0, failed: body.stats?.failed ?? 0 };
+  } catch {
+    return { duplicate: 0, failed: 0 };
+  }
+}
+
+/** Each account's balance is the sum of the amounts of the events credited to it, no more and no less. */
+async function balancesMatch(
+  sql: { query<R>(text: string): Promise<{ rows: R[] }> },
+  events: readonly PublishEvent[],
+): Promise<boolean> {
+  const want = new Map<string, number>();
+  for (const e of events) {
+    const body = e.body as { accountId: string; amount: number };
+    want.set(body.accountId, (want.get(body.accountId) ?? 0) + body.amount);
+  }
+  const { rows } = await sql.query<{ account_id: string; balance: string }>(
+    "SELECT account_id, balance FROM example_accounts",
+  );
+  if (rows.length !== want.size) return false;
+  return rows.every((r) => want.get(r.account_id) === Number(r.balance));
+}

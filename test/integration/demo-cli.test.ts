@@ -1,0 +1,33 @@
+import assert from "node:assert/strict";
+import { runCli } from "../helpers/cli.ts";
+
+describe("sbinbox demo", function () {
+  it("runs the whole system on embedded defaults and reports exactly once, as its last line", async function () {
+    this.timeout(120_000);
+    const result = await runCli(["demo", "--count", "300", "--timeout", "90"], {});
+    const lines = result.stdout.trim().split("\n");
+    const last = lines.at(-1) ?? "";
+    assert.equal(
+      result.code,
+      0,
+      `exit code 0; output:\n${result.stdout.slice(-3000)}\n${result.stderr.slice(-3000)}`,
+    );
+    const match =
+      /^RESULT distinct=(\d+) effects=(\d+) resends=(\d+) dropped_by_broker=(\d+) duplicates_in_inbox=(\d+) poison=(\d+) deadlettered=(\d+) lost=(\d+) doubled=(\d+)$/.exec(
+        last,
+      );
+    assert.ok(match, `last line is the RESULT line: ${last}`);
+    const [distinct, effects, resends, dropped, duplicates, poison, deadlettered, lost, doubled] = match
+      .slice(1)
+      .map(Number);
+    assert.equal(distinct, 300);
+    assert.equal(effects, 300);
+    assert.equal(resends, 15);
+    assert.equal(dropped, resends);
+    assert.ok(duplicates! >= 1, "the killed worker's committed message came back as a duplicate");
+    assert.equal(deadlettered, poison);
+    assert.equal(lost, 0);
+    assert.equal(doubled, 0);
+    assert.match(result.stdout, /killed between commit and complete/);
+  });
+});
