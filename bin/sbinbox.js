@@ -1,10 +1,16 @@
 #!/usr/bin/env node
 // The command-line entry point; each subcommand lives in src/cli/<name>.ts and exports `run(argv)`.
 // Telemetry starts before the program's own modules load, so every tracer and meter they take is live.
-import { shutdownProcessTelemetry, startProcessTelemetry } from "../src/telemetry/register.ts";
+// From a checkout it runs the TypeScript sources (Node strips the types); an installed package has no src/ and
+// runs the compiled dist/ (Node does not strip types inside node_modules).
+import { existsSync } from "node:fs";
+
+const fromSource = existsSync(new URL("../src/cli/main.ts", import.meta.url));
+const entry = (path) => new URL(fromSource ? `../src/${path}.ts` : `../dist/${path}.js`, import.meta.url).href;
+const { shutdownProcessTelemetry, startProcessTelemetry } = await import(entry("telemetry/register"));
 
 if (await startProcessTelemetry()) {
-  const { main } = await import("../src/cli/main.ts");
+  const { main } = await import(entry("cli/main"));
   process.exitCode = await main(process.argv.slice(2));
   // An unreachable collector: exit now instead of waiting out the exporters' retries.
   if (!(await shutdownProcessTelemetry())) process.exit();

@@ -1,0 +1,30 @@
+/**
+ * sbinbox as a library. Upstream services use the publisher; consumers register handlers and run the worker.
+ * Nothing here runs at import time.
+ */
+export { createPublisher, toServiceBusMessage } from "./servicebus/publisher.ts";
+export type { Publisher, PublisherOptions, PublishEvent, PublishResult } from "./servicebus/publisher.ts";
+export { deriveMessageId, canonicalName, uuidV5, MESSAGE_ID_NAMESPACE } from "./servicebus/message-id.ts";
+export { createServiceBusClient, type ServiceBusTarget } from "./servicebus/client.ts";
+
+export { createWorker } from "./worker/worker.ts";
+export type { Worker, WorkerOptions, WorkerStats, Readiness } from "./worker/worker.ts";
+export { startApp, type App, type AppOptions } from "./app/app.ts";
+export { openDatabase, type Database } from "./app/database.ts";
+export { loadConfig, settings, type Config } from "./config/index.ts";
+
+export { HandlerRegistry, decodeMessage, TYPE_PROPERTY } from "./domain/envelope.ts";
+export type { IncomingMessage, DecodedMessage } from "./domain/envelope.ts";
+export type {
+  MessageHandler,
+  TransactionalHandler,
+  TwoPhaseHandler,
+  MessageContext,
+} from "./domain/handler.ts";
+export type { SqlExecutor, SqlResult, Dialect, DialectSql } from "./domain/sql.ts";
+export type { Decision } from "./domain/settlement.ts";
+export { PoisonMessageError, ConfigError, type PoisonReason } from "./domain/errors.ts";
+
+export { createInboxStore, type InboxStore, type InboxStoreConfig } from "./inbox/index.ts";
+export { exampleHandlers, accountCreditedHandler, welcomeEmailHandler, FakeMailer } from "./example/index.ts";
+export { createLogger, silentLogger, type Logger } from "./telemetry/logger.ts";
