@@ -6,7 +6,8 @@
 import { existsSync } from "node:fs";
 
 const fromSource = existsSync(new URL("../src/cli/main.ts", import.meta.url));
-const entry = (path) => new URL(fromSource ? `../src/${path}.ts` : `../dist/${path}.js`, import.meta.url).href;
+const entry = (path) =>
+  new URL(fromSource ? `../src/${path}.ts` : `../dist/${path}.js`, import.meta.url).href;
 const { shutdownProcessTelemetry, startProcessTelemetry } = await import(entry("telemetry/register"));
 
 if (await startProcessTelemetry()) {
