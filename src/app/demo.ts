@@ -12,6 +12,7 @@ import { createPublisher, type PublishEvent } from "../servicebus/publisher.ts";
 import { sendRawMessages } from "../servicebus/raw.ts";
 import { openDatabase } from "./database.ts";
 import { loadEmbeddedPostgres } from "./embedded-postgres.ts";
+import { writesTelemetryToConsole } from "../telemetry/setup.ts";
 
 export interface DemoOptions {
   readonly count: number;
@@ -93,7 +94,8 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
       const port = await freePort();
       const child = spawn(process.execPath, [BIN, "worker"], {
         env: env({ PORT: String(port), ...extra }),
-        stdio: ["ignore", "ignore", "pipe"],
+        // With OTEL_TRACES_EXPORTER=console the workers' spans are the point: pass their stdout through.
+        stdio: ["ignore", writesTelemetryToConsole() ? "inherit" : "ignore", "pipe"],
       });
       const worker: WorkerProcess = {
         name,

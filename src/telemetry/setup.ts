@@ -249,3 +249,18 @@ function positiveInt(
     throw new ConfigError(setting, `expected a positive whole number of milliseconds, got "${raw}"`);
   return value;
 }
+
+/**
+ * Whether these settings print telemetry to stdout (OTEL_TRACES_EXPORTER or OTEL_METRICS_EXPORTER "console"):
+ * a parent that runs `sbinbox` children then passes their stdout through instead of discarding it.
+ */
+export function writesTelemetryToConsole(
+  env: Readonly<Record<string, string | undefined>> = process.env,
+): boolean {
+  try {
+    const plan = planTelemetry(env);
+    return plan.traces.includes("console") || plan.metrics.includes("console");
+  } catch {
+    return false; // the child reports the bad setting itself
+  }
+}
