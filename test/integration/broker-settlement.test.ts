@@ -76,6 +76,8 @@ describe("local broker: settlement, delivery counts and the dead-letter queue", 
     assert.equal(dead.deadLetterErrorDescription, "no customer");
     assert.equal(dead.deadLetterSource, "settle");
     assert.equal(dead.sequenceNumber?.toNumber(), message.sequenceNumber?.toNumber());
+    const [peeked] = await dlq.peekMessages(1);
+    assert.equal(peeked?.messageId, "dead-1", "the dead-letter queue can be peeked too");
     await dlq.completeMessage(dead);
     await dlq.close();
     assert.equal(fixture.broker.counts("settle").deadLettered, 0);

@@ -89,6 +89,18 @@ describe("local broker: duplicate detection, scheduling and time to live", () =>
     await receiver.close();
   });
 
+  it("honours scheduledEnqueueTimeUtc on an ordinary send", async () => {
+    const sender = fixture.client.createSender("timed");
+    const at = new Date(Date.now() + 600);
+    await sender.sendMessages({ body: "later", messageId: "sched-send-1", scheduledEnqueueTimeUtc: at });
+    await sender.close();
+    assert.equal(fixture.broker.counts("timed").scheduled, 1);
+    await waitUntil(() => fixture.broker.counts("timed").active === 1, "the scheduled time came");
+    assert.ok(Date.now() >= at.getTime() - 5, "not enqueued before its time");
+    const [message] = await drain("timed");
+    assert.equal(message?.messageId, "sched-send-1");
+  });
+
   it("cancels a scheduled message", async () => {
     const sender = fixture.client.createSender("timed");
     const [seq] = await sender.scheduleMessages(
