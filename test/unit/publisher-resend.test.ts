@@ -3,7 +3,7 @@ import type { ServiceBusClient, ServiceBusMessage } from "@azure/service-bus";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
 
 /** A scripted sender: the SDK's own retries are its business; this checks the publisher's resend on top. */
-function scriptedClient(failures: unknown[]): { client: ServiceBusClient; sent: ServiceBusMessage[][] } {
+function scriptedClient(failures: Error[]): { client: ServiceBusClient; sent: ServiceBusMessage[][] } {
   const sent: ServiceBusMessage[][] = [];
   const sender = {
     sendMessages(messages: ServiceBusMessage | ServiceBusMessage[]) {
