@@ -11,11 +11,11 @@ export interface BrokerFixture {
  * Starts one local broker on a free port for the enclosing `describe` (and a ServiceBusClient connected to
  * it), stopped after its tests. Call it at the top of a describe block.
  */
-export function useLocalBroker(config?: BrokerConfig): BrokerFixture {
+export function useLocalBroker(config?: BrokerConfig, options: { now?: () => number } = {}): BrokerFixture {
   let broker: LocalBroker | undefined;
   let client: ServiceBusClient | undefined;
   before(async () => {
-    broker = await LocalBroker.start({ port: 0, host: "127.0.0.1", config });
+    broker = await LocalBroker.start({ port: 0, host: "127.0.0.1", config, now: options.now });
     client = new ServiceBusClient(broker.connectionString, {
       retryOptions: { maxRetries: 1, timeoutInMs: 10_000 },
     });

@@ -135,3 +135,27 @@ describe("local broker: duplicate detection, scheduling and time to live", () =>
     assert.deepEqual(await drain("dropping"), []);
   });
 });
+
+describe("local broker: time is injectable", () => {
+  let offsetMs = 0;
+  const fixture = useLocalBroker(
+    brokerConfig({
+      clocked: { RequiresDuplicateDetection: true, DuplicateDetectionHistoryTimeWindow: "PT10M" },
+    }),
+    { now: () => Date.now() + offsetMs },
+  );
+
+  it("the duplicate window follows the broker's clock, so a ten-minute window can be tested at once", async () => {
+    const sender = fixture.client.createSender("clocked");
+    await sender.sendMessages({ body: "first", messageId: "clock-1" });
+    offsetMs += 9 * 60_000;
+    await sender.sendMessages({ body: "inside the window", messageId: "clock-1" });
+    assert.equal(fixture.broker.counts("clocked").duplicatesDropped, 1);
+    offsetMs += 2 * 60_000;
+    await sender.sendMessages({ body: "after the window", messageId: "clock-1" });
+    await sender.close();
+    const counts = fixture.broker.counts("clocked");
+    assert.equal(counts.duplicatesDropped, 1);
+    assert.equal(counts.active, 2);
+  });
+});
