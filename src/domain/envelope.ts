@@ -75,7 +75,13 @@ export function decodeMessage(
     try {
       body = JSON.parse(text);
     } catch (error) {
-      throw new PoisonMessageError("UndecodableBody", `body is not valid JSON: ${(error as Error).message}`);
+      // The parser's message can quote the body, which may carry personal data and ends up in logs and the
+      // dead-letter description: keep only the position.
+      const at = /position (\d+)/.exec((error as Error).message)?.[1];
+      throw new PoisonMessageError(
+        "UndecodableBody",
+        `body is not valid JSON${at === undefined ? "" : ` (syntax error at position ${at})`}`,
+      );
     }
   }
   const type = messageType(message);

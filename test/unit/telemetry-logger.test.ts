@@ -1,5 +1,8 @@
 import assert from "node:assert/strict";
 import { trace } from "@opentelemetry/api";
+import { decodeMessage, HandlerRegistry } from "../../src/domain/envelope.ts";
+import { PoisonMessageError } from "../../src/domain/errors.ts";
+import { exampleHandlers } from "../../src/example/index.ts";
 import { createLogger } from "../../src/telemetry/logger.ts";
 import { useTelemetryCapture } from "../helpers/telemetry.ts";
 
@@ -53,5 +56,36 @@ describe("telemetry: the structured logger", () => {
       { component: lines[0]!.component, queue: lines[0]!.queue, error: lines[0]!.error },
       { component: "worker", queue: "orders", error: { name: "Error", message: "boom", code: "57P01" } },
     );
+  });
+
+  it("a poison message's description, which is logged, names the problem without quoting the body", () => {
+    const registry = new HandlerRegistry(exampleHandlers());
+    const bodies = [
+      "Alice Smith, 12 Elm Street",
+      '{"accountId":"Alice Smith","amount":-1}',
+      '{"accountId": Alice}',
+    ];
+    for (const body of bodies) {
+      let description = "";
+      try {
+        decodeMessage(
+          {
+            messageId: "m-1",
+            body: Buffer.from(body),
+            subject: "AccountCredited",
+            contentType: "application/json",
+            deliveryCount: 0,
+            applicationProperties: {},
+          },
+          registry,
+          1024,
+        );
+      } catch (error) {
+        assert.ok(error instanceof PoisonMessageError);
+        description = error.message;
+      }
+      assert.notEqual(description, "", body);
+      assert.doesNotMatch(description, /Alice|Elm/, description);
+    }
   });
 });
