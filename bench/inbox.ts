@@ -9,6 +9,7 @@ import type { SqlExecutor } from "../src/domain/sql.ts";
 
 const MESSAGES = Number(process.env.SBINBOX_BENCH_MESSAGES ?? 3000);
 const CONCURRENCY = [1, 16];
+const ROUNDS = 5;
 const INSERT_EFFECT = `INSERT INTO "Effects" ("MessageId") VALUES ($1)`;
 
 /** Runs `count` operations with `concurrency` workers; returns operations per second. */
@@ -31,6 +32,7 @@ async function main(): Promise<void> {
     const store = createPostgresInboxStore({ url, maxConnections: 16 });
     const storeNoPreCheck = createPostgresInboxStore({ url, maxConnections: 16, preCheck: false });
     const bare = new pg.Pool({ connectionString: url, max: 16 });
+    bare.on("error", () => undefined); // idle connections end when the server stops
     await store.migrate();
     await bare.query(
       `CREATE TABLE "Effects" ("Id" bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "MessageId" text)`,
@@ -73,7 +75,7 @@ async function main(): Promise<void> {
     );
     await rate(500, 16, (i) => bareDuplicate(`warm-${i}`, "b"));
 
-    // Three rounds per cell, the store and the bare loop taking turns, and the median reported: the machine is
+    // Several rounds per cell, the store and the bare loop taking turns, and the median reported: the machine is
     // shared, and one noisy stretch should not decide a ratio.
     const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
     const rows: string[][] = [];
@@ -85,19 +87,33 @@ async function main(): Promise<void> {
         bareDup: [] as number[],
         noPre: [] as number[],
       };
-      for (let round = 0; round < 3; round += 1) {
+      for (let round = 0; round < ROUNDS; round += 1) {
         const tag = `c${c}r${round}`;
         const key = (i: number) => ({ messageId: `${tag}-s-${i}`, consumer: "bench" });
-        runs.storeFresh.push(
-          await rate(MESSAGES, c, (i) =>
-            store.process(key(i), effect(`${tag}-s-${i}`)).then(expect("committed")),
-          ),
-        );
-        runs.bareFresh.push(await rate(MESSAGES, c, (i) => bareFresh(`${tag}-b-${i}`, "bench")));
-        runs.storeDup.push(
-          await rate(MESSAGES, c, (i) => store.process(key(i), effect("never")).then(expect("duplicate"))),
-        );
-        runs.bareDup.push(await rate(MESSAGES, c, (i) => bareDuplicate(`${tag}-b-${i}`, "bench")));
+        const storeFreshRun = async () => {
+          runs.storeFresh.push(
+            await rate(MESSAGES, c, (i) =>
+              store.process(key(i), effect(`${tag}-s-${i}`)).then(expect("committed")),
+            ),
+          );
+        };
+        const bareFreshRun = async () => {
+          runs.bareFresh.push(await rate(MESSAGES, c, (i) => bareFresh(`${tag}-b-${i}`, "bench")));
+        };
+        const storeDupRun = async () => {
+          runs.storeDup.push(
+            await rate(MESSAGES, c, (i) => store.process(key(i), effect("never")).then(expect("duplicate"))),
+          );
+        };
+        const bareDupRun = async () => {
+          runs.bareDup.push(await rate(MESSAGES, c, (i) => bareDuplicate(`${tag}-b-${i}`, "bench")));
+        };
+        // Alternate who goes first, so neither side always runs right after the other's writes.
+        const pairs =
+          round % 2 === 0
+            ? [storeFreshRun, bareFreshRun, storeDupRun, bareDupRun]
+            : [bareFreshRun, storeFreshRun, bareDupRun, storeDupRun];
+        for (const run of pairs) await run();
         runs.noPre.push(
           await rate(MESSAGES, c, (i) =>
             storeNoPreCheck.process(key(i), effect("never")).then(expect("duplicate")),
@@ -137,7 +153,7 @@ async function main(): Promise<void> {
     const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
     const line = (cells: string[]) => cells.map((cell, i) => cell.padStart(widths[i]!)).join("  ");
     process.stdout.write(
-      `inbox benchmark: embedded PostgreSQL, ${MESSAGES} messages per run, median of 3 runs, msgs/s\n`,
+      `inbox benchmark: embedded PostgreSQL, ${MESSAGES} messages per run, median of ${ROUNDS} runs, msgs/s\n`,
     );
     process.stdout.write(`${line(header)}\n${rows.map(line).join("\n")}\n`);
     process.stdout.write(
