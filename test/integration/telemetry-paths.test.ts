@@ -162,6 +162,19 @@ describe("telemetry: every path traced and measured (real SDK, local broker, Pos
     assert.equal(metricTotal(data, Metric.duplicatesAbsorbed), 0);
   });
 
+  it("on the wire, a published message carries its send span's context as traceparent and Diagnostic-Id", async () => {
+    const messageId = await publish("wire-1", { accountId: "a1", amount: 1 });
+    const receiver = fixture.client.createReceiver(QUEUE, { receiveMode: "receiveAndDelete" });
+    const [received] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
+    await receiver.close();
+    assert.equal(received?.messageId, messageId);
+    const [send] = spans().filter((s) => s.name === SpanName.send(QUEUE));
+    assert.ok(send);
+    const expected = `00-${send.spanContext().traceId}-${send.spanContext().spanId}-01`;
+    assert.equal(received.applicationProperties?.traceparent, expected);
+    assert.equal(received.applicationProperties?.["Diagnostic-Id"], expected);
+  });
+
   it("duplicate: a message whose marker exists is completed, and counted as absorbed", async () => {
     const messageId = deriveMessageId(ACCOUNT_CREDITED, "duplicate-1");
     // The first handling committed and its complete was lost: the marker is there, the message is not settled.
