@@ -145,13 +145,25 @@ export class AmqpServer {
         this.username = "cbs";
       },
     });
+    // A failing handler never takes the broker down: it is logged, and the peer gets an AMQP error instead of
+    // waiting forever (the link is closed, or the delivery rejected).
     const guard =
       (name: string, handler: (context: EventContext) => void) =>
       (context: EventContext): void => {
         try {
           handler(context);
         } catch (error) {
-          this.options.logger.warn(`${name} handler failed: ${(error as Error).stack ?? String(error)}`);
+          const description = `local broker failed in ${name}: ${(error as Error).message}`;
+          this.options.logger.warn(`${description}\n${(error as Error).stack ?? ""}`);
+          try {
+            const internal = { condition: "amqp:internal-error", description };
+            if (context.delivery && !context.delivery.settled) {
+              context.delivery.update(true, amqp.message.rejected({ error: internal }).described());
+              context.delivery.remote_settled = true;
+            } else if (name.endsWith("_open")) (context.sender ?? context.receiver)?.close(internal);
+          } catch {
+            // the connection is beyond answering; rhea closes it
+          }
         }
       };
     container.on(
