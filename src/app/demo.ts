@@ -104,8 +104,8 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
         stderrTail: "",
         exited: new Promise((resolve) => child.on("exit", (code, signal) => resolve({ code, signal }))),
       };
-      child
-        .stderr.setEncoding("utf8")
+      child.stderr
+        .setEncoding("utf8")
         .on("data", (d: string) => (worker.stderrTail = (worker.stderrTail + d).slice(-4000)));
       workers.push(worker);
       return worker;
@@ -254,7 +254,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
   }
 }
 
-function withoutSbinboxSettings(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+export function withoutSbinboxSettings(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
   return Object.fromEntries(Object.entries(env).filter(([k]) => !k.startsWith("SBINBOX_") && k !== "PORT"));
 }
 
@@ -266,7 +266,7 @@ async function scalar(
   return Number(rows[0]?.n ?? 0);
 }
 
-async function readStats(port: number): Promise<{ duplicate: number; failed: number }> {
+export async function readStats(port: number): Promise<{ duplicate: number; failed: number }> {
   try {
     const response = await fetch(`http://127.0.0.1:${port}/readyz`);
     const body = (await response.json()) as { stats?: { duplicate?: number; failed?: number } };
@@ -277,7 +277,7 @@ async function readStats(port: number): Promise<{ duplicate: number; failed: num
 }
 
 /** Each account's balance is the sum of the amounts of the events credited to it, no more and no less. */
-async function balancesMatch(
+export async function balancesMatch(
   sql: { query<R>(text: string): Promise<{ rows: R[] }> },
   events: readonly PublishEvent[],
 ): Promise<boolean> {
