@@ -5,7 +5,13 @@ import { z } from "zod";
 import type { Database } from "../../src/app/database.ts";
 import type { TransactionalHandler } from "../../src/domain/handler.ts";
 import { EmbeddedPostgresServer } from "../../src/embedded/postgres.ts";
-import { ACCOUNT_CREDITED, accountCreditedHandler } from "../../src/example/index.ts";
+import {
+  ACCOUNT_CREDITED,
+  accountCreditedHandler,
+  WELCOME_EMAIL_REQUESTED,
+  welcomeEmailHandler,
+  type Mailer,
+} from "../../src/example/index.ts";
 import { deriveMessageId } from "../../src/servicebus/message-id.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
 import { Attr, Metric, SpanName } from "../../src/telemetry/names.ts";
@@ -329,6 +335,42 @@ describe("telemetry: every path traced and measured (real SDK, local broker, Pos
     );
     assert.equal(metricTotal(data, Metric.dispositions, { [Attr.dispositionStatus]: "complete" }), 1);
     assert.equal(metricTotal(data, Metric.duplicatesAbsorbed), 1);
+  });
+
+  it("two-phase: claim and completion spans, and the open claim counted while the effect runs", async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let performing = false;
+    const mailer: Mailer = {
+      async send() {
+        performing = true;
+        await gate;
+      },
+    };
+    const messageId = await publish(
+      "welcome-1",
+      { userId: "u1", email: "u1@example.com" },
+      WELCOME_EMAIL_REQUESTED,
+    );
+    start({ handlers: [welcomeEmailHandler(mailer)] });
+    await waitUntil(() => performing, "the external effect is under way");
+    assert.equal(metricTotal(await telemetry().collect(), Metric.openClaims), 1, "one open claim");
+    release();
+    await waitForProcessSpans(messageId, 1);
+    const after = await telemetry().collect();
+    const points = after.find((m) => m.descriptor.name === Metric.openClaims)?.dataPoints ?? [];
+    assert.deepEqual(
+      points.map((p) => p.value),
+      [0],
+      "observed again, and now none is open",
+    );
+
+    const [process] = processSpans(messageId);
+    assert.ok(process);
+    assert.equal(process.attributes[Attr.outcome], "committed");
+    assert.equal(childNamed(process, SpanName.inboxClaim).attributes[Attr.outcome], "claimed");
+    childNamed(process, SpanName.inboxMarkProcessed);
+    assertSettlement(process, "complete");
   });
 
   describe("a database outage", () => {
