@@ -28,3 +28,4 @@ export { PoisonMessageError, ConfigError, type PoisonReason } from "./domain/err
 export { createInboxStore, type InboxStore, type InboxStoreConfig } from "./inbox/index.ts";
 export { exampleHandlers, accountCreditedHandler, welcomeEmailHandler, FakeMailer } from "./example/index.ts";
 export { createLogger, silentLogger, type Logger } from "./telemetry/logger.ts";
+export { startTelemetry, type Telemetry, type TelemetryOptions } from "./telemetry/setup.ts";
