@@ -93,14 +93,20 @@ export class QueueReceiver {
    */
   async detach(waitMs: number): Promise<void> {
     this.accepting = false;
-    await this.drain(waitMs);
     const subscription = this.subscription;
     const receiver = this.receiver;
     this.subscription = undefined;
+    try {
+      // Closing the subscription drains the link's credit but keeps the link: nothing more is delivered, and
+      // what is in flight can still be settled on it.
+      await subscription?.close();
+    } catch (error) {
+      this.options.logger.warn("stopping the subscription failed", { error });
+    }
+    await this.drain(waitMs);
     this.receiver = undefined;
     this.releaseHeld?.();
     try {
-      await subscription?.close();
       await receiver?.close();
     } catch (error) {
       this.options.logger.warn("closing the receive link failed", { error });
