@@ -1,0 +1,180 @@
+// The chaos run's worker processes: `sbinbox worker` children that can be SIGKILLed and are restarted, as an
+// orchestrator would. A worker that exits on its own is a crash, unless it failed to start while the database was
+// down (its migration cannot run then), which is expected and retried.
+import { spawn, type ChildProcess } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { readStats, withoutSbinboxSettings } from "../src/app/demo.ts";
+import { freePort } from "../src/embedded/free-port.ts";
+
+const BIN = fileURLToPath(new URL("../bin/sbinbox.js", import.meta.url));
+
+export interface FleetOptions {
+  readonly size: number;
+  /** Settings every worker gets (connection strings, queue, timings). */
+  readonly env: Record<string, string>;
+  /** Extra settings for the first generation only, by slot (the kill-after-commit switch). */
+  readonly firstGeneration?: (slot: number) => Record<string, string>;
+  /** False while the database is stopped: restarts wait, since a worker cannot migrate then. */
+  readonly databaseUp: () => boolean;
+  /** Whether the database was down at any time between two instants (ms since epoch). */
+  readonly databaseWasDownBetween: (from: number, to: number) => boolean;
+  readonly log: (line: string) => void;
+}
+
+interface Member {
+  readonly slot: number;
+  readonly name: string;
+  readonly child: ChildProcess;
+  readonly port: number;
+  readonly startedAt: number;
+  readonly exited: Promise<void>;
+  stderrTail: string;
+  /** The latest counts read from its /readyz, kept when it dies. */
+  lastStats: { duplicate: number; failed: number };
+  /** Set when this fleet sent the SIGKILL. */
+  killedByUs: boolean;
+}
+
+export interface FleetCounts {
+  /** Worker processes that died by SIGKILL: ours, and the fault switch's own. */
+  kills: number;
+  /** Exits while the database was up: each is a failure of the run. */
+  crashes: number;
+  /** Start-ups that failed because the database was down; retried. */
+  failedStarts: number;
+  starts: number;
+}
+
+export class WorkerFleet {
+  private readonly options: FleetOptions;
+  private readonly members = new Map<number, Member>();
+  private readonly pending = new Set<number>();
+  private stopping = false;
+  private generation = 0;
+  readonly counts: FleetCounts = { kills: 0, crashes: 0, failedStarts: 0, starts: 0 };
+  readonly crashReports: string[] = [];
+  /** Duplicates and transient failures counted by workers that have since died, as last read from them. */
+  private readonly stats = { duplicate: 0, failed: 0 };
+
+  constructor(options: FleetOptions) {
+    this.options = options;
+  }
+
+  async start(): Promise<void> {
+    for (let slot = 0; slot < this.options.size; slot += 1) await this.spawn(slot, true);
+  }
+
+  get live(): number {
+    return this.members.size;
+  }
+
+  get pids(): number[] {
+    return [...this.members.values()].map((m) => m.child.pid ?? 0);
+  }
+
+  /** SIGKILLs one live worker chosen at random; it is restarted as soon as the database allows. */
+  killOne(random: () => number): string | undefined {
+    const live = [...this.members.values()].filter((m) => !m.killedByUs);
+    if (live.length === 0) return undefined;
+    const victim = live[Math.floor(random() * live.length)]!;
+    victim.killedByUs = true;
+    victim.child.kill("SIGKILL");
+    return `${victim.name} (pid ${victim.child.pid})`;
+  }
+
+  /** Starts the workers whose restart waited for the database. */
+  async restartPending(): Promise<void> {
+    if (!this.options.databaseUp()) return;
+    for (const slot of [...this.pending]) {
+      this.pending.delete(slot);
+      await this.spawn(slot, false);
+    }
+  }
+
+  /**
+   * Duplicates and transient failures as the workers report them on /readyz: the live ones now, the dead ones as
+   * last read (a lower bound, since a SIGKILLed worker's last seconds are not seen).
+   */
+  async readStats(): Promise<{ duplicate: number; failed: number }> {
+    const total = { ...this.stats };
+    for (const m of [...this.members.values()]) {
+      const s = await readStats(m.port);
+      if (s.duplicate + s.failed > 0) m.lastStats = s;
+      total.duplicate += m.lastStats.duplicate;
+      total.failed += m.lastStats.failed;
+    }
+    return total;
+  }
+
+  /** SIGTERM to every live worker; resolves when all have exited. Non-zero exits are reported as crashes. */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    this.pending.clear();
+    const members = [...this.members.values()];
+    for (const m of members) m.child.kill("SIGTERM");
+    await Promise.all(members.map((m) => m.exited));
+  }
+
+  /** Last resort on the way out: nothing outlives the run. */
+  killAll(): void {
+    for (const m of this.members.values()) m.child.kill("SIGKILL");
+  }
+
+  private async spawn(slot: number, first: boolean): Promise<void> {
+    const port = await freePort();
+    this.generation += 1;
+    const name = `worker-${slot + 1}.${this.generation}`;
+    const extra = first ? (this.options.firstGeneration?.(slot) ?? {}) : {};
+    const child = spawn(process.execPath, [BIN, "worker"], {
+      env: { ...withoutSbinboxSettings(process.env), ...this.options.env, ...extra, PORT: String(port) },
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    let exited!: () => void;
+    const member: Member = {
+      slot,
+      name,
+      child,
+      port,
+      startedAt: Date.now(),
+      exited: new Promise<void>((resolve) => (exited = resolve)),
+      stderrTail: "",
+      lastStats: { duplicate: 0, failed: 0 },
+      killedByUs: false,
+    };
+    child.stderr?.setEncoding("utf8");
+    child.stderr?.on("data", (d: string) => (member.stderrTail = (member.stderrTail + d).slice(-3000)));
+    child.on("exit", (code, signal) => {
+      this.onExit(member, code, signal);
+      exited();
+    });
+    this.members.set(slot, member);
+    this.counts.starts += 1;
+  }
+
+  private onExit(member: Member, code: number | null, signal: NodeJS.Signals | null): void {
+    this.members.delete(member.slot);
+    this.stats.duplicate += member.lastStats.duplicate;
+    this.stats.failed += member.lastStats.failed;
+    if (this.stopping) {
+      if (code !== 0) {
+        this.counts.crashes += 1;
+        this.crashReports.push(
+          `${member.name} exited with ${code ?? signal} after SIGTERM: ${member.stderrTail}`,
+        );
+      }
+      return;
+    }
+    if (signal === "SIGKILL") {
+      this.counts.kills += 1;
+      if (!member.killedByUs) this.options.log(`${member.name} killed itself between commit and complete`);
+    } else if (this.options.databaseWasDownBetween(member.startedAt, Date.now())) {
+      this.counts.failedStarts += 1;
+    } else {
+      this.counts.crashes += 1;
+      this.crashReports.push(`${member.name} exited with ${code ?? signal}: ${member.stderrTail}`);
+      this.options.log(`${member.name} CRASHED (exit ${code ?? signal}); restarting it`);
+    }
+    this.pending.add(member.slot);
+    void this.restartPending();
+  }
+}
