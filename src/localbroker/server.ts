@@ -284,6 +284,14 @@ export class AmqpServer {
       this.roles.set(link, { kind: "reply" });
       return;
     }
+    const filter = link.source?.["filter"];
+    if (typeof filter === "object" && filter !== null && "com.microsoft:session-filter" in filter) {
+      link.close({
+        condition: "amqp:not-implemented",
+        description: "Sessions are not supported by the local broker.",
+      });
+      return;
+    }
     answerDrainsWithoutCredit(link);
     const consumer = new LinkConsumer(link, queue, link.snd_settle_mode === 1);
     this.roles.set(link, { kind: "consumer", consumer });

@@ -71,6 +71,17 @@ describe("local broker: robustness", () => {
     await roundTrip(fixture, "after-unknown-operation");
   });
 
+  it("refuses a session receiver at once with a clear error (sessions are not supported)", async () => {
+    await assert.rejects(
+      fixture.client.acceptNextSession("sbinbox", { maxAutoLockRenewalDurationInMs: 0 }),
+      (error: unknown) => {
+        assert.match(String((error as Error).message), /Sessions are not supported by the local broker/);
+        return true;
+      },
+    );
+    await roundTrip(fixture, "after-session-refusal");
+  });
+
   it("rejects a transfer that is not an AMQP message, and the link and broker go on", async () => {
     const connection = await openRhea(fixture.broker.port);
     const sender = connection.open_sender({ target: { address: "sbinbox" } });
