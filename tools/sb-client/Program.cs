@@ -114,6 +114,17 @@ await Scenario("settling with a lost lock fails with MessageLockLost", async () 
     }
 });
 
+await Scenario("renew-lock by lock token extends LockedUntil (the token's byte order matches)", async () =>
+{
+    await sender.SendMessageAsync(new ServiceBusMessage("slow") { MessageId = $"dotnet-{run}-renew" });
+    var message = await ReceiveOne(receiver);
+    var before = message.LockedUntil;
+    await Task.Delay(1100);
+    await receiver.RenewMessageLockAsync(message);
+    Check(message.LockedUntil >= before.AddSeconds(1), $"LockedUntil {before:O} then {message.LockedUntil:O}");
+    await receiver.CompleteMessageAsync(message);
+});
+
 await Scenario("dead-letter with reason, then read the dead-letter queue", async () =>
 {
     await sender.SendMessageAsync(new ServiceBusMessage("poison") { MessageId = $"dotnet-{run}-dead" });
