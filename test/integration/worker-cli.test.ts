@@ -1,4 +1,7 @@
 import assert from "node:assert/strict";
+import { mkdtemp, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import type { Database } from "../../src/app/database.ts";
 import { demoEvent } from "../../src/example/demo-events.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
@@ -26,6 +29,30 @@ describe("sbinbox worker as a process", function () {
       });
       assert.equal(result.code, 2);
       assert.match(result.stderr, /SBINBOX_DATABASE: Service Bus is configured but no database/);
+    });
+  });
+
+  describe("sbinbox publish", function () {
+    const fixture = useLocalBroker();
+
+    it("sends every line of a JSON-lines file; a bad line is reported by its number", async function () {
+      const dir = await mkdtemp(join(tmpdir(), "sbinbox-publish-"));
+      const good = join(dir, "events.jsonl");
+      const lines = [0, 1, 2].map((i) =>
+        JSON.stringify({ type: "AccountCredited", key: `f-${i}`, body: { accountId: "a", amount: 1 } }),
+      );
+      await writeFile(good, lines.join("\n") + "\n");
+      const env = { SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString };
+      const result = await runCli(["publish", "--file", good], env);
+      assert.equal(result.code, 0, result.stderr);
+      assert.match(result.stdout, /published 3 events to sbinbox/);
+      assert.equal(fixture.broker.counts(QUEUE).active, 3);
+      const bad = join(dir, "bad.jsonl");
+      await writeFile(bad, `${lines[0]}\n{"type":"AccountCredited"}\n`);
+      const failed = await runCli(["publish", "--file", bad], env);
+      assert.equal(failed.code, 2);
+      assert.match(failed.stderr, /bad\.jsonl:2: needs "type" and "key"/);
+      assert.equal(fixture.broker.counts(QUEUE).active, 3, "nothing sent from a bad file");
     });
   });
 
