@@ -80,7 +80,9 @@ export function startProcessSpan(input: ProcessSpanInput): { span: Span; ctx: Co
         [Attr.operationType]: "process",
         [Attr.destinationName]: input.queue,
         [Attr.messageId]: input.messageId,
-        [Attr.deliveryCount]: input.deliveryCount,
+        // The convention counts attempts, this one included (as the .NET SDK reports it); @azure/service-bus
+        // passes on the AMQP header, which counts earlier attempts only (0 on the first delivery).
+        [Attr.deliveryCount]: input.deliveryCount + 1,
         ...(input.correlationId !== undefined ? { [Attr.conversationId]: input.correlationId } : {}),
       },
     },

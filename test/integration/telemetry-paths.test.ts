@@ -145,7 +145,7 @@ describe("telemetry: every path traced and measured (real SDK, local broker, Pos
       "and it is linked",
     );
     assert.equal(process.attributes[Attr.conversationId], "conv-1");
-    assert.equal(process.attributes[Attr.deliveryCount], 0);
+    assert.equal(process.attributes[Attr.deliveryCount], 1, "the first attempt");
     assert.equal(process.attributes[Attr.outcome], "committed");
     assert.equal(process.attributes[Attr.dispositionStatus], "complete");
     assert.equal(process.attributes[Attr.errorType], undefined);
@@ -262,7 +262,7 @@ describe("telemetry: every path traced and measured (real SDK, local broker, Pos
     );
     assert.deepEqual(
       deliveries.map((s) => s.attributes[Attr.deliveryCount]),
-      [0, 1],
+      [1, 2],
     );
     for (const process of deliveries) {
       assertMessagingAttributes(process, messageId);
