@@ -166,7 +166,8 @@ export class QueueReceiver {
       decision = { disposition: "abandon", outcome: "failed", error, errorClass: "permanent" };
     }
     await this.options.beforeSettle?.(incoming, decision);
-    const settlement = await this.settle(receiver, message, decision, ctx);
+    // Also inside the span: a failed settlement's log line carries the message's trace and span ids.
+    const settlement = await context.with(ctx, () => this.settle(receiver, message, decision, ctx));
     this.options.onSettled?.(decision, { ...settlement, durationMs: performance.now() - began });
     endProcessSpan(span, {
       outcome: decision.outcome,

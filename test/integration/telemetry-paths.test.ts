@@ -14,6 +14,7 @@ import {
 } from "../../src/example/index.ts";
 import { deriveMessageId } from "../../src/servicebus/message-id.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
+import { createLogger } from "../../src/telemetry/logger.ts";
 import { Attr, Metric, SpanName } from "../../src/telemetry/names.ts";
 import type { Worker } from "../../src/worker/worker.ts";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
@@ -73,6 +74,16 @@ describe("telemetry: every path traced and measured (real SDK, local broker, Pos
     } finally {
       await publisher.close();
     }
+  }
+
+  /** A logger that keeps its JSON lines, parsed. */
+  function capturedLogs() {
+    const lines: Record<string, unknown>[] = [];
+    const logger = createLogger({
+      level: "debug",
+      write: (line) => lines.push(JSON.parse(line) as Record<string, unknown>),
+    });
+    return { logger, lines };
   }
 
   const spans = () => telemetry().spans();
@@ -212,7 +223,8 @@ describe("telemetry: every path traced and measured (real SDK, local broker, Pos
     const sender = fixture.client.createSender(QUEUE);
     await sender.sendMessages({ messageId: "poison-1", subject: "NoSuchEvent", body: Buffer.from("{}") });
     await sender.close();
-    start();
+    const logs = capturedLogs();
+    start({ logger: logs.logger });
     await waitForProcessSpans("poison-1", 1);
 
     const [process] = processSpans("poison-1");
@@ -225,6 +237,12 @@ describe("telemetry: every path traced and measured (real SDK, local broker, Pos
     assert.equal(process.status.code, SpanStatusCode.ERROR);
     assert.equal(childrenOf(process).filter((s) => s.name === SpanName.inboxTransaction).length, 0);
     assertSettlement(process, "dead_letter");
+    const line = logs.lines.find((l) => l.msg === "message dead-lettered");
+    assert.deepEqual(
+      line && [line.trace_id, line.span_id, line.reason],
+      [process.spanContext().traceId, process.spanContext().spanId, "UnknownMessageType"],
+      "the log line joins the trace",
+    );
 
     const data = await telemetry().collect();
     assert.equal(metricTotal(data, Metric.outcomes, { [Attr.outcome]: "poison" }), 1);
@@ -307,7 +325,8 @@ describe("telemetry: every path traced and measured (real SDK, local broker, Pos
     };
     const messageId = await publish("lock-lost-1", { accountId: "a4", amount: 2 });
     // One message at a time and no lock renewal: the redelivery waits until the first attempt has settled.
-    start({ handlers: [slowOnce], maxAutoLockRenewalMs: 0, maxConcurrentCalls: 1 });
+    const logs = capturedLogs();
+    start({ handlers: [slowOnce], maxAutoLockRenewalMs: 0, maxConcurrentCalls: 1, logger: logs.logger });
     await waitForProcessSpans(messageId, 2);
 
     const [first, second] = processSpans(messageId).sort(
@@ -324,6 +343,12 @@ describe("telemetry: every path traced and measured (real SDK, local broker, Pos
     assert.equal(second.status.code, SpanStatusCode.UNSET);
     assertSettlement(second, "complete");
     assert.equal((await creditsPerMessage(db)).get(messageId), 1, "one effect");
+    const line = logs.lines.find((l) => String(l.msg).startsWith("settlement failed"));
+    assert.deepEqual(
+      line && [line.trace_id, line.span_id, line.code],
+      [first.spanContext().traceId, first.spanContext().spanId, "MessageLockLost"],
+      "the settlement failure is logged in the message's trace",
+    );
 
     const data = await telemetry().collect();
     assert.equal(
