@@ -1,6 +1,7 @@
 // `npm run bench:inbox`: messages per second through the inbox store on an embedded PostgreSQL, fresh and
 // duplicate paths, at concurrency 1 and 16, against the same SQL issued in a bare loop on a bare pg pool.
 // A benchmark, not a test: it prints figures and the ratios the targets are stated in.
+import { availableParallelism, loadavg } from "node:os";
 import pg from "pg";
 import { EmbeddedPostgresServer } from "../src/embedded/postgres.ts";
 import { createPostgresInboxStore } from "../src/inbox/postgres/adapter.ts";
@@ -156,6 +157,12 @@ async function main(): Promise<void> {
       `inbox benchmark: embedded PostgreSQL, ${MESSAGES} messages per run, median of ${ROUNDS} runs, msgs/s\n`,
     );
     process.stdout.write(`${line(header)}\n${rows.map(line).join("\n")}\n`);
+    // Client and server share this machine: a busy machine moves every figure, so say how busy it was.
+    process.stdout.write(
+      `machine: ${availableParallelism()} cores, load average ${loadavg()
+        .map((l) => l.toFixed(2))
+        .join(" ")} (1, 5, 15 min)\n`,
+    );
     process.stdout.write(
       "targets: store/bare >= 0.90; dup/fresh >= 3.00 (duplicates found by the pre-check)\n",
     );
