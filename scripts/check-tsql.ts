@@ -67,6 +67,10 @@ async function main(): Promise<number> {
     .sort()) {
     items.push({ name: `migrations/${file}`, sql: readFileSync(join(migrationsDir, file), "utf8") });
   }
+  // The example domain's statements are sent by the worker too (src/example/accounts.ts, dialect SQL as data).
+  const { accountSql } = await import("../src/example/accounts.ts");
+  for (const [name, sql] of Object.entries(accountSql))
+    items.push({ name: `example/accounts.ts:${name}`, sql: sql.sqlserver });
   const result = parse(items);
   process.stdout.write(result.output);
   if (result.status !== 0) {
