@@ -116,8 +116,11 @@ export function dbStatusCode(dialect: Dialect, error: unknown): string | undefin
     const number = sqlServerErrorNumbers(error)[0];
     return number === undefined ? undefined : String(number);
   }
-  const code = (error as { code?: unknown }).code;
-  return typeof code === "string" && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
+  // Only the server's errors (pg's DatabaseError carries a severity): a socket's EPIPE also has five capitals.
+  const { code, severity } = error as { code?: unknown; severity?: unknown };
+  return typeof severity === "string" && typeof code === "string" && /^[0-9A-Z]{5}$/.test(code)
+    ? code
+    : undefined;
 }
 
 function recordDbError(span: Span, dialect: Dialect, error: unknown): void {
