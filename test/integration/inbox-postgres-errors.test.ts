@@ -46,6 +46,18 @@ describe("PostgreSQL inbox: real server errors", function () {
     assert.equal(outcomes.filter((o) => o.kind === "committed").length, 1);
   });
 
+  it("a handler that swallows a failed statement's error does not get a commit that wrote nothing", async function () {
+    const key = { messageId: "swallowed", consumer: "c" };
+    const outcome = await store.process(key, async (tx) => {
+      await tx.query(`INSERT INTO "Accounts" VALUES (1, 0)`).catch(() => undefined); // duplicate key, swallowed
+      await tx.query(`SELECT 1`).catch(() => undefined); // "current transaction is aborted", swallowed too
+    });
+    assert.equal(outcome.kind, "failed");
+    assert.equal(outcome.kind === "failed" && outcome.errorClass, "permanent");
+    assert.equal(await store.isProcessed(key), false);
+    assert.equal((await store.process(key, () => Promise.resolve())).kind, "committed", "a retry succeeds");
+  });
+
   it("the handler's own error is permanent; a duplicate marker is a duplicate", async function () {
     const key = { messageId: "h-1", consumer: "c" };
     const failed = await store.process(key, () => Promise.reject(new Error("handler bug")));

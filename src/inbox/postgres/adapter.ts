@@ -20,6 +20,16 @@ import {
   statements,
 } from "./statements.ts";
 
+/** COMMIT answered ROLLBACK: the transaction had been aborted by an error the handler caught. */
+export class AbortedTransactionError extends Error {
+  constructor(command: string) {
+    super(
+      `COMMIT answered ${command}: an earlier statement failed and aborted the transaction; nothing was written`,
+    );
+    this.name = "AbortedTransactionError";
+  }
+}
+
 export const POSTGRES_MIGRATIONS_DIR = fileURLToPath(new URL("./migrations/", import.meta.url));
 
 export interface PostgresInboxOptions extends InboxStoreOptions {
@@ -87,8 +97,10 @@ export class PostgresDriver implements InboxDriver {
       if (done) return;
       done = true;
       client.removeListener("error", onError);
-      // A client whose connection failed is destroyed instead of returned to the pool.
-      const destroy = lost ?? (broken === undefined ? undefined : broken instanceof Error ? broken : true);
+      // A client whose connection failed is destroyed instead of returned to the pool; a server-side error
+      // (DatabaseError) leaves the connection fine.
+      const healthy = broken === undefined || broken instanceof pg.DatabaseError;
+      const destroy = lost ?? (healthy ? undefined : broken instanceof Error ? broken : true);
       client.release(destroy);
     };
     try {
@@ -107,13 +119,17 @@ export class PostgresDriver implements InboxDriver {
         }
       },
       commit: async () => {
+        let result: pg.QueryResult;
         try {
-          await client.query(COMMIT);
-          finish();
+          result = await client.query(COMMIT);
         } catch (error) {
           finish(error);
           throw this.tag(error);
         }
+        finish();
+        // COMMIT of a transaction that an earlier statement aborted (a handler caught that error and went on)
+        // succeeds as a ROLLBACK: nothing was written, so this must not be reported as committed.
+        if (result.command !== "COMMIT") throw new AbortedTransactionError(result.command);
       },
       rollback: async () => {
         if (done) return;
