@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import mssql from "mssql";
-import { bindParameters } from "../../src/inbox/sqlserver/adapter.ts";
+import { bindParameters, poolConfig } from "../../src/inbox/sqlserver/adapter.ts";
 import { statements } from "../../src/inbox/sqlserver/statements.ts";
 
 describe("SQL Server adapter: positional parameters become typed @p1..@pn", () => {
@@ -35,5 +35,16 @@ describe("SQL Server adapter: positional parameters become typed @p1..@pn", () =
       const params = sql.match(/@\w+/g) ?? [];
       for (const param of params) assert.match(param, /^@p\d+$/, `${name} uses ${param}`);
     }
+  });
+
+  it("turns XACT_ABORT on for pools it builds, unless the caller set it", () => {
+    const fromString = poolConfig("Server=127.0.0.1,1433;Database=app;User Id=u;Password=p;Encrypt=true");
+    assert.equal(fromString.options?.abortTransactionOnError, true);
+    assert.equal(fromString.database, "app");
+    assert.equal(
+      poolConfig({ server: "s", options: { abortTransactionOnError: false } }).options
+        ?.abortTransactionOnError,
+      false,
+    );
   });
 });

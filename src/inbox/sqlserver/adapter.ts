@@ -46,6 +46,16 @@ export function bindParameters(request: mssql.Request, params: readonly unknown[
   return request;
 }
 
+/**
+ * The pool's config: XACT_ABORT on (tedious's abortTransactionOnError) unless the caller says otherwise, so any
+ * statement error dooms the transaction, as on PostgreSQL: a handler that catches an error and carries on cannot
+ * commit half of its work.
+ */
+export function poolConfig(config: mssql.config | string): mssql.config {
+  const base = typeof config === "string" ? mssql.ConnectionPool.parseConnectionString(config) : config;
+  return { ...base, options: { abortTransactionOnError: true, ...base.options } };
+}
+
 function sqlTypeOf(value: unknown): mssql.ISqlType {
   if (typeof value === "string")
     return value.length <= 4000 ? mssql.NVarChar(4000) : mssql.NVarChar(mssql.MAX);
@@ -81,10 +91,7 @@ export class SqlServerDriver implements InboxDriver {
       this.ownsPool = false;
     } else {
       if (options.config === undefined) throw new Error("SQL Server inbox: give a pool or a config");
-      this.pool =
-        typeof options.config === "string"
-          ? new mssql.ConnectionPool(options.config)
-          : new mssql.ConnectionPool(options.config);
+      this.pool = new mssql.ConnectionPool(poolConfig(options.config));
       this.ownsPool = true;
     }
     this.pool.on("error", options.onPoolError ?? (() => undefined));
