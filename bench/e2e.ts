@@ -23,9 +23,11 @@ import { deriveMessageId } from "../src/servicebus/message-id.ts";
 import { createPublisher, type Publisher, type PublishEvent } from "../src/servicebus/publisher.ts";
 import { createWorker, type Worker } from "../src/worker/worker.ts";
 
-const MESSAGES = Number(process.env.SBINBOX_BENCH_MESSAGES ?? 3000);
+const MESSAGES = Number(process.env.SBINBOX_BENCH_MESSAGES ?? 2000);
 const BACKLOG = Number(process.env.SBINBOX_BENCH_BACKLOG ?? 50_000);
 const CONCURRENCY = [1, 8, 32];
+const ROUNDS = Number(process.env.SBINBOX_BENCH_ROUNDS ?? 3);
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const QUEUE = "bench";
 const RSS_QUEUE = "rss";
 const CONSUMER = "bench";
@@ -409,13 +411,26 @@ async function main(): Promise<void> {
     const rows: string[][] = [];
     for (const c of process.env.SBINBOX_BENCH_ONLY === "memory" ? [] : CONCURRENCY) {
       process.stdout.write(`concurrency ${c} ...\n`);
-      const fresh = freshEvents(MESSAGES);
-      const e2e = await drainWithWorker(h, c, fresh, "committed");
-      const duplicate = await drainWithWorker(h, c, fresh, "duplicate");
+      // The rows that the targets compare run in several rounds, taking turns, and the median is reported: the
+      // machine is shared, and one noisy stretch should not decide a ratio.
+      const runs = { e2e: [] as number[], db: [] as number[], naive: [] as number[], dup: [] as number[] };
+      for (let round = 0; round < ROUNDS; round += 1) {
+        const steps = [
+          async () => {
+            const fresh = freshEvents(MESSAGES);
+            runs.e2e.push(await drainWithWorker(h, c, fresh, "committed"));
+            runs.dup.push(await drainWithWorker(h, c, fresh, "duplicate"));
+          },
+          async () => void runs.db.push(await databaseCeiling(h, c, MESSAGES)),
+          async () => void runs.naive.push(await naive(h, c, MESSAGES)),
+        ];
+        for (const step of round % 2 === 0 ? steps : steps.reverse()) await step();
+      }
+      const [e2e, dbCeiling, naiveRate, duplicate] = [runs.e2e, runs.db, runs.naive, runs.dup].map(
+        median,
+      ) as [number, number, number, number];
       const lat = await latency(h, c, e2e * 0.5);
-      const dbCeiling = await databaseCeiling(h, c, MESSAGES);
       const brokerCeiling = await receiveLoop(h, c, MESSAGES, () => Promise.resolve());
-      const naiveRate = await naive(h, c, MESSAGES);
       rows.push([
         String(c),
         e2e.toFixed(0),
@@ -458,7 +473,8 @@ async function main(): Promise<void> {
       [
         "",
         `end to end: publisher -> local broker (own process) -> worker -> committed effect in embedded PostgreSQL`,
-        `msgs/s drain a prefilled backlog of ${MESSAGES}; latency at half the e2e rate, publisher to commit`,
+        `msgs/s: draining a prefilled backlog of ${MESSAGES}, median of ${ROUNDS} rounds (e2e, db, naive, dup); ` +
+          `latency: publishing at half the e2e rate, publisher to commit`,
         ...table,
         "targets: e2e/db >= 0.90; e2e/naive >= 1.00; dup/e2e >= 3.00",
         "",
