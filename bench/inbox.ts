@@ -4,7 +4,8 @@
 import { availableParallelism, loadavg } from "node:os";
 import pg from "pg";
 import { EmbeddedPostgresServer } from "../src/embedded/postgres.ts";
-import { createPostgresInboxStore } from "../src/inbox/postgres/adapter.ts";
+import { InboxCore } from "../src/inbox/core.ts";
+import { createPostgresInboxStore, PostgresDriver } from "../src/inbox/postgres/adapter.ts";
 import { BEGIN, COMMIT, ROLLBACK, statements } from "../src/inbox/postgres/statements.ts";
 import type { SqlExecutor } from "../src/domain/sql.ts";
 
@@ -32,6 +33,8 @@ async function main(): Promise<void> {
     const url = await server.createDatabase("sbinbox_bench");
     const store = createPostgresInboxStore({ url, maxConnections: 16 });
     const storeNoPreCheck = createPostgresInboxStore({ url, maxConnections: 16, preCheck: false });
+    // The same store without the OpenTelemetry wrappers the factory adds: shows what the tracing costs.
+    const untraced = new InboxCore(new PostgresDriver({ url, maxConnections: 16 }));
     const bare = new pg.Pool({ connectionString: url, max: 16 });
     bare.on("error", () => undefined); // idle connections end when the server stops
     await store.migrate();
@@ -87,6 +90,7 @@ async function main(): Promise<void> {
         storeDup: [] as number[],
         bareDup: [] as number[],
         noPre: [] as number[],
+        untracedDup: [] as number[],
       };
       for (let round = 0; round < ROUNDS; round += 1) {
         const tag = `c${c}r${round}`;
@@ -115,19 +119,23 @@ async function main(): Promise<void> {
             ? [storeFreshRun, bareFreshRun, storeDupRun, bareDupRun]
             : [bareFreshRun, storeFreshRun, bareDupRun, storeDupRun];
         for (const run of pairs) await run();
+        runs.untracedDup.push(
+          await rate(MESSAGES, c, (i) => untraced.process(key(i), effect("never")).then(expect("duplicate"))),
+        );
         runs.noPre.push(
           await rate(MESSAGES, c, (i) =>
             storeNoPreCheck.process(key(i), effect("never")).then(expect("duplicate")),
           ),
         );
       }
-      const [storeFresh, bareFreshRate, storeDup, bareDup, dupNoPreCheck] = [
+      const [storeFresh, bareFreshRate, storeDup, bareDup, dupNoPreCheck, dupUntraced] = [
         runs.storeFresh,
         runs.bareFresh,
         runs.storeDup,
         runs.bareDup,
         runs.noPre,
-      ].map(median) as [number, number, number, number, number];
+        runs.untracedDup,
+      ].map(median) as [number, number, number, number, number, number];
       rows.push([
         String(c),
         storeFresh.toFixed(0),
@@ -138,6 +146,7 @@ async function main(): Promise<void> {
         (storeDup / bareDup).toFixed(2),
         (storeDup / storeFresh).toFixed(2),
         dupNoPreCheck.toFixed(0),
+        dupUntraced.toFixed(0),
       ]);
     }
     const header = [
@@ -150,6 +159,7 @@ async function main(): Promise<void> {
       "store/bare",
       "dup/fresh",
       "dup no-precheck/s",
+      "dup untraced/s",
     ];
     const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
     const line = (cells: string[]) => cells.map((cell, i) => cell.padStart(widths[i]!)).join("  ");
@@ -168,6 +178,7 @@ async function main(): Promise<void> {
     );
     await store.close();
     await storeNoPreCheck.close();
+    await untraced.close();
     await bare.end();
   } finally {
     await server.dispose();
