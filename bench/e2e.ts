@@ -404,8 +404,10 @@ async function main(): Promise<void> {
     if (/^e2e\d+$/.test(only)) {
       // For a profile (node --cpu-prof): the worker's fresh path alone, at the given concurrency.
       const c = Number(only.slice(3));
-      const rate = await drainWithWorker(h, c, freshEvents(MESSAGES), "committed");
-      process.stdout.write(`e2e at ${c}: ${rate.toFixed(0)} msgs/s\n`);
+      const fresh = freshEvents(MESSAGES);
+      const rate = await drainWithWorker(h, c, fresh, "committed");
+      const dup = await drainWithWorker(h, c, fresh, "duplicate");
+      process.stdout.write(`at ${c}: fresh ${rate.toFixed(0)} msgs/s, duplicate ${dup.toFixed(0)} msgs/s\n`);
       return;
     }
     const rows: string[][] = [];
