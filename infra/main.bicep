@@ -190,7 +190,8 @@ module sql '../bicep/modules/sql/main.bicep' = {
 
 module roles '../bicep/modules/identity/main.bicep' = {
   scope: resourceGroup
-  // No explicit dependsOn: the worker's principal already orders this after the worker, which follows the namespace.
+  // No explicit dependsOn: the worker's principal already orders this after the worker, which follows the namespace
+  // and the monitoring module (whose component the telemetry role is scoped to).
   params: {
     namespaceName: serviceBusNamespaceName
     queueName: queueName
@@ -199,6 +200,8 @@ module roles '../bicep/modules/identity/main.bicep' = {
     #disable-next-line what-if-short-circuiting
     receiverPrincipalId: worker.outputs.principalId
     senders: publishers
+    // Monitoring Metrics Publisher: the component accepts only Entra ID tokens.
+    applicationInsightsName: applicationInsightsName
   }
 }
 

@@ -18,6 +18,7 @@ import {
 // Built-in role definition IDs, the same in every tenant (Microsoft's "Azure built-in roles" list).
 const dataReceiverRole = "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0";
 const dataSenderRole = "69a216fc-b8fb-44d8-bc22-1f3c2cd27a39";
+const metricsPublisherRole = "3913510d-42f4-4e42-8a64-420c390055eb";
 
 describe("infra/main.bicep compiled to ARM JSON by the pinned Bicep CLI", function () {
   this.timeout(120_000);
@@ -114,6 +115,8 @@ describe("infra/main.bicep compiled to ARM JSON by the pinned Bicep CLI", functi
       assert.match(settings.name, /'appsettings'/);
       const expression = str(settings.raw.properties);
       assert.match(expression, /'APPLICATIONINSIGHTS_CONNECTION_STRING', reference\('applicationInsights'\)/);
+      // The component takes no instrumentation key, so the worker authenticates with its system-assigned identity.
+      assert.match(expression, /'APPLICATIONINSIGHTS_AUTHENTICATION_STRING', 'Authorization=AAD'[,)]/);
       const worker = obj(obj(main.resources, "resources").worker, "worker module");
       const params = obj(obj(worker.properties, "module properties").parameters, "module parameters");
       const appSettings = obj(obj(params.appSettings, "appSettings").value, "appSettings value");
@@ -160,7 +163,7 @@ describe("infra/main.bicep compiled to ARM JSON by the pinned Bicep CLI", functi
   describe("role assignments", function () {
     it("give the worker Data Receiver and publishers Data Sender, on the queue, named guid(scope, principal, role)", function () {
       const assignments = ofType(main, "Microsoft.Authorization/roleAssignments");
-      assert.equal(assignments.length, 2);
+      assert.equal(assignments.length, 3);
       const roleIds = obj(assignments[0]!.template.variables, "variables");
       assert.equal(roleIds.dataReceiverRoleId, dataReceiverRole);
       assert.equal(roleIds.dataSenderRoleId, dataSenderRole);
@@ -181,11 +184,55 @@ describe("infra/main.bicep compiled to ARM JSON by the pinned Bicep CLI", functi
         );
       }
     });
+
+    it("give the worker Monitoring Metrics Publisher on the Application Insights component, named guid(scope, principal, role)", function () {
+      const assignment = ofType(main, "Microsoft.Authorization/roleAssignments").find((a) =>
+        str(props(a).roleDefinitionId).includes("metricsPublisherRoleId"),
+      );
+      assert.ok(assignment, "no Monitoring Metrics Publisher assignment");
+      assert.equal(
+        obj(assignment.template.variables, "variables").metricsPublisherRoleId,
+        metricsPublisherRole,
+      );
+      const componentScope =
+        "resourceId('Microsoft.Insights/components', coalesce(parameters('applicationInsightsName'), ''))";
+      assert.equal(
+        assignment.name,
+        `[guid(${componentScope}, parameters('receiverPrincipalId'), variables('metricsPublisherRoleId'))]`,
+      );
+      assert.equal(assignment.raw.scope, `[${componentScope}]`);
+      const p = props(assignment);
+      assert.equal(p.principalId, "[parameters('receiverPrincipalId')]");
+      assert.equal(p.principalType, "[parameters('receiverPrincipalType')]");
+      assert.equal(parameterDefault(assignment.template, "receiverPrincipalType"), "ServicePrincipal");
+      assert.equal(
+        p.roleDefinitionId,
+        "[subscriptionResourceId('Microsoft.Authorization/roleDefinitions', variables('metricsPublisherRoleId'))]",
+      );
+      // The composition names the same component the monitoring module creates, and the worker's own principal.
+      const moduleParams = (name: string) =>
+        obj(
+          obj(obj(obj(main.resources, "resources")[name], name).properties, "module properties").parameters,
+          "module parameters",
+        );
+      const roles = moduleParams("roles");
+      const component = "[variables('applicationInsightsName')]";
+      assert.equal(obj(roles.applicationInsightsName, "applicationInsightsName").value, component);
+      assert.equal(
+        obj(moduleParams("monitoring").applicationInsightsName, "applicationInsightsName").value,
+        component,
+      );
+      assert.match(
+        str(obj(roles.receiverPrincipalId, "receiverPrincipalId").value),
+        /^\[reference\('worker'\)\.outputs\.principalId\.value\]$/,
+      );
+    });
   });
 
   describe("monitoring and autoscale", function () {
-    it("has a workspace-based Application Insights", function () {
+    it("has a workspace-based Application Insights that accepts Entra ID tokens only", function () {
       const insights = single(main, "Microsoft.Insights/components");
+      assert.equal(props(insights).DisableLocalAuth, true);
       assert.match(str(props(insights).WorkspaceResourceId), /Microsoft\.OperationalInsights\/workspaces/);
       single(main, "Microsoft.OperationalInsights/workspaces");
     });

@@ -35,7 +35,7 @@ param appCommandLine string = 'node bin/sbinbox.js worker'
 @description('Optional. Path App Service probes to decide an instance is healthy.')
 param healthCheckPath string = '/healthz'
 
-@description('Required. Name of the Application Insights component whose connection string the worker gets as a setting.')
+@description('Required. Name of the Application Insights component whose connection string the worker gets as a setting. The worker authenticates to it with its identity, which needs Monitoring Metrics Publisher on it.')
 param applicationInsightsName string
 
 @description('Optional. Worker settings (names to values). Never secrets: the managed identity is the credential.')
@@ -92,6 +92,9 @@ resource siteSettings 'Microsoft.Web/sites/config@2025-03-01' = {
   properties: union(appSettings, {
     // Read from the resource here so the value never appears as a parameter or an output.
     APPLICATIONINSIGHTS_CONNECTION_STRING: applicationInsights.properties.ConnectionString
+    // Telemetry is sent with the system-assigned identity's token (the component accepts no instrumentation key);
+    // a user-assigned identity would add ';ClientId=<client id>'.
+    APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'Authorization=AAD'
     // The deployment ships node_modules (npm ci --omit=dev), so Oryx must not rebuild it.
     SCM_DO_BUILD_DURING_DEPLOYMENT: 'false'
   })

@@ -1,5 +1,5 @@
-metadata name = 'Service Bus role assignments'
-metadata description = 'Least-privilege data-plane roles on one queue: Data Receiver for the worker, Data Sender for each publisher.'
+metadata name = 'Worker and publisher role assignments'
+metadata description = 'Least-privilege data-plane roles: on one queue, Data Receiver for the worker and Data Sender for each publisher; optionally Monitoring Metrics Publisher for the worker on an Application Insights component.'
 
 @description('Required. Name of the Service Bus namespace that holds the queue.')
 param namespaceName string
@@ -21,6 +21,9 @@ param receiverPrincipalType string = 'ServicePrincipal'
 @description('Optional. Publishers that get Azure Service Bus Data Sender on the queue.')
 param senders senderType[] = []
 
+@description('Optional. Name of an Application Insights component in this resource group on which the worker gets Monitoring Metrics Publisher, to send telemetry with its identity when local authentication is off.')
+param applicationInsightsName string?
+
 @export()
 @description('A principal allowed to send to the queue.')
 type senderType = {
@@ -34,6 +37,8 @@ type senderType = {
 // Built-in role definitions (IDs are the same in every tenant).
 var dataReceiverRoleId = '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0' // Azure Service Bus Data Receiver
 var dataSenderRoleId = '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39' // Azure Service Bus Data Sender
+// Despite its name it covers all telemetry (Microsoft.Insights/Telemetry/Write), not only metrics.
+var metricsPublisherRoleId = '3913510d-42f4-4e42-8a64-420c390055eb' // Monitoring Metrics Publisher
 
 resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' existing = {
   name: namespaceName
@@ -67,8 +72,26 @@ resource senderRoles 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
   }
 ]
 
+resource applicationInsights 'Microsoft.Insights/components@2020-02-02' existing = if (applicationInsightsName != null) {
+  name: applicationInsightsName ?? ''
+}
+
+resource telemetryPublisherRole 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (applicationInsightsName != null) {
+  name: guid(applicationInsights.id, receiverPrincipalId, metricsPublisherRoleId)
+  scope: applicationInsights
+  properties: {
+    principalId: receiverPrincipalId
+    principalType: receiverPrincipalType
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', metricsPublisherRoleId)
+    description: 'sbinbox worker sends its traces and metrics to this component with its identity.'
+  }
+}
+
 @description('The resource ID of the worker\'s role assignment.')
 output receiverRoleAssignmentId string = receiverRole.id
 
 @description('The resource IDs of the publishers\' role assignments.')
 output senderRoleAssignmentIds string[] = [for (sender, index) in senders: senderRoles[index].id]
+
+@description('The resource ID of the worker\'s telemetry role assignment, when a component was named.')
+output telemetryPublisherRoleAssignmentId string? = applicationInsightsName != null ? telemetryPublisherRole.id : null

@@ -1,5 +1,5 @@
 metadata name = 'Monitoring'
-metadata description = 'A Log Analytics workspace and a workspace-based Application Insights component.'
+metadata description = 'A Log Analytics workspace and a workspace-based Application Insights component that accepts only Entra ID tokens.'
 
 @description('Required. Name of the Log Analytics workspace.')
 param logAnalyticsWorkspaceName string
@@ -17,9 +17,6 @@ param tags object = {}
 @minValue(30)
 @maxValue(730)
 param retentionInDays int = 30
-
-@description('Optional. Accept telemetry only with an Entra ID token. Off by default because the connection-string exporter sends the instrumentation key.')
-param disableLocalAuth bool = false
 
 resource workspace 'Microsoft.OperationalInsights/workspaces@2026-03-01' = {
   name: logAnalyticsWorkspaceName
@@ -44,7 +41,9 @@ resource applicationInsights 'Microsoft.Insights/components@2020-02-02' = {
   properties: {
     Application_Type: 'web'
     WorkspaceResourceId: workspace.id
-    DisableLocalAuth: disableLocalAuth
+    // Entra ID only: the instrumentation key in the connection string then identifies the component but is no
+    // credential. Senders need Monitoring Metrics Publisher on it (the identity module grants the worker's).
+    DisableLocalAuth: true
     IngestionMode: 'LogAnalytics'
   }
 }
