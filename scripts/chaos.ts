@@ -422,7 +422,8 @@ async function deadLetters(
 
 const parsed = options(process.argv.slice(2));
 if (typeof parsed === "string") {
-  process.stderr.write(parsed === "" ? usage : `chaos: ${parsed}\n\n${usage}`);
+  if (parsed === "") process.stdout.write(usage);
+  else process.stderr.write(`chaos: ${parsed}\n\n${usage}`);
   process.exitCode = parsed === "" ? 0 : 2;
 } else {
   const code = await main(parsed);
