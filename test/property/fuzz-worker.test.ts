@@ -32,7 +32,15 @@ const utf8 = new TextDecoder("utf-8", { fatal: true });
 function shouldApply(c: Case): boolean {
   let value: unknown;
   let size: number;
-  if (c.section === "value") {
+  if (c.section === "value" && typeof c.body === "string") {
+    // A string value is JSON text, as a string body would be.
+    size = Buffer.byteLength(c.body, "utf8");
+    try {
+      value = JSON.parse(c.body);
+    } catch {
+      return false;
+    }
+  } else if (c.section === "value") {
     value = c.body;
     size = Buffer.byteLength(JSON.stringify(c.body) ?? "", "utf8");
   } else {
