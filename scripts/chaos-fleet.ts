@@ -1,6 +1,6 @@
 // The chaos run's worker processes: `sbinbox worker` children that can be SIGKILLed and are restarted, as an
-// orchestrator would. A worker that exits on its own is a crash, unless it failed to start while the database was
-// down (its migration cannot run then), which is expected and retried.
+// orchestrator would. A worker that exits on its own is a crash, unless it reported that it failed to start while
+// the database was down (its migration cannot run then), which is expected and retried.
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { readStats, withoutSbinboxSettings } from "../src/app/demo.ts";
@@ -167,7 +167,10 @@ export class WorkerFleet {
     if (signal === "SIGKILL") {
       this.counts.kills += 1;
       if (!member.killedByUs) this.options.log(`${member.name} killed itself between commit and complete`);
-    } else if (this.options.databaseWasDownBetween(member.startedAt, Date.now())) {
+    } else if (
+      member.stderrTail.includes("failed to start") &&
+      this.options.databaseWasDownBetween(member.startedAt, Date.now())
+    ) {
       this.counts.failedStarts += 1;
     } else {
       this.counts.crashes += 1;
