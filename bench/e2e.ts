@@ -23,6 +23,9 @@ import { deriveMessageId } from "../src/servicebus/message-id.ts";
 import { createPublisher, type Publisher, type PublishEvent } from "../src/servicebus/publisher.ts";
 import { createWorker, type Worker } from "../src/worker/worker.ts";
 
+const onlyFlag = process.argv.indexOf("--only");
+/** One part alone: `--only memory`, or `--only e2e8` for a profile (also SBINBOX_BENCH_ONLY). */
+const ONLY = process.env.SBINBOX_BENCH_ONLY ?? (onlyFlag >= 0 ? process.argv[onlyFlag + 1] : undefined) ?? "";
 const MESSAGES = Number(process.env.SBINBOX_BENCH_MESSAGES ?? 2000);
 const BACKLOG = Number(process.env.SBINBOX_BENCH_BACKLOG ?? 50_000);
 const CONCURRENCY = [1, 8, 32];
@@ -32,8 +35,11 @@ const QUEUE = "bench";
 const RSS_QUEUE = "rss";
 const CONSUMER = "bench";
 const BIN = fileURLToPath(new URL("../bin/sbinbox.js", import.meta.url));
-/** The heap settings the README recommends for small plans. */
-const TUNED_NODE_OPTIONS = "--max-old-space-size=64 --max-semi-space-size=2";
+/**
+ * The NODE_OPTIONS of the memory runs, comma-separated (an empty item is Node's defaults): by default Node's
+ * defaults and the young-generation size `npm start` and App Service pass.
+ */
+const MEMORY_NODE_OPTIONS = (process.env.SBINBOX_BENCH_NODE_OPTIONS ?? ",--max-semi-space-size=2").split(",");
 const NAIVE_TABLES = `
 CREATE TABLE naive_inbox (id bigserial PRIMARY KEY, message_id varchar(128) NOT NULL,
   consumer varchar(200) NOT NULL, received_utc timestamptz NOT NULL DEFAULT now());
@@ -119,12 +125,12 @@ async function prefill(h: Harness, events: readonly PublishEvent[], queue = QUEU
 }
 
 /** Starts the worker as `sbinbox worker` composes it, at concurrency `c`, on a pool of c + 4 like the app. */
-function startWorker(
+async function startWorker(
   h: Harness,
   c: number,
   onOutcome: (id: string, kind: string) => void,
-): { worker: Worker; db: Database } {
-  const db = openDatabase({ kind: "postgres", url: h.url }, { preCheck: true, maxConnections: c + 4 });
+): Promise<{ worker: Worker; db: Database }> {
+  const db = await openDatabase({ kind: "postgres", url: h.url }, { preCheck: true, maxConnections: c + 4 });
   const worker = createWorker({
     client: h.client,
     store: observed(db.store, onOutcome),
@@ -153,7 +159,7 @@ async function drainWithWorker(
   await prefill(h, events);
   let done = 0;
   let first = 0;
-  const w = startWorker(h, c, (_, k) => {
+  const w = await startWorker(h, c, (_, k) => {
     if (k !== kind) return;
     if (done === 0) first = performance.now();
     done += 1;
@@ -180,7 +186,7 @@ async function latency(h: Harness, c: number, rate: number): Promise<{ p50: numb
   const events = freshEvents(count);
   const sentAt = new Map<string, number>();
   const latencies: number[] = [];
-  const w = startWorker(h, c, (id, kind) => {
+  const w = await startWorker(h, c, (id, kind) => {
     const t = sentAt.get(id);
     if (kind === "committed" && t !== undefined) latencies.push(performance.now() - t);
   });
@@ -387,7 +393,7 @@ async function main(): Promise<void> {
       brokerChild.once("message", (m) => resolve(m as { connectionString: string })),
     );
     const url = await server.createDatabase("sbinbox_e2e");
-    const db = openDatabase({ kind: "postgres", url }, { preCheck: true, maxConnections: 4 });
+    const db = await openDatabase({ kind: "postgres", url }, { preCheck: true, maxConnections: 4 });
     await db.store.migrate();
     await ensureAccountTables(db.sql);
     await db.sql.query(NAIVE_TABLES);
@@ -396,18 +402,16 @@ async function main(): Promise<void> {
     const h: Harness = { client, publisher, db, url, broker: brokerChild, connectionString };
 
     // Warm-up: links, pools, plans and the JIT, on every path once.
-    if (process.env.SBINBOX_BENCH_ONLY !== "memory")
-      await drainWithWorker(h, 8, freshEvents(500), "committed");
-    if (process.env.SBINBOX_BENCH_ONLY !== "memory") {
+    if (ONLY !== "memory") await drainWithWorker(h, 8, freshEvents(500), "committed");
+    if (ONLY !== "memory") {
       await databaseCeiling(h, 8, 500);
       await receiveLoop(h, 8, 500, () => Promise.resolve());
       await naive(h, 8, 500);
     }
 
-    const only = process.env.SBINBOX_BENCH_ONLY ?? "";
-    if (/^e2e\d+$/.test(only)) {
+    if (/^e2e\d+$/.test(ONLY)) {
       // For a profile (node --cpu-prof): the worker's fresh path alone, at the given concurrency.
-      const c = Number(only.slice(3));
+      const c = Number(ONLY.slice(3));
       const fresh = freshEvents(MESSAGES);
       const rate = await drainWithWorker(h, c, fresh, "committed");
       const dup = await drainWithWorker(h, c, fresh, "duplicate");
@@ -415,7 +419,7 @@ async function main(): Promise<void> {
       return;
     }
     const rows: string[][] = [];
-    for (const c of process.env.SBINBOX_BENCH_ONLY === "memory" ? [] : CONCURRENCY) {
+    for (const c of ONLY === "memory" ? [] : CONCURRENCY) {
       process.stdout.write(`concurrency ${c} ...\n`);
       // The rows that the targets compare run in several rounds, taking turns, and the median is reported: the
       // machine is shared, and one noisy stretch should not decide a ratio.
@@ -472,7 +476,7 @@ async function main(): Promise<void> {
     // V8's defaults let the heap grow lazily while far below its limit; the second run caps it, which shows
     // whether the growth is garbage not yet collected (flat under the cap) or memory held (it would fail).
     const memoryLines: string[] = [];
-    for (const nodeOptions of ["", TUNED_NODE_OPTIONS]) {
+    for (const nodeOptions of MEMORY_NODE_OPTIONS) {
       memoryLines.push(...(await memory(h, connectionString, nodeOptions)));
     }
     process.stdout.write(

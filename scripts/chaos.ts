@@ -163,7 +163,7 @@ async function main(o: Options): Promise<number> {
     const pg = await EmbeddedPostgresServer.create();
     cleanups.push(() => pg.dispose());
     const url = await pg.createDatabase("sbinbox_chaos");
-    const db = openDatabase({ kind: "postgres", url }, { preCheck: true, maxConnections: 2 });
+    const db = await openDatabase({ kind: "postgres", url }, { preCheck: true, maxConnections: 2 });
     cleanups.push(() => db.close());
     await db.store.migrate();
     await ensureAccountTables(db.sql);

@@ -6,7 +6,7 @@ import { createServiceBusClient, type ServiceBusClient } from "../servicebus/cli
 import { createLogger, type Logger } from "../telemetry/logger.ts";
 import { createWorker, type Worker } from "../worker/worker.ts";
 import { openDatabase, type Database } from "./database.ts";
-import { startEmbeddedBroker, type EmbeddedBroker } from "./embedded-broker.ts";
+import type { EmbeddedBroker } from "./embedded-broker.ts";
 import { loadEmbeddedPostgres } from "./embedded-postgres.ts";
 
 export interface AppOptions {
@@ -61,6 +61,8 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
       const pgServer = await EmbeddedPostgresServer.create();
       cleanups.push(() => pgServer.dispose());
       connection = { kind: "postgres", url: pgServer.url() };
+      // Loaded only here: a worker on a real broker never loads the local one.
+      const { startEmbeddedBroker } = await import("./embedded-broker.ts");
       const broker: EmbeddedBroker = await startEmbeddedBroker(config.queue);
       cleanups.push(() => broker.stop());
       embeddedConnectionString = broker.connectionString;
@@ -70,7 +72,7 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
         postgres: pgServer.url(),
       });
     }
-    const db: Database = openDatabase(connection, {
+    const db: Database = await openDatabase(connection, {
       preCheck: config.precheck,
       maxConnections: config.maxConcurrentCalls + 4,
     });

@@ -64,7 +64,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     const pgServer = await EmbeddedPostgresServer.create();
     cleanups.push(() => pgServer.dispose());
     const url = await pgServer.createDatabase("sbinbox_demo");
-    const db = openDatabase({ kind: "postgres", url }, { preCheck: true, maxConnections: 4 });
+    const db = await openDatabase({ kind: "postgres", url }, { preCheck: true, maxConnections: 4 });
     cleanups.push(() => db.close());
     const migrated = await db.store.migrate();
     await ensureAccountTables(db.sql);

@@ -1,5 +1,5 @@
 import { ConfigError } from "../domain/errors.ts";
-import { createInboxStore, type InboxStoreConfig } from "../inbox/index.ts";
+import type { InboxStore, InboxStoreConfig } from "../inbox/index.ts";
 
 /** The database to migrate, from the environment (exactly one of the two variables). */
 export function migrateTarget(env: NodeJS.ProcessEnv): InboxStoreConfig {
@@ -14,6 +14,16 @@ export function migrateTarget(env: NodeJS.ProcessEnv): InboxStoreConfig {
   if (url) return { kind: "postgres", url, maxConnections: 1 };
   if (connectionString) return { kind: "sqlserver", config: connectionString };
   throw new ConfigError("SBINBOX_POSTGRES_URL or SBINBOX_SQLSERVER_CONNECTION_STRING", "not set");
+}
+
+/** The store for the target, loading only that database's driver. */
+async function openStore(target: InboxStoreConfig): Promise<InboxStore> {
+  if (target.kind === "postgres") {
+    const { createPostgresInboxStore } = await import("../inbox/postgres/adapter.ts");
+    return createPostgresInboxStore(target);
+  }
+  const { createSqlServerInboxStore } = await import("../inbox/sqlserver/adapter.ts");
+  return createSqlServerInboxStore(target);
 }
 
 /** `sbinbox migrate`: applies pending inbox migrations; a no-op when none are pending. */
@@ -31,7 +41,7 @@ export async function run(
     err(`sbinbox migrate: ${error.message}`);
     return 2;
   }
-  const store = createInboxStore(target);
+  const store = await openStore(target);
   try {
     const { applied } = await store.migrate();
     out(

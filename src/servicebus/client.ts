@@ -1,4 +1,4 @@
-import { DefaultAzureCredential, type TokenCredential } from "@azure/identity";
+import type { AccessToken, GetTokenOptions, TokenCredential } from "@azure/identity";
 import { ServiceBusClient, type ServiceBusClientOptions } from "@azure/service-bus";
 
 export type ServiceBusTarget =
@@ -16,9 +16,25 @@ export function createServiceBusClient(
   if ("connectionString" in target) return new ServiceBusClient(target.connectionString, options);
   return new ServiceBusClient(
     target.fullyQualifiedNamespace,
-    target.credential ?? new DefaultAzureCredential(),
+    target.credential ?? lazyDefaultAzureCredential(),
     options,
   );
+}
+
+/**
+ * DefaultAzureCredential, with @azure/identity (MSAL included, tens of MB resident) loaded on the first token
+ * request: a process on a connection string never loads it.
+ */
+export function lazyDefaultAzureCredential(): TokenCredential {
+  let credential: Promise<TokenCredential> | undefined;
+  return {
+    async getToken(scopes: string | string[], options?: GetTokenOptions): Promise<AccessToken | null> {
+      credential ??= import("@azure/identity").then(
+        ({ DefaultAzureCredential }) => new DefaultAzureCredential(),
+      );
+      return (await credential).getToken(scopes, options);
+    },
+  };
 }
 
 export type { ServiceBusClient } from "@azure/service-bus";

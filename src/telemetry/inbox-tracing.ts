@@ -2,7 +2,7 @@ import { SpanKind, SpanStatusCode, trace, type Attributes, type Span } from "@op
 import type { Dialect, SqlResult } from "../domain/sql.ts";
 import type { InboxDriver, InboxStatements, InboxTransaction } from "../inbox/core.ts";
 import type { InboxStore } from "../inbox/store.ts";
-import { sqlServerErrorNumbers } from "../inbox/sqlserver/classify.ts";
+import { sqlServerErrorNumbers } from "../inbox/sqlserver/error-chain.ts";
 import { Attr, DbSystem, SpanName, TRACER_NAME } from "./names.ts";
 
 /**

@@ -8,7 +8,7 @@ import { createTestDatabase } from "./postgres.ts";
 /** A fresh database with the inbox and the example tables, and the worker's own pool on it. */
 export async function exampleDatabase(label: string, url?: string): Promise<Database & { url: string }> {
   const dbUrl = url ?? (await createTestDatabase(label));
-  const db = openDatabase({ kind: "postgres", url: dbUrl }, { preCheck: true, maxConnections: 20 });
+  const db = await openDatabase({ kind: "postgres", url: dbUrl }, { preCheck: true, maxConnections: 20 });
   await db.store.migrate();
   await ensureAccountTables(db.sql);
   return Object.assign(db, { url: dbUrl });

@@ -55,7 +55,7 @@ describe("worker: a database outage pauses receiving instead of burning messages
       },
     });
     app = await startApp(config, { logger: silentLogger });
-    db = openDatabase({ kind: "postgres", url }, { preCheck: false, maxConnections: 2 });
+    db = await openDatabase({ kind: "postgres", url }, { preCheck: false, maxConnections: 2 });
   });
   after(async () => {
     await app?.stop();
