@@ -92,17 +92,8 @@ export class QueueReceiver {
    * link. Messages held or still unfinished go back to the broker for redelivery.
    */
   async detach(waitMs: number): Promise<void> {
-    this.accepting = false;
-    const subscription = this.subscription;
     const receiver = this.receiver;
-    this.subscription = undefined;
-    try {
-      // Closing the subscription drains the link's credit but keeps the link: nothing more is delivered, and
-      // what is in flight can still be settled on it.
-      await subscription?.close();
-    } catch (error) {
-      this.options.logger.warn("stopping the subscription failed", { error });
-    }
+    await this.pause();
     await this.drain(waitMs);
     this.receiver = undefined;
     this.releaseHeld?.();
@@ -110,6 +101,21 @@ export class QueueReceiver {
       await receiver?.close();
     } catch (error) {
       this.options.logger.warn("closing the receive link failed", { error });
+    }
+  }
+
+  /**
+   * Stops taking messages but keeps the link: closing the subscription drains its credit, so nothing more is
+   * delivered, while what is in flight keeps its lock (the SDK goes on renewing it) and can still be settled.
+   */
+  async pause(): Promise<void> {
+    this.accepting = false;
+    const subscription = this.subscription;
+    this.subscription = undefined;
+    try {
+      await subscription?.close();
+    } catch (error) {
+      this.options.logger.warn("stopping the subscription failed", { error });
     }
   }
 

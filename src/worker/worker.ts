@@ -91,6 +91,9 @@ export function createWorker(options: WorkerOptions): Worker {
   let paused = false;
   let outageLoop: Promise<void> | undefined;
   let wakeOutage: (() => void) | undefined;
+  // Settles with true when the current outage is over, false when the worker stops first.
+  let recovery: Promise<boolean> = Promise.resolve(true);
+  let endRecovery: (recovered: boolean) => void = () => undefined;
   const timers: NodeJS.Timeout[] = [];
 
   const receiver = new QueueReceiver({
@@ -125,12 +128,22 @@ export function createWorker(options: WorkerOptions): Worker {
   });
 
   async function handle(message: IncomingMessage): Promise<Decision & { messageType?: string }> {
-    const decision = await processMessage(message, {
-      store,
-      registry,
-      consumer: options.consumer,
-      maxMessageBytes: options.maxMessageBytes ?? 262_144,
-    });
+    const decide = () =>
+      processMessage(message, {
+        store,
+        registry,
+        consumer: options.consumer,
+        maxMessageBytes: options.maxMessageBytes ?? 262_144,
+      });
+    let decision = await decide();
+    // A message that met an outage keeps its lock (renewed by the SDK) and waits for the database instead of
+    // being abandoned: an abandon would spend one of its deliveries on every outage. Bounded, so a database that
+    // flaps cannot hold it forever; after that, and on stop, it is abandoned as any other failure.
+    for (let retry = 0; retry < OUTAGE_RETRIES && isOutage(decision) && !stopping; retry += 1) {
+      enterOutage();
+      if (!(await recovery)) break;
+      decision = await decide();
+    }
     stats[decision.outcome] += 1;
     if (decision.disposition === "abandon") {
       logger.warn("message abandoned", {
@@ -139,7 +152,7 @@ export function createWorker(options: WorkerOptions): Worker {
         errorClass: decision.errorClass,
         error: decision.error,
       });
-      if (decision.errorClass === "unavailable") enterOutage();
+      if (isOutage(decision)) enterOutage();
     } else if (decision.disposition === "dead_letter") {
       logger.warn("message dead-lettered", {
         messageId: message.messageId,
@@ -153,6 +166,7 @@ export function createWorker(options: WorkerOptions): Worker {
   function enterOutage(): void {
     if (paused || stopping) return;
     paused = true;
+    recovery = new Promise<boolean>((resolve) => (endRecovery = resolve));
     stats.outages += 1;
     logger.warn("database unreachable: receiving paused until it answers");
     // Outside the message's span that noticed the outage: the pause outlives it, and its probes are their own.
@@ -163,7 +177,8 @@ export function createWorker(options: WorkerOptions): Worker {
 
   async function runOutage(): Promise<void> {
     const began = Date.now();
-    await receiver.detach(gracePeriodMs);
+    // Stop taking messages; the link stays, so messages waiting for the database keep their locks.
+    await receiver.pause();
     let wait = backoffMin;
     while (!stopping) {
       await new Promise<void>((resolve) => {
@@ -174,7 +189,7 @@ export function createWorker(options: WorkerOptions): Worker {
         };
       });
       wakeOutage = undefined;
-      if (stopping) return;
+      if (stopping) break;
       try {
         await store.ping();
         break;
@@ -183,11 +198,14 @@ export function createWorker(options: WorkerOptions): Worker {
         wait = Math.min(wait * 2, backoffMax);
       }
     }
+    endRecovery(!stopping);
     if (stopping) return;
+    // The waiting messages retry and settle on the old link; then it closes and a new subscription starts.
+    await receiver.detach(gracePeriodMs);
     telemetry.recordOutagePause(Date.now() - began);
     logger.info("database answers again: receiving resumed", { pausedMs: Date.now() - began });
     paused = false;
-    receiver.start();
+    if (!stopping) receiver.start();
   }
 
   function every(intervalMs: number | undefined, name: string, task: () => Promise<unknown>): void {
@@ -261,6 +279,13 @@ export function createWorker(options: WorkerOptions): Worker {
       };
     },
   };
+}
+
+/** How many times a message that met an outage waits for the database and tries again before it is abandoned. */
+const OUTAGE_RETRIES = 3;
+
+function isOutage(decision: Decision): boolean {
+  return decision.disposition === "abandon" && decision.errorClass === "unavailable";
 }
 
 function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {

@@ -113,6 +113,8 @@ describe("worker: a database outage pauses receiving instead of burning messages
     assert.deepEqual([...new Set(perMessage.values())], [1], "none applied twice");
     assert.equal(await countCredits(db), total);
     assert.ok(app!.worker.stats.outages >= 1);
+    // The messages in flight when the database went away waited for it under their locks: none was abandoned.
+    assert.equal(app!.worker.stats.failed, 0, "no delivery abandoned");
     const after = await getJson(app!.httpPort, "/readyz");
     assert.equal(after.status, 200);
     const dlq = fixture.client.createReceiver(QUEUE, { subQueueType: "deadLetter" });
