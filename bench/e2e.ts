@@ -34,12 +34,14 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 const QUEUE = "bench";
 const RSS_QUEUE = "rss";
 const CONSUMER = "bench";
-const BIN = fileURLToPath(new URL("../bin/sbinbox.js", import.meta.url));
+/** The worker's entry; SBINBOX_BENCH_WORKER_BIN names another, e.g. a copy of bin/ and dist/ without src/. */
+const BIN =
+  process.env.SBINBOX_BENCH_WORKER_BIN ?? fileURLToPath(new URL("../bin/sbinbox.js", import.meta.url));
 /**
  * The NODE_OPTIONS of the memory runs, comma-separated (an empty item is Node's defaults): by default Node's
  * defaults and the young-generation size `npm start` and App Service pass.
  */
-const MEMORY_NODE_OPTIONS = (process.env.SBINBOX_BENCH_NODE_OPTIONS ?? ",--max-semi-space-size=2").split(",");
+const MEMORY_NODE_OPTIONS = (process.env.SBINBOX_BENCH_NODE_OPTIONS ?? ",--max-semi-space-size=4").split(",");
 const NAIVE_TABLES = `
 CREATE TABLE naive_inbox (id bigserial PRIMARY KEY, message_id varchar(128) NOT NULL,
   consumer varchar(200) NOT NULL, received_utc timestamptz NOT NULL DEFAULT now());
@@ -366,7 +368,8 @@ async function memory(h: Harness, connectionString: string, nodeOptions: string)
   return [
     `memory: RSS of one sbinbox worker process (maxConcurrentCalls 16, NODE_OPTIONS "${nodeOptions}") ` +
       `draining ${BACKLOG} messages` +
-      ` (${(BACKLOG / end.t).toFixed(0)} msgs/s)`,
+      ` (${(BACKLOG / end.t).toFixed(0)} msgs/s)` +
+      (process.env.SBINBOX_BENCH_WORKER_BIN ? `, running ${BIN}` : ""),
     line("start", firstWorking),
     line("25%", quarter),
     line("50%", at(0.5)),
@@ -473,8 +476,9 @@ async function main(): Promise<void> {
     const widths = header.map((t, i) => Math.max(t.length, ...rows.map((r) => r[i]!.length)));
     const line = (cells: string[]) => cells.map((cell, i) => cell.padStart(widths[i]!)).join("  ");
     const table = [line(header), ...rows.map(line)];
-    // V8's defaults let the heap grow lazily while far below its limit; the second run caps it, which shows
-    // whether the growth is garbage not yet collected (flat under the cap) or memory held (it would fail).
+    // V8's defaults let the heap grow lazily while far below its limit; the second run uses the smaller young
+    // generation `npm start` passes (no old-space cap), which shows whether the growth is garbage not yet
+    // collected (flat) or memory held (it would keep growing).
     const memoryLines: string[] = [];
     for (const nodeOptions of MEMORY_NODE_OPTIONS) {
       memoryLines.push(...(await memory(h, connectionString, nodeOptions)));

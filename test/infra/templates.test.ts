@@ -91,7 +91,10 @@ describe("infra/main.bicep compiled to ARM JSON by the pinned Bicep CLI", functi
         const major = /^NODE\|(\d+)-lts$/.exec(str(value))?.[1];
         assert.ok(major !== undefined && Number(major) >= 22, `${str(value)} is not Node 22 LTS or newer`);
       }
-      assert.equal(parameterDefault(site.template, "appCommandLine"), "node bin/sbinbox.js worker");
+      assert.equal(
+        parameterDefault(site.template, "appCommandLine"),
+        "node --max-semi-space-size=4 bin/sbinbox.js worker",
+      );
     });
 
     it("keeps the worker always on, health-checked, HTTPS only, no FTP, TLS 1.2", function () {
