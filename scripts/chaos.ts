@@ -8,12 +8,9 @@
 import { randomUUID } from "node:crypto";
 import { parseArgs } from "node:util";
 import { balancesMatch } from "../src/app/demo.ts";
-import { openDatabase } from "../src/app/database.ts";
-import { loadEmbeddedPostgres } from "../src/app/embedded-postgres.ts";
-import { accountSql, ensureAccountTables } from "../src/example/accounts.ts";
+import { startLocalStack } from "../src/app/local-stack.ts";
+import { accountSql } from "../src/example/accounts.ts";
 import { demoEvent } from "../src/example/demo-events.ts";
-import { LocalBroker } from "../src/localbroker/broker.ts";
-import { defaultConfig, queueDefaults } from "../src/localbroker/config.ts";
 import { createServiceBusClient } from "../src/servicebus/client.ts";
 import { deriveMessageId } from "../src/servicebus/message-id.ts";
 import { createPublisher, type PublishEvent } from "../src/servicebus/publisher.ts";
@@ -147,26 +144,24 @@ async function main(o: Options): Promise<number> {
     out(
       `chaos run: ${o.events} events, seed ${o.seed}; starting the local broker and an embedded PostgreSQL`,
     );
-    const config = defaultConfig();
-    config.queues = [
+    const {
+      broker,
+      postgres: pg,
+      url,
+      db,
+    } = await startLocalStack(
       {
-        ...queueDefaults,
-        name: QUEUE,
-        lockDurationMs: LOCK_MS,
-        maxDeliveryCount: MAX_DELIVERY_COUNT,
-        duplicateDetectionWindowMs: DUPLICATE_WINDOW_MS,
+        queue: {
+          name: QUEUE,
+          lockDurationMs: LOCK_MS,
+          maxDeliveryCount: MAX_DELIVERY_COUNT,
+          duplicateDetectionWindowMs: DUPLICATE_WINDOW_MS,
+        },
+        database: "sbinbox_chaos",
+        maxConnections: 2,
       },
-    ];
-    const broker = await LocalBroker.start({ port: 0, config });
-    cleanups.push(() => broker.stop());
-    const EmbeddedPostgresServer = await loadEmbeddedPostgres();
-    const pg = await EmbeddedPostgresServer.create();
-    cleanups.push(() => pg.dispose());
-    const url = await pg.createDatabase("sbinbox_chaos");
-    const db = await openDatabase({ kind: "postgres", url }, { preCheck: true, maxConnections: 2 });
-    cleanups.push(() => db.close());
-    await db.store.migrate();
-    await ensureAccountTables(db.sql);
+      cleanups,
+    );
 
     const runId = randomUUID().slice(0, 8);
     const events: PublishEvent[] = Array.from({ length: o.events }, (_, i) => {

@@ -7,7 +7,6 @@ import { createLogger, type Logger } from "../telemetry/logger.ts";
 import { createWorker, type Worker } from "../worker/worker.ts";
 import { openDatabase, type Database } from "./database.ts";
 import type { EmbeddedBroker } from "./embedded-broker.ts";
-import { loadEmbeddedPostgres } from "./embedded-postgres.ts";
 
 export interface AppOptions {
   /** The handlers to run; the example domain when omitted. */
@@ -57,7 +56,7 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
     let connection = config.database;
     let serviceBus = config.serviceBus;
     if (serviceBus.kind === "embedded" || connection.kind === "embedded") {
-      const EmbeddedPostgresServer = await loadEmbeddedPostgres();
+      const { EmbeddedPostgresServer } = await import("../embedded/postgres.ts");
       const pgServer = await EmbeddedPostgresServer.create();
       cleanups.push(() => pgServer.dispose());
       connection = { kind: "postgres", url: pgServer.url() };

@@ -2,16 +2,13 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { fileURLToPath } from "node:url";
 import { freePort } from "../embedded/free-port.ts";
-import { accountSql, ensureAccountTables } from "../example/accounts.ts";
+import { accountSql } from "../example/accounts.ts";
 import { demoEvent } from "../example/demo-events.ts";
-import { LocalBroker } from "../localbroker/broker.ts";
-import { defaultConfig, queueDefaults } from "../localbroker/config.ts";
 import { createServiceBusClient } from "../servicebus/client.ts";
 import { deriveMessageId } from "../servicebus/message-id.ts";
 import { createPublisher, type PublishEvent } from "../servicebus/publisher.ts";
 import { sendRawMessages } from "../servicebus/raw.ts";
-import { openDatabase } from "./database.ts";
-import { loadEmbeddedPostgres } from "./embedded-postgres.ts";
+import { startLocalStack } from "./local-stack.ts";
 import { writesTelemetryToConsole } from "../telemetry/setup.ts";
 
 export interface DemoOptions {
@@ -56,18 +53,14 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
   process.once("exit", killAll);
   try {
     out("starting the local broker and an embedded PostgreSQL ...");
-    const config = defaultConfig();
-    config.queues = [{ ...queueDefaults, name: QUEUE, lockDurationMs: 3_000, maxDeliveryCount: 10 }];
-    const broker = await LocalBroker.start({ port: 0, config });
-    cleanups.push(() => broker.stop());
-    const EmbeddedPostgresServer = await loadEmbeddedPostgres();
-    const pgServer = await EmbeddedPostgresServer.create();
-    cleanups.push(() => pgServer.dispose());
-    const url = await pgServer.createDatabase("sbinbox_demo");
-    const db = await openDatabase({ kind: "postgres", url }, { preCheck: true, maxConnections: 4 });
-    cleanups.push(() => db.close());
-    const migrated = await db.store.migrate();
-    await ensureAccountTables(db.sql);
+    const { broker, url, db, migrated } = await startLocalStack(
+      {
+        queue: { name: QUEUE, lockDurationMs: 3_000, maxDeliveryCount: 10 },
+        database: "sbinbox_demo",
+        maxConnections: 4,
+      },
+      cleanups,
+    );
     out(`migrated: ${migrated.applied.join(", ") || "nothing pending"}; example tables ready`);
 
     const runId = randomUUID().slice(0, 8);

