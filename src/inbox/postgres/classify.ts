@@ -1,6 +1,7 @@
 import pg from "pg";
 import type { ErrorClass } from "../../domain/outcome.ts";
 import type { StatementOrigin } from "../core.ts";
+import { NETWORK_ERROR_CODES } from "../network-errors.ts";
 import { INBOX_UNIQUE_INDEX } from "./statements.ts";
 
 const UNIQUE_VIOLATION = "23505";
@@ -8,18 +9,6 @@ const UNIQUE_VIOLATION = "23505";
 const TRANSIENT_SQLSTATES = new Set(["40001", "40P01"]);
 /** admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections. */
 const UNAVAILABLE_SQLSTATES = new Set(["57P01", "57P02", "57P03", "53300"]);
-/** Socket-level failures reported by Node (error.code). */
-const UNAVAILABLE_SYSCALL_CODES = new Set([
-  "ECONNREFUSED",
-  "ECONNRESET",
-  "ECONNABORTED",
-  "EPIPE",
-  "ETIMEDOUT",
-  "EHOSTUNREACH",
-  "ENETUNREACH",
-  "ENOTFOUND",
-  "EAI_AGAIN",
-]);
 
 /**
  * Classifies an error from `pg` by its structured fields: SQLSTATE and constraint name, or the socket's code.
@@ -46,7 +35,7 @@ export function classifyPostgresError(
   }
   if (error instanceof Error) {
     const code = (error as { code?: unknown }).code;
-    if (typeof code === "string" && UNAVAILABLE_SYSCALL_CODES.has(code)) return "unavailable";
+    if (typeof code === "string" && NETWORK_ERROR_CODES.has(code)) return "unavailable";
     if (
       error instanceof AggregateError &&
       error.errors.some((e) => classifyPostgresError(e, "other", true) === "unavailable")

@@ -2,6 +2,7 @@ import mssql from "mssql";
 import { ConnectionError as TediousConnectionError } from "tedious";
 import type { ErrorClass } from "../../domain/outcome.ts";
 import type { StatementOrigin } from "../core.ts";
+import { NETWORK_ERROR_CODES } from "../network-errors.ts";
 import { sqlServerErrorChain, sqlServerErrorNumbers } from "./error-chain.ts";
 
 export { sqlServerErrorChain, sqlServerErrorNumbers };
@@ -13,22 +14,15 @@ const UNIQUE_VIOLATIONS = new Set([2601, 2627]);
  * error while processing; 40501 service busy; 40613 database unavailable; 49918-49920 cannot process request.
  */
 const TRANSIENT_NUMBERS = new Set([1205, 4060, 10928, 10929, 40197, 40501, 40613, 49918, 49919, 49920]);
-/** Codes tedious and mssql give to a connection that is gone or cannot be made. */
+/** Codes tedious and mssql give to a connection that is gone or cannot be made, beside Node's own. */
 const UNAVAILABLE_CODES = new Set([
+  ...NETWORK_ERROR_CODES,
   "ESOCKET",
   "ECLOSE",
   "ECONNCLOSED",
   "ENOCONN",
   "ENOTOPEN",
   "EINSTLOOKUP",
-  "ECONNREFUSED",
-  "ECONNRESET",
-  "EPIPE",
-  "ETIMEDOUT",
-  "EHOSTUNREACH",
-  "ENETUNREACH",
-  "ENOTFOUND",
-  "EAI_AGAIN",
 ]);
 
 /**
