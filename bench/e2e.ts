@@ -16,7 +16,8 @@ import { freePort } from "../src/embedded/free-port.ts";
 import { accountCreditedHandler, accountSql, ensureAccountTables } from "../src/example/accounts.ts";
 import { demoEvent } from "../src/example/demo-events.ts";
 import type { InboxStore } from "../src/inbox/store.ts";
-import { BEGIN, COMMIT, ROLLBACK, statements } from "../src/inbox/postgres/statements.ts";
+import { statements } from "../src/inbox/postgres/statements.ts";
+import { formatTable, inBareTransaction } from "./common.ts";
 import { LocalBroker } from "../src/localbroker/broker.ts";
 import { defaultConfig, queueDefaults } from "../src/localbroker/config.ts";
 import { deriveMessageId } from "../src/servicebus/message-id.ts";
@@ -226,19 +227,11 @@ async function databaseCeiling(h: Harness, c: number, count: number): Promise<nu
     const body = e.body as { accountId: string; amount: number };
     const seen = await pool.query(statements.isProcessed, [id, CONSUMER]);
     if (seen.rows.length > 0) throw new Error("bench: unexpected duplicate");
-    const client = await pool.connect();
-    try {
-      await client.query(BEGIN);
+    await inBareTransaction(pool, async (client) => {
       await client.query(statements.insertProcessedMarker, [id, CONSUMER]);
       await client.query(accountSql.insertCredit.postgres, [id, body.accountId, body.amount]);
       await client.query(accountSql.addToBalance.postgres, [body.accountId, body.amount]);
-      await client.query(COMMIT);
-    } catch (error) {
-      await client.query(ROLLBACK);
-      throw error;
-    } finally {
-      client.release();
-    }
+    });
   };
   const rate = await lanes(c, events, one);
   await pool.end();
@@ -301,19 +294,11 @@ async function naive(h: Harness, c: number, count: number): Promise<number> {
       "naive",
     ]);
     if (seen.rows.length > 0) return;
-    const client = await pool.connect();
-    try {
-      await client.query(BEGIN);
+    await inBareTransaction(pool, async (client) => {
       await client.query(accountSql.insertCredit.postgres, [id, body.accountId, body.amount]);
       await client.query(accountSql.addToBalance.postgres, [body.accountId, body.amount]);
       await client.query("INSERT INTO naive_inbox (message_id, consumer) VALUES ($1, $2)", [id, "naive"]);
-      await client.query(COMMIT);
-    } catch (error) {
-      await client.query(ROLLBACK);
-      throw error;
-    } finally {
-      client.release();
-    }
+    });
   });
   await pool.end();
   return rate;
@@ -473,9 +458,7 @@ async function main(): Promise<void> {
       "dup/e2e",
       "e2e/broker",
     ];
-    const widths = header.map((t, i) => Math.max(t.length, ...rows.map((r) => r[i]!.length)));
-    const line = (cells: string[]) => cells.map((cell, i) => cell.padStart(widths[i]!)).join("  ");
-    const table = [line(header), ...rows.map(line)];
+    const table = formatTable(header, rows);
     // V8's defaults let the heap grow lazily while far below its limit; the second run uses the smaller young
     // generation `npm start` passes (no old-space cap), which shows whether the growth is garbage not yet
     // collected (flat) or memory held (it would keep growing).

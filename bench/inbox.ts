@@ -6,7 +6,8 @@ import pg from "pg";
 import { EmbeddedPostgresServer } from "../src/embedded/postgres.ts";
 import { InboxCore } from "../src/inbox/core.ts";
 import { createPostgresInboxStore, PostgresDriver } from "../src/inbox/postgres/adapter.ts";
-import { BEGIN, COMMIT, ROLLBACK, statements } from "../src/inbox/postgres/statements.ts";
+import { statements } from "../src/inbox/postgres/statements.ts";
+import { formatTable, inBareTransaction } from "./common.ts";
 import type { SqlExecutor } from "../src/domain/sql.ts";
 
 const MESSAGES = Number(process.env.SBINBOX_BENCH_MESSAGES ?? 3000);
@@ -47,18 +48,10 @@ async function main(): Promise<void> {
     const bareFresh = async (id: string, consumer: string) => {
       const seen = await bare.query(statements.isProcessed, [id, consumer]);
       if (seen.rows.length > 0) throw new Error("bench: unexpected duplicate");
-      const client = await bare.connect();
-      try {
-        await client.query(BEGIN);
+      await inBareTransaction(bare, async (client) => {
         await client.query(statements.insertProcessedMarker, [id, consumer]);
         await client.query(INSERT_EFFECT, [id]);
-        await client.query(COMMIT);
-      } catch (error) {
-        await client.query(ROLLBACK);
-        throw error;
-      } finally {
-        client.release();
-      }
+      });
     };
     /** What the store sends for a duplicate found by the pre-check. */
     const bareDuplicate = async (id: string, consumer: string) => {
@@ -161,12 +154,10 @@ async function main(): Promise<void> {
       "dup no-precheck/s",
       "dup untraced/s",
     ];
-    const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-    const line = (cells: string[]) => cells.map((cell, i) => cell.padStart(widths[i]!)).join("  ");
     process.stdout.write(
       `inbox benchmark: embedded PostgreSQL, ${MESSAGES} messages per run, median of ${ROUNDS} runs, msgs/s\n`,
     );
-    process.stdout.write(`${line(header)}\n${rows.map(line).join("\n")}\n`);
+    process.stdout.write(`${formatTable(header, rows).join("\n")}\n`);
     // Client and server share this machine: a busy machine moves every figure, so say how busy it was.
     process.stdout.write(
       `machine: ${availableParallelism()} cores, load average ${loadavg()
