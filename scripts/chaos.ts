@@ -8,7 +8,7 @@
 import { randomUUID } from "node:crypto";
 import { parseArgs } from "node:util";
 import { balancesMatch } from "../src/app/demo.ts";
-import { startLocalStack } from "../src/app/local-stack.ts";
+import { localWorkerEnv, startLocalStack } from "../src/app/local-stack.ts";
 import { accountSql } from "../src/example/accounts.ts";
 import { demoEvent } from "../src/example/demo-events.ts";
 import { createServiceBusClient } from "../src/servicebus/client.ts";
@@ -144,12 +144,7 @@ async function main(o: Options): Promise<number> {
     out(
       `chaos run: ${o.events} events, seed ${o.seed}; starting the local broker and an embedded PostgreSQL`,
     );
-    const {
-      broker,
-      postgres: pg,
-      url,
-      db,
-    } = await startLocalStack(
+    const stack = await startLocalStack(
       {
         queue: {
           name: QUEUE,
@@ -162,6 +157,7 @@ async function main(o: Options): Promise<number> {
       },
       cleanups,
     );
+    const { broker, postgres: pg, db } = stack;
 
     const runId = randomUUID().slice(0, 8);
     const events: PublishEvent[] = Array.from({ length: o.events }, (_, i) => {
@@ -179,15 +175,7 @@ async function main(o: Options): Promise<number> {
     fleet = new WorkerFleet({
       size: WORKERS,
       env: {
-        SBINBOX_SERVICEBUS_CONNECTION_STRING: broker.connectionString,
-        SBINBOX_POSTGRES_URL: url,
-        SBINBOX_QUEUE: QUEUE,
-        SBINBOX_CONSUMER: CONSUMER,
-        SBINBOX_HTTP_HOST: "127.0.0.1",
-        SBINBOX_LOG_LEVEL: "error",
-        SBINBOX_GRACE_PERIOD_MS: "5000",
-        SBINBOX_QUEUE_LOCK_DURATION_MS: String(LOCK_MS),
-        SBINBOX_QUEUE_MAX_DELIVERY_COUNT: String(MAX_DELIVERY_COUNT),
+        ...localWorkerEnv(stack, CONSUMER),
         SBINBOX_MAX_MESSAGE_BYTES: String(MAX_MESSAGE_BYTES),
         SBINBOX_OUTAGE_BACKOFF_MIN_MS: "250",
         SBINBOX_OUTAGE_BACKOFF_MAX_MS: "2000",

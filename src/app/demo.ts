@@ -8,7 +8,7 @@ import { createServiceBusClient } from "../servicebus/client.ts";
 import { deriveMessageId } from "../servicebus/message-id.ts";
 import { createPublisher, type PublishEvent } from "../servicebus/publisher.ts";
 import { sendRawMessages } from "../servicebus/raw.ts";
-import { startLocalStack } from "./local-stack.ts";
+import { localWorkerEnv, startLocalStack } from "./local-stack.ts";
 import { writesTelemetryToConsole } from "../telemetry/setup.ts";
 
 export interface DemoOptions {
@@ -53,7 +53,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
   process.once("exit", killAll);
   try {
     out("starting the local broker and an embedded PostgreSQL ...");
-    const { broker, url, db, migrated } = await startLocalStack(
+    const stack = await startLocalStack(
       {
         queue: { name: QUEUE, lockDurationMs: 3_000, maxDeliveryCount: 10 },
         database: "sbinbox_demo",
@@ -61,6 +61,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
       },
       cleanups,
     );
+    const { broker, db, migrated } = stack;
     out(`migrated: ${migrated.applied.join(", ") || "nothing pending"}; example tables ready`);
 
     const runId = randomUUID().slice(0, 8);
@@ -73,14 +74,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
 
     const env = (extra: Record<string, string>): NodeJS.ProcessEnv => ({
       ...withoutSbinboxSettings(process.env),
-      SBINBOX_SERVICEBUS_CONNECTION_STRING: broker.connectionString,
-      SBINBOX_POSTGRES_URL: url,
-      SBINBOX_QUEUE: QUEUE,
-      SBINBOX_CONSUMER: CONSUMER,
-      SBINBOX_HTTP_HOST: "127.0.0.1",
-      SBINBOX_LOG_LEVEL: "error",
-      SBINBOX_GRACE_PERIOD_MS: "5000",
-      SBINBOX_QUEUE_LOCK_DURATION_MS: "3000",
+      ...localWorkerEnv(stack, CONSUMER),
       ...extra,
     });
     const startWorker = async (name: string, extra: Record<string, string>): Promise<WorkerProcess> => {

@@ -13,6 +13,8 @@ export interface LocalStack {
   /** This process's own pool on it. */
   readonly db: Database;
   readonly migrated: MigrationResult;
+  /** The queue as the broker serves it. */
+  readonly queue: QueueSettings;
 }
 
 export interface LocalStackOptions {
@@ -31,8 +33,9 @@ export async function startLocalStack(
   options: LocalStackOptions,
   cleanups: (() => Promise<void>)[],
 ): Promise<LocalStack> {
+  const queue: QueueSettings = { ...queueDefaults, ...options.queue };
   const config = defaultConfig();
-  config.queues = [{ ...queueDefaults, ...options.queue }];
+  config.queues = [queue];
   const broker = await LocalBroker.start({ port: 0, config });
   cleanups.push(() => broker.stop());
   const postgres = await EmbeddedPostgresServer.create();
@@ -45,5 +48,23 @@ export async function startLocalStack(
   cleanups.push(() => db.close());
   const migrated = await db.store.migrate();
   await ensureAccountTables(db.sql);
-  return { broker, postgres, url, db, migrated };
+  return { broker, postgres, url, db, migrated, queue };
+}
+
+/**
+ * The settings that point a `sbinbox worker` process at this stack: the broker, the database and the queue, with
+ * the queue's lock duration and delivery count taken from what the broker serves, not stated a second time.
+ */
+export function localWorkerEnv(stack: LocalStack, consumer: string): Record<string, string> {
+  return {
+    SBINBOX_SERVICEBUS_CONNECTION_STRING: stack.broker.connectionString,
+    SBINBOX_POSTGRES_URL: stack.url,
+    SBINBOX_QUEUE: stack.queue.name,
+    SBINBOX_CONSUMER: consumer,
+    SBINBOX_HTTP_HOST: "127.0.0.1",
+    SBINBOX_LOG_LEVEL: "error",
+    SBINBOX_GRACE_PERIOD_MS: "5000",
+    SBINBOX_QUEUE_LOCK_DURATION_MS: String(stack.queue.lockDurationMs),
+    SBINBOX_QUEUE_MAX_DELIVERY_COUNT: String(stack.queue.maxDeliveryCount),
+  };
 }
