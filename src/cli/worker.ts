@@ -6,7 +6,7 @@ import { createLogger } from "../telemetry/logger.ts";
 const usage = `usage: sbinbox worker
 
 Runs the worker: peek-lock receive, one inbox transaction per message, explicit settlement.
-Configured by environment variables (or a JSON file named by SBINBOX_CONFIG_FILE); see the README.
+Configured by environment variables (or a JSON file named by SBINBOX_CONFIG_FILE); see docs/configuration.md.
 With no configuration it starts the local broker and an embedded PostgreSQL itself.
 SIGTERM or SIGINT stop it gracefully; exit code 0 after a clean stop, 2 on bad configuration.
 `;

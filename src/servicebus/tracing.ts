@@ -62,7 +62,7 @@ export interface ProcessSpanInput {
 /**
  * The CONSUMER span of one message: a child of the producer's span, and linked to it as the messaging conventions
  * recommend. The parent puts the publish, every delivery of the message, its inbox transaction and its settlement
- * in one trace (README, "Tracing and metrics"); a message without trace context starts a new trace.
+ * in one trace (docs/telemetry.md); a message without trace context starts a new trace.
  */
 export function startProcessSpan(input: ProcessSpanInput): { span: Span; ctx: Context } {
   const links: Link[] = [];
