@@ -173,6 +173,7 @@ export class AmqpServer {
 
   private patchSession(session: Record<string, unknown> | undefined): void {
     if (!session) return;
+    attachRepliesFirst(session as unknown as RheaSession);
     const original = session["on_transfer"] as (frame: { performative: { message_format?: number } }) => void;
     session["on_transfer"] = function (this: unknown, frame: { performative: { message_format?: number } }) {
       if (!frame.performative.message_format) frame.performative.message_format = RAW_SINGLE;
@@ -359,6 +360,34 @@ export class AmqpServer {
     );
     return links;
   }
+}
+
+interface RheaSession {
+  state: { need_open(): boolean };
+  local: { begin: unknown };
+  links: Record<string, { state: { need_open(): boolean }; local: { attach: unknown } }>;
+  output(frame: unknown): void;
+  _process(): void;
+}
+
+/**
+ * rhea's session writes queued transfers and dispositions, then each link's pending attach, flow and detach. A
+ * client that sends its credit (or a request on a reply link) right behind its attach, as the .NET SDK does with
+ * prefetch, would get a transfer on a handle it has not seen attached, and end the session with
+ * amqp:session:unattached-handle. Service Bus answers an attach before anything else on that link, so pending
+ * attaches go out first here. Flow echoes, drain replies and detaches stay after the transfers, as rhea has them:
+ * a drain reply must count transfers already on the wire, and nothing may follow a detach.
+ */
+function attachRepliesFirst(session: RheaSession): void {
+  const original = session._process.bind(session);
+  session._process = () => {
+    if (session.state.need_open()) session.output(session.local.begin);
+    for (const name in session.links) {
+      const link = session.links[name]!;
+      if (link.state.need_open()) session.output(link.local.attach);
+    }
+    original();
+  };
 }
 
 function describe(value: unknown): string {
