@@ -286,6 +286,11 @@ export class AmqpServer {
       );
       return;
     }
+    const full = queue.quotaExceeded(data.length);
+    if (full !== undefined) {
+      delivery.update(true, rejected("amqp:resource-limit-exceeded", full));
+      return;
+    }
     let messages: MessageParts[];
     try {
       const raws = isBatchFormat(format) ? unpackBatch(data) : [data];
