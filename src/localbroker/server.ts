@@ -174,6 +174,7 @@ export class AmqpServer {
   private patchSession(session: Record<string, unknown> | undefined): void {
     if (!session) return;
     attachRepliesFirst(session as unknown as RheaSession);
+    answerEchoes(session as unknown as RheaSession);
     const original = session["on_transfer"] as (frame: { performative: { message_format?: number } }) => void;
     session["on_transfer"] = function (this: unknown, frame: { performative: { message_format?: number } }) {
       if (!frame.performative.message_format) frame.performative.message_format = RAW_SINGLE;
@@ -371,8 +372,12 @@ interface RheaSession {
   state: { need_open(): boolean };
   local: { begin: unknown };
   links: Record<string, { state: { need_open(): boolean }; local: { attach: unknown } }>;
+  remote: { handles: Record<number, { issue_flow: boolean } | undefined> };
+  connection: { _register(): void };
   output(frame: unknown): void;
   _process(): void;
+  _write_flow(link?: unknown): void;
+  on_flow(frame: { performative: { echo?: boolean; handle?: number } }): void;
 }
 
 /**
@@ -392,6 +397,24 @@ function attachRepliesFirst(session: RheaSession): void {
       if (link.state.need_open()) session.output(link.local.attach);
     }
     original();
+  };
+}
+
+/**
+ * A flow with `echo` asks the peer for its own flow state (AMQP 1.0, 2.7.4); rhea ignores the field. The answer
+ * for a link goes through the link's own flow, written after its attach and any transfers already queued.
+ */
+function answerEchoes(session: RheaSession): void {
+  const original = session.on_flow.bind(session);
+  session.on_flow = (frame) => {
+    original(frame);
+    if (frame.performative.echo !== true) return;
+    const handle = frame.performative.handle;
+    const link = handle === undefined || handle === null ? undefined : session.remote.handles[handle];
+    if (link) {
+      link.issue_flow = true;
+      session.connection._register();
+    } else session._write_flow();
   };
 }
 

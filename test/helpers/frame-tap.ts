@@ -2,9 +2,10 @@ import { createRequire } from "node:module";
 import { connect, createServer, type Server, type Socket } from "node:net";
 
 const require = createRequire(import.meta.url);
-// rhea's own frame reader, so the tap reads the wire exactly as a client would.
-const frames = require("rhea/lib/frames.js") as {
+/** rhea's own frame codec, so the tap reads the wire exactly as a client would (and tests can write frames). */
+export const frames = require("rhea/lib/frames.js") as {
   read_frame(buffer: Buffer): { channel: number; performative?: { handle?: number; described(): unknown } };
+  flow(fields: Record<string, unknown>): unknown;
 };
 
 const NAMES: Record<number, string> = {

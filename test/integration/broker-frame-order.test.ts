@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import rhea, { type Connection, type EventContext, type Receiver, type Sender } from "rhea";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
-import { framesBeforeAttach, startFrameTap, type FrameTap } from "../helpers/frame-tap.ts";
+import { frames, framesBeforeAttach, startFrameTap, type FrameTap } from "../helpers/frame-tap.ts";
 
 /**
  * The .NET SDK sends its credit (and a management request) right behind an attach, without waiting for the
@@ -12,7 +12,14 @@ import { framesBeforeAttach, startFrameTap, type FrameTap } from "../helpers/fra
 describe("local broker: frame order at link level (attach before anything else on the link)", () => {
   // one queue a test, so a failed test leaves nothing behind for the next
   const fixture = useLocalBroker(
-    brokerConfig({ sbinbox: {}, "receive-and-delete": {}, "peek-lock": {}, drain: {}, refused: {} }),
+    brokerConfig({
+      sbinbox: {},
+      "receive-and-delete": {},
+      "peek-lock": {},
+      drain: {},
+      refused: {},
+      echo: {},
+    }),
   );
   let tap: FrameTap;
   let connection: Connection;
@@ -31,7 +38,12 @@ describe("local broker: frame order at link level (attach before anything else o
   });
 
   afterEach(async () => {
+    const closed = new Promise<void>((resolve) => {
+      connection.once("connection_close", () => resolve());
+      connection.once("disconnected", () => resolve());
+    });
     connection.close();
+    await closed;
     await tap.close();
   });
 
@@ -160,5 +172,34 @@ describe("local broker: frame order at link level (attach before anything else o
       tap.frames.filter((f) => f.handle === handle && f.name !== "flow").map((f) => f.name),
       ["attach", "detach"],
     );
+  });
+  it("answers a flow with echo set by its own flow on that link (rhea alone ignores echo)", async () => {
+    const receiver: Receiver = connection.open_receiver({ source: { address: "echo" }, credit_window: 0 });
+    await orError(new Promise<void>((resolve) => receiver.once("receiver_open", () => resolve())));
+    const handle = tap.frames.find((f) => f.name === "attach")?.handle;
+    const before = tap.frames.filter((f) => f.name === "flow" && f.handle === handle).length;
+    // rhea's client cannot set echo, so the frame is written through its session as the .NET client would send it.
+    const session = (receiver as unknown as { session: { output(frame: unknown): void } }).session;
+    const local = (receiver as unknown as { local: { handle: number } }).local.handle;
+    session.output(
+      frames.flow({
+        next_incoming_id: 0,
+        incoming_window: 2048,
+        next_outgoing_id: 0,
+        outgoing_window: 2048,
+        handle: local,
+        delivery_count: 0,
+        link_credit: 0,
+        echo: true,
+      }),
+    );
+    await orError(
+      waitUntil(
+        () => tap.frames.filter((f) => f.name === "flow" && f.handle === handle).length > before,
+        "the broker's flow on the echoed link",
+      ),
+    );
+    assert.deepEqual(errors, []);
+    assert.deepEqual(framesBeforeAttach(tap.frames), []);
   });
 });
