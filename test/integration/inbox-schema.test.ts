@@ -9,7 +9,7 @@ import { postgresSql } from "../../src/inbox/postgres/statements.ts";
 import { sqlServerSql } from "../../src/inbox/sqlserver/statements.ts";
 import { SQLSERVER_MIGRATIONS_DIR } from "../../src/inbox/sqlserver/adapter.ts";
 import { loadMigrations } from "../../src/inbox/migrations.ts";
-import { postgresSchemaBackend } from "../conformance/backends.ts";
+import { postgresSchemaBackend, runSchemaName, sqlServerBackend } from "../conformance/backends.ts";
 import { createTestDatabase } from "../helpers/postgres.ts";
 
 const bin = fileURLToPath(new URL("../../bin/sbinbox.js", import.meta.url));
@@ -130,5 +130,23 @@ describe("the inbox's schema (SBINBOX_INBOX_SCHEMA)", function () {
     } finally {
       await other.dispose();
     }
+  });
+
+  it("SBINBOX_TEST_MSSQL: a string naming a database runs in a schema there; without one, a database per file", function () {
+    const azure = sqlServerBackend(
+      "Server=tcp:dev.database.windows.net,1433;Initial Catalog=devdb;User Id=u;Password=p;Encrypt=true",
+    );
+    assert.match(azure.name, /a schema per run in database devdb/);
+    const container = sqlServerBackend(
+      "Server=localhost,1433;User Id=sa;Password=p;TrustServerCertificate=true",
+    );
+    assert.equal(container.name, "SQL Server (SBINBOX_TEST_MSSQL)");
+    const master = sqlServerBackend("Server=localhost;Database=master;User Id=sa;Password=p");
+    assert.equal(master.name, "SQL Server (SBINBOX_TEST_MSSQL)");
+    const names = new Set(
+      Array.from({ length: 20 }, () => runSchemaName("a label that is rather long, with punctuation!")),
+    );
+    assert.equal(names.size, 20);
+    for (const name of names) assert.match(name, /^[a-z_][a-z0-9_]{0,62}$/);
   });
 });
