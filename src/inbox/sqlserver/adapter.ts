@@ -8,13 +8,8 @@ import { traceInboxDriver, traceInboxStore } from "../../telemetry/inbox-tracing
 import { loadMigrations } from "../migrations.ts";
 import type { MigrationResult } from "../store.ts";
 import { classifySqlServerError } from "./classify.ts";
-import {
-  ACQUIRE_MIGRATION_LOCK,
-  CREATE_VERSION_TABLE,
-  RECORD_VERSION,
-  SELECT_APPLIED_VERSIONS,
-  statements,
-} from "./statements.ts";
+import { ACQUIRE_MIGRATION_LOCK, CREATE_SCHEMA, sqlServerSql } from "./statements.ts";
+import { DEFAULT_INBOX_SCHEMA } from "../schema-name.ts";
 
 /** The sp_getapplock resource that serializes concurrent migrate runs. */
 const MIGRATION_LOCK_RESOURCE = "SbInboxMigrate";
@@ -31,6 +26,8 @@ export interface SqlServerInboxOptions extends InboxStoreOptions {
   readonly config?: mssql.config | string;
   /** Pool errors outside a request are reported here; the pool replaces the connection on next use. */
   readonly onPoolError?: (error: Error) => void;
+  /** The schema of the inbox's tables (default dbo); migrate creates it when missing. */
+  readonly schema?: string;
 }
 
 export function createSqlServerInboxStore(options: SqlServerInboxOptions): InboxCore {
@@ -80,12 +77,17 @@ function toResult<R>(result: mssql.IResult<unknown>): SqlResult<R> {
 /** The inbox on SQL Server / Azure SQL through `mssql` (tedious). */
 export class SqlServerDriver implements InboxDriver {
   readonly dialect = "sqlserver" as const;
-  readonly statements = statements;
+  readonly statements: ReturnType<typeof sqlServerSql>["statements"];
+  private readonly sql: ReturnType<typeof sqlServerSql>;
+  private readonly schema: string;
   private readonly pool: mssql.ConnectionPool;
   private readonly ownsPool: boolean;
   private connecting: Promise<mssql.ConnectionPool> | undefined;
 
   constructor(options: SqlServerInboxOptions) {
+    this.schema = options.schema ?? DEFAULT_INBOX_SCHEMA.sqlserver;
+    this.sql = sqlServerSql(this.schema);
+    this.statements = this.sql.statements;
     if (options.pool) {
       this.pool = options.pool;
       this.ownsPool = false;
@@ -137,16 +139,18 @@ export class SqlServerDriver implements InboxDriver {
     await tx.begin(mssql.ISOLATION_LEVEL.READ_COMMITTED);
     try {
       await bindParameters(new mssql.Request(tx), [MIGRATION_LOCK_RESOURCE]).query(ACQUIRE_MIGRATION_LOCK);
-      await new mssql.Request(tx).batch(CREATE_VERSION_TABLE);
-      const rows = (await new mssql.Request(tx).query<{ version: number }>(SELECT_APPLIED_VERSIONS))
+      await bindParameters(new mssql.Request(tx), [this.schema]).query(CREATE_SCHEMA);
+      await new mssql.Request(tx).batch(this.sql.CREATE_VERSION_TABLE);
+      const rows = (await new mssql.Request(tx).query<{ version: number }>(this.sql.SELECT_APPLIED_VERSIONS))
         .recordset;
       const applied = new Set(rows.map((r) => r.version));
       const names: string[] = [];
       for (const migration of migrations) {
         if (applied.has(migration.version)) continue;
-        await new mssql.Request(tx).batch(migration.sql); // a single batch: the files hold no GO
+        // a single batch: the files hold no GO
+        await new mssql.Request(tx).batch(this.sql.migrationInSchema(migration.sql));
         await bindParameters(new mssql.Request(tx), [migration.version, migration.name]).query(
-          RECORD_VERSION,
+          this.sql.RECORD_VERSION,
         );
         names.push(migration.name);
       }
