@@ -1,5 +1,11 @@
 import { trace } from "@opentelemetry/api";
-import { pino, stdTimeFunctions, type DestinationStream, type Logger as PinoLogger } from "pino";
+import {
+  destination as pinoDestination,
+  pino,
+  stdTimeFunctions,
+  type DestinationStream,
+  type Logger as PinoLogger,
+} from "pino";
 
 export type LogLevel = "debug" | "info" | "warn" | "error";
 export type LogFields = Record<string, unknown>;
@@ -47,7 +53,7 @@ const SECRET_IN_TEXT =
 export function createLogger(options: LoggerOptions = {}): Logger {
   const destination: DestinationStream = options.write
     ? { write: (line: string) => options.write!(line.endsWith("\n") ? line.slice(0, -1) : line) }
-    : pino.destination({ fd: 2, sync: true });
+    : pinoDestination({ fd: 2, sync: true });
   const root = pino(
     {
       level: options.level ?? "info",
