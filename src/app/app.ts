@@ -75,6 +75,7 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
     const db: Database = await openDatabase(connection, {
       preCheck: config.precheck,
       maxConnections: config.maxConcurrentCalls + 4,
+      timeouts: config.databaseTimeouts,
     });
     cleanups.push(() => db.close());
     const migrated = await db.store.migrate();
@@ -105,6 +106,7 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
       cleanupIntervalMs: config.cleanupIntervalMs,
       outageBackoffMinMs: config.outageBackoffMinMs,
       outageBackoffMaxMs: config.outageBackoffMaxMs,
+      probeTimeoutMs: config.databaseTimeouts.probeMs,
       logger,
       beforeSettle: config.faultKillAfterCommit
         ? (message, decision) => {

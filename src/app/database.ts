@@ -1,6 +1,7 @@
 import type { DatabaseConnection } from "../config/load.ts";
 import type { Dialect, SqlExecutor } from "../domain/sql.ts";
 import type { InboxStore } from "../inbox/store.ts";
+import type { DatabaseTimeouts } from "../inbox/timeouts.ts";
 
 export interface Database {
   readonly dialect: Dialect;
@@ -13,6 +14,8 @@ export interface Database {
 export interface OpenDatabaseOptions {
   readonly preCheck: boolean;
   readonly maxConnections: number;
+  /** Bounds on every database wait; the defaults when omitted. */
+  readonly timeouts?: DatabaseTimeouts;
 }
 
 export type DatabaseTarget = Exclude<DatabaseConnection, { kind: "embedded" }>;
