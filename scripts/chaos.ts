@@ -344,11 +344,12 @@ async function main(o: Options): Promise<number> {
         void outage(
           "database silent (the proxy stops forwarding, nothing closed)",
           o.dbSilentMs,
-          async () => proxy.stall(),
-          async () => {
+          () => Promise.resolve(proxy.stall()),
+          () => {
             proxy.resume();
             silentPhases += 1;
             out("the proxy forwards again");
+            return Promise.resolve();
           },
         );
       }

@@ -16,11 +16,11 @@ export class StallProxy {
   }
 
   static async start(targetPort: number): Promise<StallProxy> {
-    let proxy!: StallProxy;
-    const server = net.createServer((client) => proxy.accept(client, targetPort));
+    const accepted: { proxy?: StallProxy } = {};
+    const server = net.createServer((client) => accepted.proxy?.accept(client, targetPort));
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-    proxy = new StallProxy(server, (server.address() as net.AddressInfo).port);
-    return proxy;
+    accepted.proxy = new StallProxy(server, (server.address() as net.AddressInfo).port);
+    return accepted.proxy;
   }
 
   get connections(): number {

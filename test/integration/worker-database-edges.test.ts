@@ -54,10 +54,12 @@ describe("worker: a handler's own network error is its failure, not a database o
       kind: "transactional",
       type: "CallsHttp",
       schema: z.object({ n: z.number() }),
-      async handle() {
+      handle() {
         calls += 1;
         // What undici or a Redis client throws when its server is down; the database is healthy all along.
-        throw Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:6379"), { code: "ECONNREFUSED" });
+        return Promise.reject(
+          Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:6379"), { code: "ECONNREFUSED" }),
+        );
       },
     };
     worker = startTestWorker({

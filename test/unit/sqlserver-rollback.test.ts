@@ -44,14 +44,14 @@ describe("SQL Server: a rollback that fails closes its connection", () => {
   it("a failed ROLLBACK request, connection already handed back by mssql: it is closed for the pool to drop", () => {
     const { pool, tx, connection } = heldTransaction();
     Object.assign(tx, { _acquiredConnection: null });
-    discardAfterFailedRollback(pool, tx, connection as never, new Error("timeout"));
+    discardAfterFailedRollback(pool, tx, connection, new Error("timeout"));
     assert.equal(connection.closed, true);
   });
 
   it("a transaction the server already rolled back (XACT_ABORT) leaves the connection alone", () => {
     const { pool, tx, connection } = heldTransaction();
     Object.assign(tx, { _acquiredConnection: null, _aborted: true });
-    discardAfterFailedRollback(pool, tx, connection as never, new Error("EABORT"));
+    discardAfterFailedRollback(pool, tx, connection, new Error("EABORT"));
     assert.equal(connection.closed, false);
     connection.close();
   });
