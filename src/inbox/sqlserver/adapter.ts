@@ -30,6 +30,8 @@ export interface SqlServerInboxOptions extends InboxStoreOptions {
    */
   readonly pool?: mssql.ConnectionPool;
   readonly config?: mssql.config | string;
+  /** Bounds on every database wait, for a pool built from `config` (a given pool brings its own). */
+  readonly timeouts?: DatabaseTimeouts;
   /** Pool errors outside a request are reported here; the pool replaces the connection on next use. */
   readonly onPoolError?: (error: Error) => void;
 }
@@ -109,7 +111,7 @@ export class SqlServerDriver implements InboxDriver {
       this.ownsPool = false;
     } else {
       if (options.config === undefined) throw new Error("SQL Server inbox: give a pool or a config");
-      this.pool = new mssql.ConnectionPool(poolConfig(options.config));
+      this.pool = new mssql.ConnectionPool(poolConfig(options.config, options.timeouts));
       this.ownsPool = true;
     }
     this.pool.on("error", options.onPoolError ?? (() => undefined));
