@@ -10,9 +10,21 @@ import type { Dialect } from "../domain/sql.ts";
  * strings and quoted names). What it cannot see (dynamic SQL, a procedure that commits) is listed in docs/inbox.md.
  */
 export function refusedStatement(sql: string, dialect: Dialect): string | undefined {
+  // Handlers send the same few statement texts again and again: each is read once.
+  const cache = verdicts[dialect];
+  const known = cache.get(sql);
+  if (known !== undefined) return known === ALLOWED ? undefined : known;
   const words = tokens(sql, dialect);
-  return dialect === "postgres" ? refusedPostgres(words) : refusedSqlServer(words);
+  const verdict = dialect === "postgres" ? refusedPostgres(words) : refusedSqlServer(words);
+  if (cache.size >= CACHE_LIMIT) cache.clear();
+  if (sql.length <= CACHEABLE_LENGTH) cache.set(sql, verdict ?? ALLOWED);
+  return verdict;
 }
+
+const ALLOWED = "";
+const CACHE_LIMIT = 1_000;
+const CACHEABLE_LENGTH = 4_096;
+const verdicts: Record<Dialect, Map<string, string>> = { postgres: new Map(), sqlserver: new Map() };
 
 /** Words upper-cased, `;` and operators as their own tokens; comments, strings and quoted names are dropped. */
 function tokens(sql: string, dialect: Dialect): string[] {

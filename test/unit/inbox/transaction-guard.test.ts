@@ -82,4 +82,13 @@ describe("the transaction handle's guard: what a handler may not send", () => {
       assert.equal(refusedStatement(sql, "sqlserver"), undefined);
     });
   }
+
+  it("a statement seen before keeps its verdict (the verdicts are cached per dialect)", () => {
+    for (let i = 0; i < 3; i += 1) {
+      assert.equal(refusedStatement("COMMIT", "postgres"), "COMMIT");
+      assert.equal(refusedStatement("SELECT 1", "postgres"), undefined);
+      assert.equal(refusedStatement("SET NOCOUNT ON", "sqlserver"), "SET NOCOUNT");
+      assert.equal(refusedStatement("SET LOCAL x = 1", "postgres"), undefined);
+    }
+  });
 });
