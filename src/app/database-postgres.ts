@@ -1,11 +1,12 @@
 import pg from "pg";
 import type { SqlResult } from "../domain/sql.ts";
 import { createPostgresInboxStore } from "../inbox/postgres/adapter.ts";
+import { postgresPoolConfig } from "../inbox/postgres/pool.ts";
 import type { Database, OpenDatabaseOptions } from "./database.ts";
 
 /** The PostgreSQL side of openDatabase; loaded only when the configuration names PostgreSQL. */
 export function openPostgresDatabase(url: string, options: OpenDatabaseOptions): Database {
-  const pool = new pg.Pool({ connectionString: url, max: options.maxConnections });
+  const pool = new pg.Pool(postgresPoolConfig(url, options.maxConnections, options.timeouts));
   pool.on("error", () => undefined); // an idle client lost with a server restart; pg replaces it
   const store = createPostgresInboxStore({
     pool,

@@ -24,7 +24,7 @@ export async function openSqlServerDatabase(
   }
   // poolConfig turns XACT_ABORT on, as for the pools the store builds itself; a Max Pool Size given wins.
   const pool = new mssql.ConnectionPool(
-    poolConfig({ ...base, pool: { max: options.maxConnections, ...base.pool } }),
+    poolConfig({ ...base, pool: { max: options.maxConnections, ...base.pool } }, options.timeouts),
   );
   const store = createSqlServerInboxStore({
     pool,

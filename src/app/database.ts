@@ -1,6 +1,7 @@
 import type { DatabaseConnection } from "../config/load.ts";
 import type { Dialect, SqlExecutor } from "../domain/sql.ts";
 import type { InboxStore } from "../inbox/store.ts";
+import type { DatabaseTimeouts } from "../inbox/timeouts.ts";
 
 export interface Database {
   readonly dialect: Dialect;
@@ -15,6 +16,8 @@ export interface OpenDatabaseOptions {
   readonly maxConnections: number;
   /** The schema of the inbox's tables; undefined: the dialect's default (dbo, public). */
   readonly inboxSchema?: string;
+  /** Bounds on every database wait; the defaults when omitted. */
+  readonly timeouts?: DatabaseTimeouts;
 }
 
 export type DatabaseTarget = Exclude<DatabaseConnection, { kind: "embedded" }>;

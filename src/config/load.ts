@@ -34,12 +34,21 @@ export interface Config {
   readonly sweepIntervalMs: number;
   readonly outageBackoffMinMs: number;
   readonly outageBackoffMaxMs: number;
+  readonly databaseTimeouts: DatabaseTimeouts;
   readonly logLevel: "debug" | "info" | "warn" | "error";
   readonly faultKillAfterCommit?: string;
   readonly port: number;
   readonly httpHost: string;
   readonly applicationInsightsConnectionString?: string;
   readonly serviceName: string;
+}
+
+/** Bounds on every database wait: a database that stops answering ends in an error, never in a hang. */
+export interface DatabaseTimeouts {
+  readonly connectMs: number;
+  readonly statementMs: number;
+  readonly keepAliveMs: number;
+  readonly probeMs: number;
 }
 
 export interface LoadOptions {
@@ -74,6 +83,12 @@ export function loadConfig(options: LoadOptions = {}): Config {
     sweepIntervalMs: s.SBINBOX_SWEEP_INTERVAL_MS,
     outageBackoffMinMs: s.SBINBOX_OUTAGE_BACKOFF_MIN_MS,
     outageBackoffMaxMs: backoffMax(s),
+    databaseTimeouts: {
+      connectMs: s.SBINBOX_DB_CONNECT_TIMEOUT_MS,
+      statementMs: s.SBINBOX_DB_STATEMENT_TIMEOUT_MS,
+      keepAliveMs: s.SBINBOX_DB_KEEPALIVE_MS,
+      probeMs: s.SBINBOX_DB_PROBE_TIMEOUT_MS,
+    },
     logLevel: s.SBINBOX_LOG_LEVEL,
     faultKillAfterCommit: s.SBINBOX_FAULT_KILL_AFTER_COMMIT,
     port: s.PORT,

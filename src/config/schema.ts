@@ -32,6 +32,11 @@ export const settings = {
   SBINBOX_SWEEP_INTERVAL_MS: "how often the sweeper runs (0 turns it off)",
   SBINBOX_OUTAGE_BACKOFF_MIN_MS: "first wait between database probes while receiving is paused",
   SBINBOX_OUTAGE_BACKOFF_MAX_MS: "longest wait between database probes while receiving is paused",
+  SBINBOX_DB_CONNECT_TIMEOUT_MS: "longest wait for a new database connection (or a free pooled one)",
+  SBINBOX_DB_STATEMENT_TIMEOUT_MS: "longest wait for one database statement, the handler's included",
+  SBINBOX_DB_KEEPALIVE_MS:
+    "idle time before TCP keep-alive probes start on a database connection (PostgreSQL)",
+  SBINBOX_DB_PROBE_TIMEOUT_MS: "longest wait for the outage and readiness probes",
   SBINBOX_LOG_LEVEL: "debug, info, warn or error",
   SBINBOX_FAULT_KILL_AFTER_COMMIT:
     "fault injection for the demo and chaos runs only: SIGKILL the process after this MessageId commits",
@@ -51,6 +56,12 @@ const int = (min: number, max = Number.MAX_SAFE_INTEGER) =>
     .regex(/^\d+$/, "must be a whole number")
     .transform(Number)
     .pipe(z.number().int().min(min, `must be at least ${min}`).max(max, `must be at most ${max}`));
+/** Node turns a timer delay above this into 1 ms, so no duration setting may exceed it. */
+export const MAX_TIMER_MS = 2_147_483_647;
+/** Ten years: beyond any broker's redelivery window, and small enough to stay exact in milliseconds. */
+export const MAX_HOURS = 87_600;
+const ms = (min: number, max = MAX_TIMER_MS) => int(min, max);
+const hours = (min: number) => int(min, MAX_HOURS);
 const bool = z
   .string()
   .trim()
@@ -82,19 +93,23 @@ export const parsers = {
     )
     .optional(),
   SBINBOX_MAX_CONCURRENT_CALLS: int(1, 1000).default(16),
-  SBINBOX_MAX_AUTO_LOCK_RENEWAL_MS: int(0).default(300_000),
+  SBINBOX_MAX_AUTO_LOCK_RENEWAL_MS: ms(0).default(300_000),
   SBINBOX_PRECHECK: bool.default(true),
   SBINBOX_MAX_MESSAGE_BYTES: int(1).default(262_144),
-  SBINBOX_GRACE_PERIOD_MS: int(0).default(20_000),
-  SBINBOX_RETENTION_HOURS: int(1).default(24 * 15),
-  SBINBOX_CLEANUP_INTERVAL_MS: int(0).default(600_000),
-  SBINBOX_QUEUE_LOCK_DURATION_MS: int(1).default(60_000),
+  SBINBOX_GRACE_PERIOD_MS: ms(0).default(20_000),
+  SBINBOX_RETENTION_HOURS: hours(1).default(24 * 15),
+  SBINBOX_CLEANUP_INTERVAL_MS: ms(0).default(600_000),
+  SBINBOX_QUEUE_LOCK_DURATION_MS: ms(1).default(60_000),
   SBINBOX_QUEUE_MAX_DELIVERY_COUNT: int(1).default(10),
-  SBINBOX_QUEUE_MESSAGE_TTL_HOURS: int(1).default(24 * 14),
-  SBINBOX_CLAIM_TIMEOUT_MS: int(1).default(300_000),
-  SBINBOX_SWEEP_INTERVAL_MS: int(0).default(60_000),
-  SBINBOX_OUTAGE_BACKOFF_MIN_MS: int(1).default(250),
-  SBINBOX_OUTAGE_BACKOFF_MAX_MS: int(1).default(15_000),
+  SBINBOX_QUEUE_MESSAGE_TTL_HOURS: hours(1).default(24 * 14),
+  SBINBOX_CLAIM_TIMEOUT_MS: ms(1).default(300_000),
+  SBINBOX_SWEEP_INTERVAL_MS: ms(0).default(60_000),
+  SBINBOX_OUTAGE_BACKOFF_MIN_MS: ms(1).default(250),
+  SBINBOX_OUTAGE_BACKOFF_MAX_MS: ms(1).default(15_000),
+  SBINBOX_DB_CONNECT_TIMEOUT_MS: ms(100, 600_000).default(15_000),
+  SBINBOX_DB_STATEMENT_TIMEOUT_MS: ms(100, 3_600_000).default(30_000),
+  SBINBOX_DB_KEEPALIVE_MS: ms(1_000, 600_000).default(10_000),
+  SBINBOX_DB_PROBE_TIMEOUT_MS: ms(100, 600_000).default(2_000),
   SBINBOX_LOG_LEVEL: z
     .enum(["debug", "info", "warn", "error"], "must be debug, info, warn or error")
     .default("info"),

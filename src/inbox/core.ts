@@ -1,6 +1,7 @@
 import type { ErrorClass, ProcessOutcome } from "../domain/outcome.ts";
 import type { Dialect, SqlExecutor, SqlResult } from "../domain/sql.ts";
-import { ClaimLostError } from "./errors.ts";
+import { ClaimLostError, TransactionControlError, UnawaitedStatementError } from "./errors.ts";
+import { refusedStatement } from "./transaction-guard.ts";
 import type { CleanupOptions, InboxClaimOutcome, InboxKey, InboxStore, MigrationResult } from "./store.ts";
 
 /**
@@ -107,14 +108,25 @@ export class InboxCore implements InboxStore {
       const errorClass = this.driver.classify(error, "marker");
       return errorClass === "duplicate" ? { kind: "duplicate" } : { kind: "failed", error, errorClass };
     }
-    const handle = boundExecutor(this.dialect, tx);
+    const handle = new TransactionHandle(this.dialect, tx);
     try {
       await work(handle.executor);
-      handle.close();
+    } catch (error) {
+      await handle.end();
+      await tx.rollback();
+      return this.failed(error, "other");
+    }
+    // Commit waits for statements the handler left running, and never commits when one of them failed or the
+    // handler tried to step outside the transaction.
+    const problem = await handle.end();
+    if (problem !== undefined) {
+      await tx.rollback();
+      return this.failed(problem, "other");
+    }
+    try {
       await tx.commit();
       return { kind: "committed" };
     } catch (error) {
-      handle.close();
       await tx.rollback();
       return this.failed(error, "other");
     }
@@ -217,30 +229,74 @@ export class InboxCore implements InboxStore {
   }
 
   private failed(error: unknown, origin: StatementOrigin): Failed {
-    const errorClass = this.driver.classify(error, origin);
+    // An unawaited statement's failure is classed by that statement's own error (an outage stays an outage).
+    const cause = error instanceof UnawaitedStatementError ? error.cause : error;
+    const errorClass = this.driver.classify(cause, origin);
     // Only the marker insert may yield duplicate; from anywhere else the same signal is a plain failure.
     return { kind: "failed", error, errorClass: errorClass === "duplicate" ? "permanent" : errorClass };
   }
 }
 
-/** The handler's only handle: bound to the transaction, and dead once the transaction ends. */
-function boundExecutor(dialect: Dialect, tx: InboxTransaction): { executor: SqlExecutor; close(): void } {
-  let open = true;
-  return {
-    executor: {
+/**
+ * The handler's only handle: bound to the transaction, and dead once the transaction ends. Its statements run
+ * one at a time in the order given (mssql refuses a second request on a transaction while one runs, and its
+ * refused rollback would leave the transaction open), and it knows which are still running.
+ */
+class TransactionHandle {
+  readonly executor: SqlExecutor;
+  private open = true;
+  /** The tail of the queue: settles when every statement given so far has finished. */
+  private tail: Promise<unknown> = Promise.resolve();
+  private readonly running = new Set<Promise<unknown>>();
+  private readonly failures = new Map<Promise<unknown>, unknown>();
+  private refused: TransactionControlError | undefined;
+
+  constructor(dialect: Dialect, tx: InboxTransaction) {
+    this.executor = {
       dialect,
-      query<R = Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>> {
-        if (!open)
+      query: <R = Record<string, unknown>>(
+        sql: string,
+        params?: readonly unknown[],
+      ): Promise<SqlResult<R>> => {
+        if (!this.open)
           return Promise.reject(
             new Error("the inbox transaction has ended; this handle can no longer write"),
           );
-        return tx.query<R>(sql, params);
+        const refused = refusedStatement(sql, dialect);
+        if (refused !== undefined) {
+          this.refused ??= new TransactionControlError(refused);
+          return Promise.reject(this.refused);
+        }
+        const statement = this.tail.then(() => tx.query<R>(sql, params));
+        this.tail = statement.catch(() => undefined);
+        this.running.add(statement);
+        statement.then(
+          () => this.running.delete(statement),
+          (error: unknown) => {
+            this.running.delete(statement);
+            this.failures.set(statement, error);
+          },
+        );
+        return statement;
       },
-    },
-    close() {
-      open = false;
-    },
-  };
+    };
+  }
+
+  /**
+   * Closes the handle and waits for every statement to finish. Returns why the transaction must not commit:
+   * a refused statement, or a statement still running when the handler returned that then failed (the handler
+   * cannot have seen that error).
+   */
+  async end(): Promise<unknown> {
+    this.open = false;
+    const unawaited = [...this.running];
+    await this.tail;
+    if (this.refused) return this.refused;
+    for (const statement of unawaited) {
+      if (this.failures.has(statement)) return new UnawaitedStatementError(this.failures.get(statement));
+    }
+    return undefined;
+  }
 }
 
 /** A duration as [whole seconds, remaining milliseconds]: SQL Server's DATEADD takes an int, too small for ms. */

@@ -18,3 +18,29 @@ export class ClaimLostError extends Error {
     this.consumer = key.consumer;
   }
 }
+
+/**
+ * A handler sent a statement that would end its transaction or change its session (COMMIT, ROLLBACK, a session
+ * SET...): it is refused before it reaches the database, and the transaction is rolled back, never committed.
+ */
+export class TransactionControlError extends Error {
+  readonly statement: string;
+  constructor(statement: string) {
+    super(
+      `a handler may not send ${statement} through its transaction: the inbox begins, commits and rolls back ` +
+        `the transaction itself, and session settings would outlive the message on a pooled connection`,
+    );
+    this.name = "TransactionControlError";
+    this.statement = statement;
+  }
+}
+
+/** A statement the handler did not await was still running when it returned, and then failed. */
+export class UnawaitedStatementError extends Error {
+  constructor(cause: unknown) {
+    super("a statement the handler did not await failed after the handler returned; nothing was committed", {
+      cause,
+    });
+    this.name = "UnawaitedStatementError";
+  }
+}

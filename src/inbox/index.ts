@@ -4,17 +4,28 @@ import type { InboxStoreOptions } from "./core.ts";
 import { createPostgresInboxStore } from "./postgres/adapter.ts";
 import { createSqlServerInboxStore } from "./sqlserver/adapter.ts";
 import type { InboxStore } from "./store.ts";
+import type { DatabaseTimeouts } from "./timeouts.ts";
 
 export type { InboxStore, InboxKey, InboxClaimOutcome, MigrationResult, CleanupOptions } from "./store.ts";
 export type { InboxStoreOptions } from "./core.ts";
-export { ClaimLostError } from "./errors.ts";
+export { ClaimLostError, TransactionControlError, UnawaitedStatementError } from "./errors.ts";
+export { DEFAULT_DATABASE_TIMEOUTS, type DatabaseTimeouts } from "./timeouts.ts";
 export { validateRetention, minimumRetentionMs, type RedeliveryWindow } from "./retention.ts";
 
 /** Which database the inbox lives in. The store is the same for every consumer: the key carries the consumer. */
 export type InboxDatabaseConfig =
-  | { readonly kind: "postgres"; readonly url: string; readonly maxConnections?: number }
+  | {
+      readonly kind: "postgres";
+      readonly url: string;
+      readonly maxConnections?: number;
+      readonly timeouts?: DatabaseTimeouts;
+    }
   | { readonly kind: "postgres"; readonly pool: pg.Pool }
-  | { readonly kind: "sqlserver"; readonly config: mssql.config | string }
+  | {
+      readonly kind: "sqlserver";
+      readonly config: mssql.config | string;
+      readonly timeouts?: DatabaseTimeouts;
+    }
   | { readonly kind: "sqlserver"; readonly pool: mssql.ConnectionPool };
 
 export type InboxStoreConfig = InboxDatabaseConfig &

@@ -1,4 +1,4 @@
-import { createHash } from "node:crypto";
+import { v5 as uuidv5, validate } from "uuid";
 
 /**
  * The namespace under which sbinbox derives MessageIds. Generated once, at random, and fixed forever:
@@ -9,21 +9,11 @@ export const MESSAGE_ID_NAMESPACE = "f5dfdc27-9e31-4822-becc-050e35acb0fa";
 /** RFC 9562 namespaces, for tests against the RFC's own examples. */
 export const DNS_NAMESPACE = "6ba7b810-9dad-11d1-80b4-00c04fd430c8";
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
-/** UUID version 5 (RFC 9562 section 5.5): SHA-1 of the namespace's 16 bytes followed by the name's bytes. */
+/** UUID version 5 (RFC 9562 section 5.5), by the `uuid` package: SHA-1 of the namespace's bytes and the name's. */
 export function uuidV5(name: string | Uint8Array, namespace: string): string {
-  if (!UUID.test(namespace)) throw new TypeError(`namespace "${namespace}" is not a UUID`);
-  const nameBytes = typeof name === "string" ? Buffer.from(name, "utf8") : Buffer.from(name);
-  const hash = createHash("sha1")
-    .update(Buffer.from(namespace.replace(/-/g, ""), "hex"))
-    .update(nameBytes)
-    .digest();
-  const bytes = hash.subarray(0, 16);
-  bytes[6] = (bytes[6]! & 0x0f) | 0x50; // version 5
-  bytes[8] = (bytes[8]! & 0x3f) | 0x80; // variant 10xx
-  const hex = bytes.toString("hex");
-  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+  if (!validate(namespace)) throw new TypeError(`namespace "${namespace}" is not a UUID`);
+  // uuid encodes a string name as UTF-8, as the RFC's examples and the README's vectors expect.
+  return uuidv5(name, namespace.toLowerCase());
 }
 
 /**

@@ -26,6 +26,8 @@ export interface WorkerOptions {
   readonly cleanupIntervalMs?: number;
   readonly outageBackoffMinMs?: number;
   readonly outageBackoffMaxMs?: number;
+  /** Longest wait for one database probe (outage and readiness); a silent database fails the probe. */
+  readonly probeTimeoutMs?: number;
   readonly logger?: Logger;
   /** Runs after a message's decision and before its settlement (fault injection; tests). */
   readonly beforeSettle?: (message: IncomingMessage, decision: Decision) => void | Promise<void>;
@@ -73,6 +75,7 @@ export function createWorker(options: WorkerOptions): Worker {
   const gracePeriodMs = options.gracePeriodMs ?? 20_000;
   const backoffMin = options.outageBackoffMinMs ?? 250;
   const backoffMax = options.outageBackoffMaxMs ?? 15_000;
+  const probeTimeoutMs = options.probeTimeoutMs ?? 2_000;
   const stats: WorkerStats = {
     committed: 0,
     duplicate: 0,
@@ -191,7 +194,7 @@ export function createWorker(options: WorkerOptions): Worker {
       wakeOutage = undefined;
       if (stopping) break;
       try {
-        await store.ping();
+        await withTimeout(store.ping(), probeTimeoutMs);
         break;
       } catch (error) {
         logger.info("database still unreachable", { nextProbeMs: Math.min(wait * 2, backoffMax), error });
@@ -264,7 +267,7 @@ export function createWorker(options: WorkerOptions): Worker {
     async readiness() {
       let database: Readiness["database"] = "ok";
       try {
-        await withTimeout(store.ping(), 2_000);
+        await withTimeout(store.ping(), probeTimeoutMs);
       } catch {
         database = "unreachable";
       }
@@ -293,7 +296,8 @@ function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
   return Promise.race([
     promise,
     new Promise<T>(
-      (_, reject) => (timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms`)), ms)),
+      (_, reject) =>
+        (timer = setTimeout(() => reject(new Error(`database probe timed out after ${ms} ms`)), ms)),
     ),
   ]).finally(() => clearTimeout(timer));
 }

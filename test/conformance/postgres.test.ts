@@ -1,4 +1,6 @@
 import { postgresBackend } from "./backends.ts";
 import { inboxConformance } from "./inbox-suite.ts";
+import { transactionHandleConformance } from "./transaction-handle-suite.ts";
 
 inboxConformance(postgresBackend);
+transactionHandleConformance(postgresBackend);

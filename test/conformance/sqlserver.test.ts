@@ -1,6 +1,10 @@
 import { sqlServerBackend } from "./backends.ts";
 import { inboxConformance } from "./inbox-suite.ts";
+import { transactionHandleConformance } from "./transaction-handle-suite.ts";
 
 // Registered only when a SQL Server is given (the GitHub workflow sets it); never a skipped test.
 const connectionString = process.env.SBINBOX_TEST_MSSQL;
-if (connectionString) inboxConformance(sqlServerBackend(connectionString));
+if (connectionString) {
+  inboxConformance(sqlServerBackend(connectionString));
+  transactionHandleConformance(sqlServerBackend(connectionString));
+}

@@ -49,3 +49,16 @@ describe("MessageId derivation (UUID v5, RFC 9562)", function () {
     assert.equal(canonicalName("A", "b:c"), "A:b:c");
   });
 });
+
+describe("uuidV5 input checks", function () {
+  it("refuses a namespace that is not a UUID, naming it", function () {
+    assert.throws(() => uuidV5("x", "not-a-uuid"), /namespace "not-a-uuid" is not a UUID/);
+  });
+
+  it("a name given as bytes derives the same id as the same name as a string", function () {
+    assert.equal(
+      uuidV5(new TextEncoder().encode("www.example.com"), DNS_NAMESPACE),
+      "2ed6657d-e927-568b-95e1-2665a8aea6a2",
+    );
+  });
+});

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import mssql from "mssql";
 import * as tedious from "tedious";
-import { classifySqlServerError } from "../../src/inbox/sqlserver/classify.ts";
+import { classifySqlServerError, SQLSERVER_ERROR_NUMBERS } from "../../src/inbox/sqlserver/classify.ts";
 
 /** An ERROR token as tedious's token parser yields it. */
 interface ErrorToken {
@@ -109,14 +109,33 @@ describe("SQL Server error classification (real mssql/tedious error objects)", (
     assert.equal(classifySqlServerError(chained, "other"), "transient");
   });
 
-  it("the Azure SQL transient numbers are transient", () => {
-    for (const n of [4060, 10928, 10929, 40197, 40501, 40613, 49918, 49919, 49920]) {
-      assert.equal(
-        classifySqlServerError(mssqlFromInfo(token(n, `error ${n}`, 20)), "marker"),
-        "transient",
-        `${n}`,
-      );
+  describe("each error number in the table", () => {
+    for (const entry of SQLSERVER_ERROR_NUMBERS) {
+      it(`${entry.number} (${entry.name}) is ${entry.errorClass}`, () => {
+        assert.equal(
+          classifySqlServerError(mssqlFromInfo(token(entry.number, `error ${entry.number}`, 20)), "marker"),
+          entry.errorClass,
+        );
+        assert.equal(
+          classifySqlServerError(
+            mssqlFromTedious(tediousRequestError(token(entry.number, "e", 20))),
+            "other",
+          ),
+          entry.errorClass,
+        );
+      });
     }
+  });
+
+  it("connection and login errors raised outside the store's connection are the handler's failure", () => {
+    const refused = Object.assign(new Error("connect ECONNREFUSED 10.0.0.9:443"), { code: "ECONNREFUSED" });
+    assert.equal(classifySqlServerError(refused, "other", true), "unavailable");
+    assert.equal(classifySqlServerError(refused, "other", false), "permanent");
+    const closed = new mssql.ConnectionError("Connection is closed.", "ECONNCLOSED");
+    assert.equal(classifySqlServerError(closed, "other", false), "permanent");
+    const login = mssqlFromInfo(token(18456, "Login failed for user", 14));
+    assert.equal(classifySqlServerError(login, "other", false), "permanent");
+    assert.equal(classifySqlServerError(login, "other", true), "unavailable");
   });
 
   it("a lost connection is unavailable", () => {

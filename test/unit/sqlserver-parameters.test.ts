@@ -48,3 +48,24 @@ describe("SQL Server adapter: positional parameters become typed @p1..@pn", () =
     );
   });
 });
+
+describe("SQL Server pool config: every wait bounded", () => {
+  it("connect, pool acquire, request and cancel timeouts come from the settings; XACT_ABORT is on", () => {
+    const config = poolConfig("Server=db;Database=inbox;User Id=u;Password=p", {
+      connectMs: 2_000,
+      statementMs: 3_000,
+      keepAliveMs: 10_000,
+    });
+    assert.equal(config.connectionTimeout, 2_000);
+    assert.equal(config.requestTimeout, 3_000);
+    assert.equal(config.pool?.acquireTimeoutMillis, 2_000);
+    assert.equal(config.options?.cancelTimeout, 1_000);
+    assert.equal(config.options?.abortTransactionOnError, true);
+  });
+
+  it("values the connection string gives win", () => {
+    const config = poolConfig("Server=db;Database=inbox;Connect Timeout=7;Request Timeout=9000");
+    assert.equal(config.connectionTimeout, 7_000);
+    assert.equal(config.requestTimeout, 9_000);
+  });
+});

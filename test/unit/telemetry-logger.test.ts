@@ -89,3 +89,41 @@ describe("telemetry: the structured logger", () => {
     }
   });
 });
+
+describe("telemetry: the logger keeps bodies and secrets out", () => {
+  it("redacts body and secret fields at the top level and one level down", () => {
+    const { logger, lines } = capturingLogger();
+    logger.warn("oops", {
+      body: "Alice Smith",
+      message: { body: '{"accountId":"Alice"}', messageId: "m-1" },
+      connectionString: "Endpoint=sb://x/;SharedAccessKey=abc",
+      config: { password: "hunter2" },
+    });
+    const text = JSON.stringify(lines[0]);
+    assert.doesNotMatch(text, /Alice|hunter2|abc/);
+    assert.equal(lines[0]!.body, "[redacted]");
+    assert.deepEqual(lines[0]!.message, { body: "[redacted]", messageId: "m-1" });
+  });
+
+  it("masks a secret quoted inside an error message or any other text", () => {
+    const { logger, lines } = capturingLogger();
+    logger.error("connect failed", {
+      error: new Error("bad Endpoint=sb://h/;SharedAccessKeyName=k;SharedAccessKey=s3cr3t= here"),
+      url: "postgres://app:pa55word@db:5432/inbox",
+    });
+    const text = JSON.stringify(lines[0]);
+    assert.doesNotMatch(text, /s3cr3t|pa55word/);
+    assert.match(text, /SharedAccessKeyName=k/);
+    assert.match(text, /postgres:\/\/app:\[redacted\]@db:5432/);
+  });
+});
+
+describe("telemetry: the local broker's public connection string stays readable", () => {
+  it("keeps a development emulator's key, which is public", () => {
+    const { logger, lines } = capturingLogger();
+    const local =
+      "Endpoint=sb://localhost:5672;SharedAccessKeyName=Root;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true";
+    logger.info("embedded defaults", { localBrokerConnectionString: local });
+    assert.equal(lines[0]!.localBrokerConnectionString, local);
+  });
+});

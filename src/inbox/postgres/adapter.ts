@@ -7,7 +7,9 @@ import { InboxCore } from "../core.ts";
 import { traceInboxDriver, traceInboxStore } from "../../telemetry/inbox-tracing.ts";
 import { loadMigrations } from "../migrations.ts";
 import type { MigrationResult } from "../store.ts";
+import type { DatabaseTimeouts } from "../timeouts.ts";
 import { classifyPostgresError } from "./classify.ts";
+import { postgresPoolConfig } from "./pool.ts";
 import {
   ACQUIRE_MIGRATION_LOCK,
   BEGIN,
@@ -38,6 +40,8 @@ export interface PostgresInboxOptions extends InboxStoreOptions {
   readonly maxConnections?: number;
   /** The schema of the inbox's tables (default public); migrate creates it when missing. */
   readonly schema?: string;
+  /** Bounds on every database wait, for a pool built from `url` (a given pool brings its own). */
+  readonly timeouts?: DatabaseTimeouts;
   /** Idle pooled connections that fail (the server restarted) are reported here and replaced on next use. */
   readonly onIdleError?: (error: Error) => void;
 }
@@ -67,7 +71,9 @@ export class PostgresDriver implements InboxDriver {
       this.ownsPool = false;
     } else {
       if (!options.url) throw new Error("PostgreSQL inbox: give a pool or a url");
-      this.pool = new pg.Pool({ connectionString: options.url, max: options.maxConnections ?? 10 });
+      this.pool = new pg.Pool(
+        postgresPoolConfig(options.url, options.maxConnections ?? 10, options.timeouts),
+      );
       this.ownsPool = true;
     }
     // Without a listener an idle client's error (server restart) would crash the process; pg drops that client.
@@ -99,15 +105,14 @@ export class PostgresDriver implements InboxDriver {
     };
     client.on("error", onError);
     let done = false;
-    const finish = (broken?: unknown): void => {
+    const finish = (broken?: unknown, destroy = false): void => {
       if (done) return;
       done = true;
       client.removeListener("error", onError);
       // A client whose connection failed is destroyed instead of returned to the pool; a server-side error
       // (DatabaseError) leaves the connection fine.
-      const healthy = broken === undefined || broken instanceof pg.DatabaseError;
-      const destroy = lost ?? (healthy ? undefined : broken instanceof Error ? broken : true);
-      client.release(destroy);
+      const healthy = !destroy && (broken === undefined || broken instanceof pg.DatabaseError);
+      client.release(lost ?? (healthy ? undefined : broken instanceof Error ? broken : true));
     };
     try {
       await client.query(BEGIN);
@@ -121,7 +126,8 @@ export class PostgresDriver implements InboxDriver {
           const result = await client.query(sql, params as unknown[] | undefined);
           return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
         } catch (error) {
-          throw this.tag(error);
+          // The server's own reason (idle_in_transaction_session_timeout, a shutdown) beats pg's "not queryable".
+          throw this.tag(lost ?? error);
         }
       },
       commit: async () => {
@@ -130,7 +136,7 @@ export class PostgresDriver implements InboxDriver {
           result = await client.query(COMMIT);
         } catch (error) {
           finish(error);
-          throw this.tag(error);
+          throw this.tag(lost ?? error);
         }
         finish();
         // COMMIT of a transaction that an earlier statement aborted (a handler caught that error and went on)
@@ -143,7 +149,9 @@ export class PostgresDriver implements InboxDriver {
           await client.query(ROLLBACK);
           finish();
         } catch (error) {
-          finish(error);
+          // Whatever the reason, a connection whose rollback failed may still hold the transaction and its locks
+          // (the marker's key lock blocks every redelivery): it is closed, never returned to the pool.
+          finish(error, true);
         }
       },
     };

@@ -7,6 +7,7 @@ import { InboxCore } from "../core.ts";
 import { traceInboxDriver, traceInboxStore } from "../../telemetry/inbox-tracing.ts";
 import { loadMigrations } from "../migrations.ts";
 import type { MigrationResult } from "../store.ts";
+import { clientGraceMs, DEFAULT_DATABASE_TIMEOUTS, type DatabaseTimeouts } from "../timeouts.ts";
 import { classifySqlServerError } from "./classify.ts";
 import { ACQUIRE_MIGRATION_LOCK, CREATE_SCHEMA, sqlServerSql } from "./statements.ts";
 import { DEFAULT_INBOX_SCHEMA } from "../schema-name.ts";
@@ -24,6 +25,8 @@ export interface SqlServerInboxOptions extends InboxStoreOptions {
    */
   readonly pool?: mssql.ConnectionPool;
   readonly config?: mssql.config | string;
+  /** Bounds on every database wait, for a pool built from `config` (a given pool brings its own). */
+  readonly timeouts?: DatabaseTimeouts;
   /** Pool errors outside a request are reported here; the pool replaces the connection on next use. */
   readonly onPoolError?: (error: Error) => void;
   /** The schema of the inbox's tables (default dbo); migrate creates it when missing. */
@@ -48,9 +51,24 @@ export function bindParameters(request: mssql.Request, params: readonly unknown[
  * statement error dooms the transaction, as on PostgreSQL: a handler that catches an error and carries on cannot
  * commit half of its work.
  */
-export function poolConfig(config: mssql.config | string): mssql.config {
+export function poolConfig(
+  config: mssql.config | string,
+  timeouts: DatabaseTimeouts = DEFAULT_DATABASE_TIMEOUTS,
+): mssql.config {
   const base = typeof config === "string" ? mssql.ConnectionPool.parseConnectionString(config) : config;
-  return { ...base, options: { abortTransactionOnError: true, ...base.options } };
+  // Every wait bounded (a value the caller gives wins): connecting, a free pooled connection, each request.
+  // A timed-out request is cancelled (tedious's cancelTimeout bounds that too) and fails with ETIMEOUT.
+  return {
+    connectionTimeout: timeouts.connectMs,
+    requestTimeout: timeouts.statementMs,
+    ...base,
+    pool: { acquireTimeoutMillis: timeouts.connectMs, ...base.pool },
+    options: {
+      abortTransactionOnError: true,
+      cancelTimeout: clientGraceMs(timeouts.statementMs),
+      ...base.options,
+    },
+  };
 }
 
 function sqlTypeOf(value: unknown): mssql.ISqlType {
@@ -83,6 +101,8 @@ export class SqlServerDriver implements InboxDriver {
   private readonly pool: mssql.ConnectionPool;
   private readonly ownsPool: boolean;
   private connecting: Promise<mssql.ConnectionPool> | undefined;
+  /** Errors raised by mssql for the store's own calls, as opposed to handler code: see classifySqlServerError. */
+  private readonly driverErrors = new WeakSet<object>();
 
   constructor(options: SqlServerInboxOptions) {
     this.schema = options.schema ?? DEFAULT_INBOX_SCHEMA.sqlserver;
@@ -93,43 +113,48 @@ export class SqlServerDriver implements InboxDriver {
       this.ownsPool = false;
     } else {
       if (options.config === undefined) throw new Error("SQL Server inbox: give a pool or a config");
-      this.pool = new mssql.ConnectionPool(poolConfig(options.config));
+      this.pool = new mssql.ConnectionPool(poolConfig(options.config, options.timeouts));
       this.ownsPool = true;
     }
     this.pool.on("error", options.onPoolError ?? (() => undefined));
   }
 
   async query<R = Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>> {
-    const pool = await this.ready();
-    return toResult<R>(await bindParameters(pool.request(), params).query(sql));
+    return this.tagged(async () =>
+      toResult<R>(await bindParameters((await this.ready()).request(), params).query(sql)),
+    );
   }
 
   async begin(): Promise<InboxTransaction> {
-    const pool = await this.ready();
-    const tx = new mssql.Transaction(pool);
-    await tx.begin(mssql.ISOLATION_LEVEL.READ_COMMITTED);
+    const tx = await this.tagged(async () => {
+      const begun = new mssql.Transaction(await this.ready());
+      await begun.begin(mssql.ISOLATION_LEVEL.READ_COMMITTED);
+      return begun;
+    });
+    // Kept to close it if the rollback fails: mssql returns a connection to the pool even then, transaction open.
+    const connection = (tx as unknown as HeldConnection)._acquiredConnection;
     let done = false;
     return {
-      query: async <R>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>> =>
-        toResult<R>(await bindParameters(new mssql.Request(tx), params).query(sql)),
+      query: <R>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>> =>
+        this.tagged(async () => toResult<R>(await bindParameters(new mssql.Request(tx), params).query(sql))),
       commit: async () => {
         done = true;
-        await tx.commit();
+        await this.tagged(() => tx.commit());
       },
       rollback: async () => {
         if (done) return;
         done = true;
         try {
           await tx.rollback();
-        } catch {
-          // Already rolled back by the server (an aborting error) or the connection is gone.
+        } catch (error) {
+          discardAfterFailedRollback(this.pool, tx, connection, error);
         }
       },
     };
   }
 
   classify(error: unknown, origin: StatementOrigin): ErrorClass {
-    return classifySqlServerError(error, origin);
+    return classifySqlServerError(error, origin, isObject(error) && this.driverErrors.has(error));
   }
 
   async migrate(): Promise<MigrationResult> {
@@ -170,6 +195,15 @@ export class SqlServerDriver implements InboxDriver {
     if (this.ownsPool) await this.pool.close();
   }
 
+  private async tagged<T>(call: () => Promise<T>): Promise<T> {
+    try {
+      return await call();
+    } catch (error) {
+      if (isObject(error)) this.driverErrors.add(error);
+      throw error;
+    }
+  }
+
   /** Connects on first use, and again after a failed first connect; a connected pool heals its own connections. */
   private async ready(): Promise<mssql.ConnectionPool> {
     if (this.pool.connected) return this.pool;
@@ -177,5 +211,42 @@ export class SqlServerDriver implements InboxDriver {
       this.connecting = undefined;
     });
     return this.connecting;
+  }
+}
+
+function isObject(value: unknown): value is object {
+  return typeof value === "object" && value !== null;
+}
+
+/** mssql's private handle on the transaction's connection (a tedious Connection); typed here, read in one place. */
+interface HeldConnection {
+  _acquiredConnection?: { close(): void; removeAllListeners?(event: string): void } | null;
+  _aborted?: boolean;
+}
+
+/**
+ * A rollback that failed leaves the transaction open on its connection, holding the marker's key lock: on
+ * EREQINPROG (a request still running) mssql keeps the connection checked out for ever; on a failed ROLLBACK
+ * request it hands the connection back to the pool as it is. Either way the connection is closed, which makes
+ * the server roll back and release the locks, and the pool's validation drops it. A transaction the server
+ * already rolled back (XACT_ABORT, mssql's EABORT) needs nothing.
+ */
+export function discardAfterFailedRollback(
+  pool: mssql.ConnectionPool,
+  tx: mssql.Transaction,
+  connection: HeldConnection["_acquiredConnection"],
+  _error: unknown,
+): void {
+  const held = tx as unknown as HeldConnection;
+  if (held._aborted || !connection) return;
+  const stillHeld = held._acquiredConnection === connection;
+  try {
+    connection.close();
+  } catch {
+    // already closed
+  }
+  if (stillHeld) {
+    held._acquiredConnection = null;
+    (pool as unknown as { release(connection: unknown): void }).release(connection);
   }
 }

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import pg from "pg";
-import { classifyPostgresError } from "../../../src/inbox/postgres/classify.ts";
+import { classifyPostgresError, POSTGRES_SQLSTATES } from "../../../src/inbox/postgres/classify.ts";
 
 /** A server error as pg-protocol's parser builds it from an ErrorResponse. */
 function serverError(code: string, fields: Partial<pg.DatabaseError> = {}): pg.DatabaseError {
@@ -34,7 +34,14 @@ describe("PostgreSQL error classification", () => {
     }
     const refused = Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:5432"), { code: "ECONNREFUSED" });
     assert.equal(classifyPostgresError(refused, "other", true), "unavailable");
-    assert.equal(classifyPostgresError(new AggregateError([refused]), "other", false), "unavailable");
+    assert.equal(classifyPostgresError(new AggregateError([refused]), "other", true), "unavailable");
+  });
+
+  it("the same socket errors thrown by handler code are the handler's failure, never an outage", () => {
+    const refused = Object.assign(new Error("connect ECONNREFUSED 10.0.0.9:443"), { code: "ECONNREFUSED" });
+    assert.equal(classifyPostgresError(refused, "other", false), "permanent");
+    assert.equal(classifyPostgresError(new AggregateError([refused]), "other", false), "permanent");
+    assert.equal(classifyPostgresError(serverError("57P01"), "other", false), "permanent");
   });
 
   it("pg's code-less connection errors are unavailable only when the driver raised them", () => {
@@ -47,5 +54,22 @@ describe("PostgreSQL error classification", () => {
   it("other server errors are permanent", () => {
     assert.equal(classifyPostgresError(serverError("42P01"), "other", true), "permanent");
     assert.equal(classifyPostgresError(serverError("23503"), "marker", true), "permanent");
+  });
+
+  describe("each SQLSTATE in the table", () => {
+    for (const entry of POSTGRES_SQLSTATES) {
+      // A class entry ("08") is checked with a code of that class no other entry names.
+      const code = entry.code.length === 2 ? `${entry.code}0Z9` : entry.code;
+      it(`${code} (${entry.name}) is ${entry.errorClass}`, () => {
+        assert.equal(classifyPostgresError(serverError(code), "other", true), entry.errorClass);
+        assert.equal(classifyPostgresError(serverError(code), "marker", true), entry.errorClass);
+      });
+    }
+
+    it("the login refusals of the issue are all unavailable", () => {
+      for (const code of ["28000", "28P01", "08001", "08006", "3D000", "53300", "57P01", "57P02", "57P03"]) {
+        assert.equal(classifyPostgresError(serverError(code), "other", true), "unavailable", code);
+      }
+    });
   });
 });

@@ -1,0 +1,94 @@
+import assert from "node:assert/strict";
+import { refusedStatement } from "../../../src/inbox/transaction-guard.ts";
+
+describe("the transaction handle's guard: what a handler may not send", () => {
+  const refusedPostgres: [string, string][] = [
+    ["COMMIT", "COMMIT"],
+    ["commit;", "COMMIT"],
+    ["END", "END"],
+    ["ABORT", "ABORT"],
+    ["ROLLBACK", "ROLLBACK"],
+    ["ROLLBACK AND CHAIN", "ROLLBACK"],
+    ["BEGIN", "BEGIN"],
+    ["START TRANSACTION", "START"],
+    ["PREPARE TRANSACTION 'x'", "PREPARE TRANSACTION"],
+    ["SET search_path TO evil", "SET"],
+    ["SET SESSION statement_timeout = 0", "SET"],
+    ["RESET ALL", "RESET"],
+    ["DISCARD ALL", "DISCARD"],
+    ["LISTEN channel", "LISTEN"],
+    ["SELECT 1; COMMIT", "COMMIT"],
+    ["/* a comment */ -- another\n  COMMIT", "COMMIT"],
+    ["INSERT INTO t VALUES ('it''s; fine'); SET x = 1", "SET"],
+  ];
+  const allowedPostgres = [
+    `UPDATE "Accounts" SET "Balance" = "Balance" + $1 WHERE "Id" = $2`,
+    "SET LOCAL statement_timeout = '5s'",
+    "SET CONSTRAINTS ALL DEFERRED",
+    "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+    "SAVEPOINT s1",
+    "ROLLBACK TO SAVEPOINT s1",
+    "ROLLBACK TO s1",
+    "RELEASE SAVEPOINT s1",
+    "SELECT 'COMMIT'",
+    `SELECT "commit" FROM t`,
+    "SELECT $$; COMMIT $$",
+    "SELECT 1 /* ; COMMIT /* nested */ still comment */",
+    "PREPARE q AS SELECT 1",
+  ];
+  const refusedSqlServer: [string, string][] = [
+    ["COMMIT", "COMMIT"],
+    ["COMMIT TRANSACTION", "COMMIT"],
+    ["ROLLBACK", "ROLLBACK"],
+    ["ROLLBACK TRAN", "ROLLBACK"],
+    ["ROLLBACK TRANSACTION;", "ROLLBACK"],
+    ["BEGIN TRAN", "BEGIN TRANSACTION"],
+    ["BEGIN DISTRIBUTED TRANSACTION", "BEGIN TRANSACTION"],
+    ["SELECT 1 COMMIT", "COMMIT"],
+    ["SET XACT_ABORT OFF", "SET XACT_ABORT"],
+    ["SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED", "SET TRANSACTION"],
+    ["SET IMPLICIT_TRANSACTIONS ON", "SET IMPLICIT_TRANSACTIONS"],
+    ["SET LOCK_TIMEOUT 0", "SET LOCK_TIMEOUT"],
+    ["USE master", "USE"],
+  ];
+  const allowedSqlServer = [
+    "UPDATE dbo.Accounts SET Balance = Balance + @p1 WHERE Id = @p2",
+    "UPDATE a SET a.Balance += @p1 FROM dbo.Accounts a",
+    "DECLARE @n int; SET @n = 1; SELECT @n AS n",
+    "SAVE TRANSACTION s1",
+    "ROLLBACK TRANSACTION s1",
+    "BEGIN TRY SELECT 1 END TRY BEGIN CATCH SELECT 2 END CATCH",
+    "SELECT N'COMMIT' AS word, [commit] FROM dbo.T",
+    "-- COMMIT\nSELECT 1",
+  ];
+
+  for (const [sql, word] of refusedPostgres) {
+    it(`PostgreSQL refuses ${JSON.stringify(sql)} (${word})`, () => {
+      assert.equal(refusedStatement(sql, "postgres"), word);
+    });
+  }
+  for (const sql of allowedPostgres) {
+    it(`PostgreSQL allows ${JSON.stringify(sql)}`, () => {
+      assert.equal(refusedStatement(sql, "postgres"), undefined);
+    });
+  }
+  for (const [sql, word] of refusedSqlServer) {
+    it(`SQL Server refuses ${JSON.stringify(sql)} (${word})`, () => {
+      assert.equal(refusedStatement(sql, "sqlserver"), word);
+    });
+  }
+  for (const sql of allowedSqlServer) {
+    it(`SQL Server allows ${JSON.stringify(sql)}`, () => {
+      assert.equal(refusedStatement(sql, "sqlserver"), undefined);
+    });
+  }
+
+  it("a statement seen before keeps its verdict (the verdicts are cached per dialect)", () => {
+    for (let i = 0; i < 3; i += 1) {
+      assert.equal(refusedStatement("COMMIT", "postgres"), "COMMIT");
+      assert.equal(refusedStatement("SELECT 1", "postgres"), undefined);
+      assert.equal(refusedStatement("SET NOCOUNT ON", "sqlserver"), "SET NOCOUNT");
+      assert.equal(refusedStatement("SET LOCAL x = 1", "postgres"), undefined);
+    }
+  });
+});
