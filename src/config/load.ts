@@ -32,12 +32,21 @@ export interface Config {
   readonly sweepIntervalMs: number;
   readonly outageBackoffMinMs: number;
   readonly outageBackoffMaxMs: number;
+  readonly retry: RetrySettings;
   readonly logLevel: "debug" | "info" | "warn" | "error";
   readonly faultKillAfterCommit?: string;
   readonly port: number;
   readonly httpHost: string;
   readonly applicationInsightsConnectionString?: string;
   readonly serviceName: string;
+}
+
+/** The retry policy's settings (src/worker/retry-policy.ts). */
+export interface RetrySettings {
+  readonly transientDelaysMs: readonly number[];
+  readonly permanentDelaysMs: readonly number[];
+  readonly jitter: number;
+  readonly maxInProcessWaitMs: number;
 }
 
 export interface LoadOptions {
@@ -71,6 +80,12 @@ export function loadConfig(options: LoadOptions = {}): Config {
     sweepIntervalMs: s.SBINBOX_SWEEP_INTERVAL_MS,
     outageBackoffMinMs: s.SBINBOX_OUTAGE_BACKOFF_MIN_MS,
     outageBackoffMaxMs: backoffMax(s),
+    retry: {
+      transientDelaysMs: s.SBINBOX_RETRY_DELAYS_MS,
+      permanentDelaysMs: s.SBINBOX_RETRY_PERMANENT_DELAYS_MS,
+      jitter: s.SBINBOX_RETRY_JITTER,
+      maxInProcessWaitMs: s.SBINBOX_RETRY_MAX_WAIT_MS,
+    },
     logLevel: s.SBINBOX_LOG_LEVEL,
     faultKillAfterCommit: s.SBINBOX_FAULT_KILL_AFTER_COMMIT,
     port: s.PORT,
