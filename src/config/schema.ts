@@ -32,7 +32,8 @@ export const settings = {
   SBINBOX_OUTAGE_BACKOFF_MAX_MS: "longest wait between database probes while receiving is paused",
   SBINBOX_RETRY_DELAYS_MS:
     "delays before each retry of a transient failure, comma-separated ms (their count is the number of retries; none for no retry)",
-  SBINBOX_RETRY_PERMANENT_DELAYS_MS: "the same for a permanent failure (a bug, a constraint violation in the handler)",
+  SBINBOX_RETRY_PERMANENT_DELAYS_MS:
+    "the same for a permanent failure (a bug, a constraint violation in the handler)",
   SBINBOX_RETRY_JITTER: "each retry delay is drawn from delay x [1 - jitter, 1 + jitter] (0 to 1)",
   SBINBOX_RETRY_MAX_WAIT_MS:
     "longest retry delay waited out in the worker under the message's lock; longer ones schedule a copy",

@@ -144,7 +144,8 @@ export class InboxCore implements InboxStore {
       // No row: the holder's claim was just swept; the next delivery claims it afresh.
       if (marker?.processed) return { kind: "duplicate" };
       // The caller's own claim, still open: a retry takes it up again rather than finding it busy.
-      if (marker && reenter !== undefined && marker.id === reenter) return { kind: "claimed", claimId: marker.id };
+      if (marker && reenter !== undefined && marker.id === reenter)
+        return { kind: "claimed", claimId: marker.id };
       return { kind: "busy" };
     } catch (error) {
       return this.failed(error, "other");

@@ -1,5 +1,6 @@
 import { DoNotRetryError, RetryAfterError } from "../domain/errors.ts";
 import type { ErrorClass } from "../domain/outcome.ts";
+import { NETWORK_ERROR_CODES } from "../inbox/network-errors.ts";
 
 /**
  * Which failures are retried, after how long, and where the wait happens. Data and pure functions only: the worker
@@ -54,6 +55,55 @@ export type RetryVerdict =
       readonly reason: "RetriesExhausted" | "NotRetryable";
       readonly description: string;
     };
+
+/**
+ * The class a failure is retried as. The store's class stands for the database's own errors (they carry a SQLSTATE
+ * or an error number) and for `transient`. A handler's other errors are judged here: a JavaScript bug (TypeError,
+ * ReferenceError, SyntaxError, RangeError) with no network cause is permanent, as are an HTTP 4xx other than 408
+ * and 429, and DoNotRetryError; anything else (a network code anywhere in the cause chain, an HTTP 408, 429 or 5xx,
+ * a timeout, a plain Error from a downstream call) is transient, because a downstream that is down is the common case and burning it after one retry is the harm.
+ */
+export function retryClass(error: unknown, storeClass: "transient" | "permanent"): "transient" | "permanent" {
+  if (error instanceof DoNotRetryError) return "permanent";
+  if (error instanceof RetryAfterError || storeClass === "transient") return "transient";
+  if (isDatabaseError(error)) return storeClass;
+  const cause = httpOrNetworkCause(error);
+  if (cause !== undefined) return cause;
+  if (error instanceof Error && BUG_NAMES.has(error.name)) return "permanent";
+  return "transient";
+}
+
+const BUG_NAMES = new Set(["TypeError", "ReferenceError", "SyntaxError", "RangeError", "ZodError"]);
+
+function isDatabaseError(error: unknown): boolean {
+  if (!error || typeof error !== "object") return false;
+  const e = error as { code?: unknown; number?: unknown; sqlState?: unknown };
+  // PostgreSQL's SQLSTATE (five characters), SQL Server's error number.
+  return (typeof e.code === "string" && /^[0-9A-Z]{5}$/.test(e.code)) || typeof e.number === "number";
+}
+
+function httpOrNetworkCause(error: unknown): "transient" | "permanent" | undefined {
+  let current: unknown = error;
+  for (let depth = 0; depth < 5 && current && typeof current === "object"; depth += 1) {
+    const e = current as {
+      code?: unknown;
+      status?: unknown;
+      statusCode?: unknown;
+      name?: unknown;
+      cause?: unknown;
+    };
+    if (typeof e.code === "string" && (NETWORK_ERROR_CODES.has(e.code) || e.code.startsWith("UND_ERR_")))
+      return "transient";
+    const status = typeof e.status === "number" ? e.status : e.statusCode;
+    if (typeof status === "number" && status >= 400) {
+      // A request the downstream refuses as such (400, 404, 422...) fails the same way next time.
+      return status >= 500 || status === 408 || status === 429 ? "transient" : "permanent";
+    }
+    if (e.name === "TimeoutError" || e.name === "AbortError") return "transient";
+    current = e.cause;
+  }
+  return undefined;
+}
 
 /** The verdict for one failed attempt. */
 export function decideRetry(policy: RetryPolicy, input: RetryInput): RetryVerdict {

@@ -11,7 +11,7 @@ import { errorType, recordAttempt, recordRetryWait } from "../servicebus/tracing
 import { retryMessageId } from "../servicebus/message-id.ts";
 import { CopyProperty } from "../domain/envelope.ts";
 import { firstAttempt, processMessage, type Attempt } from "./process-message.ts";
-import { decideRetry, defaultRetryPolicy, type RetryPolicy } from "./retry-policy.ts";
+import { decideRetry, defaultRetryPolicy, retryClass, type RetryPolicy } from "./retry-policy.ts";
 
 export interface WorkerOptions {
   readonly client: ServiceBusClient;
@@ -148,7 +148,10 @@ export function createWorker(options: WorkerOptions): Worker {
     },
   });
 
-  async function handle(message: IncomingMessage, ctx: Context): Promise<Decision & { messageType?: string }> {
+  async function handle(
+    message: IncomingMessage,
+    ctx: Context,
+  ): Promise<Decision & { messageType?: string }> {
     const receivedAt = Date.now();
     const attempt = firstAttempt();
     const decide = async () => {
@@ -176,7 +179,7 @@ export function createWorker(options: WorkerOptions): Worker {
         decision = await decide();
       }
       if (decision.disposition !== "abandon" || decision.errorClass === "unavailable") break;
-      const errorClass = decision.errorClass;
+      const errorClass = retryClass(decision.error, decision.errorClass);
       const verdict = decideRetry(policy, {
         attempt: attempt.attempt,
         errorClass,
