@@ -196,7 +196,7 @@ export function createWorker(options: WorkerOptions): Worker {
           reason: verdict.reason,
           description: verdict.description,
           messageType: decision.messageType,
-        } as Decision & { messageType?: string };
+        };
         break;
       }
       let delayMs = verdict.delayMs;
@@ -229,7 +229,7 @@ export function createWorker(options: WorkerOptions): Worker {
         errorClass,
         copy: scheduledCopy(attempt, verdict.attempt, delayMs),
         messageType: decision.messageType,
-      } as Decision & { messageType?: string };
+      };
       break;
     }
     stats[decision.outcome] += 1;
