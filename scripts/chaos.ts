@@ -1,7 +1,8 @@
 // `npm run chaos [-- --events N]`: exactly-once under faults. The local broker and an embedded PostgreSQL in this
 // process, three `sbinbox worker` processes competing on one queue, N distinct events of which 10% are sent twice
 // (half inside the broker's duplicate window, half after it, so those reach the inbox), a worker SIGKILLed every
-// few seconds and restarted, the database stopped and started once mid-run, handlers failing transiently, poison.
+// few seconds and restarted, the database stopped and started once mid-run, handlers failing transiently (once per
+// process, or for a few seconds in every process, retried in place and by scheduled copies), poison.
 // At the end the business tables, the inbox and the broker's queues are compared with what was sent.
 // Exit 0 only if nothing is lost, nothing is doubled and only the poison is dead-lettered. The last line is
 // RESULT distinct=.. effects=.. lost=.. doubled=.. deadlettered=.. poison=.. kills=.. db_restarts=..
@@ -95,6 +96,12 @@ function seeded(seed: number): () => number {
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
+/** Turns an event's `failForMs` into the absolute `failUntil` its handler reads, as it is published. */
+function downFromNow(event: PublishEvent): PublishEvent {
+  const { failForMs, ...body } = event.body as { failForMs?: number };
+  return failForMs === undefined ? event : { ...event, body: { ...body, failUntil: Date.now() + failForMs } };
+}
+
 function poisonMessages(runId: string): (RawMessage & { reason: string })[] {
   return [
     {
@@ -163,7 +170,11 @@ async function main(o: Options): Promise<number> {
     const events: PublishEvent[] = Array.from({ length: o.events }, (_, i) => {
       const e = demoEvent(runId, i);
       // 2% of the handlers fail once in each process that sees them, as a flaky dependency would.
-      return i % 50 === 25 ? { ...e, body: { ...(e.body as object), failOnce: true } } : e;
+      if (i % 50 === 25) return { ...e, body: { ...(e.body as object), failOnce: true } };
+      // 2% meet a downstream that is down for 1 to 6 s after they are published (the time is set when the batch
+      // goes out, below), in every process: retried in place and by scheduled copies until it recovers.
+      if (i % 50 === 40) return { ...e, body: { ...(e.body as object), failForMs: 1_000 + (i % 6) * 1_000 } };
+      return e;
     });
     const ids = events.map((e) => deriveMessageId(e.type, e.key));
     const expected = new Set(ids);
@@ -179,6 +190,10 @@ async function main(o: Options): Promise<number> {
         SBINBOX_MAX_MESSAGE_BYTES: String(MAX_MESSAGE_BYTES),
         SBINBOX_OUTAGE_BACKOFF_MIN_MS: "250",
         SBINBOX_OUTAGE_BACKOFF_MAX_MS: "2000",
+        // Shorter than the defaults so a run sees every path in minutes: the first two retries are waited out
+        // under the lock, the later ones go through scheduled copies.
+        SBINBOX_RETRY_DELAYS_MS: "500,1000,2000,4000,8000,16000",
+        SBINBOX_RETRY_MAX_WAIT_MS: "1500",
       },
       // The first generation also carries the kill-between-commit-and-complete switch for one early event, so
       // that exact moment is hit for certain (unless its worker was already killed), not only by chance.
@@ -207,7 +222,7 @@ async function main(o: Options): Promise<number> {
       // Poison spread through the run, each with a batch boundary of its own.
       const poisonAt = poison.map((_, k) => Math.floor((k * events.length) / poison.length / BATCH) * BATCH);
       for (let i = 0; i < events.length; i += BATCH) {
-        const batch = events.slice(i, i + BATCH);
+        const batch = events.slice(i, i + BATCH).map(downFromNow);
         await publisher.publishBatch(batch);
         const sentAt = Date.now();
         published += batch.length;

@@ -10,7 +10,6 @@ import {
   type DeadLetter,
   type Selector,
 } from "../servicebus/dead-letter.ts";
-import { startTelemetry } from "../telemetry/setup.ts";
 import { createProgress } from "./progress.ts";
 
 const usage = `usage: sbinbox dlq <list | replay | purge> [options]
@@ -88,7 +87,6 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
     if (!(error instanceof ConfigError)) throw error;
     return fail(`configuration error: ${error.message}`);
   }
-  const telemetry = await startTelemetry({ serviceName: "sbinbox-dlq" });
   const sb = config.serviceBus;
   const client: ServiceBusClient = createServiceBusClient(
     sb.kind === "namespace"
@@ -139,8 +137,8 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
   } catch (error) {
     return fail(`${action} failed: ${(error as Error).message}`, 1);
   } finally {
+    // Telemetry (the replay's PRODUCER spans) is started and flushed around every command by bin/sbinbox.js.
     await client.close();
-    await telemetry.shutdown();
   }
 }
 

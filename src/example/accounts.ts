@@ -14,6 +14,8 @@ export const accountCreditedSchema = z.object({
   reference: z.string().max(200).optional(),
   /** Demo only: the handler fails once in each process before it succeeds (a transient fault). */
   failOnce: z.boolean().optional(),
+  /** Chaos only: the handler fails (a downstream that is down) until this epoch millisecond, then recovers. */
+  failUntil: z.number().int().nonnegative().optional(),
 });
 export type AccountCredited = z.infer<typeof accountCreditedSchema>;
 
@@ -80,6 +82,14 @@ export class TransientDemoError extends Error {
   }
 }
 
+/** A downstream that stays down for a while, whichever process calls it: transient until it recovers. */
+export class DownstreamDownError extends Error {
+  constructor(remainingMs: number) {
+    super(`demo: the downstream is down for ${remainingMs} ms more`);
+    this.name = "DownstreamDownError";
+  }
+}
+
 /** Creates the example's tables if they are missing; idempotent. */
 export async function ensureAccountTables(db: SqlExecutor): Promise<void> {
   await db.query(accountSql.createTables[db.dialect]);
@@ -95,6 +105,9 @@ export function accountCreditedHandler(): TransactionalHandler<AccountCredited> 
       if (body.failOnce && !failedOnce.has(context.messageId)) {
         failedOnce.add(context.messageId);
         throw new TransientDemoError(context.messageId);
+      }
+      if (body.failUntil !== undefined && Date.now() < body.failUntil) {
+        throw new DownstreamDownError(body.failUntil - Date.now());
       }
       await tx.query(accountSql.insertCredit[tx.dialect], [context.messageId, body.accountId, body.amount]);
       await tx.query(accountSql.addToBalance[tx.dialect], [body.accountId, body.amount]);
