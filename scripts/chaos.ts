@@ -267,6 +267,7 @@ async function main(o: Options): Promise<number> {
     let applied = 0;
     let dbRestarts = 0;
     let lastLine = 0;
+    let mostScheduled = 0;
     const deadline = started + o.timeoutMs;
     let timedOut = false;
     for (;;) {
@@ -291,11 +292,13 @@ async function main(o: Options): Promise<number> {
         });
       }
       const c = broker.counts(QUEUE);
+      mostScheduled = Math.max(mostScheduled, c.scheduled);
       if (Date.now() - lastLine >= 2_000) {
         lastLine = Date.now();
         const s = await fleet.readStats();
         out(
-          `applied ${applied}/${o.events} | queue ${c.active} waiting, ${c.locked} locked, ${c.deadLettered} DLQ | ` +
+          `applied ${applied}/${o.events} | queue ${c.active} waiting, ${c.locked} locked, ${c.scheduled} retries ` +
+            `scheduled, ${c.deadLettered} DLQ | ` +
             `workers ${fleet.live}, kills ${fleet.counts.kills} | duplicates ${s.duplicate}, transient ${s.failed}`,
         );
       }
@@ -349,6 +352,9 @@ async function main(o: Options): Promise<number> {
     );
     out(
       `  broker            dropped ${counts.duplicatesDropped} resends inside the window; ${counts.active} active, ${counts.locked} locked left`,
+    );
+    out(
+      `  retries           at most ${mostScheduled} scheduled copies waiting at once (downstream down for 1-6 s)`,
     );
     out(
       `  dead-lettered     ${counts.deadLettered}: ${dlq.map((m) => `${m.messageId.split("-")[1]}=${m.reason}`).join(", ")}`,
