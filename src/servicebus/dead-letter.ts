@@ -57,6 +57,11 @@ export interface DrainOptions {
   readonly max?: number;
 }
 
+export interface ReplayOptions extends DrainOptions {
+  /** Runs after a copy is sent and before its dead-lettered original is completed (fault injection; tests). */
+  readonly beforeComplete?: (messageId: string) => void | Promise<void>;
+}
+
 export interface ReplayResult {
   /** Each replayed message: its MessageId and the copy's. */
   readonly replayed: { messageId: string; copyMessageId: string }[];
@@ -73,7 +78,7 @@ export async function replayDeadLetters(
   client: ServiceBusClient,
   queue: string,
   select: Selector,
-  options: DrainOptions = {},
+  options: ReplayOptions = {},
 ): Promise<ReplayResult> {
   const sender = client.createSender(queue);
   const replayed: ReplayResult["replayed"] = [];
@@ -98,6 +103,7 @@ export async function replayDeadLetters(
         endSpan(span, error);
         throw error;
       }
+      await options.beforeComplete?.(info.messageId);
       await receiver.completeMessage(message);
       replayed.push({ messageId: info.messageId, copyMessageId: copyId });
     });
@@ -156,7 +162,13 @@ async function drain(
           held.push(message);
           continue;
         }
-        await act(receiver, message, info);
+        try {
+          await act(receiver, message, info);
+        } catch (error) {
+          // Back to the dead-letter queue at once rather than when its lock runs out, for a re-run to find.
+          held.push(message);
+          throw error;
+        }
         done += 1;
         options.onProgress?.(done);
       }

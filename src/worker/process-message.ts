@@ -5,7 +5,7 @@ import {
   type IncomingMessage,
   type RetryState,
 } from "../domain/envelope.ts";
-import { DoNotRetryError, PoisonMessageError } from "../domain/errors.ts";
+import { PoisonMessageError } from "../domain/errors.ts";
 import type { MessageContext } from "../domain/handler.ts";
 import type { ErrorClass } from "../domain/outcome.ts";
 import type { Decision } from "../domain/settlement.ts";
@@ -118,8 +118,9 @@ export async function processMessage(
       await handler.perform(body, { ...context, idempotencyKey: inboxKey });
       attempt.performed = true;
     } catch (error) {
-      // The claim stays open and goes with the retry; the external system dedupes by the key.
-      return { ...failed(error, handlerClass(error)), messageType: type };
+      // The claim stays open and goes with the retry; the external system dedupes by the key. Like a
+      // transactional handler's own error, it is "permanent" to the store and judged by the retry policy.
+      return { ...failed(error, "permanent"), messageType: type };
     }
   }
   try {
@@ -132,11 +133,6 @@ export async function processMessage(
 
 function failed(error: unknown, errorClass: Exclude<ErrorClass, "duplicate">): Decision {
   return { disposition: "abandon", outcome: "failed", error, errorClass };
-}
-
-/** An external call's failure is transient unless the handler says it is not. */
-function handlerClass(error: unknown): "transient" | "permanent" {
-  return error instanceof DoNotRetryError ? "permanent" : "transient";
 }
 
 function safeClassify(store: InboxStore, error: unknown): Exclude<ErrorClass, "duplicate"> {

@@ -5,6 +5,7 @@ import { CopyProperty } from "../../src/domain/envelope.ts";
 import { DoNotRetryError } from "../../src/domain/errors.ts";
 import type { MessageHandler } from "../../src/domain/handler.ts";
 import { accountSql } from "../../src/example/index.ts";
+import { replayDeadLetters } from "../../src/servicebus/dead-letter.ts";
 import { replayMessageId } from "../../src/servicebus/message-id.ts";
 import { sendRawMessages } from "../../src/servicebus/raw.ts";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
@@ -152,6 +153,39 @@ describe("sbinbox dlq: list, replay and purge on the local broker, replays appli
     assert.equal(worker.stats.committed, 1);
     assert.equal(worker.stats.duplicate, 1);
     assert.equal(await credits("m-twice"), 1);
+  });
+
+  it("a replay that dies between sending the copy and completing the original: a re-run sends nothing new", async function () {
+    broken = false;
+    await sendRawMessages(fixture.client, QUEUE, [
+      { messageId: "m-crash", subject: "Credit", body: body(9) },
+    ]);
+    await deadLetterNext("crashy");
+    const before = fixture.broker.counts(QUEUE);
+    await assert.rejects(
+      replayDeadLetters(fixture.client, QUEUE, (m) => m.messageId === "m-crash", {
+        beforeComplete: () => {
+          throw new Error("the operator's laptop went to sleep");
+        },
+      }),
+      /went to sleep/,
+    );
+    const mid = fixture.broker.counts(QUEUE);
+    assert.equal(mid.active - before.active, 1, "the copy was sent");
+    assert.equal(mid.deadLettered, before.deadLettered, "the original is still dead-lettered");
+    const rerun = await dlq("replay", "--id", "m-crash");
+    assert.equal(rerun.code, 0, rerun.stderr);
+    const after = fixture.broker.counts(QUEUE);
+    assert.equal(
+      after.duplicatesDropped - mid.duplicatesDropped,
+      1,
+      "the re-run's copy has the same MessageId",
+    );
+    assert.equal(after.active, mid.active);
+    assert.equal(after.deadLettered, before.deadLettered - 1);
+    const worker = await process(1);
+    assert.equal(worker.stats.committed, 1);
+    assert.equal(await credits("m-crash"), 1);
   });
 
   it("purge asks for --yes off a terminal, selects by reason and age, and refuses bad input", async function () {
