@@ -2,7 +2,7 @@
 // process, three `sbinbox worker` processes competing on one queue, N distinct events of which 10% are sent twice
 // (half inside the broker's duplicate window, half after it, so those reach the inbox), a worker SIGKILLed every
 // few seconds and restarted, the database stopped and started once mid-run, handlers failing transiently (once per
-// process, or for a few seconds in every process, retried in place and by scheduled copies), poison.
+// process, or for their first attempts in every process, retried in place and by scheduled copies), poison.
 // At the end the business tables, the inbox and the broker's queues are compared with what was sent.
 // Exit 0 only if nothing is lost, nothing is doubled and only the poison is dead-lettered. The last line is
 // RESULT distinct=.. effects=.. lost=.. doubled=.. deadlettered=.. poison=.. kills=.. db_restarts=..
@@ -96,12 +96,6 @@ function seeded(seed: number): () => number {
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-/** Turns an event's `failForMs` into the absolute `failUntil` its handler reads, as it is published. */
-function downFromNow(event: PublishEvent): PublishEvent {
-  const { failForMs, ...body } = event.body as { failForMs?: number };
-  return failForMs === undefined ? event : { ...event, body: { ...body, failUntil: Date.now() + failForMs } };
-}
-
 function poisonMessages(runId: string): (RawMessage & { reason: string })[] {
   return [
     {
@@ -171,9 +165,10 @@ async function main(o: Options): Promise<number> {
       const e = demoEvent(runId, i);
       // 2% of the handlers fail once in each process that sees them, as a flaky dependency would.
       if (i % 50 === 25) return { ...e, body: { ...(e.body as object), failOnce: true } };
-      // 2% meet a downstream that is down for 1 to 6 s after they are published (the time is set when the batch
-      // goes out, below), in every process: retried in place and by scheduled copies until it recovers.
-      if (i % 50 === 40) return { ...e, body: { ...(e.body as object), failForMs: 1_000 + (i % 6) * 1_000 } };
+      // 2% meet a downstream that is down for their first 1 to 5 attempts, in every process: retried in place,
+      // then by scheduled copies, until it recovers.
+      if (i % 50 === 40)
+        return { ...e, body: { ...(e.body as object), failAttempts: 1 + (Math.floor(i / 50) % 5) } };
       return e;
     });
     const ids = events.map((e) => deriveMessageId(e.type, e.key));
@@ -222,7 +217,7 @@ async function main(o: Options): Promise<number> {
       // Poison spread through the run, each with a batch boundary of its own.
       const poisonAt = poison.map((_, k) => Math.floor((k * events.length) / poison.length / BATCH) * BATCH);
       for (let i = 0; i < events.length; i += BATCH) {
-        const batch = events.slice(i, i + BATCH).map(downFromNow);
+        const batch = events.slice(i, i + BATCH);
         await publisher.publishBatch(batch);
         const sentAt = Date.now();
         published += batch.length;
@@ -354,7 +349,7 @@ async function main(o: Options): Promise<number> {
       `  broker            dropped ${counts.duplicatesDropped} resends inside the window; ${counts.active} active, ${counts.locked} locked left`,
     );
     out(
-      `  retries           at most ${mostScheduled} scheduled copies waiting at once (downstream down for 1-6 s)`,
+      `  retries           at most ${mostScheduled} scheduled copies waiting at once (downstream down for 1-5 attempts)`,
     );
     out(
       `  dead-lettered     ${counts.deadLettered}: ${dlq.map((m) => `${m.messageId.split("-")[1]}=${m.reason}`).join(", ")}`,

@@ -14,8 +14,8 @@ export const accountCreditedSchema = z.object({
   reference: z.string().max(200).optional(),
   /** Demo only: the handler fails once in each process before it succeeds (a transient fault). */
   failOnce: z.boolean().optional(),
-  /** Chaos only: the handler fails (a downstream that is down) until this epoch millisecond, then recovers. */
-  failUntil: z.number().int().nonnegative().optional(),
+  /** Chaos only: the handler fails its first N attempts (a downstream that is down for a while), then recovers. */
+  failAttempts: z.number().int().nonnegative().max(100).optional(),
 });
 export type AccountCredited = z.infer<typeof accountCreditedSchema>;
 
@@ -82,10 +82,13 @@ export class TransientDemoError extends Error {
   }
 }
 
-/** A downstream that stays down for a while, whichever process calls it: transient until it recovers. */
+/**
+ * A downstream that stays down for a while, whichever process calls it: counted in attempts, which travel with
+ * the message (its retry copies carry them), so every worker process sees the same outage. Transient.
+ */
 export class DownstreamDownError extends Error {
-  constructor(remainingMs: number) {
-    super(`demo: the downstream is down for ${remainingMs} ms more`);
+  constructor(attempt: number, failing: number) {
+    super(`demo: the downstream is down (attempt ${attempt} of the first ${failing} that fail)`);
     this.name = "DownstreamDownError";
   }
 }
@@ -106,8 +109,8 @@ export function accountCreditedHandler(): TransactionalHandler<AccountCredited> 
         failedOnce.add(context.messageId);
         throw new TransientDemoError(context.messageId);
       }
-      if (body.failUntil !== undefined && Date.now() < body.failUntil) {
-        throw new DownstreamDownError(body.failUntil - Date.now());
+      if (body.failAttempts !== undefined && context.attempt <= body.failAttempts) {
+        throw new DownstreamDownError(context.attempt, body.failAttempts);
       }
       await tx.query(accountSql.insertCredit[tx.dialect], [context.messageId, body.accountId, body.amount]);
       await tx.query(accountSql.addToBalance[tx.dialect], [body.accountId, body.amount]);
