@@ -106,11 +106,16 @@ export class WorkerFleet {
     return total;
   }
 
-  /** SIGTERM to every live worker; resolves when all have exited. Non-zero exits are reported as crashes. */
+  /**
+   * SIGTERM to every live worker; resolves when all have exited. Non-zero exits are reported as crashes. A worker
+   * still loading its modules has no signal handler yet, so it is first given up to 15 s to answer on HTTP (its
+   * handler is in place by then), as an orchestrator waits for a start-up probe before it stops an instance.
+   */
   async stop(): Promise<void> {
     this.stopping = true;
     this.pending.clear();
     const members = [...this.members.values()];
+    await Promise.all(members.map((m) => answers(m, 15_000)));
     for (const m of members) m.child.kill("SIGTERM");
     await Promise.all(members.map((m) => m.exited));
   }
@@ -179,5 +184,20 @@ export class WorkerFleet {
     }
     this.pending.add(member.slot);
     void this.restartPending();
+  }
+}
+
+/** Resolves when the worker answers on its HTTP port, has exited, or `timeoutMs` has passed. */
+async function answers(member: Member, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let gone = false;
+  void member.exited.then(() => (gone = true));
+  while (!gone && Date.now() < deadline) {
+    try {
+      await fetch(`http://127.0.0.1:${member.port}/healthz`, { signal: AbortSignal.timeout(1_000) });
+      return;
+    } catch {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
   }
 }

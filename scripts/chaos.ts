@@ -3,7 +3,8 @@
 // (half inside the broker's duplicate window, half after it, so those reach the inbox), a worker SIGKILLed every
 // few seconds and restarted, the database stopped and started once mid-run, then refusing logins for a few seconds,
 // then silent (a TCP proxy between the workers and PostgreSQL stops forwarding without closing), handlers failing
-// transiently, poison.
+// transiently (once per process, or for their first attempts in every process, retried in place and by scheduled
+// copies), poison.
 // At the end the business tables, the inbox and the broker's queues are compared with what was sent.
 // Exit 0 only if nothing is lost, nothing is doubled and only the poison is dead-lettered. The last line is
 // RESULT distinct=.. effects=.. lost=.. doubled=.. deadlettered=.. poison=.. kills=.. db_restarts=.. logins_refused=..
@@ -193,7 +194,12 @@ async function main(o: Options): Promise<number> {
     const events: PublishEvent[] = Array.from({ length: o.events }, (_, i) => {
       const e = demoEvent(runId, i);
       // 2% of the handlers fail once in each process that sees them, as a flaky dependency would.
-      return i % 50 === 25 ? { ...e, body: { ...(e.body as object), failOnce: true } } : e;
+      if (i % 50 === 25) return { ...e, body: { ...(e.body as object), failOnce: true } };
+      // 2% meet a downstream that is down for their first 1 to 5 attempts, in every process: retried in place,
+      // then by scheduled copies, until it recovers.
+      if (i % 50 === 40)
+        return { ...e, body: { ...(e.body as object), failAttempts: 1 + (Math.floor(i / 50) % 5) } };
+      return e;
     });
     const ids = events.map((e) => deriveMessageId(e.type, e.key));
     const expected = new Set(ids);
@@ -211,6 +217,10 @@ async function main(o: Options): Promise<number> {
         SBINBOX_MAX_MESSAGE_BYTES: String(MAX_MESSAGE_BYTES),
         SBINBOX_OUTAGE_BACKOFF_MIN_MS: "250",
         SBINBOX_OUTAGE_BACKOFF_MAX_MS: "2000",
+        // Shorter than the defaults so a run sees every path in minutes: the first two retries are waited out
+        // under the lock, the later ones go through scheduled copies.
+        SBINBOX_RETRY_DELAYS_MS: "500,1000,2000,4000,8000,16000",
+        SBINBOX_RETRY_MAX_WAIT_MS: "1500",
       },
       // The first generation also carries the kill-between-commit-and-complete switch for one early event, so
       // that exact moment is hit for certain (unless its worker was already killed), not only by chance.
@@ -299,6 +309,7 @@ async function main(o: Options): Promise<number> {
       phaseRunning = false;
     };
     let lastLine = 0;
+    let mostScheduled = 0;
     const deadline = started + o.timeoutMs;
     let timedOut = false;
     for (;;) {
@@ -354,11 +365,13 @@ async function main(o: Options): Promise<number> {
         );
       }
       const c = broker.counts(QUEUE);
+      mostScheduled = Math.max(mostScheduled, c.scheduled);
       if (Date.now() - lastLine >= 2_000) {
         lastLine = Date.now();
         const s = await fleet.readStats();
         out(
-          `applied ${applied}/${o.events} | queue ${c.active} waiting, ${c.locked} locked, ${c.deadLettered} DLQ | ` +
+          `applied ${applied}/${o.events} | queue ${c.active} waiting, ${c.locked} locked, ${c.scheduled} retries ` +
+            `scheduled, ${c.deadLettered} DLQ | ` +
             `workers ${fleet.live}, kills ${fleet.counts.kills} | duplicates ${s.duplicate}, transient ${s.failed}`,
         );
       }
@@ -414,6 +427,9 @@ async function main(o: Options): Promise<number> {
     );
     out(
       `  broker            dropped ${counts.duplicatesDropped} resends inside the window; ${counts.active} active, ${counts.locked} locked left`,
+    );
+    out(
+      `  retries           at most ${mostScheduled} scheduled copies waiting at once (downstream down for 1-5 attempts)`,
     );
     out(
       `  dead-lettered     ${counts.deadLettered}: ${dlq.map((m) => `${m.messageId.split("-")[1]}=${m.reason}`).join(", ")}`,

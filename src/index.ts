@@ -23,7 +23,14 @@ export type {
 } from "./domain/handler.ts";
 export type { SqlExecutor, SqlResult, Dialect, DialectSql } from "./domain/sql.ts";
 export type { Decision } from "./domain/settlement.ts";
-export { PoisonMessageError, ConfigError, type PoisonReason } from "./domain/errors.ts";
+export {
+  PoisonMessageError,
+  ConfigError,
+  RetryAfterError,
+  DoNotRetryError,
+  type PoisonReason,
+} from "./domain/errors.ts";
+export { defaultRetryPolicy, decideRetry, retryClass, type RetryPolicy } from "./worker/retry-policy.ts";
 
 export { createInboxStore, type InboxStore, type InboxStoreConfig } from "./inbox/index.ts";
 export { exampleHandlers, accountCreditedHandler, welcomeEmailHandler, FakeMailer } from "./example/index.ts";

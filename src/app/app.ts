@@ -5,6 +5,7 @@ import { startHealthServer, type HealthServer, type ReadinessReport } from "../h
 import { createServiceBusClient, type ServiceBusClient } from "../servicebus/client.ts";
 import { createLogger, type Logger } from "../telemetry/logger.ts";
 import { createWorker, type Worker } from "../worker/worker.ts";
+import { defaultRetryPolicy } from "../worker/retry-policy.ts";
 import { openDatabase, type Database } from "./database.ts";
 import type { EmbeddedBroker } from "./embedded-broker.ts";
 
@@ -108,6 +109,7 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
       outageBackoffMinMs: config.outageBackoffMinMs,
       outageBackoffMaxMs: config.outageBackoffMaxMs,
       probeTimeoutMs: config.databaseTimeouts.probeMs,
+      retryPolicy: { ...defaultRetryPolicy, ...config.retry },
       logger,
       beforeSettle: config.faultKillAfterCommit
         ? (message, decision) => {

@@ -7,6 +7,10 @@ const commands: Record<
   broker: { describe: "run the local Service Bus broker", load: () => import("./broker.ts") },
   worker: { describe: "run the worker", load: () => import("./worker.ts") },
   publish: { describe: "publish events", load: () => import("./publish.ts") },
+  dlq: {
+    describe: "list, replay or purge the dead-letter queue",
+    load: () => import("./dlq.ts"),
+  },
   demo: { describe: "run the end-to-end demo on embedded defaults", load: () => import("./demo.ts") },
 };
 

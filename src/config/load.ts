@@ -35,6 +35,7 @@ export interface Config {
   readonly outageBackoffMinMs: number;
   readonly outageBackoffMaxMs: number;
   readonly databaseTimeouts: DatabaseTimeouts;
+  readonly retry: RetrySettings;
   readonly logLevel: "debug" | "info" | "warn" | "error";
   readonly faultKillAfterCommit?: string;
   readonly port: number;
@@ -49,6 +50,14 @@ export interface DatabaseTimeouts {
   readonly statementMs: number;
   readonly keepAliveMs: number;
   readonly probeMs: number;
+}
+
+/** The retry policy's settings (src/worker/retry-policy.ts). */
+export interface RetrySettings {
+  readonly transientDelaysMs: readonly number[];
+  readonly permanentDelaysMs: readonly number[];
+  readonly jitter: number;
+  readonly maxInProcessWaitMs: number;
 }
 
 export interface LoadOptions {
@@ -88,6 +97,12 @@ export function loadConfig(options: LoadOptions = {}): Config {
       statementMs: s.SBINBOX_DB_STATEMENT_TIMEOUT_MS,
       keepAliveMs: s.SBINBOX_DB_KEEPALIVE_MS,
       probeMs: s.SBINBOX_DB_PROBE_TIMEOUT_MS,
+    },
+    retry: {
+      transientDelaysMs: s.SBINBOX_RETRY_DELAYS_MS,
+      permanentDelaysMs: s.SBINBOX_RETRY_PERMANENT_DELAYS_MS,
+      jitter: s.SBINBOX_RETRY_JITTER,
+      maxInProcessWaitMs: s.SBINBOX_RETRY_MAX_WAIT_MS,
     },
     logLevel: s.SBINBOX_LOG_LEVEL,
     faultKillAfterCommit: s.SBINBOX_FAULT_KILL_AFTER_COMMIT,

@@ -37,6 +37,13 @@ export const settings = {
   SBINBOX_DB_KEEPALIVE_MS:
     "idle time before TCP keep-alive probes start on a database connection (PostgreSQL)",
   SBINBOX_DB_PROBE_TIMEOUT_MS: "longest wait for the outage and readiness probes",
+  SBINBOX_RETRY_DELAYS_MS:
+    "delays before each retry of a transient failure, comma-separated ms (their count is the number of retries; none for no retry)",
+  SBINBOX_RETRY_PERMANENT_DELAYS_MS:
+    "the same for a permanent failure (a bug, a constraint violation in the handler)",
+  SBINBOX_RETRY_JITTER: "each retry delay is drawn from delay x [1 - jitter, 1 + jitter] (0 to 1)",
+  SBINBOX_RETRY_MAX_WAIT_MS:
+    "longest retry delay waited out in the worker under the message's lock; longer ones schedule a copy",
   SBINBOX_LOG_LEVEL: "debug, info, warn or error",
   SBINBOX_FAULT_KILL_AFTER_COMMIT:
     "fault injection for the demo and chaos runs only: SIGKILL the process after this MessageId commits",
@@ -68,6 +75,36 @@ const bool = z
   .toLowerCase()
   .refine((v) => ["true", "false", "1", "0", "yes", "no", "on", "off"].includes(v), "must be true or false")
   .transform((v) => ["true", "1", "yes", "on"].includes(v));
+
+const DAY_MS = 24 * 3_600_000;
+const delayList = z
+  .string()
+  .trim()
+  .transform((v, ctx) => {
+    if (v.toLowerCase() === "none") return [];
+    const out: number[] = [];
+    for (const [i, part] of v.split(",").entries()) {
+      const p = part.trim();
+      if (!/^\d+$/.test(p) || Number(p) > 7 * DAY_MS) {
+        ctx.addIssue({
+          code: "custom",
+          message: `element ${i + 1} ("${p}") must be a whole number of milliseconds up to 7 days, or the list "none"`,
+        });
+        return z.NEVER;
+      }
+      out.push(Number(p));
+    }
+    if (out.length > 100) {
+      ctx.addIssue({ code: "custom", message: "must list at most 100 delays" });
+      return z.NEVER;
+    }
+    return out;
+  });
+const fraction = z
+  .string()
+  .trim()
+  .regex(/^(0|1|0?\.\d+|1\.0+)$/, "must be a number from 0 to 1")
+  .transform(Number);
 
 /** One parser per setting, each with its default; raw values are strings, as the environment gives them. */
 export const parsers = {
@@ -110,6 +147,10 @@ export const parsers = {
   SBINBOX_DB_STATEMENT_TIMEOUT_MS: ms(100, 3_600_000).default(30_000),
   SBINBOX_DB_KEEPALIVE_MS: ms(1_000, 600_000).default(10_000),
   SBINBOX_DB_PROBE_TIMEOUT_MS: ms(100, 600_000).default(2_000),
+  SBINBOX_RETRY_DELAYS_MS: delayList.default([1_000, 5_000, 30_000, 120_000, 600_000]),
+  SBINBOX_RETRY_PERMANENT_DELAYS_MS: delayList.default([5_000]),
+  SBINBOX_RETRY_JITTER: fraction.default(0.2),
+  SBINBOX_RETRY_MAX_WAIT_MS: ms(0, 3_600_000).default(30_000),
   SBINBOX_LOG_LEVEL: z
     .enum(["debug", "info", "warn", "error"], "must be debug, info, warn or error")
     .default("info"),

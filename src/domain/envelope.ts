@@ -11,6 +11,8 @@ export interface IncomingMessage {
   readonly correlationId?: string;
   readonly deliveryCount: number;
   readonly enqueuedTime?: Date;
+  /** When this delivery's lock expires unless renewed. */
+  readonly lockedUntil?: Date;
   readonly applicationProperties: Readonly<Record<string, unknown>>;
 }
 
@@ -46,6 +48,69 @@ export class HandlerRegistry {
   get types(): string[] {
     return [...this.byType.keys()];
   }
+}
+
+/**
+ * Application properties sbinbox writes on a copy it sends (a scheduled retry or a replay from the dead-letter
+ * queue). A copy has its own MessageId, so the broker's duplicate detection lets it through; the inbox keys it by
+ * the original's key, so the copy and the original can never both take effect.
+ */
+export const CopyProperty = {
+  /** The inbox key (the original MessageId) of the message this is a copy of. */
+  originalKey: "sbinbox-original-key",
+  /** The attempt this copy is, 1 for the first processing. */
+  attempt: "sbinbox-attempt",
+  /** How many times an operator replayed it from the dead-letter queue. */
+  replay: "sbinbox-replay",
+  /** The open two-phase claim the failed attempt held, re-entered by the retry. */
+  claimId: "sbinbox-claim-id",
+} as const;
+
+/** Where a message stands in its retries; every path reads it here, so every path keys the inbox the same way. */
+export interface RetryState {
+  /** The inbox key: the original message's MessageId, whichever copy this is. */
+  readonly inboxKey: string;
+  readonly attempt: number;
+  readonly replay: number;
+  readonly claimId?: string;
+}
+
+/** Reads the retry state; a copy property of the wrong shape is poison (only sbinbox writes them). */
+export function retryState(message: IncomingMessage): RetryState {
+  const props = message.applicationProperties;
+  const original = props[CopyProperty.originalKey];
+  if (original !== undefined && (typeof original !== "string" || original === "" || original.length > 128)) {
+    throw new PoisonMessageError(
+      "UndecodableBody",
+      `application property "${CopyProperty.originalKey}" must be a MessageId of 1 to 128 characters`,
+    );
+  }
+  const claim = props[CopyProperty.claimId];
+  if (claim !== undefined && (typeof claim !== "string" || !/^\d{1,19}$/.test(claim))) {
+    throw new PoisonMessageError(
+      "UndecodableBody",
+      `application property "${CopyProperty.claimId}" must be an inbox row id`,
+    );
+  }
+  return {
+    inboxKey: original ?? message.messageId,
+    attempt: counter(props, CopyProperty.attempt, 1),
+    replay: counter(props, CopyProperty.replay, 0),
+    claimId: claim,
+  };
+}
+
+function counter(props: Readonly<Record<string, unknown>>, name: string, fallback: number): number {
+  const value = props[name];
+  if (value === undefined) return fallback;
+  const n = typeof value === "string" ? Number(value) : value;
+  if (typeof n !== "number" || !Number.isInteger(n) || n < fallback || n > 1_000_000) {
+    throw new PoisonMessageError(
+      "UndecodableBody",
+      `application property "${name}" must be a whole number of at least ${fallback}`,
+    );
+  }
+  return n;
 }
 
 const utf8 = new TextDecoder("utf-8", { fatal: true });

@@ -22,3 +22,26 @@ export class ConfigError extends Error {
     this.setting = setting;
   }
 }
+
+/**
+ * Thrown by a handler: retry this message after `delayMs` instead of the policy's next delay. It still counts as
+ * an attempt, so a handler that keeps asking ends in `RetriesExhausted` like any other.
+ */
+export class RetryAfterError extends Error {
+  readonly delayMs: number;
+  constructor(delayMs: number, message = `retry after ${delayMs} ms`, options?: { cause?: unknown }) {
+    super(message, options);
+    if (!Number.isFinite(delayMs) || delayMs < 0)
+      throw new RangeError(`RetryAfterError: delayMs must be a non-negative number (got ${delayMs})`);
+    this.name = "RetryAfterError";
+    this.delayMs = delayMs;
+  }
+}
+
+/** Thrown by a handler: retrying cannot help; the message is dead-lettered at once as `NotRetryable`. */
+export class DoNotRetryError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "DoNotRetryError";
+  }
+}

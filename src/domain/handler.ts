@@ -3,7 +3,10 @@ import type { SqlExecutor } from "./sql.ts";
 
 /** What a handler knows about the message it is given. Nothing here can write anywhere. */
 export interface MessageContext {
+  /** The inbox key: the original MessageId, also on a scheduled retry or a replayed copy. */
   readonly messageId: string;
+  /** 1 on the first processing, then one more on each retry (in place or by a scheduled copy). */
+  readonly attempt: number;
   readonly consumer: string;
   readonly type: string;
   readonly deliveryCount: number;
@@ -25,7 +28,9 @@ export interface TransactionalHandler<T = unknown> {
 
 /**
  * An effect outside the database (e-mail, payment, HTTP call). It runs after the claim commits and must
- * pass `idempotencyKey` (the MessageId) to the external system, which is what makes a retried claim safe.
+ * pass `idempotencyKey` (the original MessageId) to the external system, which must dedupe by it: a retry
+ * re-enters the open claim and performs the effect again with the same key whenever it cannot know whether the
+ * earlier call took effect.
  */
 export interface TwoPhaseHandler<T = unknown> {
   readonly kind: "two-phase";

@@ -14,6 +14,8 @@ export const accountCreditedSchema = z.object({
   reference: z.string().max(200).optional(),
   /** Demo only: the handler fails once in each process before it succeeds (a transient fault). */
   failOnce: z.boolean().optional(),
+  /** Chaos only: the handler fails its first N attempts (a downstream that is down for a while), then recovers. */
+  failAttempts: z.number().int().nonnegative().max(100).optional(),
 });
 export type AccountCredited = z.infer<typeof accountCreditedSchema>;
 
@@ -80,6 +82,17 @@ export class TransientDemoError extends Error {
   }
 }
 
+/**
+ * A downstream that stays down for a while, whichever process calls it: counted in attempts, which travel with
+ * the message (its retry copies carry them), so every worker process sees the same outage. Transient.
+ */
+export class DownstreamDownError extends Error {
+  constructor(attempt: number, failing: number) {
+    super(`demo: the downstream is down (attempt ${attempt} of the first ${failing} that fail)`);
+    this.name = "DownstreamDownError";
+  }
+}
+
 /** Creates the example's tables if they are missing; idempotent. */
 export async function ensureAccountTables(db: SqlExecutor): Promise<void> {
   await db.query(accountSql.createTables[db.dialect]);
@@ -95,6 +108,9 @@ export function accountCreditedHandler(): TransactionalHandler<AccountCredited> 
       if (body.failOnce && !failedOnce.has(context.messageId)) {
         failedOnce.add(context.messageId);
         throw new TransientDemoError(context.messageId);
+      }
+      if (body.failAttempts !== undefined && context.attempt <= body.failAttempts) {
+        throw new DownstreamDownError(context.attempt, body.failAttempts);
       }
       await tx.query(accountSql.insertCredit[tx.dialect], [context.messageId, body.accountId, body.amount]);
       await tx.query(accountSql.addToBalance[tx.dialect], [body.accountId, body.amount]);

@@ -137,7 +137,7 @@ export class InboxCore implements InboxStore {
     return result.rows.length > 0;
   }
 
-  async claim(key: InboxKey): Promise<InboxClaimOutcome> {
+  async claim(key: InboxKey, reenter?: string): Promise<InboxClaimOutcome> {
     try {
       // One statement, so its own transaction: the claim is committed when it returns.
       const result = await this.driver.query<{ id: string | number | null }>(this.sql.insertOpenClaim, [
@@ -154,7 +154,11 @@ export class InboxCore implements InboxStore {
     try {
       const marker = await this.readMarker(key);
       // No row: the holder's claim was just swept; the next delivery claims it afresh.
-      return marker?.processed ? { kind: "duplicate" } : { kind: "busy" };
+      if (marker?.processed) return { kind: "duplicate" };
+      // The caller's own claim, still open: a retry takes it up again rather than finding it busy.
+      if (marker && reenter !== undefined && marker.id === reenter)
+        return { kind: "claimed", claimId: marker.id };
+      return { kind: "busy" };
     } catch (error) {
       return this.failed(error, "other");
     }

@@ -44,8 +44,11 @@ export interface InboxStore {
   /** The fast-path read: a marker for this key exists and is processed. Correctness never depends on it. */
   isProcessed(key: InboxKey): Promise<boolean>;
 
-  /** Two-phase, phase 1: insert the marker with ProcessedUtc null and commit. */
-  claim(key: InboxKey): Promise<InboxClaimOutcome>;
+  /**
+   * Two-phase, phase 1: insert the marker with ProcessedUtc null and commit. Given `reenter`, the id of a claim
+   * this caller took on an earlier attempt, an open claim with that id is returned as `claimed` instead of `busy`.
+   */
+  claim(key: InboxKey, reenter?: string): Promise<InboxClaimOutcome>;
   /**
    * Two-phase, phase 3: record that the external effect happened. Idempotent for a processed marker.
    * Throws ClaimLostError when the claim is gone (swept) or, given `claimId`, now belongs to another claimant.

@@ -97,9 +97,12 @@ export function handleManagement(queue: Queue, operation: unknown, rawBody: unkn
           if (error instanceof MalformedMessageError) return bad(error.message);
           throw error;
         }
-        if (messageIdKey(parts.head.message_id) === undefined)
-          setMessageId(parts, newLockToken().replace(/-/g, ""));
-        seqs.push(queue.schedule(parts));
+        let key = messageIdKey(parts.head.message_id);
+        if (key === undefined) {
+          key = newLockToken().replace(/-/g, "");
+          setMessageId(parts, key);
+        }
+        seqs.push(queue.schedule(parts, key));
       }
       return { status: 200, body: { "sequence-numbers": longArray(seqs) } };
     }

@@ -91,15 +91,7 @@ export class Queue {
   /** Returns the sequence number, or undefined when duplicate detection dropped the message. */
   send(parts: MessageParts, messageIdKey: string): number | undefined {
     const now = this.now();
-    if (this.settings.requiresDuplicateDetection && !this.isDeadLetterQueue) {
-      this.pruneDuplicates(now);
-      const until = this.duplicates.get(messageIdKey);
-      if (until !== undefined && until > now) {
-        this.duplicatesDropped += 1;
-        return undefined;
-      }
-      this.duplicates.set(messageIdKey, now + this.settings.duplicateDetectionWindowMs);
-    }
+    if (this.isDuplicate(messageIdKey, now)) return undefined;
     const scheduledFor = parts.head.message_annotations?.["x-opt-scheduled-enqueue-time"];
     const scheduledAt =
       scheduledFor instanceof Date
@@ -110,11 +102,30 @@ export class Queue {
     return this.add(parts, now, scheduledAt);
   }
 
-  /** schedule-message over $management: the time is in the message's annotation, set by the SDK. */
-  schedule(parts: MessageParts): number {
+  /**
+   * schedule-message over $management: the time is in the message's annotation, set by the SDK. Duplicate detection
+   * applies as to a send: Service Bus drops a scheduled duplicate in silence and still answers with a sequence
+   * number (Azure/azure-service-bus#265), which then names no message.
+   */
+  schedule(parts: MessageParts, messageIdKey: string): number {
+    const now = this.now();
+    if (this.isDuplicate(messageIdKey, now)) return this.nextSequence();
     const at = parts.head.message_annotations?.["x-opt-scheduled-enqueue-time"];
-    const scheduledAt = at instanceof Date ? at.getTime() : typeof at === "number" ? at : this.now();
-    return this.add(parts, this.now(), scheduledAt);
+    const scheduledAt = at instanceof Date ? at.getTime() : typeof at === "number" ? at : now;
+    return this.add(parts, now, scheduledAt);
+  }
+
+  /** True when duplicate detection drops this MessageId; otherwise records it for the window. */
+  private isDuplicate(messageIdKey: string, now: number): boolean {
+    if (!this.settings.requiresDuplicateDetection || this.isDeadLetterQueue) return false;
+    this.pruneDuplicates(now);
+    const until = this.duplicates.get(messageIdKey);
+    if (until !== undefined && until > now) {
+      this.duplicatesDropped += 1;
+      return true;
+    }
+    this.duplicates.set(messageIdKey, now + this.settings.duplicateDetectionWindowMs);
+    return false;
   }
 
   private add(parts: MessageParts, now: number, scheduledAt: number): number {

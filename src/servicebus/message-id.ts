@@ -31,3 +31,19 @@ export function canonicalName(type: string, key: string): string {
 export function deriveMessageId(type: string, key: string): string {
   return uuidV5(canonicalName(type, key), MESSAGE_ID_NAMESPACE);
 }
+
+/**
+ * The MessageId of a scheduled retry's copy: derived from the original's inbox key, its replay number and the
+ * attempt, so the same retry scheduled twice is dropped by duplicate detection and every other one passes.
+ */
+export function retryMessageId(inboxKey: string, replay: number, attempt: number): string {
+  return uuidV5(`retry\n${inboxKey}\n${replay}\n${attempt}`, MESSAGE_ID_NAMESPACE);
+}
+
+/**
+ * The MessageId of the `replay`th copy an operator replays from the dead-letter queue: a replay re-run after a crash
+ * sends the same id (dropped by the broker if the first got through), a later replay a new one.
+ */
+export function replayMessageId(inboxKey: string, replay: number): string {
+  return uuidV5(`replay\n${inboxKey}\n${replay}`, MESSAGE_ID_NAMESPACE);
+}

@@ -6,6 +6,7 @@ export interface RawMessage {
   readonly body: Buffer;
   readonly subject?: string;
   readonly contentType?: string;
+  readonly applicationProperties?: Record<string, string | number | boolean>;
 }
 
 export async function sendRawMessages(

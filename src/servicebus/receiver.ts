@@ -4,13 +4,22 @@ import {
   type ServiceBusClient,
   type ServiceBusReceivedMessage,
   type ServiceBusReceiver,
+  type ServiceBusSender,
 } from "@azure/service-bus";
 import { context, type Context } from "@opentelemetry/api";
 import type { IncomingMessage } from "../domain/envelope.ts";
 import type { Decision } from "../domain/settlement.ts";
 import type { Logger } from "../telemetry/logger.ts";
+import type { Disposition } from "../telemetry/names.ts";
+import { copyOf } from "./copy.ts";
 import { SettlementScheduler } from "./settlement.ts";
-import { endProcessSpan, errorType, startProcessSpan, traceSettlement } from "./tracing.ts";
+import {
+  endProcessSpan,
+  errorType,
+  startProcessSpan,
+  traceRetryScheduled,
+  traceSettlement,
+} from "./tracing.ts";
 
 export interface QueueReceiverOptions {
   readonly client: ServiceBusClient;
@@ -23,13 +32,19 @@ export interface QueueReceiverOptions {
   readonly scheduler?: SettlementScheduler;
   /** Awaited after the decision, before settlement (the demo's kill-between-commit-and-complete switch; tests). */
   readonly beforeSettle?: (message: IncomingMessage, decision: Decision) => void | Promise<void>;
+  /** Awaited after a retry's copy is scheduled, before the original is completed (fault injection; tests). */
+  readonly beforeComplete?: (message: IncomingMessage, decision: Decision) => void | Promise<void>;
   /** Each message taken for processing. */
   readonly onReceived?: () => void;
-  /** After settlement: whether it took effect, its error if not, and the time since receipt. */
-  readonly onSettled?: (
-    decision: Decision,
-    result: { settled: boolean; error?: unknown; durationMs: number },
-  ) => void;
+  /** After settlement: the broker call made, whether it took effect, its error if not, the time since receipt. */
+  readonly onSettled?: (decision: Decision, result: Settlement & { durationMs: number }) => void;
+}
+
+/** The settlement actually issued (a reschedule completes, or abandons when its copy cannot be sent). */
+export interface Settlement {
+  readonly settled: boolean;
+  readonly error?: unknown;
+  readonly disposition: Disposition;
 }
 
 export interface ReceiverStats {
@@ -48,6 +63,7 @@ export class QueueReceiver {
   private readonly options: QueueReceiverOptions;
   private readonly scheduler: SettlementScheduler;
   private receiver: ServiceBusReceiver | undefined;
+  private sender: ServiceBusSender | undefined;
   private subscription: { close(): Promise<void> } | undefined;
   private accepting = false;
   private releaseHeld: (() => void) | undefined;
@@ -101,6 +117,13 @@ export class QueueReceiver {
       await receiver?.close();
     } catch (error) {
       this.options.logger.warn("closing the receive link failed", { error });
+    }
+    const sender = this.sender;
+    this.sender = undefined;
+    try {
+      await sender?.close();
+    } catch (error) {
+      this.options.logger.warn("closing the retry sender failed", { error });
     }
   }
 
@@ -177,12 +200,12 @@ export class QueueReceiver {
     this.options.onSettled?.(decision, { ...settlement, durationMs: performance.now() - began });
     endProcessSpan(span, {
       outcome: decision.outcome,
-      disposition: decision.disposition,
+      disposition: settlement.disposition,
       messageType: decision.messageType,
       reason: decision.disposition === "dead_letter" ? decision.reason : undefined,
       // Why it did not simply succeed: the failure, the poison reason, or a settlement that did not take effect.
       errorType:
-        decision.disposition === "abandon"
+        decision.disposition === "abandon" || decision.disposition === "reschedule"
           ? errorType(decision.error)
           : decision.disposition === "dead_letter"
             ? decision.reason
@@ -192,14 +215,56 @@ export class QueueReceiver {
     });
   }
 
+  /**
+   * A retry that does not fit under the lock: schedule the copy, then complete. Not atomic, and need not be: a
+   * crash between the two leaves both the copy and the original, both keyed by the original's inbox key, so
+   * whichever is processed second finds the marker and is completed as a duplicate. A failed send abandons.
+   */
+  private async reschedule(
+    receiver: ServiceBusReceiver,
+    message: ServiceBusReceivedMessage,
+    decision: Extract<Decision, { disposition: "reschedule" }>,
+    ctx: Context,
+  ): Promise<Settlement> {
+    const { copy } = decision;
+    try {
+      this.sender ??= this.options.client.createSender(this.options.queue);
+      const sender = this.sender;
+      await traceRetryScheduled(this.options.queue, ctx, copy, () =>
+        sender.scheduleMessages(
+          copyOf(message, copy.messageId, copy.properties, copy.enqueueAt),
+          copy.enqueueAt,
+        ),
+      );
+    } catch (error) {
+      this.options.logger.warn("scheduling a retry failed; the message is abandoned instead", {
+        messageId: message.messageId,
+        attempt: copy.attempt,
+        code: isServiceBusError(error) ? error.code : undefined,
+        error,
+      });
+      return this.settle(receiver, message, "abandon", ctx);
+    }
+    await this.options.beforeComplete?.(toIncoming(message), decision);
+    return this.settle(receiver, message, "complete", ctx);
+  }
+
   /** Settles through the scheduler; a failure is logged and counted, never thrown (the inbox absorbs it). */
   private async settle(
     receiver: ServiceBusReceiver,
     message: ServiceBusReceivedMessage,
-    decision: Decision,
+    decisionOrDisposition: Decision | "complete" | "abandon",
     ctx: Context,
-  ): Promise<{ settled: boolean; error?: unknown }> {
+  ): Promise<Settlement> {
     const { queue } = this.options;
+    const decision: Decision =
+      typeof decisionOrDisposition === "string"
+        ? decisionOrDisposition === "complete"
+          ? { disposition: "complete", outcome: "committed" }
+          : { disposition: "abandon", outcome: "failed", error: undefined, errorClass: "transient" }
+        : decisionOrDisposition;
+    if (decision.disposition === "reschedule") return this.reschedule(receiver, message, decision, ctx);
+    const disposition = decision.disposition;
     const issue = (): Promise<void> => {
       switch (decision.disposition) {
         case "complete":
@@ -214,22 +279,20 @@ export class QueueReceiver {
       }
     };
     try {
-      await traceSettlement(decision.disposition, queue, ctx, () =>
-        this.scheduler.settle(decision.disposition, issue),
-      );
-      return { settled: true };
+      await traceSettlement(disposition, queue, ctx, () => this.scheduler.settle(disposition, issue));
+      return { settled: true, disposition };
     } catch (error) {
       this.stats.settlementFailures += 1;
       this.options.logger.warn(
         "settlement failed; the message will be redelivered and the inbox absorbs it",
         {
           messageId: message.messageId,
-          disposition: decision.disposition,
+          disposition,
           code: isServiceBusError(error) ? error.code : undefined,
           error,
         },
       );
-      return { settled: false, error };
+      return { settled: false, error, disposition };
     }
   }
 
@@ -253,6 +316,7 @@ export function toIncoming(message: ServiceBusReceivedMessage): IncomingMessage 
     correlationId: message.correlationId === undefined ? undefined : String(message.correlationId),
     deliveryCount: message.deliveryCount ?? 0,
     enqueuedTime: message.enqueuedTimeUtc,
+    lockedUntil: message.lockedUntilUtc,
     applicationProperties: message.applicationProperties ?? {},
   };
 }

@@ -14,6 +14,7 @@ import {
 import {
   Attr,
   MESSAGING_SYSTEM,
+  SpanEvent,
   SpanName,
   TRACER_NAME,
   type Disposition,
@@ -89,6 +90,63 @@ export function startProcessSpan(input: ProcessSpanInput): { span: Span; ctx: Co
     parent,
   );
   return { span, ctx: trace.setSpan(parent, span) };
+}
+
+/** The attempt now running, on the message's process span (set again by each retry in place). */
+export function recordAttempt(ctx: Context, attempt: number): void {
+  trace.getSpan(ctx)?.setAttribute(Attr.attempt, attempt);
+}
+
+/** A span event on the process span: the worker waits `delayMs` under the lock before the attempt named. */
+export function recordRetryWait(ctx: Context, attempt: number, delayMs: number, error: unknown): void {
+  trace.getSpan(ctx)?.addEvent(SpanEvent.retryWaited, {
+    [Attr.attempt]: attempt,
+    [Attr.retryDelay]: delayMs,
+    [Attr.errorType]: errorType(error),
+  });
+}
+
+/**
+ * The PRODUCER span of a scheduled retry, a child of the process span, with an event on the process span: the
+ * copy's MessageId, its attempt and when it is due.
+ */
+export async function traceRetryScheduled<T>(
+  queue: string,
+  parent: Context,
+  copy: { messageId: string; attempt: number; enqueueAt: Date },
+  fn: () => Promise<T>,
+): Promise<T> {
+  const delayMs = Math.max(0, copy.enqueueAt.getTime() - Date.now());
+  trace.getSpan(parent)?.addEvent(SpanEvent.retryScheduled, {
+    [Attr.attempt]: copy.attempt,
+    [Attr.retryDelay]: delayMs,
+    [Attr.messageId]: copy.messageId,
+  });
+  const span = tracer().startSpan(
+    SpanName.scheduleRetry(queue),
+    {
+      kind: SpanKind.PRODUCER,
+      attributes: {
+        [Attr.messagingSystem]: MESSAGING_SYSTEM,
+        [Attr.operationName]: "schedule",
+        [Attr.operationType]: "send",
+        [Attr.destinationName]: queue,
+        [Attr.messageId]: copy.messageId,
+        [Attr.attempt]: copy.attempt,
+        [Attr.retryDelay]: delayMs,
+      },
+    },
+    parent,
+  );
+  try {
+    return await fn();
+  } catch (error) {
+    span.setAttribute(Attr.errorType, errorType(error));
+    span.setStatus({ code: SpanStatusCode.ERROR });
+    throw error;
+  } finally {
+    span.end();
+  }
 }
 
 /** Records what became of the message on its process span and ends it. */

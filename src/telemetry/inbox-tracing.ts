@@ -28,9 +28,9 @@ export function traceInboxStore<S extends InboxStore>(store: S): S {
         if (outcome.kind === "failed") recordDbError(span, store.dialect, outcome.error);
         return outcome;
       }),
-    claim: (key) =>
+    claim: (key, reenter) =>
       inSpan(SpanName.inboxClaim, base(key), async (span) => {
-        const outcome = await store.claim(key);
+        const outcome = await store.claim(key, reenter);
         span.setAttribute(Attr.outcome, outcome.kind);
         if (outcome.kind === "failed") recordDbError(span, store.dialect, outcome.error);
         return outcome;

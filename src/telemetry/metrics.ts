@@ -6,7 +6,15 @@ import {
   type MeterProvider,
   type ObservableResult,
 } from "@opentelemetry/api";
-import { Attr, MESSAGING_SYSTEM, METER_NAME, Metric, type Disposition, type Outcome } from "./names.ts";
+import {
+  Attr,
+  MESSAGING_SYSTEM,
+  METER_NAME,
+  Metric,
+  type Disposition,
+  type Outcome,
+  type RetryOutcome,
+} from "./names.ts";
 
 export interface ProcessedRecord {
   readonly queue: string;
@@ -33,6 +41,8 @@ export interface WorkerMetrics {
   recordSettlement(record: SettlementRecord): void;
   /** One pause for a database outage, recorded when receiving resumes (or stops for good). */
   recordOutagePause(durationMs: number): void;
+  /** One failed attempt's retry: waited out in place, scheduled as a copy, or exhausted (dead-lettered). */
+  recordRetry(queue: string, outcome: RetryOutcome, errorClass: string): void;
   /**
    * Reports open two-phase claims on each collection from `read` (e.g. `store.countOpenClaims`).
    * A failing read reports nothing for that collection. Returns a function that stops reporting.
@@ -49,6 +59,7 @@ interface Instruments {
   readonly duplicates: Counter;
   readonly settlementFailures: Counter;
   readonly outagePause: Histogram;
+  readonly retries: Counter;
 }
 
 // The semantic conventions' buckets for messaging durations, in seconds.
@@ -104,6 +115,10 @@ function instruments(): Instruments {
       unit: "s",
       advice: { explicitBucketBoundaries: PAUSE_BUCKETS },
     }),
+    retries: meter.createCounter(Metric.retries, {
+      description: "Retries of failed attempts by outcome: waited (in place), scheduled (a copy), exhausted.",
+      unit: "{retry}",
+    }),
   };
   return current;
 }
@@ -147,6 +162,13 @@ const api: WorkerMetrics = {
   },
   recordOutagePause(durationMs) {
     instruments().outagePause.record(durationMs / 1000);
+  },
+  recordRetry(queue, outcome, errorClass) {
+    instruments().retries.add(1, {
+      ...destination(queue),
+      [Attr.retryOutcome]: outcome,
+      [Attr.errorType]: errorClass,
+    });
   },
   observeOpenClaims(read, attributes = {}) {
     instruments();

@@ -26,6 +26,12 @@ export const Attr = {
   consumer: "sbinbox.consumer",
   messageType: "sbinbox.message.type",
   deadLetterReason: "sbinbox.dead_letter.reason",
+  /** The attempt a process span ended on (1 on the first processing; more after in-place or scheduled retries). */
+  attempt: "sbinbox.attempt",
+  retryDelay: "sbinbox.retry.delay_ms",
+  retryOutcome: "sbinbox.retry.outcome",
+  /** The dead-lettered message a replayed copy was made from. */
+  replayOf: "sbinbox.replay.of",
   /** Which of the inbox's own statements a database span is (insertProcessedMarker, isProcessed, ...). */
   inboxStatement: "sbinbox.inbox.statement",
 } as const;
@@ -34,6 +40,14 @@ export const MESSAGING_SYSTEM = "servicebus";
 
 export type Disposition = "complete" | "abandon" | "dead_letter";
 export type Outcome = "committed" | "duplicate" | "poison" | "failed";
+/** What a failed attempt's retry came to: waited out under the lock, a scheduled copy, or none left. */
+export type RetryOutcome = "waited" | "scheduled" | "exhausted";
+
+/** Span events on a process span. */
+export const SpanEvent = {
+  retryWaited: "sbinbox.retry.waited",
+  retryScheduled: "sbinbox.retry.scheduled",
+} as const;
 
 export const SpanName = {
   send: (queue: string) => `send ${queue}`,
@@ -43,6 +57,8 @@ export const SpanName = {
   inboxInsert: "inbox.insert_marker",
   inboxClaim: "inbox.claim",
   inboxMarkProcessed: "inbox.mark_processed",
+  /** The PRODUCER span of a scheduled retry's copy. */
+  scheduleRetry: (queue: string) => `schedule ${queue}`,
   /** One SQL statement, named as the database conventions say: operation, then table when known. */
   dbStatement: (operation: string, table?: string) => (table ? `${operation} ${table}` : operation),
 } as const;
@@ -62,4 +78,5 @@ export const Metric = {
   settlementFailures: "sbinbox.settlement.failures",
   openClaims: "sbinbox.inbox.open_claims",
   outagePause: "sbinbox.database.outage_pause.duration",
+  retries: "sbinbox.retries",
 } as const;

@@ -1,4 +1,10 @@
-import { decodeMessage, type HandlerRegistry, type IncomingMessage } from "../domain/envelope.ts";
+import {
+  decodeMessage,
+  retryState,
+  type HandlerRegistry,
+  type IncomingMessage,
+  type RetryState,
+} from "../domain/envelope.ts";
 import { PoisonMessageError } from "../domain/errors.ts";
 import type { MessageContext } from "../domain/handler.ts";
 import type { ErrorClass } from "../domain/outcome.ts";
@@ -23,11 +29,31 @@ export class ClaimBusyError extends Error {
 type Decided = Decision & { readonly messageType?: string };
 
 /**
+ * What one delivery carries from attempt to attempt while the worker retries it in place: the attempt number, and
+ * for a two-phase handler the claim it holds and whether the external effect already succeeded.
+ */
+export interface Attempt {
+  /** Read from the message on the first attempt; left undefined by the caller. */
+  state?: RetryState;
+  attempt: number;
+  claimId?: string;
+  performed?: boolean;
+}
+
+export function firstAttempt(): Attempt {
+  return { attempt: 0 };
+}
+
+/**
  * Decides what becomes of one message, settlement following from the outcome alone:
  * poison -> dead-letter at once; committed or duplicate -> complete; anything else -> abandon.
  * It never throws.
  */
-export async function processMessage(message: IncomingMessage, deps: ProcessMessageDeps): Promise<Decided> {
+export async function processMessage(
+  message: IncomingMessage,
+  deps: ProcessMessageDeps,
+  attempt: Attempt = firstAttempt(),
+): Promise<Decided> {
   let decoded;
   try {
     if (message.messageId === "") {
@@ -35,6 +61,11 @@ export async function processMessage(message: IncomingMessage, deps: ProcessMess
         "UndecodableBody",
         "the message has no MessageId, so the inbox cannot key it",
       );
+    }
+    if (attempt.state === undefined) {
+      attempt.state = retryState(message);
+      attempt.attempt = attempt.state.attempt;
+      attempt.claimId = attempt.state.claimId;
     }
     decoded = decodeMessage(message, deps.registry, deps.maxMessageBytes);
   } catch (error) {
@@ -48,9 +79,12 @@ export async function processMessage(message: IncomingMessage, deps: ProcessMess
     }
     return failed(error, "permanent");
   }
-  const key = { messageId: message.messageId, consumer: deps.consumer };
+  // A scheduled retry or a replayed copy is keyed by its original: the copy and the original never both take effect.
+  const inboxKey = attempt.state.inboxKey;
+  const key = { messageId: inboxKey, consumer: deps.consumer };
   const context: MessageContext = {
-    messageId: message.messageId,
+    messageId: inboxKey,
+    attempt: attempt.attempt,
     consumer: deps.consumer,
     type: decoded.type,
     deliveryCount: message.deliveryCount,
@@ -65,22 +99,29 @@ export async function processMessage(message: IncomingMessage, deps: ProcessMess
     return { disposition: "complete", outcome: outcome.kind, messageType: type };
   }
   // Two-phase: claim and commit, perform the external effect keyed by the MessageId, then mark it processed.
-  const claim = await deps.store.claim(key);
+  // A retry re-enters the claim its earlier attempt took instead of finding it busy.
+  const claim = await deps.store.claim(key, attempt.claimId);
   switch (claim.kind) {
     case "duplicate":
       return { disposition: "complete", outcome: "duplicate", messageType: type };
     case "busy":
-      return { ...failed(new ClaimBusyError(message.messageId), "transient"), messageType: type };
+      return { ...failed(new ClaimBusyError(inboxKey), "transient"), messageType: type };
     case "failed":
       return { ...failed(claim.error, claim.errorClass), messageType: type };
     case "claimed":
       break;
   }
-  try {
-    await handler.perform(body, { ...context, idempotencyKey: message.messageId });
-  } catch (error) {
-    // The claim stays open; the sweeper makes it retryable, and the external system dedupes by the key.
-    return { ...failed(error, "transient"), messageType: type };
+  if (claim.claimId !== attempt.claimId) attempt.performed = false;
+  attempt.claimId = claim.claimId;
+  if (!attempt.performed) {
+    try {
+      await handler.perform(body, { ...context, idempotencyKey: inboxKey });
+      attempt.performed = true;
+    } catch (error) {
+      // The claim stays open and goes with the retry; the external system dedupes by the key. Like a
+      // transactional handler's own error, it is "permanent" to the store and judged by the retry policy.
+      return { ...failed(error, "permanent"), messageType: type };
+    }
   }
   try {
     await deps.store.markProcessed(key, claim.claimId);

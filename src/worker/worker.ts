@@ -1,14 +1,17 @@
 import { context, ROOT_CONTEXT, type Context } from "@opentelemetry/api";
 import { HandlerRegistry, type IncomingMessage } from "../domain/envelope.ts";
 import type { MessageHandler } from "../domain/handler.ts";
-import type { Decision } from "../domain/settlement.ts";
+import type { Decision, ScheduledCopy } from "../domain/settlement.ts";
 import type { InboxStore } from "../inbox/store.ts";
 import type { ServiceBusClient } from "../servicebus/client.ts";
 import { QueueReceiver } from "../servicebus/receiver.ts";
 import { workerMetrics } from "../telemetry/metrics.ts";
 import { silentLogger, type Logger } from "../telemetry/logger.ts";
-import { errorType } from "../servicebus/tracing.ts";
-import { processMessage } from "./process-message.ts";
+import { errorType, recordAttempt, recordRetryWait } from "../servicebus/tracing.ts";
+import { retryMessageId } from "../servicebus/message-id.ts";
+import { CopyProperty } from "../domain/envelope.ts";
+import { firstAttempt, processMessage, type Attempt } from "./process-message.ts";
+import { decideRetry, defaultRetryPolicy, retryClass, type RetryPolicy } from "./retry-policy.ts";
 
 export interface WorkerOptions {
   readonly client: ServiceBusClient;
@@ -28,9 +31,13 @@ export interface WorkerOptions {
   readonly outageBackoffMaxMs?: number;
   /** Longest wait for one database probe (outage and readiness); a silent database fails the probe. */
   readonly probeTimeoutMs?: number;
+  /** Which failures are retried, after how long, in place or by a scheduled copy (defaultRetryPolicy). */
+  readonly retryPolicy?: RetryPolicy;
   readonly logger?: Logger;
   /** Runs after a message's decision and before its settlement (fault injection; tests). */
   readonly beforeSettle?: (message: IncomingMessage, decision: Decision) => void | Promise<void>;
+  /** Runs after a retry's copy is scheduled and before the original is completed (fault injection; tests). */
+  readonly beforeComplete?: (message: IncomingMessage, decision: Decision) => void | Promise<void>;
 }
 
 export interface WorkerStats {
@@ -42,6 +49,12 @@ export interface WorkerStats {
   settlementFailures: number;
   outages: number;
   held: number;
+  /** Failed attempts retried in place, under the lock. */
+  retriesWaited: number;
+  /** Failed attempts retried by a scheduled copy. */
+  retriesScheduled: number;
+  /** Messages dead-lettered as RetriesExhausted or NotRetryable. */
+  retriesExhausted: number;
 }
 
 export interface Readiness {
@@ -85,7 +98,14 @@ export function createWorker(options: WorkerOptions): Worker {
     settlementFailures: 0,
     outages: 0,
     held: 0,
+    retriesWaited: 0,
+    retriesScheduled: 0,
+    retriesExhausted: 0,
   };
+  const policy = options.retryPolicy ?? defaultRetryPolicy;
+  const maxAutoLockRenewalMs = options.maxAutoLockRenewalMs ?? 300_000;
+  // Wakes every in-place retry wait when the worker stops: each then schedules its retry instead.
+  const waits = new Set<() => void>();
   const telemetry = workerMetrics();
   let stopObservingClaims: (() => void) | undefined;
 
@@ -103,17 +123,18 @@ export function createWorker(options: WorkerOptions): Worker {
     client: options.client,
     queue: options.queue,
     maxConcurrentCalls: options.maxConcurrentCalls ?? 16,
-    maxAutoLockRenewalMs: options.maxAutoLockRenewalMs ?? 300_000,
+    maxAutoLockRenewalMs,
     logger,
-    handle: (message: IncomingMessage, _ctx: Context) => handle(message),
+    handle: (message: IncomingMessage, ctx: Context) => handle(message, ctx),
     beforeSettle: options.beforeSettle,
+    beforeComplete: options.beforeComplete,
     onReceived: () => telemetry.recordConsumed(options.queue),
     onSettled: (decision, result) => {
       if (result.settled) stats.settled += 1;
       else stats.settlementFailures += 1;
       telemetry.recordSettlement({
         queue: options.queue,
-        disposition: decision.disposition,
+        disposition: result.disposition,
         errorType: result.settled ? undefined : errorType(result.error),
       });
       telemetry.recordProcessed({
@@ -123,29 +144,96 @@ export function createWorker(options: WorkerOptions): Worker {
         errorType:
           decision.disposition === "dead_letter"
             ? decision.reason
-            : decision.disposition === "abandon"
+            : decision.disposition === "abandon" || decision.disposition === "reschedule"
               ? decision.errorClass
               : undefined,
       });
     },
   });
 
-  async function handle(message: IncomingMessage): Promise<Decision & { messageType?: string }> {
-    const decide = () =>
-      processMessage(message, {
-        store,
-        registry,
-        consumer: options.consumer,
-        maxMessageBytes: options.maxMessageBytes ?? 262_144,
-      });
+  async function handle(
+    message: IncomingMessage,
+    ctx: Context,
+  ): Promise<Decision & { messageType?: string }> {
+    const receivedAt = Date.now();
+    const attempt = firstAttempt();
+    const decide = async () => {
+      const decided = await processMessage(
+        message,
+        {
+          store,
+          registry,
+          consumer: options.consumer,
+          maxMessageBytes: options.maxMessageBytes ?? 262_144,
+        },
+        attempt,
+      );
+      recordAttempt(ctx, attempt.attempt);
+      return decided;
+    };
     let decision = await decide();
-    // A message that met an outage keeps its lock (renewed by the SDK) and waits for the database instead of
-    // being abandoned: an abandon would spend one of its deliveries on every outage. Bounded, so a database that
-    // flaps cannot hold it forever; after that, and on stop, it is abandoned as any other failure.
-    for (let retry = 0; retry < OUTAGE_RETRIES && isOutage(decision) && !stopping; retry += 1) {
-      enterOutage();
-      if (!(await recovery)) break;
-      decision = await decide();
+    for (;;) {
+      // A message that met an outage keeps its lock (renewed by the SDK) and waits for the database instead of
+      // being abandoned: an abandon would spend one of its deliveries on every outage. Bounded, so a database that
+      // flaps cannot hold it forever; after that, and on stop, it is abandoned as any other failure.
+      for (let retry = 0; retry < OUTAGE_RETRIES && isOutage(decision) && !stopping; retry += 1) {
+        enterOutage();
+        if (!(await recovery)) break;
+        decision = await decide();
+      }
+      if (decision.disposition !== "abandon" || decision.errorClass === "unavailable") break;
+      const errorClass = retryClass(decision.error, decision.errorClass);
+      const verdict = decideRetry(policy, {
+        attempt: attempt.attempt,
+        errorClass,
+        error: decision.error,
+        lockRemainingMs: lockRemaining(message, receivedAt),
+        random: Math.random(),
+      });
+      if (verdict.action === "dead_letter") {
+        stats.retriesExhausted += 1;
+        telemetry.recordRetry(options.queue, "exhausted", errorClass);
+        decision = {
+          disposition: "dead_letter",
+          outcome: "failed",
+          reason: verdict.reason,
+          description: verdict.description,
+          messageType: decision.messageType,
+        };
+        break;
+      }
+      let delayMs = verdict.delayMs;
+      if (verdict.action === "wait" && !stopping) {
+        logger.info("attempt failed; retrying under the lock", {
+          messageId: message.messageId,
+          attempt: attempt.attempt,
+          delayMs,
+          errorClass,
+          error: decision.error,
+        });
+        recordRetryWait(ctx, verdict.attempt, delayMs, decision.error);
+        const began = Date.now();
+        if (await pause(delayMs)) {
+          stats.retriesWaited += 1;
+          telemetry.recordRetry(options.queue, "waited", errorClass);
+          attempt.attempt = verdict.attempt;
+          decision = await decide();
+          continue;
+        }
+        // Stopping: the rest of the wait becomes a scheduled copy, so the stop spends no delivery.
+        delayMs = Math.max(0, delayMs - (Date.now() - began));
+      }
+      stats.retriesScheduled += 1;
+      telemetry.recordRetry(options.queue, "scheduled", errorClass);
+      decision = {
+        disposition: "reschedule",
+        outcome: "failed",
+        error: decision.error,
+        errorClass,
+        copy: scheduledCopy(attempt, verdict.attempt, delayMs),
+        messageType: decision.messageType,
+      };
+      break;
     }
     stats[decision.outcome] += 1;
     if (decision.disposition === "abandon") {
@@ -156,6 +244,15 @@ export function createWorker(options: WorkerOptions): Worker {
         error: decision.error,
       });
       if (isOutage(decision)) enterOutage();
+    } else if (decision.disposition === "reschedule") {
+      logger.warn("attempt failed; retry scheduled", {
+        messageId: message.messageId,
+        attempt: decision.copy.attempt - 1,
+        retryMessageId: decision.copy.messageId,
+        enqueueAt: decision.copy.enqueueAt.toISOString(),
+        errorClass: decision.errorClass,
+        error: decision.error,
+      });
     } else if (decision.disposition === "dead_letter") {
       logger.warn("message dead-lettered", {
         messageId: message.messageId,
@@ -164,6 +261,29 @@ export function createWorker(options: WorkerOptions): Worker {
       });
     }
     return decision;
+  }
+
+  /** How long this delivery's lock can still be held: while the SDK renews it, or until it expires. */
+  function lockRemaining(message: IncomingMessage, receivedAt: number): number | undefined {
+    if (maxAutoLockRenewalMs > 0) return receivedAt + maxAutoLockRenewalMs - Date.now();
+    return message.lockedUntil ? message.lockedUntil.getTime() - Date.now() : undefined;
+  }
+
+  /** Resolves true after `ms`, or false at once when the worker stops. */
+  function pause(ms: number): Promise<boolean> {
+    if (stopping) return Promise.resolve(false);
+    return new Promise<boolean>((resolve) => {
+      const wake = () => {
+        clearTimeout(timer);
+        waits.delete(wake);
+        resolve(false);
+      };
+      const timer = setTimeout(() => {
+        waits.delete(wake);
+        resolve(true);
+      }, ms);
+      waits.add(wake);
+    });
   }
 
   function enterOutage(): void {
@@ -258,6 +378,7 @@ export function createWorker(options: WorkerOptions): Worker {
       stopping = true;
       for (const timer of timers) clearInterval(timer);
       stopObservingClaims?.();
+      for (const wake of [...waits]) wake();
       wakeOutage?.();
       await outageLoop;
       await receiver.detach(gracePeriodMs);
@@ -286,6 +407,27 @@ export function createWorker(options: WorkerOptions): Worker {
 
 /** How many times a message that met an outage waits for the database and tries again before it is abandoned. */
 const OUTAGE_RETRIES = 3;
+
+/**
+ * The copy for a retry that does not fit under the lock. Its MessageId is derived from the inbox key, the replay
+ * number and the attempt, so scheduling the same retry twice is dropped by the broker's duplicate detection, while
+ * each new attempt (and each replay's attempts) passes it.
+ */
+function scheduledCopy(attempt: Attempt, next: number, delayMs: number): ScheduledCopy {
+  const state = attempt.state!;
+  const properties: Record<string, string | number> = {
+    [CopyProperty.originalKey]: state.inboxKey,
+    [CopyProperty.attempt]: next,
+    [CopyProperty.replay]: state.replay,
+  };
+  if (attempt.claimId !== undefined) properties[CopyProperty.claimId] = attempt.claimId;
+  return {
+    messageId: retryMessageId(state.inboxKey, state.replay, next),
+    enqueueAt: new Date(Date.now() + delayMs),
+    attempt: next,
+    properties,
+  };
+}
 
 function isOutage(decision: Decision): boolean {
   return decision.disposition === "abandon" && decision.errorClass === "unavailable";

@@ -300,6 +300,22 @@ export function inboxConformance(backend: Backend): void {
         await store.markProcessed(k); // repeating it is harmless
       });
 
+      it("a retry re-enters its own open claim by id; any other id, or none, finds it busy", async function () {
+        const k = key("mailer");
+        const first = await store.claim(k);
+        assert.equal(first.kind, "claimed");
+        const claimId = first.kind === "claimed" ? first.claimId : "0";
+        assert.deepEqual(await store.claim(k, claimId), { kind: "claimed", claimId });
+        assert.equal((await store.claim(k)).kind, "busy");
+        assert.equal((await store.claim(k, String(Number(claimId) + 1_000_000))).kind, "busy");
+        await store.markProcessed(k, claimId);
+        assert.equal(
+          (await store.claim(k, claimId)).kind,
+          "duplicate",
+          "a processed claim is never re-entered",
+        );
+      });
+
       it("a claim left open is found by the sweeper and retried by one claimant", async function () {
         const k = key("mailer");
         const abandoned = await store.claim(k);

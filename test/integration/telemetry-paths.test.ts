@@ -15,7 +15,8 @@ import {
 import { deriveMessageId } from "../../src/servicebus/message-id.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
 import { createLogger } from "../../src/telemetry/logger.ts";
-import { Attr, Metric, SpanName } from "../../src/telemetry/names.ts";
+import { Attr, Metric, SpanEvent, SpanName } from "../../src/telemetry/names.ts";
+import { defaultRetryPolicy } from "../../src/worker/retry-policy.ts";
 import type { Worker } from "../../src/worker/worker.ts";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { creditsPerMessage, exampleDatabase, startTestWorker } from "../helpers/worker.ts";
@@ -252,7 +253,7 @@ describe("telemetry: every path traced and measured (real SDK, local broker, Pos
     );
   });
 
-  it("failed and abandoned: every delivery is a process span in the publish's trace, with the SQLSTATE", async () => {
+  it("failed, retried in place, then dead-lettered: one process span in the publish's trace, with the SQLSTATE", async () => {
     await db.sql.query("CREATE TABLE IF NOT EXISTS telemetry_taken (k text PRIMARY KEY)");
     await db.sql.query("INSERT INTO telemetry_taken VALUES ('taken') ON CONFLICT DO NOTHING");
     const failing: TransactionalHandler<{ k: string }> = {
@@ -265,46 +266,52 @@ describe("telemetry: every path traced and measured (real SDK, local broker, Pos
     };
     const dead = fixture.broker.counts(QUEUE).deadLettered;
     const messageId = await publish("failing-1", { k: "taken" }, "TakeKey");
-    start({ handlers: [failing] });
+    // A unique violation on a business table is permanent: one retry (here after 200 ms), then dead-lettered.
+    start({
+      handlers: [failing],
+      retryPolicy: { ...defaultRetryPolicy, jitter: 0, permanentDelaysMs: [200] },
+    });
     await waitUntil(
       () => fixture.broker.counts(QUEUE).deadLettered === dead + 1,
-      "the broker dead-letters it",
+      "the worker dead-letters it",
     );
-    await waitForProcessSpans(messageId, MAX_DELIVERY);
+    await waitForProcessSpans(messageId, 1);
 
     const [send] = spans().filter((s) => s.name === SpanName.send(QUEUE));
     assert.ok(send);
-    const deliveries = processSpans(messageId).sort(
-      (a, b) => Number(a.attributes[Attr.deliveryCount]) - Number(b.attributes[Attr.deliveryCount]),
-    );
+    const deliveries = processSpans(messageId);
+    assert.equal(deliveries.length, 1, "one delivery: the retry waited under the lock");
+    const process = deliveries[0]!;
+    assertMessagingAttributes(process, messageId);
+    assert.equal(process.attributes[Attr.deliveryCount], 1);
+    assert.equal(process.spanContext().traceId, send.spanContext().traceId);
+    assert.equal(process.parentSpanContext?.spanId, send.spanContext().spanId);
+    assert.equal(process.attributes[Attr.outcome], "failed");
+    assert.equal(process.attributes[Attr.attempt], 2);
+    assert.equal(process.attributes[Attr.dispositionStatus], "dead_letter");
+    assert.equal(process.attributes[Attr.deadLetterReason], "RetriesExhausted");
+    assert.equal(process.status.code, SpanStatusCode.ERROR);
     assert.deepEqual(
-      deliveries.map((s) => s.attributes[Attr.deliveryCount]),
-      [1, 2],
+      process.events.map((e) => [e.name, e.attributes?.[Attr.errorType]]),
+      [[SpanEvent.retryWaited, "23505"]],
     );
-    for (const process of deliveries) {
-      assertMessagingAttributes(process, messageId);
-      assert.equal(process.spanContext().traceId, send.spanContext().traceId);
-      assert.equal(process.parentSpanContext?.spanId, send.spanContext().spanId);
-      assert.equal(process.attributes[Attr.outcome], "failed");
-      assert.equal(process.attributes[Attr.dispositionStatus], "abandon");
-      assert.equal(process.attributes[Attr.errorType], "23505");
-      assert.equal(process.status.code, SpanStatusCode.ERROR);
-      const tx = childNamed(process, SpanName.inboxTransaction);
+    const txs = childrenOf(process).filter((c) => c.name === SpanName.inboxTransaction);
+    assert.equal(txs.length, 2, "one inbox transaction per attempt");
+    for (const tx of txs) {
       assert.equal(tx.attributes[Attr.dbStatusCode], "23505");
       assert.equal(tx.attributes[Attr.outcome], "failed");
-      assertSettlement(process, "abandon");
     }
+    assertSettlement(process, "dead_letter");
 
     const data = await telemetry().collect();
-    assert.equal(metricTotal(data, Metric.consumedMessages), MAX_DELIVERY);
-    assert.equal(metricTotal(data, Metric.outcomes, { [Attr.outcome]: "failed" }), MAX_DELIVERY);
+    assert.equal(metricTotal(data, Metric.consumedMessages), 1);
+    assert.equal(metricTotal(data, Metric.outcomes, { [Attr.outcome]: "failed" }), 1);
+    assert.equal(metricTotal(data, Metric.dispositions, { [Attr.dispositionStatus]: "dead_letter" }), 1);
+    assert.equal(metricTotal(data, Metric.retries, { [Attr.retryOutcome]: "waited" }), 1);
+    assert.equal(metricTotal(data, Metric.retries, { [Attr.retryOutcome]: "exhausted" }), 1);
     assert.equal(
-      metricTotal(data, Metric.dispositions, { [Attr.dispositionStatus]: "abandon" }),
-      MAX_DELIVERY,
-    );
-    assert.equal(
-      histogramOf(data, Metric.processDuration, { [Attr.errorType]: "permanent" }).count,
-      MAX_DELIVERY,
+      histogramOf(data, Metric.processDuration, { [Attr.errorType]: "RetriesExhausted" }).count,
+      1,
     );
   });
 

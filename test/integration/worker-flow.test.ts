@@ -124,7 +124,7 @@ describe("worker: settlement follows the inbox outcome (real SDK, local broker, 
     assert.equal(await countCredits(db), 2, "no effect from poison (two credits from the earlier tests)");
   });
 
-  it("a failing business change is abandoned, then dead-lettered by the broker after MaxDeliveryCount", async function () {
+  it("a failing business change is permanent: retried once in place, then dead-lettered as RetriesExhausted", async function () {
     // A business table's own unique index rejects the write every time: a failure, never a duplicate.
     await db.sql.query("CREATE TABLE IF NOT EXISTS biz_unique (k text PRIMARY KEY)");
     await db.sql.query("INSERT INTO biz_unique VALUES ('taken') ON CONFLICT DO NOTHING");
@@ -141,12 +141,17 @@ describe("worker: settlement follows the inbox outcome (real SDK, local broker, 
     await publisher.close();
     const worker = startTestWorker({ client: fixture.client, db, handlers: [failing] });
     workers.push(worker);
-    await waitUntil(() => counts().deadLettered === 1, "the broker dead-letters it", 15_000);
-    assert.equal(worker.stats.failed, 3, "abandoned once per delivery, MaxDeliveryCount 3");
+    await waitUntil(() => counts().deadLettered === 1, "the worker dead-letters it", 15_000);
+    assert.equal(worker.stats.failed, 1, "one delivery, never abandoned");
+    assert.equal(worker.stats.retriesWaited, 1, "the default permanent schedule: one retry after 5 s");
     assert.equal(worker.stats.duplicate, 0);
     const [dead] = await drainDeadLetters();
     assert.equal(dead?.messageId, messageId);
-    assert.equal(dead?.deadLetterReason, "MaxDeliveryCountExceeded");
+    assert.equal(dead?.deadLetterReason, "RetriesExhausted");
+    assert.match(
+      dead?.deadLetterErrorDescription ?? "",
+      /^after 2 attempts: permanent error: duplicate key value/,
+    );
     const { rows } = await db.sql.query('SELECT 1 FROM "Inbox" WHERE "MessageId" = $1', [messageId]);
     assert.equal(rows.length, 0, "no marker without the business change");
   });

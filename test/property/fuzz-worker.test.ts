@@ -284,7 +284,7 @@ describe("fuzz: arbitrary messages through the real SDK, local broker and Postgr
     assert.equal(worker.stats.settlementFailures, 0, "no settlement failed");
   });
 
-  it("U+0000, which PostgreSQL text cannot hold, in a field or the MessageId: dead-lettered by the broker after MaxDeliveryCount, no row", async function () {
+  it("U+0000, which PostgreSQL text cannot hold, in a field or the MessageId: dead-lettered as RetriesExhausted after its one retry, no row", async function () {
     const body = (accountId: string) => new Uint8Array(Buffer.from(JSON.stringify({ accountId, amount: 3 })));
     const cases: Case[] = [
       {
@@ -314,8 +314,8 @@ describe("fuzz: arbitrary messages through the real SDK, local broker and Postgr
     const credits = await creditsPerMessage(db);
     for (const c of cases) {
       // The schema accepts the string; the database refuses it on every attempt (a permanent error), so the
-      // worker abandons and the broker dead-letters once the deliveries run out.
-      assert.equal(dead.get(c.messageId), "MaxDeliveryCountExceeded", c.messageId);
+      // worker retries it once, as the permanent schedule says, and dead-letters it.
+      assert.equal(dead.get(c.messageId), "RetriesExhausted", c.messageId);
       assert.equal(credits.get(c.messageId), undefined, c.messageId);
     }
     assert.equal(worker.paused, false, "a refused value is not an outage");

@@ -134,4 +134,39 @@ describe("config", function () {
       "SBINBOX_SERVICEBUS_CONNECTION_STRING",
     );
   });
+
+  it("retry settings: defaults, lists, none, and errors naming the setting and the element", function () {
+    const defaults = loadConfig({ env: {} }).retry;
+    assert.deepEqual(defaults, {
+      transientDelaysMs: [1_000, 5_000, 30_000, 120_000, 600_000],
+      permanentDelaysMs: [5_000],
+      jitter: 0.2,
+      maxInProcessWaitMs: 30_000,
+    });
+    const set = loadConfig({
+      env: {
+        SBINBOX_RETRY_DELAYS_MS: " 200, 400 ",
+        SBINBOX_RETRY_PERMANENT_DELAYS_MS: "none",
+        SBINBOX_RETRY_JITTER: "0",
+        SBINBOX_RETRY_MAX_WAIT_MS: "0",
+      },
+    }).retry;
+    assert.deepEqual(set, {
+      transientDelaysMs: [200, 400],
+      permanentDelaysMs: [],
+      jitter: 0,
+      maxInProcessWaitMs: 0,
+    });
+    const bad = configError(() => loadConfig({ env: { SBINBOX_RETRY_DELAYS_MS: "1000,5s" } }));
+    assert.equal(bad.setting, "SBINBOX_RETRY_DELAYS_MS");
+    assert.match(bad.message, /element 2 \("5s"\)/);
+    assert.equal(
+      configError(() => loadConfig({ env: { SBINBOX_RETRY_JITTER: "1.5" } })).setting,
+      "SBINBOX_RETRY_JITTER",
+    );
+    assert.equal(
+      configError(() => loadConfig({ env: { SBINBOX_RETRY_PERMANENT_DELAYS_MS: "1,,2" } })).setting,
+      "SBINBOX_RETRY_PERMANENT_DELAYS_MS",
+    );
+  });
 });

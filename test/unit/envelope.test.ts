@@ -1,5 +1,11 @@
 import assert from "node:assert/strict";
-import { decodeMessage, HandlerRegistry, type IncomingMessage } from "../../src/domain/envelope.ts";
+import {
+  CopyProperty,
+  decodeMessage,
+  HandlerRegistry,
+  retryState,
+  type IncomingMessage,
+} from "../../src/domain/envelope.ts";
 import { PoisonMessageError, type PoisonReason } from "../../src/domain/errors.ts";
 import { exampleHandlers } from "../../src/example/index.ts";
 
@@ -79,5 +85,49 @@ describe("decoding a message", function () {
       () => new HandlerRegistry([...exampleHandlers(), ...exampleHandlers()]),
       /already registered/,
     );
+  });
+});
+
+describe("a message's retry state", function () {
+  const base = (props: Record<string, unknown>): IncomingMessage => ({
+    messageId: "copy-id",
+    body: "{}",
+    deliveryCount: 0,
+    applicationProperties: props,
+  });
+
+  it("keys the inbox by the original key when a copy carries one, by the MessageId otherwise", function () {
+    assert.deepEqual(retryState(base({})), {
+      inboxKey: "copy-id",
+      attempt: 1,
+      replay: 0,
+      claimId: undefined,
+    });
+    assert.deepEqual(
+      retryState(
+        base({
+          [CopyProperty.originalKey]: "orig",
+          [CopyProperty.attempt]: 4,
+          [CopyProperty.replay]: 2,
+          [CopyProperty.claimId]: "17",
+        }),
+      ),
+      { inboxKey: "orig", attempt: 4, replay: 2, claimId: "17" },
+    );
+  });
+
+  it("refuses copy properties of the wrong shape as poison, naming the property", function () {
+    for (const [props, name] of [
+      [{ [CopyProperty.originalKey]: 5 }, CopyProperty.originalKey],
+      [{ [CopyProperty.originalKey]: "x".repeat(129) }, CopyProperty.originalKey],
+      [{ [CopyProperty.attempt]: 0 }, CopyProperty.attempt],
+      [{ [CopyProperty.attempt]: "two" }, CopyProperty.attempt],
+      [{ [CopyProperty.claimId]: "1; DROP" }, CopyProperty.claimId],
+    ] as const) {
+      assert.throws(
+        () => retryState(base(props)),
+        (e: unknown) => e instanceof PoisonMessageError && e.message.includes(name),
+      );
+    }
   });
 });

@@ -1,0 +1,222 @@
+import { createInterface } from "node:readline/promises";
+import { parseArgs } from "node:util";
+import { loadConfig } from "../config/load.ts";
+import { ConfigError } from "../domain/errors.ts";
+import { createServiceBusClient, type ServiceBusClient } from "../servicebus/client.ts";
+import {
+  peekDeadLetters,
+  purgeDeadLetters,
+  replayDeadLetters,
+  type DeadLetter,
+  type Selector,
+} from "../servicebus/dead-letter.ts";
+import { createProgress } from "./progress.ts";
+
+const usage = `usage: sbinbox dlq <list | replay | purge> [options]
+
+  list                      the dead-letter queue, oldest first (nothing is locked or changed)
+    --bodies                also print each body (they may hold personal data)
+    --json                  one JSON object a line instead of a table
+    --max N                 at most N messages
+  replay                    send the selected messages back to the queue, then remove them from the dead-letter queue
+    --id ID                 this MessageId (repeatable)
+    --reason R              every message dead-lettered with this reason (e.g. RetriesExhausted)
+    --all                   every message
+    --dry-run               show what would be replayed, change nothing
+  purge                     delete the selected messages for good
+    --older-than AGE        enqueued longer ago than AGE (30s, 15m, 12h, 7d)
+    --reason R              dead-lettered with this reason
+    --all                   every message
+    --yes                   do not ask for confirmation
+    --dry-run               show what would be purged, change nothing
+
+Service Bus from SBINBOX_SERVICEBUS_CONNECTION_STRING or SBINBOX_SERVICEBUS_NAMESPACE (DefaultAzureCredential),
+queue SBINBOX_QUEUE. A replayed copy carries the original inbox key: the worker applies it at most once.
+`;
+
+interface Streams {
+  readonly out: NodeJS.WritableStream;
+  readonly err: NodeJS.WriteStream;
+  /** Answers a yes/no question; a terminal by default. */
+  readonly confirm?: (question: string) => Promise<boolean>;
+}
+
+export async function run(argv: string[], streams: Streams = defaultStreams()): Promise<number> {
+  const [action, ...rest] = argv;
+  const fail = (message: string, code = 2): number => {
+    streams.err.write(`sbinbox dlq: ${message}\n`);
+    return code;
+  };
+  if (action === undefined || action === "--help" || action === "-h") {
+    streams.out.write(usage);
+    return action === undefined ? 2 : 0;
+  }
+  if (!["list", "replay", "purge"].includes(action)) return fail(`unknown action "${action}"\n\n${usage}`);
+  let args;
+  try {
+    args = parseArgs({
+      args: rest,
+      options: {
+        id: { type: "string", multiple: true },
+        reason: { type: "string" },
+        all: { type: "boolean" },
+        "older-than": { type: "string" },
+        "dry-run": { type: "boolean" },
+        yes: { type: "boolean", short: "y" },
+        bodies: { type: "boolean" },
+        json: { type: "boolean" },
+        max: { type: "string" },
+      },
+      strict: true,
+    }).values;
+  } catch (error) {
+    return fail(`${(error as Error).message}\n\n${usage}`);
+  }
+  let select: Selector;
+  let max: number | undefined;
+  try {
+    select = action === "list" ? () => true : selector(action, args);
+    max = args.max === undefined ? undefined : positive(args.max, "--max");
+  } catch (error) {
+    return fail((error as Error).message);
+  }
+  let config;
+  try {
+    config = loadConfig({ purpose: "publish" });
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    return fail(`configuration error: ${error.message}`);
+  }
+  const sb = config.serviceBus;
+  const client: ServiceBusClient = createServiceBusClient(
+    sb.kind === "namespace"
+      ? { fullyQualifiedNamespace: sb.fullyQualifiedNamespace }
+      : { connectionString: (sb as { connectionString: string }).connectionString },
+  );
+  const queue = config.queue;
+  try {
+    if (action === "list") {
+      const messages = await peekDeadLetters(client, queue, { max, bodies: args.bodies === true });
+      writeList(streams.out, messages, args.json === true);
+      return 0;
+    }
+    const matching = (await peekDeadLetters(client, queue)).filter(select);
+    if (args["dry-run"]) {
+      writeList(streams.out, matching, args.json === true);
+      streams.out.write(
+        `dry run: would ${action} ${matching.length} message(s) of ${queue}/$DeadLetterQueue\n`,
+      );
+      return 0;
+    }
+    if (matching.length === 0) {
+      streams.out.write(`nothing to ${action}: no dead-lettered message matches\n`);
+      return 0;
+    }
+    if (action === "purge" && !args.yes) {
+      const ask = streams.confirm;
+      if (!ask) return fail("purge deletes messages for good: confirm on a terminal or pass --yes");
+      const ok = await ask(
+        `delete ${matching.length} message(s) from ${queue}/$DeadLetterQueue for good? [y/N] `,
+      );
+      if (!ok) return fail("purge cancelled", 1);
+    }
+    const total = Math.min(matching.length, max ?? matching.length);
+    const progress = createProgress(action, total, streams.err);
+    const options = { max: total, onProgress: (done: number) => progress.update(done) };
+    if (action === "replay") {
+      const { replayed } = await replayDeadLetters(client, queue, select, options);
+      progress.finish();
+      for (const r of replayed) streams.out.write(`replayed ${r.messageId} as ${r.copyMessageId}\n`);
+      streams.out.write(`replayed ${replayed.length} message(s) to ${queue}\n`);
+    } else {
+      const purged = await purgeDeadLetters(client, queue, select, options);
+      progress.finish();
+      streams.out.write(`purged ${purged.length} message(s) from ${queue}/$DeadLetterQueue\n`);
+    }
+    return 0;
+  } catch (error) {
+    return fail(`${action} failed: ${(error as Error).message}`, 1);
+  } finally {
+    // Telemetry (the replay's PRODUCER spans) is started and flushed around every command by bin/sbinbox.js.
+    await client.close();
+  }
+}
+
+function selector(
+  action: string,
+  args: { id?: string[]; reason?: string; all?: boolean; "older-than"?: string },
+): Selector {
+  const ids = args.id && args.id.length > 0 ? new Set(args.id) : undefined;
+  const olderThanMs = args["older-than"] === undefined ? undefined : duration(args["older-than"]);
+  if (action === "replay" && olderThanMs !== undefined)
+    throw new Error("replay selects by --id, --reason or --all");
+  if (action === "purge" && ids) throw new Error("purge selects by --older-than, --reason or --all");
+  if (!ids && args.reason === undefined && olderThanMs === undefined && !args.all) {
+    throw new Error(
+      action === "replay"
+        ? "say what to replay: --id ID (repeatable), --reason R or --all"
+        : "say what to purge: --older-than AGE, --reason R or --all",
+    );
+  }
+  if (args.all && (ids || args.reason !== undefined || olderThanMs !== undefined))
+    throw new Error("--all cannot be combined with another selection");
+  return (m: DeadLetter) =>
+    (ids === undefined || ids.has(m.messageId)) &&
+    (args.reason === undefined || m.reason === args.reason) &&
+    (olderThanMs === undefined ||
+      (m.enqueuedTime !== undefined && Date.now() - m.enqueuedTime.getTime() > olderThanMs));
+}
+
+const UNITS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+export function duration(text: string): number {
+  const match = /^(\d+)(ms|s|m|h|d)$/.exec(text.trim());
+  if (!match)
+    throw new Error(`--older-than "${text}" must be a number and a unit: ms, s, m, h or d (e.g. 7d)`);
+  return Number(match[1]) * UNITS[match[2]!]!;
+}
+
+function positive(text: string, name: string): number {
+  const n = Number(text);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`${name} must be a positive whole number`);
+  return n;
+}
+
+function writeList(out: NodeJS.WritableStream, messages: readonly DeadLetter[], json: boolean): void {
+  if (json) {
+    for (const m of messages) out.write(`${JSON.stringify(m)}\n`);
+    return;
+  }
+  out.write(`${["MessageId", "reason", "enqueued", "deliveries", "description"].join("\t")}\n`);
+  for (const m of messages) {
+    out.write(
+      `${[
+        m.messageId,
+        m.reason ?? "",
+        m.enqueuedTime?.toISOString() ?? "",
+        m.deliveryCount,
+        (m.description ?? "").replace(/\s+/g, " "),
+      ].join("\t")}\n`,
+    );
+    if (m.body !== undefined) out.write(`  body: ${m.body}\n`);
+  }
+  out.write(`${messages.length} message(s)\n`);
+}
+
+function defaultStreams(): Streams {
+  const tty = process.stdin.isTTY === true && process.stderr.isTTY === true;
+  return {
+    out: process.stdout,
+    err: process.stderr,
+    confirm: tty
+      ? async (question) => {
+          const rl = createInterface({ input: process.stdin, output: process.stderr });
+          try {
+            return /^y(es)?$/i.test((await rl.question(question)).trim());
+          } finally {
+            rl.close();
+          }
+        }
+      : undefined,
+  };
+}

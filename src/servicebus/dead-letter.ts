@@ -1,0 +1,216 @@
+import type { ServiceBusClient, ServiceBusReceivedMessage, ServiceBusReceiver } from "@azure/service-bus";
+import { CopyProperty, retryState } from "../domain/envelope.ts";
+import { Attr } from "../telemetry/names.ts";
+import { copyOf } from "./copy.ts";
+import { replayMessageId } from "./message-id.ts";
+import { toIncoming } from "./receiver.ts";
+import { endSpan, injectTraceContext, startSendSpan } from "./tracing.ts";
+
+/** One dead-lettered message as `sbinbox dlq` shows it. */
+export interface DeadLetter {
+  readonly messageId: string;
+  readonly sequenceNumber: string;
+  readonly reason?: string;
+  readonly description?: string;
+  readonly enqueuedTime?: Date;
+  readonly deliveryCount: number;
+  /** The inbox key its copies are deduplicated by: the original MessageId. */
+  readonly inboxKey: string;
+  /** How many times it was replayed already. */
+  readonly replay: number;
+  readonly subject?: string;
+  /** The body as text, only when asked for. */
+  readonly body?: string;
+}
+
+export type Selector = (message: DeadLetter) => boolean;
+
+const PAGE = 100;
+
+/** Reads the dead-letter queue without locking anything (peek), oldest first, up to `max` messages. */
+export async function peekDeadLetters(
+  client: ServiceBusClient,
+  queue: string,
+  options: { max?: number; bodies?: boolean } = {},
+): Promise<DeadLetter[]> {
+  const receiver = client.createReceiver(queue, { subQueueType: "deadLetter", skipParsingBodyAsJson: true });
+  const max = options.max ?? Number.MAX_SAFE_INTEGER;
+  const out: DeadLetter[] = [];
+  try {
+    // Each call continues after the last message the previous one returned.
+    for (;;) {
+      const page = await receiver.peekMessages(Math.min(PAGE, max - out.length));
+      if (page.length === 0) break;
+      for (const m of page) out.push(describe(m, options.bodies === true));
+      if (out.length >= max) break;
+    }
+  } finally {
+    await receiver.close();
+  }
+  return out;
+}
+
+export interface DrainOptions {
+  /** Called after each message acted on, with the count so far. */
+  readonly onProgress?: (done: number) => void;
+  /** Stop after this many acted on. */
+  readonly max?: number;
+}
+
+export interface ReplayOptions extends DrainOptions {
+  /** Runs after a copy is sent and before its dead-lettered original is completed (fault injection; tests). */
+  readonly beforeComplete?: (messageId: string) => void | Promise<void>;
+}
+
+export interface ReplayResult {
+  /** Each replayed message: its MessageId and the copy's. */
+  readonly replayed: { messageId: string; copyMessageId: string }[];
+}
+
+/**
+ * Replays the selected dead-lettered messages to the queue. Each copy gets a MessageId derived from the original
+ * inbox key and the next replay number, so it passes duplicate detection (the original's id may still be in the
+ * window) and a re-run after a crash sends the same id again, which the broker drops. It carries the original
+ * inbox key, so a message whose effect had in fact committed comes back as `duplicate`. The dead-lettered message
+ * is completed only after its copy is sent: a command that dies half-way loses nothing.
+ */
+export async function replayDeadLetters(
+  client: ServiceBusClient,
+  queue: string,
+  select: Selector,
+  options: ReplayOptions = {},
+): Promise<ReplayResult> {
+  const sender = client.createSender(queue);
+  const replayed: ReplayResult["replayed"] = [];
+  try {
+    await drain(client, queue, select, options, async (receiver, message, info) => {
+      const replay = info.replay + 1;
+      const copyId = replayMessageId(info.inboxKey, replay);
+      const properties: Record<string, string | number> = {
+        [CopyProperty.originalKey]: info.inboxKey,
+        [CopyProperty.attempt]: 1,
+        [CopyProperty.replay]: replay,
+      };
+      const copy = copyOf(message, copyId, properties);
+      // The replay is a send of its own: a PRODUCER span whose context the copy carries to the worker.
+      const { span, ctx } = startSendSpan(queue, 1, copyId);
+      span.setAttribute(Attr.replayOf, info.messageId);
+      injectTraceContext(ctx, copy.applicationProperties as Record<string, unknown>);
+      try {
+        await sender.sendMessages(copy);
+        endSpan(span);
+      } catch (error) {
+        endSpan(span, error);
+        throw error;
+      }
+      await options.beforeComplete?.(info.messageId);
+      await receiver.completeMessage(message);
+      replayed.push({ messageId: info.messageId, copyMessageId: copyId });
+    });
+  } finally {
+    await sender.close();
+  }
+  return { replayed };
+}
+
+/** Deletes the selected dead-lettered messages for good; returns their MessageIds. */
+export async function purgeDeadLetters(
+  client: ServiceBusClient,
+  queue: string,
+  select: Selector,
+  options: DrainOptions = {},
+): Promise<string[]> {
+  const purged: string[] = [];
+  await drain(client, queue, select, options, async (receiver, message, info) => {
+    await receiver.completeMessage(message);
+    purged.push(info.messageId);
+  });
+  return purged;
+}
+
+/**
+ * Receives the dead-letter queue under peek-lock and acts on the selected messages. The others stay locked until the
+ * end, so they are not received again meanwhile, and are then abandoned back (abandoning in a dead-letter queue
+ * does not dead-letter again). A message seen twice (its lock ran out and it came back) ends the pass.
+ */
+async function drain(
+  client: ServiceBusClient,
+  queue: string,
+  select: Selector,
+  options: DrainOptions,
+  act: (receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage, info: DeadLetter) => Promise<void>,
+): Promise<void> {
+  const receiver = client.createReceiver(queue, {
+    subQueueType: "deadLetter",
+    receiveMode: "peekLock",
+    skipParsingBodyAsJson: true,
+  });
+  const held: ServiceBusReceivedMessage[] = [];
+  const seen = new Set<string>();
+  const max = options.max ?? Number.MAX_SAFE_INTEGER;
+  let done = 0;
+  try {
+    for (let more = true; more && done < max;) {
+      const batch = await receiver.receiveMessages(PAGE, { maxWaitTimeInMs: 2_000 });
+      if (batch.length === 0) break;
+      for (const message of batch) {
+        const seq = String(message.sequenceNumber);
+        const info = describe(message, false);
+        if (seen.has(seq)) more = false;
+        seen.add(seq);
+        if (!more || done >= max || !select(info)) {
+          held.push(message);
+          continue;
+        }
+        try {
+          await act(receiver, message, info);
+        } catch (error) {
+          // Back to the dead-letter queue at once rather than when its lock runs out, for a re-run to find.
+          held.push(message);
+          throw error;
+        }
+        done += 1;
+        options.onProgress?.(done);
+      }
+    }
+  } finally {
+    for (const message of held) {
+      try {
+        await receiver.abandonMessage(message);
+      } catch {
+        // Its lock already ran out: it is back in the dead-letter queue either way.
+      }
+    }
+    await receiver.close();
+  }
+}
+
+function describe(message: ServiceBusReceivedMessage, withBody: boolean): DeadLetter {
+  let inboxKey = String(message.messageId ?? "");
+  let replay = 0;
+  try {
+    const state = retryState(toIncoming(message));
+    inboxKey = state.inboxKey;
+    replay = state.replay;
+  } catch {
+    // Copy properties of the wrong shape: treat it as an original; the worker will dead-letter it again.
+  }
+  return {
+    messageId: String(message.messageId ?? ""),
+    sequenceNumber: String(message.sequenceNumber ?? ""),
+    reason: message.deadLetterReason,
+    description: message.deadLetterErrorDescription,
+    enqueuedTime: message.enqueuedTimeUtc,
+    deliveryCount: message.deliveryCount ?? 0,
+    inboxKey,
+    replay,
+    subject: message.subject,
+    ...(withBody ? { body: bodyText(message.body) } : {}),
+  };
+}
+
+function bodyText(body: unknown): string {
+  if (Buffer.isBuffer(body)) return body.toString("utf8");
+  if (body instanceof Uint8Array) return Buffer.from(body).toString("utf8");
+  return typeof body === "string" ? body : JSON.stringify(body);
+}

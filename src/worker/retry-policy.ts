@@ -1,0 +1,156 @@
+import { DoNotRetryError, RetryAfterError } from "../domain/errors.ts";
+import type { ErrorClass } from "../domain/outcome.ts";
+import { NETWORK_ERROR_CODES } from "../inbox/network-errors.ts";
+
+/**
+ * Which failures are retried, after how long, and where the wait happens. Data and pure functions only: the worker
+ * applies the verdict, whatever way the message was processed.
+ */
+export interface RetryPolicy {
+  /** One delay per retry of a `transient` failure; the length is the number of retries. */
+  readonly transientDelaysMs: readonly number[];
+  /** The same for a `permanent` failure (a bug, a constraint violation in the handler): few or none. */
+  readonly permanentDelaysMs: readonly number[];
+  /** Each delay is drawn uniformly from delay x [1 - jitter, 1 + jitter]; 0 turns jitter off. */
+  readonly jitter: number;
+  /** Longest delay waited out in the worker on the same delivery; a waiting message keeps its concurrency slot. */
+  readonly maxInProcessWaitMs: number;
+  /** Lock time kept in hand after an in-process wait, for the retry itself and the settlement. */
+  readonly lockMarginMs: number;
+}
+
+export const DEFAULT_TRANSIENT_DELAYS_MS = [1_000, 5_000, 30_000, 120_000, 600_000] as const;
+export const DEFAULT_PERMANENT_DELAYS_MS = [5_000] as const;
+
+export const defaultRetryPolicy: RetryPolicy = {
+  transientDelaysMs: DEFAULT_TRANSIENT_DELAYS_MS,
+  permanentDelaysMs: DEFAULT_PERMANENT_DELAYS_MS,
+  jitter: 0.2,
+  maxInProcessWaitMs: 30_000,
+  lockMarginMs: 10_000,
+};
+
+export interface RetryInput {
+  /** The attempt that just failed, 1 for the first processing of a message. */
+  readonly attempt: number;
+  readonly errorClass: "transient" | "permanent";
+  readonly error: unknown;
+  /**
+   * How long this delivery's lock can still be held: until the SDK stops renewing it (or, with renewal off, until
+   * it expires). Undefined when unknown, which forbids an in-process wait.
+   */
+  readonly lockRemainingMs: number | undefined;
+  /** A number in [0, 1); Math.random in the worker, fixed in tests. */
+  readonly random: number;
+}
+
+export type RetryVerdict =
+  /** Wait `delayMs` here, under the lock, and process again as attempt `attempt` on the same delivery. */
+  | { readonly action: "wait"; readonly attempt: number; readonly delayMs: number }
+  /** Schedule a copy of the message `delayMs` from now as attempt `attempt`, then complete this delivery. */
+  | { readonly action: "schedule"; readonly attempt: number; readonly delayMs: number }
+  /** Dead-letter: no retry left, or the handler said retrying cannot help. */
+  | {
+      readonly action: "dead_letter";
+      readonly reason: "RetriesExhausted" | "NotRetryable";
+      readonly description: string;
+    };
+
+/**
+ * The class a failure is retried as. The store's class stands for the database's own errors (they carry a SQLSTATE
+ * or an error number) and for `transient`. A handler's other errors are judged here: a JavaScript bug (TypeError,
+ * ReferenceError, SyntaxError, RangeError) with no network cause is permanent, as are an HTTP 4xx other than 408
+ * and 429, and DoNotRetryError; anything else (a network code anywhere in the cause chain, an HTTP 408, 429 or 5xx,
+ * a timeout, a plain Error from a downstream call) is transient, because a downstream that is down is the common case and burning it after one retry is the harm.
+ */
+export function retryClass(error: unknown, storeClass: "transient" | "permanent"): "transient" | "permanent" {
+  if (error instanceof DoNotRetryError) return "permanent";
+  if (error instanceof RetryAfterError || storeClass === "transient") return "transient";
+  if (isDatabaseError(error)) return storeClass;
+  const cause = httpOrNetworkCause(error);
+  if (cause !== undefined) return cause;
+  if (error instanceof Error && BUG_NAMES.has(error.name)) return "permanent";
+  return "transient";
+}
+
+const BUG_NAMES = new Set(["TypeError", "ReferenceError", "SyntaxError", "RangeError", "ZodError"]);
+
+function isDatabaseError(error: unknown): boolean {
+  if (!error || typeof error !== "object") return false;
+  const e = error as { code?: unknown; number?: unknown; sqlState?: unknown };
+  // PostgreSQL's SQLSTATE (five characters), SQL Server's error number.
+  return (typeof e.code === "string" && /^[0-9A-Z]{5}$/.test(e.code)) || typeof e.number === "number";
+}
+
+function httpOrNetworkCause(error: unknown): "transient" | "permanent" | undefined {
+  let current: unknown = error;
+  for (let depth = 0; depth < 5 && current && typeof current === "object"; depth += 1) {
+    const e = current as {
+      code?: unknown;
+      status?: unknown;
+      statusCode?: unknown;
+      name?: unknown;
+      cause?: unknown;
+    };
+    if (typeof e.code === "string" && (NETWORK_ERROR_CODES.has(e.code) || e.code.startsWith("UND_ERR_")))
+      return "transient";
+    const status = typeof e.status === "number" ? e.status : e.statusCode;
+    if (typeof status === "number" && status >= 400) {
+      // A request the downstream refuses as such (400, 404, 422...) fails the same way next time.
+      return status >= 500 || status === 408 || status === 429 ? "transient" : "permanent";
+    }
+    if (e.name === "TimeoutError" || e.name === "AbortError") return "transient";
+    current = e.cause;
+  }
+  return undefined;
+}
+
+/** The verdict for one failed attempt. */
+export function decideRetry(policy: RetryPolicy, input: RetryInput): RetryVerdict {
+  const { attempt, error } = input;
+  if (error instanceof DoNotRetryError) {
+    return {
+      action: "dead_letter",
+      reason: "NotRetryable",
+      description: describeFailure(attempt, input.errorClass, error),
+    };
+  }
+  const delays = input.errorClass === "transient" ? policy.transientDelaysMs : policy.permanentDelaysMs;
+  const retry = attempt; // the first retry follows attempt 1 and uses delays[0]
+  if (retry > delays.length) {
+    return {
+      action: "dead_letter",
+      reason: "RetriesExhausted",
+      description: describeFailure(attempt, input.errorClass, error),
+    };
+  }
+  const base = error instanceof RetryAfterError ? error.delayMs : delays[retry - 1]!;
+  const delayMs = jittered(base, policy.jitter, input.random);
+  const next = attempt + 1;
+  const fits =
+    delayMs <= policy.maxInProcessWaitMs &&
+    input.lockRemainingMs !== undefined &&
+    delayMs + policy.lockMarginMs <= input.lockRemainingMs;
+  return { action: fits ? "wait" : "schedule", attempt: next, delayMs };
+}
+
+export function jittered(delayMs: number, jitter: number, random: number): number {
+  if (jitter <= 0 || delayMs <= 0) return Math.round(delayMs);
+  return Math.max(0, Math.round(delayMs * (1 - jitter + 2 * jitter * random)));
+}
+
+/**
+ * The dead-letter description: the attempt count, the error's class, name and message, never the body. Error
+ * messages from drivers can quote values; the handler's own errors are the handler author's to keep clean.
+ */
+export function describeFailure(attempt: number, errorClass: ErrorClass, error: unknown): string {
+  const name = error instanceof Error ? error.name : typeof error;
+  const message = error instanceof Error ? error.message : String(error);
+  const text = `after ${attempt} attempt${attempt === 1 ? "" : "s"}: ${errorClass} ${name}: ${message}`;
+  return text.length > 1024 ? `${text.slice(0, 1021)}...` : text;
+}
+
+/** The total time a message can spend retrying on a delay list, without jitter. */
+export function scheduleSpanMs(delays: readonly number[]): number {
+  return delays.reduce((a, b) => a + b, 0);
+}

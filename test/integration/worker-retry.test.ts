@@ -1,0 +1,335 @@
+import assert from "node:assert/strict";
+import { ServiceBusClient } from "@azure/service-bus";
+import { z } from "zod";
+import type { Database } from "../../src/app/database.ts";
+import { CopyProperty } from "../../src/domain/envelope.ts";
+import { RetryAfterError } from "../../src/domain/errors.ts";
+import type { MessageContext, MessageHandler } from "../../src/domain/handler.ts";
+import { accountSql } from "../../src/example/index.ts";
+import { retryMessageId } from "../../src/servicebus/message-id.ts";
+import { sendRawMessages } from "../../src/servicebus/raw.ts";
+import { defaultRetryPolicy } from "../../src/worker/retry-policy.ts";
+import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
+import { exampleDatabase, startTestWorker } from "../helpers/worker.ts";
+
+const QUEUE = "retries";
+const fast = { ...defaultRetryPolicy, jitter: 0 };
+
+/** A two-phase handler on a fake external API that fails the first `failures` calls per key. */
+function flakyApi(failures: number) {
+  const calls = new Map<string, number>();
+  const effects = new Map<string, number>();
+  const seen: { attempt: number; deliveryCount: number }[] = [];
+  const handler: MessageHandler = {
+    kind: "two-phase",
+    type: "Flaky",
+    schema: z.object({ n: z.number() }),
+    perform(_body, context) {
+      seen.push({ attempt: context.attempt, deliveryCount: context.deliveryCount });
+      const n = (calls.get(context.idempotencyKey) ?? 0) + 1;
+      calls.set(context.idempotencyKey, n);
+      if (n <= failures) return Promise.reject(new Error("503 Service Unavailable"));
+      // The external system dedupes by the idempotency key: a repeated key has no second effect.
+      if (!effects.has(context.idempotencyKey)) effects.set(context.idempotencyKey, 1);
+      return Promise.resolve();
+    },
+  };
+  return { handler, calls, effects, seen };
+}
+
+/** A transactional handler writing a credit row; `fail(context)` decides whether this attempt throws first. */
+function creditHandler(fail: (context: MessageContext) => Error | undefined): MessageHandler {
+  return {
+    kind: "transactional",
+    type: "Credit",
+    schema: z.object({ amount: z.number() }),
+    async handle(body, tx, context) {
+      const error = fail(context);
+      if (error) throw error;
+      await tx.query(accountSql.insertCredit[tx.dialect], [
+        context.messageId,
+        "acct",
+        (body as { amount: number }).amount,
+      ]);
+    },
+  };
+}
+
+async function credits(db: Database, messageId: string): Promise<number> {
+  const { rows } = await db.sql.query<{ n: number }>(
+    "SELECT count(*)::int AS n FROM example_credits WHERE message_id = $1",
+    [messageId],
+  );
+  return Number(rows[0]?.n ?? 0);
+}
+
+const body = (json: unknown) => Buffer.from(JSON.stringify(json));
+
+describe("worker: failures retried over time, never burning a message", function () {
+  const fixture = useLocalBroker(
+    brokerConfig({
+      [QUEUE]: { MaxDeliveryCount: 10, LockDuration: "PT5S", RequiresDuplicateDetection: true },
+    }),
+  );
+  let db: Database;
+  before(async () => {
+    db = await exampleDatabase("worker_retry");
+  });
+  after(async () => {
+    await db.close();
+  });
+
+  it("two-phase perform() failing once (a 503): retried on the same delivery, effect once, claim closed", async function () {
+    const api = flakyApi(1);
+    await sendRawMessages(fixture.client, QUEUE, [
+      { messageId: "tp-503", subject: "Flaky", body: body({ n: 1 }) },
+    ]);
+    const worker = startTestWorker({ client: fixture.client, db, queue: QUEUE, handlers: [api.handler] });
+    try {
+      await waitUntil(() => worker.stats.settled === 1, "the message is settled", 20_000);
+    } finally {
+      await worker.stop();
+    }
+    assert.equal(worker.stats.committed, 1);
+    assert.equal(worker.stats.retriesWaited, 1);
+    assert.equal(api.effects.get("tp-503"), 1);
+    assert.deepEqual(api.seen, [
+      { attempt: 1, deliveryCount: 0 },
+      { attempt: 2, deliveryCount: 0 },
+    ]);
+    assert.equal(fixture.broker.counts(QUEUE).deadLettered, 0);
+    const { rows } = await db.sql.query<{ open: number }>(
+      `SELECT count(*)::int AS open FROM "Inbox" WHERE "MessageId" = 'tp-503' AND "ProcessedUtc" IS NULL`,
+    );
+    assert.equal(rows[0]?.open, 0, "no claim left open");
+  });
+
+  it("a transactional handler whose downstream is down for 5 s: retried in place with the defaults, applied once", async function () {
+    const downUntil = Date.now() + 5_000;
+    const attempts: number[] = [];
+    const handler = creditHandler((context) => {
+      attempts.push(context.deliveryCount);
+      return Date.now() < downUntil ? new Error("ECONNREFUSED downstream") : undefined;
+    });
+    await sendRawMessages(fixture.client, QUEUE, [
+      { messageId: "tx-down", subject: "Credit", body: body({ amount: 3 }) },
+    ]);
+    const worker = startTestWorker({ client: fixture.client, db, queue: QUEUE, handlers: [handler] });
+    try {
+      await waitUntil(() => worker.stats.settled === 1, "the message is settled", 30_000);
+    } finally {
+      await worker.stop();
+    }
+    assert.equal(await credits(db, "tx-down"), 1);
+    assert.equal(fixture.broker.counts(QUEUE).deadLettered, 0);
+    assert.ok(attempts.length >= 2, `retried (${attempts.length} attempts)`);
+    assert.ok(
+      attempts.every((d) => d === 0),
+      "every attempt on the first delivery",
+    );
+  });
+
+  it("failing three times then succeeding, delays under the lock: one effect, at most one delivery", async function () {
+    let calls = 0;
+    const deliveries = new Set<number>();
+    const handler = creditHandler((context) => {
+      deliveries.add(context.deliveryCount);
+      calls += 1;
+      return calls <= 3 ? new Error("deadlock victim, try again") : undefined;
+    });
+    await sendRawMessages(fixture.client, QUEUE, [
+      { messageId: "tx-3", subject: "Credit", body: body({ amount: 1 }) },
+    ]);
+    const worker = startTestWorker({
+      client: fixture.client,
+      db,
+      queue: QUEUE,
+      handlers: [handler],
+      retryPolicy: { ...fast, transientDelaysMs: [100, 200, 300] },
+    });
+    try {
+      await waitUntil(() => worker.stats.settled === 1, "the message is settled", 20_000);
+    } finally {
+      await worker.stop();
+    }
+    assert.equal(calls, 4);
+    assert.equal(await credits(db, "tx-3"), 1);
+    assert.deepEqual([...deliveries], [0], "one delivery spent");
+    assert.equal(worker.stats.retriesWaited, 3);
+  });
+
+  it("a delay longer than the in-place limit goes through a scheduled copy keyed by the original", async function () {
+    const seen: MessageContext[] = [];
+    const handler = creditHandler((context) => {
+      seen.push(context);
+      return context.attempt === 1 ? new RetryAfterError(1_500, "rate limited") : undefined;
+    });
+    await sendRawMessages(fixture.client, QUEUE, [
+      { messageId: "tx-long", subject: "Credit", body: body({ amount: 5 }) },
+    ]);
+    const worker = startTestWorker({
+      client: fixture.client,
+      db,
+      queue: QUEUE,
+      handlers: [handler],
+      retryPolicy: { ...fast, maxInProcessWaitMs: 0 },
+    });
+    try {
+      await waitUntil(
+        () => worker.stats.settled === 1,
+        "the original is completed after its copy is scheduled",
+      );
+      assert.equal(fixture.broker.counts(QUEUE).scheduled, 1, "the copy waits, scheduled");
+      await waitUntil(() => worker.stats.settled === 2, "the copy is processed", 15_000);
+    } finally {
+      await worker.stop();
+    }
+    assert.equal(worker.stats.retriesScheduled, 1);
+    assert.equal(worker.stats.committed, 1);
+    assert.equal(await credits(db, "tx-long"), 1);
+    assert.equal(seen.length, 2);
+    assert.equal(seen[1]!.messageId, "tx-long", "the copy is keyed by the original's MessageId");
+    assert.equal(seen[1]!.attempt, 2);
+    assert.equal(seen[1]!.deliveryCount, 0, "the copy is a fresh message");
+    assert.equal(seen[1]!.applicationProperties[CopyProperty.originalKey], "tx-long");
+    const counts = fixture.broker.counts(QUEUE);
+    assert.equal(counts.active + counts.locked + counts.scheduled + counts.deadLettered, 0);
+  });
+
+  it("the same retry scheduled twice is dropped by duplicate detection; the next attempt is not", async function () {
+    const sender = fixture.client.createSender(QUEUE);
+    const before = fixture.broker.counts(QUEUE);
+    const at = new Date(Date.now() + 60_000);
+    const copy = (attempt: number) => ({
+      messageId: retryMessageId("dd", 0, attempt),
+      body: "{}",
+      subject: "Credit",
+    });
+    try {
+      const first = await sender.scheduleMessages(copy(2), at);
+      const again = await sender.scheduleMessages(copy(2), at);
+      await sender.scheduleMessages(copy(3), at);
+      assert.notEqual(
+        first[0]?.toString(),
+        again[0]?.toString(),
+        "a sequence number either way, as Service Bus",
+      );
+      await sender.cancelScheduledMessages([...first]);
+    } finally {
+      await sender.close();
+    }
+    const counts = fixture.broker.counts(QUEUE);
+    assert.equal(counts.duplicatesDropped - before.duplicatesDropped, 1);
+    assert.equal(counts.scheduled - before.scheduled, 1, "attempt 3 remains scheduled");
+  });
+
+  it("a crash between scheduling the copy and completing the original still makes one effect", async function () {
+    // The first worker has its own connection, which the test drops while it sits between the two steps.
+    const doomed = new ServiceBusClient(fixture.broker.connectionString, { retryOptions: { maxRetries: 0 } });
+    let reachedGap!: () => void;
+    const inGap = new Promise<void>((resolve) => (reachedGap = resolve));
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let calls = 0;
+    const handler = creditHandler(() =>
+      ++calls === 1 ? new Error("timeout calling the ledger") : undefined,
+    );
+    await sendRawMessages(fixture.client, QUEUE, [
+      { messageId: "tx-kill", subject: "Credit", body: body({ amount: 7 }) },
+    ]);
+    const first = startTestWorker({
+      client: doomed,
+      db,
+      queue: QUEUE,
+      handlers: [handler],
+      gracePeriodMs: 200,
+      retryPolicy: { ...fast, transientDelaysMs: [800], permanentDelaysMs: [800], maxInProcessWaitMs: 0 },
+      beforeComplete: async () => {
+        reachedGap();
+        await held;
+      },
+    });
+    await inGap;
+    await doomed.close(); // the crash: the link goes, the original's lock with it
+    release();
+    await first.stop();
+    assert.equal(first.stats.retriesScheduled, 1);
+    const second = startTestWorker({ client: fixture.client, db, queue: QUEUE, handlers: [handler] });
+    try {
+      await waitUntil(
+        () => second.stats.committed + second.stats.duplicate === 2,
+        "the original's redelivery and the copy are both settled",
+        15_000,
+      );
+    } finally {
+      await second.stop();
+    }
+    assert.equal(second.stats.committed, 1);
+    assert.equal(second.stats.duplicate, 1, "whichever came second found the marker");
+    assert.equal(await credits(db, "tx-kill"), 1);
+  });
+
+  it("retries used up: dead-lettered as RetriesExhausted naming the last error, never the body", async function () {
+    const handler = creditHandler(() => new Error("ledger rejected the posting"));
+    await sendRawMessages(fixture.client, QUEUE, [
+      { messageId: "tx-never", subject: "Credit", body: body({ amount: 424242 }) },
+    ]);
+    const worker = startTestWorker({
+      client: fixture.client,
+      db,
+      queue: QUEUE,
+      handlers: [handler],
+      retryPolicy: { ...fast, transientDelaysMs: [50, 50] },
+    });
+    try {
+      await waitUntil(() => worker.stats.settled === 1, "the message is dead-lettered");
+    } finally {
+      await worker.stop();
+    }
+    const dlq = fixture.client.createReceiver(QUEUE, { subQueueType: "deadLetter" });
+    try {
+      const [message] = await dlq.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
+      assert.ok(message);
+      assert.equal(message.messageId, "tx-never");
+      assert.equal(message.deadLetterReason, "RetriesExhausted");
+      assert.equal(
+        message.deadLetterErrorDescription,
+        "after 3 attempts: transient Error: ledger rejected the posting",
+      );
+      assert.ok(!message.deadLetterErrorDescription?.includes("424242"));
+      await dlq.completeMessage(message);
+    } finally {
+      await dlq.close();
+    }
+    assert.equal(worker.stats.retriesExhausted, 1);
+    assert.equal(await credits(db, "tx-never"), 0);
+  });
+
+  it("a claim held by another live claimant is busy and retried with delays, not abandoned at once", async function () {
+    const api = flakyApi(0);
+    // Another instance's claim, open and fresh.
+    await db.sql.query(`INSERT INTO "Inbox" ("MessageId", "Consumer") VALUES ('tp-busy', 'test')`);
+    await sendRawMessages(fixture.client, QUEUE, [
+      { messageId: "tp-busy", subject: "Flaky", body: body({ n: 2 }) },
+    ]);
+    const worker = startTestWorker({
+      client: fixture.client,
+      db,
+      queue: QUEUE,
+      handlers: [api.handler],
+      retryPolicy: { ...fast, transientDelaysMs: [300, 300, 300, 300, 300, 300, 300, 300] },
+    });
+    try {
+      await waitUntil(() => worker.stats.retriesWaited >= 2, "the busy claim is retried in place");
+      assert.equal(worker.stats.settled, 0, "not abandoned");
+      // The other claimant finishes.
+      await db.sql.query(`UPDATE "Inbox" SET "ProcessedUtc" = now() WHERE "MessageId" = 'tp-busy'`);
+      await waitUntil(() => worker.stats.settled === 1, "the message is settled");
+    } finally {
+      await worker.stop();
+    }
+    assert.equal(worker.stats.duplicate, 1);
+    assert.equal(api.calls.size, 0, "this worker never performed the effect");
+    assert.equal(fixture.broker.counts(QUEUE).deadLettered, 0);
+  });
+});

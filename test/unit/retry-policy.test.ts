@@ -1,0 +1,99 @@
+import assert from "node:assert/strict";
+import { DoNotRetryError, RetryAfterError } from "../../src/domain/errors.ts";
+import {
+  decideRetry,
+  defaultRetryPolicy,
+  describeFailure,
+  jittered,
+  retryClass,
+  type RetryInput,
+  type RetryPolicy,
+} from "../../src/worker/retry-policy.ts";
+
+const noJitter: RetryPolicy = { ...defaultRetryPolicy, jitter: 0 };
+const input = (over: Partial<RetryInput> = {}): RetryInput => ({
+  attempt: 1,
+  errorClass: "transient",
+  error: new Error("503 from the mail API"),
+  lockRemainingMs: 300_000,
+  random: 0.5,
+  ...over,
+});
+
+describe("retry policy", function () {
+  it("waits the short delays under the lock and schedules the long ones, then gives up", function () {
+    const verdicts = [1, 2, 3, 4, 5, 6].map((attempt) => decideRetry(noJitter, input({ attempt })));
+    assert.deepEqual(
+      verdicts.map((v) =>
+        v.action === "dead_letter" ? v.reason : `${v.action} ${v.delayMs} -> ${v.attempt}`,
+      ),
+      [
+        "wait 1000 -> 2",
+        "wait 5000 -> 3",
+        "wait 30000 -> 4",
+        "schedule 120000 -> 5",
+        "schedule 600000 -> 6",
+        "RetriesExhausted",
+      ],
+    );
+  });
+
+  it("schedules a delay that would outlast the lock, even if short", function () {
+    const v = decideRetry(noJitter, input({ attempt: 2, lockRemainingMs: 14_000 }));
+    assert.equal(v.action, "schedule", "5 s + the 10 s margin does not fit in 14 s");
+    assert.equal(decideRetry(noJitter, input({ attempt: 2, lockRemainingMs: 15_000 })).action, "wait");
+    assert.equal(decideRetry(noJitter, input({ lockRemainingMs: undefined })).action, "schedule");
+  });
+
+  it("gives permanent failures the short permanent schedule", function () {
+    const first = decideRetry(noJitter, input({ errorClass: "permanent" }));
+    assert.deepEqual(first, { action: "wait", attempt: 2, delayMs: 5_000 });
+    const second = decideRetry(noJitter, input({ attempt: 2, errorClass: "permanent" }));
+    assert.equal(second.action, "dead_letter");
+    const none = decideRetry({ ...noJitter, permanentDelaysMs: [] }, input({ errorClass: "permanent" }));
+    assert.equal(none.action, "dead_letter");
+  });
+
+  it("honours a handler's RetryAfterError and DoNotRetryError", function () {
+    const after = decideRetry(noJitter, input({ error: new RetryAfterError(90_000) }));
+    assert.deepEqual(after, { action: "schedule", attempt: 2, delayMs: 90_000 });
+    const exhausted = decideRetry(noJitter, input({ attempt: 6, error: new RetryAfterError(10) }));
+    assert.equal(exhausted.action, "dead_letter", "a retry-after still counts against the schedule");
+    const stop = decideRetry(noJitter, input({ error: new DoNotRetryError("card declined") }));
+    assert.equal(stop.action, "dead_letter");
+    assert.equal(stop.action === "dead_letter" && stop.reason, "NotRetryable");
+    assert.throws(() => new RetryAfterError(-1), /delayMs must be a non-negative number/);
+  });
+
+  it("spreads delays by the jitter fraction, both ways", function () {
+    assert.equal(jittered(1_000, 0.2, 0), 800);
+    assert.equal(jittered(1_000, 0.2, 0.5), 1_000);
+    assert.equal(jittered(1_000, 0.2, 0.999_999), 1_200);
+    assert.equal(jittered(1_000, 0, 0.9), 1_000);
+  });
+
+  it("describes the last error by class, name and message, bounded, never anything else", function () {
+    const text = describeFailure(6, "transient", new TypeError("socket hang up"));
+    assert.equal(text, "after 6 attempts: transient TypeError: socket hang up");
+    assert.ok(describeFailure(1, "permanent", new Error("x".repeat(5_000))).length <= 1024);
+  });
+});
+
+describe("retry class of a failure", function () {
+  it("keeps the database's own classes, and judges a handler's other errors", function () {
+    const sqlstate = Object.assign(new Error("duplicate key on orders"), { code: "23505" });
+    assert.equal(retryClass(sqlstate, "permanent"), "permanent", "a constraint violation in the handler");
+    assert.equal(retryClass(new Error("deadlock"), "transient"), "transient");
+    assert.equal(retryClass(new TypeError("x is undefined"), "permanent"), "permanent", "a bug");
+    const fetchFailed = new TypeError("fetch failed", {
+      cause: Object.assign(new Error("connect"), { code: "ECONNREFUSED" }),
+    });
+    assert.equal(retryClass(fetchFailed, "permanent"), "transient", "a network cause outweighs TypeError");
+    assert.equal(retryClass(Object.assign(new Error("busy"), { status: 503 }), "permanent"), "transient");
+    assert.equal(retryClass(Object.assign(new Error("bad"), { status: 400 }), "permanent"), "permanent");
+    assert.equal(retryClass(Object.assign(new Error("slow"), { statusCode: 429 }), "permanent"), "transient");
+    assert.equal(retryClass(new Error("downstream said no"), "permanent"), "transient");
+    assert.equal(retryClass(new DoNotRetryError("declined"), "transient"), "permanent");
+    assert.equal(retryClass(new RetryAfterError(10), "permanent"), "transient");
+  });
+});
