@@ -37,6 +37,8 @@ export type Outcome = "committed" | "duplicate" | "poison" | "failed";
 
 export const SpanName = {
   send: (queue: string) => `send ${queue}`,
+  /** An outbox enqueue, inside the upstream transaction (the messaging conventions' `create`). */
+  create: "create outbox",
   process: (queue: string) => `process ${queue}`,
   settle: (disposition: Disposition, queue: string) => `${disposition} ${queue}`,
   inboxTransaction: "inbox.transaction",
@@ -62,4 +64,8 @@ export const Metric = {
   settlementFailures: "sbinbox.settlement.failures",
   openClaims: "sbinbox.inbox.open_claims",
   outagePause: "sbinbox.database.outage_pause.duration",
+  outboxLag: "sbinbox.outbox.lag",
+  outboxSent: "sbinbox.outbox.sent",
+  outboxSetAside: "sbinbox.outbox.set_aside",
+  outboxStale: "sbinbox.outbox.stale",
 } as const;

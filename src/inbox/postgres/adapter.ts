@@ -5,7 +5,7 @@ import type { SqlResult } from "../../domain/sql.ts";
 import type { InboxDriver, InboxStoreOptions, InboxTransaction, StatementOrigin } from "../core.ts";
 import { InboxCore } from "../core.ts";
 import { traceInboxDriver, traceInboxStore } from "../../telemetry/inbox-tracing.ts";
-import { loadMigrations } from "../migrations.ts";
+import { loadMigrations, type MigrationSet } from "../migrations.ts";
 import type { MigrationResult } from "../store.ts";
 import { classifyPostgresError } from "./classify.ts";
 import {
@@ -31,6 +31,15 @@ export class AbortedTransactionError extends Error {
 }
 
 export const POSTGRES_MIGRATIONS_DIR = fileURLToPath(new URL("./migrations/", import.meta.url));
+
+export const POSTGRES_INBOX_MIGRATIONS: MigrationSet = {
+  dir: POSTGRES_MIGRATIONS_DIR,
+  lockKey: MIGRATION_LOCK_KEY,
+  acquireLock: ACQUIRE_MIGRATION_LOCK,
+  createVersionTable: CREATE_VERSION_TABLE,
+  selectAppliedVersions: SELECT_APPLIED_VERSIONS,
+  recordVersion: RECORD_VERSION,
+};
 
 export interface PostgresInboxOptions extends InboxStoreOptions {
   /** A ready pool (then the store does not end it on close) or a connection URL. */
@@ -151,21 +160,21 @@ export class PostgresDriver implements InboxDriver {
     );
   }
 
-  async migrate(): Promise<MigrationResult> {
-    const migrations = await loadMigrations(POSTGRES_MIGRATIONS_DIR);
+  async migrate(set: MigrationSet = POSTGRES_INBOX_MIGRATIONS): Promise<MigrationResult> {
+    const migrations = await loadMigrations(set.dir);
     const tx = await this.begin();
     try {
       // Serializes concurrent migrate runs; released by the commit or rollback.
-      await tx.query(ACQUIRE_MIGRATION_LOCK, [MIGRATION_LOCK_KEY]);
-      await tx.query(CREATE_VERSION_TABLE);
+      await tx.query(set.acquireLock, [set.lockKey]);
+      await tx.query(set.createVersionTable);
       const applied = new Set(
-        (await tx.query<{ version: number }>(SELECT_APPLIED_VERSIONS)).rows.map((r) => r.version),
+        (await tx.query<{ version: number }>(set.selectAppliedVersions)).rows.map((r) => r.version),
       );
       const names: string[] = [];
       for (const migration of migrations) {
         if (applied.has(migration.version)) continue;
         await tx.query(migration.sql); // no parameters: the simple protocol runs every statement in the file
-        await tx.query(RECORD_VERSION, [migration.version, migration.name]);
+        await tx.query(set.recordVersion, [migration.version, migration.name]);
         names.push(migration.name);
       }
       await tx.commit();

@@ -5,7 +5,7 @@ import type { SqlResult } from "../../domain/sql.ts";
 import type { InboxDriver, InboxStoreOptions, InboxTransaction, StatementOrigin } from "../core.ts";
 import { InboxCore } from "../core.ts";
 import { traceInboxDriver, traceInboxStore } from "../../telemetry/inbox-tracing.ts";
-import { loadMigrations } from "../migrations.ts";
+import { loadMigrations, type MigrationSet } from "../migrations.ts";
 import type { MigrationResult } from "../store.ts";
 import { classifySqlServerError } from "./classify.ts";
 import {
@@ -20,6 +20,15 @@ import {
 const MIGRATION_LOCK_RESOURCE = "SbInboxMigrate";
 
 export const SQLSERVER_MIGRATIONS_DIR = fileURLToPath(new URL("./migrations/", import.meta.url));
+
+export const SQLSERVER_INBOX_MIGRATIONS: MigrationSet = {
+  dir: SQLSERVER_MIGRATIONS_DIR,
+  lockKey: MIGRATION_LOCK_RESOURCE,
+  acquireLock: ACQUIRE_MIGRATION_LOCK,
+  createVersionTable: CREATE_VERSION_TABLE,
+  selectAppliedVersions: SELECT_APPLIED_VERSIONS,
+  recordVersion: RECORD_VERSION,
+};
 
 export interface SqlServerInboxOptions extends InboxStoreOptions {
   /**
@@ -130,15 +139,15 @@ export class SqlServerDriver implements InboxDriver {
     return classifySqlServerError(error, origin);
   }
 
-  async migrate(): Promise<MigrationResult> {
-    const migrations = await loadMigrations(SQLSERVER_MIGRATIONS_DIR);
+  async migrate(set: MigrationSet = SQLSERVER_INBOX_MIGRATIONS): Promise<MigrationResult> {
+    const migrations = await loadMigrations(set.dir);
     const pool = await this.ready();
     const tx = new mssql.Transaction(pool);
     await tx.begin(mssql.ISOLATION_LEVEL.READ_COMMITTED);
     try {
-      await bindParameters(new mssql.Request(tx), [MIGRATION_LOCK_RESOURCE]).query(ACQUIRE_MIGRATION_LOCK);
-      await new mssql.Request(tx).batch(CREATE_VERSION_TABLE);
-      const rows = (await new mssql.Request(tx).query<{ version: number }>(SELECT_APPLIED_VERSIONS))
+      await bindParameters(new mssql.Request(tx), [set.lockKey]).query(set.acquireLock);
+      await new mssql.Request(tx).batch(set.createVersionTable);
+      const rows = (await new mssql.Request(tx).query<{ version: number }>(set.selectAppliedVersions))
         .recordset;
       const applied = new Set(rows.map((r) => r.version));
       const names: string[] = [];
@@ -146,7 +155,7 @@ export class SqlServerDriver implements InboxDriver {
         if (applied.has(migration.version)) continue;
         await new mssql.Request(tx).batch(migration.sql); // a single batch: the files hold no GO
         await bindParameters(new mssql.Request(tx), [migration.version, migration.name]).query(
-          RECORD_VERSION,
+          set.recordVersion,
         );
         names.push(migration.name);
       }
