@@ -30,6 +30,19 @@ export const settings = {
   SBINBOX_SWEEP_INTERVAL_MS: "how often the sweeper runs (0 turns it off)",
   SBINBOX_OUTAGE_BACKOFF_MIN_MS: "first wait between database probes while receiving is paused",
   SBINBOX_OUTAGE_BACKOFF_MAX_MS: "longest wait between database probes while receiving is paused",
+  SBINBOX_QUEUE_DUPLICATE_WINDOW_MS:
+    "the queue's DuplicateDetectionHistoryTimeWindow, for the relay's resend check (docs/outbox.md)",
+  SBINBOX_OUTBOX_BATCH_SIZE: "outbox rows the relay claims and sends at a time",
+  SBINBOX_OUTBOX_POLL_INTERVAL_MS: "how often the relay looks for unsent rows when nothing wakes it",
+  SBINBOX_OUTBOX_LEASE_MS: "how long a relay's claim keeps other relays off its rows",
+  SBINBOX_OUTBOX_WINDOW_MARGIN_MS:
+    "part of the duplicate-detection window kept back for send and clock delays",
+  SBINBOX_OUTBOX_RETENTION_HOURS: "how long sent outbox rows are kept (0 keeps them)",
+  SBINBOX_OUTBOX_CLEANUP_INTERVAL_MS:
+    "how often sent outbox rows past the retention are deleted (0 turns it off)",
+  SBINBOX_OUTBOX_RETRY_DELAY_MS: "first wait after the broker or network failed a send; doubles up to 30 s",
+  SBINBOX_OUTBOX_STATUS_INTERVAL_MS:
+    "how often the relay reads outbox lag and stale rows for /readyz and metrics",
   SBINBOX_LOG_LEVEL: "debug, info, warn or error",
   SBINBOX_FAULT_KILL_AFTER_COMMIT:
     "fault injection for the demo and chaos runs only: SIGKILL the process after this MessageId commits",
@@ -87,6 +100,16 @@ export const parsers = {
   SBINBOX_SWEEP_INTERVAL_MS: int(0).default(60_000),
   SBINBOX_OUTAGE_BACKOFF_MIN_MS: int(1).default(250),
   SBINBOX_OUTAGE_BACKOFF_MAX_MS: int(1).default(15_000),
+  // Service Bus allows 20 seconds to 7 days for the window.
+  SBINBOX_QUEUE_DUPLICATE_WINDOW_MS: int(20_000, 7 * 24 * 3_600_000).default(600_000),
+  SBINBOX_OUTBOX_BATCH_SIZE: int(1, 4_500).default(100),
+  SBINBOX_OUTBOX_POLL_INTERVAL_MS: int(10).default(1_000),
+  SBINBOX_OUTBOX_LEASE_MS: int(1_000).default(60_000),
+  SBINBOX_OUTBOX_WINDOW_MARGIN_MS: int(0).default(60_000),
+  SBINBOX_OUTBOX_RETENTION_HOURS: int(0, 24 * 365).default(24),
+  SBINBOX_OUTBOX_CLEANUP_INTERVAL_MS: int(0).default(600_000),
+  SBINBOX_OUTBOX_RETRY_DELAY_MS: int(1).default(1_000),
+  SBINBOX_OUTBOX_STATUS_INTERVAL_MS: int(100).default(5_000),
   SBINBOX_LOG_LEVEL: z
     .enum(["debug", "info", "warn", "error"], "must be debug, info, warn or error")
     .default("info"),

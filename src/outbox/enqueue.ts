@@ -129,9 +129,9 @@ async function insert(tx: OutboxTransaction, rows: readonly Row[]): Promise<void
     await request.query(sqlServerStatements.insertRows);
     return;
   }
-  if (typeof (tx as PgTransactionClient)?.query !== "function")
+  if (typeof tx?.query !== "function")
     throw new TypeError("enqueue: give a pg client inside BEGIN, an mssql Transaction, or a handler's tx");
-  const client = tx as PgTransactionClient;
+  const client = tx;
   if ("totalCount" in client)
     throw new TypeError("enqueue: give a client checked out of the pg Pool and inside BEGIN, not the Pool");
   const status = client.getTransactionStatus?.();

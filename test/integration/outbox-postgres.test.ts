@@ -100,8 +100,8 @@ describe("outbox and relay on PostgreSQL (real SDK, local broker)", function () 
     assert.deepEqual(got.map(idOf), [3]);
     assert.equal(got[0]!.messageId, deriveMessageId("NoteCreated", "3"));
     assert.equal(got[0]!.subject, "NoteCreated");
-    const { rows } = await pool.query(`SELECT count(*)::int AS n FROM "Outbox"`);
-    assert.equal(rows[0].n, 1, "the rolled-back rows never existed");
+    const { rows } = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "Outbox"`);
+    assert.equal(rows[0]!.n, 1, "the rolled-back rows never existed");
   });
 
   it("refuses to enqueue outside a transaction, through the pool, or with a bad event", async function () {
@@ -136,16 +136,18 @@ describe("outbox and relay on PostgreSQL (real SDK, local broker)", function () 
       "first copies",
     );
     await crashed.stop();
-    const { rows: unmarked } = await pool.query(
+    const { rows: unmarked } = await pool.query<{ n: number }>(
       `SELECT count(*)::int AS n FROM "Outbox" WHERE "SentUtc" IS NULL`,
     );
-    assert.equal(unmarked[0].n, 3, "sent but not marked");
+    assert.equal(unmarked[0]!.n, 3, "sent but not marked");
     const restarted = await relay();
     await waitUntil(() => restarted.counters.sent === 3, "the resend after the lease", 10_000);
     assert.equal(fixture.broker.counts(QUEUE).duplicatesDropped, dropped + 3);
     const got = await receive(3);
     assert.deepEqual(got.map(idOf), [10, 11, 12]);
-    const { rows } = await pool.query(`SELECT "Attempts" AS a FROM "Outbox" WHERE "SentUtc" IS NOT NULL`);
+    const { rows } = await pool.query<{ a: number }>(
+      `SELECT "Attempts" AS a FROM "Outbox" WHERE "SentUtc" IS NOT NULL`,
+    );
     assert.deepEqual(
       rows.map((r: { a: number }) => r.a),
       [2, 2, 2],
@@ -156,13 +158,13 @@ describe("outbox and relay on PostgreSQL (real SDK, local broker)", function () 
     for (let t = 0; t < 20; t++) await upstream(Array.from({ length: 10 }, (_, i) => 1000 + t * 10 + i));
     const dropped = fixture.broker.counts(QUEUE).duplicatesDropped;
     const [a, b] = await Promise.all([relay({ batchSize: 7 }), relay({ batchSize: 7 })]);
-    await waitUntil(() => a!.counters.sent + b!.counters.sent === 200, "all 200 rows sent", 20_000);
+    await waitUntil(() => a.counters.sent + b.counters.sent === 200, "all 200 rows sent", 20_000);
     assert.equal(fixture.broker.counts(QUEUE).duplicatesDropped, dropped, "no row was sent twice");
     const got = await receive(200);
     assert.equal(got.length, 200);
     assert.equal(new Set(got.map((m) => m.messageId)).size, 200);
-    const { rows } = await pool.query(`SELECT max("Attempts")::int AS a FROM "Outbox"`);
-    assert.equal(rows[0].a, 1);
+    const { rows } = await pool.query<{ a: number }>(`SELECT max("Attempts")::int AS a FROM "Outbox"`);
+    assert.equal(rows[0]!.a, 1);
   });
 
   it("sets aside a row the broker refuses and sends the rows behind it", async function () {
@@ -178,12 +180,12 @@ describe("outbox and relay on PostgreSQL (real SDK, local broker)", function () 
     const r = await relay();
     await waitUntil(() => r.counters.sent === 2 && r.counters.setAside === 1, "two sent, one set aside");
     assert.deepEqual((await receive(2)).map(idOf), [20, 22]);
-    const { rows } = await pool.query(
+    const { rows } = await pool.query<{ key: string; error: string }>(
       `SELECT "Key" AS key, "Error" AS error FROM "Outbox" WHERE "SetAsideUtc" IS NOT NULL`,
     );
     assert.equal(rows.length, 1);
-    assert.equal(rows[0].key, "21");
-    assert.match(rows[0].error, /MessageSizeExceeded/);
+    assert.equal(rows[0]!.key, "21");
+    assert.match(rows[0]!.error, /MessageSizeExceeded/);
     assert.equal((await r.readiness()).ready, true, "a set-aside row is counted, not a readiness failure");
     assert.equal(r.status?.setAside, 1);
   });
@@ -254,6 +256,6 @@ describe("outbox and relay on PostgreSQL (real SDK, local broker)", function () 
       .spansNamed(`send ${QUEUE}`)
       .filter((s) => s.spanContext().traceId === traceId);
     assert.equal(sends.length, 1);
-    assert.equal(sends[0]!.parentSpanContext?.spanId, create!.spanContext().spanId);
+    assert.equal(sends[0]!.parentSpanContext?.spanId, create.spanContext().spanId);
   });
 });

@@ -71,7 +71,7 @@ export class PostgresOutboxStore extends OutboxStore {
       release(error as Error);
       throw error;
     }
-    return async () => release();
+    return () => Promise.resolve(release());
   }
 }
 
