@@ -47,6 +47,10 @@ export interface BackendDatabase {
   createStore(options?: InboxStoreOptions): InboxStore;
   /** Direct access to the same database, outside the store: arrangement and inspection only. */
   readonly raw: InboxDriver;
+  /** Where the database is, for suites that open their own pools (the outbox's upstream transactions). */
+  readonly target:
+    | { readonly kind: "postgres"; readonly url: string }
+    | { readonly kind: "sqlserver"; readonly config: mssql.config };
   dispose(): Promise<void>;
 }
 
@@ -122,6 +126,7 @@ export const postgresBackend: Backend = {
     return {
       sql: postgresSql,
       raw,
+      target: { kind: "postgres", url },
       createStore(options = {}) {
         const store = createPostgresInboxStore({ url, maxConnections: 20, ...options });
         stores.push(store);
@@ -157,6 +162,7 @@ export function sqlServerBackend(connectionString: string): Backend {
       return {
         sql: sqlServerSql,
         raw,
+        target: { kind: "sqlserver", config },
         createStore(options = {}) {
           const store = createSqlServerInboxStore({ config, ...options });
           stores.push(store);
