@@ -17,19 +17,23 @@ const BIN = fileURLToPath(new URL("../../bin/sbinbox.js", import.meta.url));
  * back, and `sbinbox relay` processes that send the outbox to the worker's queue.
  */
 export interface Upstream {
-  /** Events whose transaction committed: each must have exactly one downstream effect. */
-  readonly committed: PublishEvent[];
-  /** Events whose transaction rolled back: none may have any. */
-  readonly rolledBack: PublishEvent[];
-  /** Runs `count` upstream transactions, every `rollbackEvery`-th rolled back. */
-  run(count: number): Promise<void>;
+  /**
+   * Runs `count` upstream transactions, every `rollbackEvery`-th rolled back. A transaction that fails (the
+   * database went away) is not retried: whether it committed is read back from the database by `outcome`.
+   */
+  run(count: number): Promise<{ failed: number }>;
+  /**
+   * What the upstream database holds, the only truth after faults: events whose transfer row committed (each must
+   * have exactly one downstream effect) and every other event attempted (none may have any).
+   */
+  outcome(): Promise<{ committed: PublishEvent[]; notCommitted: PublishEvent[]; rolledBack: number }>;
   /** Starts a relay process; `kill` ends one with SIGKILL, as a crash would. */
   startRelay(): Promise<ChildProcess>;
   readonly relays: ChildProcess[];
+  /** Relay processes that ended, and how: a crash is an exit code, a kill a signal. */
+  readonly exits: { code: number | null; signal: NodeJS.Signals | null; at: number }[];
   /** Rows committed to the outbox and not yet marked sent. */
   unsent(): Promise<number>;
-  /** Committed transfers (the upstream's own rows). */
-  transfers(): Promise<number>;
   close(): Promise<void>;
 }
 
@@ -50,22 +54,25 @@ export async function startUpstream(stack: LocalStack, options: UpstreamOptions)
   await store.close();
   await pool.query(`CREATE TABLE IF NOT EXISTS transfers (
     id text PRIMARY KEY, account_id text NOT NULL, amount integer NOT NULL, message_id text NOT NULL)`);
-  const committed: PublishEvent[] = [];
-  const rolledBack: PublishEvent[] = [];
+  const attempted: PublishEvent[] = [];
+  let rolledBack = 0;
   const relays: ChildProcess[] = [];
+  const exits: { code: number | null; signal: NodeJS.Signals | null; at: number }[] = [];
   let next = 0;
 
   return {
-    committed,
-    rolledBack,
     relays,
+    exits,
     async run(count) {
-      const client = await pool.connect();
-      try {
-        for (let i = 0; i < count; i++, next++) {
-          const event = demoEvent(`${options.runId}-up`, next);
-          const body = event.body as { accountId: string; amount: number };
-          const rollback = next % options.rollbackEvery === options.rollbackEvery - 1;
+      let failed = 0;
+      for (let i = 0; i < count; i++, next++) {
+        const event = demoEvent(`${options.runId}-up`, next);
+        const body = event.body as { accountId: string; amount: number };
+        const rollback = next % options.rollbackEvery === options.rollbackEvery - 1;
+        attempted.push(event);
+        let client: pg.PoolClient | undefined;
+        try {
+          client = await pool.connect();
           await client.query("BEGIN");
           await client.query(
             "INSERT INTO transfers (id, account_id, amount, message_id) VALUES ($1, $2, $3, $4)",
@@ -73,11 +80,24 @@ export async function startUpstream(stack: LocalStack, options: UpstreamOptions)
           );
           await enqueue(client, event);
           await client.query(rollback ? "ROLLBACK" : "COMMIT");
-          (rollback ? rolledBack : committed).push(event);
+          if (rollback) rolledBack += 1;
+          client.release();
+        } catch (error) {
+          failed += 1;
+          client?.release(error instanceof Error ? error : true);
+          await new Promise((r) => setTimeout(r, 200)); // the database is away; try the next one a bit later
         }
-      } finally {
-        client.release();
       }
+      return { failed };
+    },
+    async outcome() {
+      const { rows } = await pool.query<{ id: string }>("SELECT id FROM transfers");
+      const done = new Set(rows.map((r) => r.id));
+      return {
+        committed: attempted.filter((e) => done.has(e.key)),
+        notCommitted: attempted.filter((e) => !done.has(e.key)),
+        rolledBack,
+      };
     },
     async startRelay() {
       const port = await freePort();
@@ -98,16 +118,13 @@ export async function startUpstream(stack: LocalStack, options: UpstreamOptions)
         stdio: ["ignore", "ignore", "inherit"],
       });
       relays.push(child);
+      child.on("exit", (code, signal) => exits.push({ code, signal, at: Date.now() }));
       return child;
     },
     async unsent() {
       const { rows } = await pool.query<{ n: number }>(
         `SELECT count(*)::int AS n FROM "Outbox" WHERE "SentUtc" IS NULL AND "SetAsideUtc" IS NULL`,
       );
-      return rows[0]!.n;
-    },
-    async transfers() {
-      const { rows } = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM transfers`);
       return rows[0]!.n;
     },
     async close() {

@@ -157,9 +157,10 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     await sendRawMessages(client, QUEUE, poison);
     out(`published ${events.length} events, ${resends} resends of them, ${poison.length} poison messages`);
     await upstreamRun;
-    for (const e of upstream.committed) expected.set(deriveMessageId(e.type, e.key), e);
+    const upstreamOutcome = await upstream.outcome();
+    for (const e of upstreamOutcome.committed) expected.set(deriveMessageId(e.type, e.key), e);
     out(
-      `upstream: ${upstream.committed.length} transactions committed and ${upstream.rolledBack.length} rolled back, ` +
+      `upstream: ${upstreamOutcome.committed.length} transactions committed and ${upstreamOutcome.rolledBack} rolled back, ` +
         `each with its event in the outbox; the relay was killed once and replaced`,
     );
 
@@ -226,13 +227,13 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     const lost = [...expected.keys()].filter((id) => !perMessage.has(id)).length;
     const doubled = [...perMessage.values()].filter((n) => n > 1).length;
     const unexpected = [...perMessage.keys()].filter((id) => !expected.has(id)).length;
-    const balances = await balancesMatch(db.sql, [...events, ...upstream.committed]);
-    const upstreamIds = upstream.committed.map((e) => deriveMessageId(e.type, e.key));
+    const balances = await balancesMatch(db.sql, [...events, ...upstreamOutcome.committed]);
+    const upstreamIds = upstreamOutcome.committed.map((e) => deriveMessageId(e.type, e.key));
     const upstreamEffects = upstreamIds.reduce((sum, id) => sum + (perMessage.get(id) ?? 0), 0);
-    const rolledBackApplied = upstream.rolledBack.filter((e) =>
+    const rolledBackApplied = upstreamOutcome.notCommitted.filter((e) =>
       perMessage.has(deriveMessageId(e.type, e.key)),
     ).length;
-    const transfers = await upstream.transfers();
+    const transfers = upstreamOutcome.committed.length;
     // The RESULT line's `effects` stays what it was: the effects of the published events; upstream ones follow.
     const publishedEffects = events.reduce(
       (sum, e) => sum + (perMessage.get(deriveMessageId(e.type, e.key)) ?? 0),
@@ -257,7 +258,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
       `  effects                   ${effects} credit rows; lost ${lost}, doubled ${doubled}, unexpected ${unexpected}`,
     );
     out(
-      `  upstream                  ${transfers} transfers committed, ${upstream.rolledBack.length} rolled back; ` +
+      `  upstream                  ${transfers} transfers committed, ${upstreamOutcome.rolledBack} rolled back; ` +
         `${upstreamEffects} downstream effects for them, ${rolledBackApplied} for rolled-back ones`,
     );
     out(`  account balances          ${balances ? "match the events" : "DO NOT match the events"}`);
@@ -266,7 +267,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
       doubled === 0 &&
       unexpected === 0 &&
       effects === expected.size &&
-      transfers === upstream.committed.length &&
+      upstreamOutcome.notCommitted.length === upstreamOutcome.rolledBack &&
       upstreamEffects === transfers &&
       rolledBackApplied === 0 &&
       deadLettered === poison.length &&
@@ -278,7 +279,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
       `RESULT distinct=${events.length} effects=${publishedEffects} resends=${resends} ` +
       `dropped_by_broker=${counts.duplicatesDropped} duplicates_in_inbox=${duplicates} poison=${poison.length} ` +
       `deadlettered=${deadLettered} lost=${lost} doubled=${doubled} ` +
-      `upstream=${transfers} upstream_effects=${upstreamEffects} upstream_rolled_back=${upstream.rolledBack.length} ` +
+      `upstream=${transfers} upstream_effects=${upstreamEffects} upstream_rolled_back=${upstreamOutcome.rolledBack} ` +
       `rolled_back_effects=${rolledBackApplied}`;
     return { ok, result };
   } finally {
