@@ -272,9 +272,9 @@ async function main(o: Options): Promise<number> {
         if (!killing) break;
         const victim = fleet.killOne(random);
         if (victim) out(`SIGKILL ${victim}`);
-        // Every other round, a relay too: it may be between send and mark.
+        // One round in four, a relay too (it may be between send and mark); each restart is a Node start-up.
         const relays = upstream.relays.filter(relayAlive);
-        if (random() < 0.5 && relays.length > 0) {
+        if (random() < 0.25 && relays.length > 0) {
           const relay = relays[Math.floor(random() * relays.length)]!;
           relay.kill("SIGKILL");
           relayKills += 1;
