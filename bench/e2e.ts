@@ -2,7 +2,8 @@
 // at maxConcurrentCalls 1, 8 and 32, set against its ceilings: the database (the worker's transaction as bare SQL
 // in a loop, same concurrency), the broker (receive-and-complete through the SDK, no database), the naive
 // check-then-insert handler of the seeds (no unique index) in the same receive loop, and the duplicate path alone.
-// Then the resident memory of a `sbinbox worker` process draining a 50,000-message backlog.
+// Then the outbox relay's rate beside the publisher's and its commit-to-effect latency (bench/relay.ts), and the
+// resident memory of a `sbinbox worker` process draining a 50,000-message backlog.
 // A benchmark, not a test: it prints a table and the ratios the targets are stated in.
 import { fork, spawn, type ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
@@ -18,6 +19,7 @@ import { demoEvent } from "../src/example/demo-events.ts";
 import type { InboxStore } from "../src/inbox/store.ts";
 import { statements } from "../src/inbox/postgres/statements.ts";
 import { formatTable, inBareTransaction } from "./common.ts";
+import { relayBench } from "./relay.ts";
 import { LocalBroker } from "../src/localbroker/broker.ts";
 import { defaultConfig, queueDefaults } from "../src/localbroker/config.ts";
 import { deriveMessageId } from "../src/servicebus/message-id.ts";
@@ -407,7 +409,7 @@ async function main(): Promise<void> {
       return;
     }
     const rows: string[][] = [];
-    for (const c of ONLY === "memory" ? [] : CONCURRENCY) {
+    for (const c of ONLY === "memory" || ONLY === "relay" ? [] : CONCURRENCY) {
       process.stdout.write(`concurrency ${c} ...\n`);
       // The rows that the targets compare run in several rounds, taking turns, and the median is reported: the
       // machine is shared, and one noisy stretch should not decide a ratio.
@@ -463,7 +465,9 @@ async function main(): Promise<void> {
     // generation `npm start` passes (no old-space cap), which shows whether the growth is garbage not yet
     // collected (flat) or memory held (it would keep growing).
     const memoryLines: string[] = [];
-    for (const nodeOptions of MEMORY_NODE_OPTIONS) {
+    // The outbox relay beside the publisher (bench/relay.ts), on the same embedded server.
+    if (ONLY === "" || ONLY === "relay") memoryLines.push(...(await relayBench(server)));
+    for (const nodeOptions of ONLY === "relay" ? [] : MEMORY_NODE_OPTIONS) {
       memoryLines.push(...(await memory(h, connectionString, nodeOptions)));
     }
     process.stdout.write(

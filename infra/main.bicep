@@ -87,6 +87,9 @@ param autoscaleScaleOutThreshold int = 100
 @description('Optional. Publishers (upstream identities) that get Azure Service Bus Data Sender on the queue.')
 param publishers publisherType[] = []
 
+@description('Optional. Object ID of an upstream App Service\'s managed identity that runs the outbox relay (sbinbox relay, or startRelay in-process). It gets Azure Service Bus Data Sender on the queue, and nothing else: the relay only sends.')
+param outboxRelayPrincipalId string?
+
 @description('A principal allowed to publish to the queue.')
 type publisherType = {
   @description('Required. Object ID of the principal.')
@@ -199,7 +202,10 @@ module roles '../bicep/modules/identity/main.bicep' = {
     // "may change" until the first deployment, which is the price of naming it guid(scope, principal, role).
     #disable-next-line what-if-short-circuiting
     receiverPrincipalId: worker.outputs.principalId
-    senders: publishers
+    senders: concat(
+      publishers,
+      outboxRelayPrincipalId == null ? [] : [{ principalId: outboxRelayPrincipalId!, principalType: 'ServicePrincipal' }]
+    )
     // Monitoring Metrics Publisher: the component accepts only Entra ID tokens.
     applicationInsightsName: applicationInsightsName
   }

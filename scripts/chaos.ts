@@ -4,15 +4,17 @@
 // few seconds and restarted, the database stopped and started once mid-run, then refusing logins for a few seconds,
 // then silent (a TCP proxy between the workers and PostgreSQL stops forwarding without closing), handlers failing
 // transiently (once per process, or for their first attempts in every process, retried in place and by scheduled
-// copies), poison.
-// At the end the business tables, the inbox and the broker's queues are compared with what was sent.
+// copies), poison. Upstream, N/10 transfers commit with their outbox rows (every 10th rolls back) and two
+// `sbinbox relay` processes, SIGKILLed now and then, send them. At the end the business tables, the inbox and the
+// broker's queues are compared with what was sent, and the upstream database's rows with the downstream effects.
 // Exit 0 only if nothing is lost, nothing is doubled and only the poison is dead-lettered. The last line is
 // RESULT distinct=.. effects=.. lost=.. doubled=.. deadlettered=.. poison=.. kills=.. db_restarts=.. logins_refused=..
 // db_silent=..
 import { randomUUID } from "node:crypto";
 import { parseArgs } from "node:util";
 import pg from "pg";
-import { balancesMatch } from "../src/app/demo.ts";
+import { balancesMatch, withoutSbinboxSettings } from "../src/app/demo.ts";
+import { startUpstream } from "../src/app/demo-upstream.ts";
 import { localWorkerEnv, startLocalStack } from "../src/app/local-stack.ts";
 import { accountSql } from "../src/example/accounts.ts";
 import { demoEvent } from "../src/example/demo-events.ts";
@@ -51,7 +53,8 @@ const usage = `usage: npm run chaos -- [--events N] [--kill-every-ms MS] [--db-d
 
 Exactly-once under faults: 3 worker processes, N distinct events (default 20000), 10% resent, a worker SIGKILLed
 every few seconds and restarted, the database stopped and started once, then refusing logins (ALTER ROLE ...
-NOLOGIN, sessions ended), then silent (a proxy stops forwarding without closing), transient handler failures, poison.
+NOLOGIN, sessions ended), then silent (a proxy stops forwarding without closing), transient handler failures, poison;
+upstream, N/10 outbox transactions (10% rolled back) sent by two relay processes that are SIGKILLed now and then.
 Exit code 0 only if nothing is lost, nothing is doubled and only the poison is dead-lettered.
 `;
 
@@ -233,6 +236,29 @@ async function main(o: Options): Promise<number> {
     await fleet.start();
     out(`${WORKERS} worker processes started (pids ${fleet.pids.join(", ")})`);
 
+    // The upstream half: transfers and their outbox rows in one transaction (every 10th rolled back) in a second
+    // database on the same server, so the outage hits it too; two relay processes, one SIGKILLed now and then.
+    const upstream = await startUpstream(stack, {
+      runId,
+      rollbackEvery: 10,
+      env: withoutSbinboxSettings(process.env),
+      // The chaos queue's window is Azure's smallest (20 s): keep 5 s of it back, not the default minute.
+      relayEnv: { SBINBOX_OUTBOX_WINDOW_MARGIN_MS: "5000" },
+    });
+    cleanups.push(() => upstream.close());
+    const upstreamCount = Math.max(20, Math.floor(o.events / 10));
+    await upstream.startRelay();
+    await upstream.startRelay();
+    let upstreamDone = false;
+    let upstreamFailed = 0;
+    const upstreamRun = upstream.run(upstreamCount).then((r) => {
+      upstreamFailed = r.failed;
+      upstreamDone = true;
+    });
+    let relayKills = 0;
+    const relayAlive = (r: { exitCode: number | null; signalCode: NodeJS.Signals | null }) =>
+      r.exitCode === null && r.signalCode === null;
+
     const client = createServiceBusClient({ connectionString: broker.connectionString });
     cleanups.push(() => client.close());
     const publisher = createPublisher({ client, queue: QUEUE });
@@ -287,6 +313,14 @@ async function main(o: Options): Promise<number> {
         if (!killing) break;
         const victim = fleet.killOne(random);
         if (victim) out(`SIGKILL ${victim}`);
+        // One round in four, a relay too (it may be between send and mark); each restart is a Node start-up.
+        const relays = upstream.relays.filter(relayAlive);
+        if (random() < 0.25 && relays.length > 0) {
+          const relay = relays[Math.floor(random() * relays.length)]!;
+          relay.kill("SIGKILL");
+          relayKills += 1;
+          out(`SIGKILL relay ${relay.pid}`);
+        }
       }
     })();
 
@@ -320,6 +354,8 @@ async function main(o: Options): Promise<number> {
         // The count is best effort while the server restarts.
       }
       await fleet.restartPending();
+      // Relays are replaced as an orchestrator would, once the database is back (start-up migrates).
+      if (dbUp) while (upstream.relays.filter(relayAlive).length < 2) await upstream.startRelay();
       if (dbRestarts === 0 && dbUp && applied >= o.events * 0.4) {
         out(`stopping the database for ${o.dbDownMs} ms (${applied} applied)`);
         outages.push({ from: Date.now(), to: Infinity });
@@ -376,12 +412,17 @@ async function main(o: Options): Promise<number> {
         );
       }
       if (publishError) throw publishError;
+      const upstreamSettled =
+        upstreamDone && dbUp && (await upstream.unsent().catch(() => 1)) === 0
+          ? (await upstream.outcome()).committed.length
+          : undefined;
       if (
         lateDone &&
         dbUp &&
         !phaseRunning &&
         silentPhases === 1 &&
-        applied >= o.events &&
+        upstreamSettled !== undefined &&
+        applied >= o.events + upstreamSettled &&
         c.active + c.locked + c.scheduled === 0 &&
         c.deadLettered >= poison.length
       )
@@ -395,6 +436,10 @@ async function main(o: Options): Promise<number> {
     }
     killing = false;
     await killer;
+    await upstreamRun;
+    const upstreamOutcome = await upstream.outcome();
+    const upstreamIds = upstreamOutcome.committed.map((e) => deriveMessageId(e.type, e.key));
+    for (const id of upstreamIds) expected.add(id);
     const stats = await fleet.readStats();
     await fleet.stop();
     await publishing.catch(() => undefined);
@@ -405,10 +450,16 @@ async function main(o: Options): Promise<number> {
     );
     const perMessage = new Map(rows.map((r) => [r.messageId, Number(r.n)]));
     const effects = [...perMessage.values()].reduce((a, b) => a + b, 0);
-    const lost = ids.filter((id) => !perMessage.has(id)).length;
+    const lost = [...expected].filter((id) => !perMessage.has(id)).length;
     const doubled = [...perMessage.values()].filter((n) => n > 1).length;
     const unexpected = [...perMessage.keys()].filter((id) => !expected.has(id)).length;
-    const balances = await balancesMatch(db.sql, events);
+    const balances = await balancesMatch(db.sql, [...events, ...upstreamOutcome.committed]);
+    const upstreamEffects = upstreamIds.reduce((sum, id) => sum + (perMessage.get(id) ?? 0), 0);
+    const notCommittedEffects = upstreamOutcome.notCommitted.filter((e) =>
+      perMessage.has(deriveMessageId(e.type, e.key)),
+    ).length;
+    const nearOutage = (at: number) => outages.some((x) => x.from - 2_000 <= at && x.to + 5_000 >= at);
+    const relayCrashes = upstream.exits.filter((e) => e.signal === null && !nearOutage(e.at)).length;
     const inbox = await db.sql.query<{ id: string; done: boolean }>(
       `SELECT "MessageId" AS id, "ProcessedUtc" IS NOT NULL AS done FROM "Inbox" WHERE "Consumer" = $1`,
       [CONSUMER],
@@ -448,15 +499,23 @@ async function main(o: Options): Promise<number> {
     out(
       `  effects           ${effects} credit rows; lost ${lost}, doubled ${doubled}, unexpected ${unexpected}`,
     );
+    out(
+      `  upstream          ${upstreamOutcome.committed.length} committed, ${upstreamOutcome.rolledBack} rolled back, ` +
+        `${upstreamFailed} failed by the outage; ${upstreamEffects} downstream effects for the committed, ` +
+        `${notCommittedEffects} for the rest; ${relayKills} relay SIGKILLs, ${relayCrashes} relay crashes`,
+    );
     out(`  balances          ${balances ? "match the events" : "DO NOT match the events"}`);
     const ok =
       !timedOut &&
       lost === 0 &&
       doubled === 0 &&
       unexpected === 0 &&
-      effects === o.events &&
+      effects === o.events + upstreamIds.length &&
+      upstreamEffects === upstreamIds.length &&
+      notCommittedEffects === 0 &&
+      relayCrashes === 0 &&
       balances &&
-      inboxDone === o.events &&
+      inboxDone === expected.size &&
       inboxStray === 0 &&
       counts.active + counts.locked + counts.scheduled === 0 &&
       counts.deadLettered === poison.length &&
@@ -472,7 +531,9 @@ async function main(o: Options): Promise<number> {
     process.stdout.write(
       `RESULT distinct=${o.events} effects=${effects} lost=${lost} doubled=${doubled} ` +
         `deadlettered=${counts.deadLettered} poison=${poison.length} kills=${fleet.counts.kills} db_restarts=${dbRestarts} ` +
-        `logins_refused=${loginPhases} db_silent=${silentPhases}\n`,
+        `logins_refused=${loginPhases} db_silent=${silentPhases} ` +
+        `upstream=${upstreamIds.length} upstream_effects=${upstreamEffects} rolled_back_effects=${notCommittedEffects} ` +
+        `relay_kills=${relayKills}\n`,
     );
     return ok ? 0 : 1;
   } finally {

@@ -1,5 +1,5 @@
 // `npm run check:tsql`: parses every T-SQL statement the SQL Server adapter can send (every string constant in
-// src/inbox/sqlserver/statements.ts) and every SQL Server migration with Microsoft's own parser (ScriptDom, run
+// src/inbox/sqlserver/statements.ts and src/outbox/sqlserver/statements.ts) and every SQL Server migration with Microsoft's own parser (ScriptDom, run
 // by tools/tsql-parse). Fails on any syntax error. Builds the tool on first use; later runs reuse the build.
 import { spawnSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
@@ -10,7 +10,10 @@ const root = fileURLToPath(new URL("..", import.meta.url));
 const toolDir = join(root, "tools", "tsql-parse");
 const toolOut = join(toolDir, "bin", "out");
 const toolBinary = join(toolOut, "tsql-parse");
-const migrationsDir = join(root, "src", "inbox", "sqlserver", "migrations");
+const migrationsDirs = [
+  join(root, "src", "inbox", "sqlserver", "migrations"),
+  join(root, "src", "outbox", "sqlserver", "migrations"),
+];
 
 interface Item {
   name: string;
@@ -62,10 +65,14 @@ async function main(): Promise<number> {
   const items: Item[] = [];
   const statements = (await import("../src/inbox/sqlserver/statements.ts")) as Record<string, unknown>;
   for (const [name, value] of Object.entries(statements)) collect(value, `statements.ts:${name}`, items);
-  for (const file of readdirSync(migrationsDir)
-    .filter((f) => f.endsWith(".sql"))
-    .sort()) {
-    items.push({ name: `migrations/${file}`, sql: readFileSync(join(migrationsDir, file), "utf8") });
+  const outbox = (await import("../src/outbox/sqlserver/statements.ts")) as Record<string, unknown>;
+  for (const [name, value] of Object.entries(outbox)) collect(value, `outbox/statements.ts:${name}`, items);
+  for (const dir of migrationsDirs) {
+    for (const file of readdirSync(dir)
+      .filter((f) => f.endsWith(".sql"))
+      .sort()) {
+      items.push({ name: `${dir}/${file}`, sql: readFileSync(join(dir, file), "utf8") });
+    }
   }
   // The same statements and migrations for an inbox in another schema (SBINBOX_INBOX_SCHEMA), as sent then.
   const other = statements["sqlServerSql"] as (schema: string) => Record<string, unknown>;
@@ -73,6 +80,7 @@ async function main(): Promise<number> {
   for (const [name, value] of Object.entries(inSchema))
     collect(value, `sqlServerSql("sbinbox_check"):${name}`, items);
   const move = inSchema["migrationInSchema"] as (sql: string) => string;
+  const migrationsDir = migrationsDirs[0]!; // the inbox's
   for (const file of readdirSync(migrationsDir)
     .filter((f) => f.endsWith(".sql"))
     .sort()) {

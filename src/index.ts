@@ -36,3 +36,11 @@ export { createInboxStore, type InboxStore, type InboxStoreConfig } from "./inbo
 export { exampleHandlers, accountCreditedHandler, welcomeEmailHandler, FakeMailer } from "./example/index.ts";
 export { createLogger, silentLogger, type Logger } from "./telemetry/logger.ts";
 export { startTelemetry, type Telemetry, type TelemetryOptions } from "./telemetry/setup.ts";
+
+export { enqueue, type OutboxEvent, type OutboxTransaction, type EnqueueResult } from "./outbox/enqueue.ts";
+export { startRelay, checkRelaySettings, DEFAULT_RELAY_SETTINGS } from "./outbox/relay.ts";
+export type { Relay, RelayOptions, RelaySettings, RelayCounters } from "./outbox/relay.ts";
+export { OutboxStore, type OutboxStatus } from "./outbox/store.ts";
+// The dialect stores load their driver only when opened, as openDatabase does.
+export { openOutboxStore } from "./outbox/open.ts";
+export { createOutboxSender, type OutboxSender, type SendReport } from "./servicebus/outbox-sender.ts";

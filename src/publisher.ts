@@ -6,3 +6,5 @@ export { createPublisher, toServiceBusMessage } from "./servicebus/publisher.ts"
 export type { Publisher, PublisherOptions, PublishEvent, PublishResult } from "./servicebus/publisher.ts";
 export { deriveMessageId, canonicalName, uuidV5, MESSAGE_ID_NAMESPACE } from "./servicebus/message-id.ts";
 export { createServiceBusClient, type ServiceBusClient, type ServiceBusTarget } from "./servicebus/client.ts";
+// The outbox's enqueue writes through the caller's own transaction; it loads no driver of its own.
+export { enqueue, type OutboxEvent, type OutboxTransaction, type EnqueueResult } from "./outbox/enqueue.ts";

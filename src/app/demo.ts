@@ -8,6 +8,7 @@ import { createServiceBusClient } from "../servicebus/client.ts";
 import { deriveMessageId } from "../servicebus/message-id.ts";
 import { createPublisher, type PublishEvent } from "../servicebus/publisher.ts";
 import { sendRawMessages } from "../servicebus/raw.ts";
+import { startUpstream } from "./demo-upstream.ts";
 import { localWorkerEnv, startLocalStack } from "./local-stack.ts";
 import { writesTelemetryToConsole } from "../telemetry/setup.ts";
 
@@ -29,6 +30,8 @@ const QUEUE = "sbinbox";
 const CONSUMER = "sbinbox-demo";
 const BIN = fileURLToPath(new URL("../../bin/sbinbox.js", import.meta.url));
 const RESEND_EVERY = 20;
+/** The upstream half: one in this many upstream transactions rolls back. */
+const ROLLBACK_EVERY = 10;
 
 interface WorkerProcess {
   readonly name: string;
@@ -102,6 +105,23 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     await Promise.all([startWorker("worker-1", fault), startWorker("worker-2", fault)]);
     out(`two worker processes started (pids ${workers.map((w) => w.child.pid).join(", ")})`);
 
+    // The upstream half: its own database, transfers and outbox rows in one transaction, a relay process that is
+    // killed (SIGKILL) half-way and replaced.
+    const upstream = await startUpstream(stack, {
+      runId,
+      rollbackEvery: ROLLBACK_EVERY,
+      env: withoutSbinboxSettings(process.env),
+    });
+    cleanups.push(() => upstream.close());
+    const upstreamCount = Math.max(20, Math.floor(options.count / 4));
+    await upstream.startRelay();
+    const upstreamRun = (async () => {
+      await upstream.run(Math.floor(upstreamCount / 2));
+      upstream.relays[0]!.kill("SIGKILL");
+      await upstream.startRelay();
+      await upstream.run(upstreamCount - Math.floor(upstreamCount / 2));
+    })();
+
     const client = createServiceBusClient({ connectionString: broker.connectionString });
     cleanups.push(() => client.close());
     const publisher = createPublisher({ client, queue: QUEUE });
@@ -136,6 +156,13 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     ];
     await sendRawMessages(client, QUEUE, poison);
     out(`published ${events.length} events, ${resends} resends of them, ${poison.length} poison messages`);
+    await upstreamRun;
+    const upstreamOutcome = await upstream.outcome();
+    for (const e of upstreamOutcome.committed) expected.set(deriveMessageId(e.type, e.key), e);
+    out(
+      `upstream: ${upstreamOutcome.committed.length} transactions committed and ${upstreamOutcome.rolledBack} rolled back, ` +
+        `each with its event in the outbox; the relay was killed once and replaced`,
+    );
 
     // Watch until every event is applied and the queue is empty; replace a killed worker as an orchestrator would.
     let killed = 0;
@@ -160,7 +187,14 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
         `applied ${applied}/${events.length} | queue: ${c.active} waiting, ${c.locked} locked | ` +
           `dead-lettered ${c.deadLettered} | dropped resends ${c.duplicatesDropped} | killed ${killed}`,
       );
-      if (applied >= events.length && c.active + c.locked === 0 && c.deadLettered >= poison.length) break;
+      const unsent = await upstream.unsent();
+      if (
+        applied >= expected.size &&
+        unsent === 0 &&
+        c.active + c.locked === 0 &&
+        c.deadLettered >= poison.length
+      )
+        break;
       if (Date.now() > deadline) {
         out(`timed out after ${options.timeoutMs} ms`);
         break;
@@ -193,7 +227,18 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     const lost = [...expected.keys()].filter((id) => !perMessage.has(id)).length;
     const doubled = [...perMessage.values()].filter((n) => n > 1).length;
     const unexpected = [...perMessage.keys()].filter((id) => !expected.has(id)).length;
-    const balances = await balancesMatch(db.sql, events);
+    const balances = await balancesMatch(db.sql, [...events, ...upstreamOutcome.committed]);
+    const upstreamIds = upstreamOutcome.committed.map((e) => deriveMessageId(e.type, e.key));
+    const upstreamEffects = upstreamIds.reduce((sum, id) => sum + (perMessage.get(id) ?? 0), 0);
+    const rolledBackApplied = upstreamOutcome.notCommitted.filter((e) =>
+      perMessage.has(deriveMessageId(e.type, e.key)),
+    ).length;
+    const transfers = upstreamOutcome.committed.length;
+    // The RESULT line's `effects` stays what it was: the effects of the published events; upstream ones follow.
+    const publishedEffects = events.reduce(
+      (sum, e) => sum + (perMessage.get(deriveMessageId(e.type, e.key)) ?? 0),
+      0,
+    );
     const counts = broker.counts(QUEUE);
     const deadLettered = counts.deadLettered;
 
@@ -212,21 +257,30 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     out(
       `  effects                   ${effects} credit rows; lost ${lost}, doubled ${doubled}, unexpected ${unexpected}`,
     );
+    out(
+      `  upstream                  ${transfers} transfers committed, ${upstreamOutcome.rolledBack} rolled back; ` +
+        `${upstreamEffects} downstream effects for them, ${rolledBackApplied} for rolled-back ones`,
+    );
     out(`  account balances          ${balances ? "match the events" : "DO NOT match the events"}`);
     const ok =
       lost === 0 &&
       doubled === 0 &&
       unexpected === 0 &&
-      effects === events.length &&
+      effects === expected.size &&
+      upstreamOutcome.notCommitted.length === upstreamOutcome.rolledBack &&
+      upstreamEffects === transfers &&
+      rolledBackApplied === 0 &&
       deadLettered === poison.length &&
       counts.duplicatesDropped === resends &&
       killed >= 1 &&
       balances;
     out(ok ? "  verdict                   exactly once: it holds" : "  verdict                   FAILED");
     const result =
-      `RESULT distinct=${events.length} effects=${effects} resends=${resends} ` +
+      `RESULT distinct=${events.length} effects=${publishedEffects} resends=${resends} ` +
       `dropped_by_broker=${counts.duplicatesDropped} duplicates_in_inbox=${duplicates} poison=${poison.length} ` +
-      `deadlettered=${deadLettered} lost=${lost} doubled=${doubled}`;
+      `deadlettered=${deadLettered} lost=${lost} doubled=${doubled} ` +
+      `upstream=${transfers} upstream_effects=${upstreamEffects} upstream_rolled_back=${upstreamOutcome.rolledBack} ` +
+      `rolled_back_effects=${rolledBackApplied}`;
     return { ok, result };
   } finally {
     killAll();

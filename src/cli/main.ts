@@ -3,9 +3,10 @@ const commands: Record<
   string,
   { describe: string; load: () => Promise<{ run(argv: string[]): Promise<number> }> }
 > = {
-  migrate: { describe: "apply pending inbox migrations", load: () => import("./migrate.ts") },
+  migrate: { describe: "apply pending inbox (or --outbox) migrations", load: () => import("./migrate.ts") },
   broker: { describe: "run the local Service Bus broker", load: () => import("./broker.ts") },
   worker: { describe: "run the worker", load: () => import("./worker.ts") },
+  relay: { describe: "run the outbox relay (upstream side)", load: () => import("./relay.ts") },
   publish: { describe: "publish events", load: () => import("./publish.ts") },
   dlq: {
     describe: "list, replay or purge the dead-letter queue",

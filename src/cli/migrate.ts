@@ -39,9 +39,12 @@ async function openStore(target: InboxStoreConfig): Promise<InboxStore> {
   return createSqlServerInboxStore(target);
 }
 
-/** `sbinbox migrate`: applies pending inbox migrations; a no-op when none are pending. */
+/**
+ * `sbinbox migrate`: applies pending inbox migrations; `--outbox` the outbox's (an upstream service's database),
+ * `--inbox --outbox` both. A no-op when none are pending.
+ */
 export async function run(
-  _argv: string[],
+  argv: string[],
   env: NodeJS.ProcessEnv = process.env,
   out: (line: string) => void = (line) => process.stdout.write(`${line}\n`),
   err: (line: string) => void = (line) => process.stderr.write(`${line}\n`),
@@ -54,6 +57,34 @@ export async function run(
     err(`sbinbox migrate: ${error.message}`);
     return 2;
   }
+  const unknown = argv.find((a) => a !== "--inbox" && a !== "--outbox");
+  if (unknown !== undefined) {
+    err(`sbinbox migrate: unexpected argument "${unknown}" (use --inbox, --outbox or both)`);
+    return 2;
+  }
+  const outbox = argv.includes("--outbox");
+  const inbox = argv.includes("--inbox") || !outbox;
+  if (outbox) {
+    const { openOutboxStore } = await import("../outbox/open.ts");
+    // migrateTarget has checked that exactly one of the two is set.
+    const url = env.SBINBOX_POSTGRES_URL?.trim();
+    const store = await openOutboxStore(
+      url
+        ? { kind: "postgres", url }
+        : { kind: "sqlserver", connectionString: String(env.SBINBOX_SQLSERVER_CONNECTION_STRING).trim() },
+    );
+    try {
+      const { applied } = await store.migrate();
+      out(
+        applied.length === 0
+          ? "sbinbox migrate: outbox up to date"
+          : `sbinbox migrate: outbox applied ${applied.join(", ")}`,
+      );
+    } finally {
+      await store.close();
+    }
+  }
+  if (!inbox) return 0;
   const store = await openStore(target);
   try {
     const { applied } = await store.migrate();

@@ -1,5 +1,6 @@
 import { readFileSync } from "node:fs";
 import { ConfigError } from "../domain/errors.ts";
+import { checkRelaySettings, type RelaySettings } from "../outbox/settings.ts";
 import { parsers, settings, type RawSettings, type SettingName } from "./schema.ts";
 
 export type ServiceBusConnection =
@@ -42,6 +43,8 @@ export interface Config {
   readonly httpHost: string;
   readonly applicationInsightsConnectionString?: string;
   readonly serviceName: string;
+  /** The outbox relay's settings; checked against the duplicate-detection window when loaded for the relay. */
+  readonly relay: RelaySettings;
 }
 
 /** Bounds on every database wait: a database that stops answering ends in an error, never in a hang. */
@@ -63,7 +66,7 @@ export interface RetrySettings {
 export interface LoadOptions {
   env?: NodeJS.ProcessEnv;
   /** `publish` needs Service Bus only: no database settings are required or checked. */
-  purpose?: "worker" | "publish";
+  purpose?: "worker" | "publish" | "relay";
   readFile?: (path: string) => string;
 }
 
@@ -76,7 +79,10 @@ export function loadConfig(options: LoadOptions = {}): Config {
   const raw = { ...readConfigFile(env.SBINBOX_CONFIG_FILE, readFile), ...pickEnv(env) };
   const s = parseAll(raw);
   return {
-    serviceBus: options.purpose === "publish" ? publishConnection(s) : serviceBusConnection(s),
+    serviceBus:
+      options.purpose === "publish" || options.purpose === "relay"
+        ? publishConnection(s)
+        : serviceBusConnection(s),
     database: options.purpose === "publish" ? { kind: "embedded" } : databaseConnection(s),
     inboxSchema: s.SBINBOX_INBOX_SCHEMA,
     queue: s.SBINBOX_QUEUE,
@@ -110,7 +116,24 @@ export function loadConfig(options: LoadOptions = {}): Config {
     httpHost: s.SBINBOX_HTTP_HOST ?? (serviceBusConnection(s).kind === "embedded" ? "127.0.0.1" : "0.0.0.0"),
     applicationInsightsConnectionString: s.APPLICATIONINSIGHTS_CONNECTION_STRING,
     serviceName: s.OTEL_SERVICE_NAME,
+    relay: relaySettings(s, options.purpose === "relay"),
   };
+}
+
+function relaySettings(s: RawSettings, check: boolean): RelaySettings {
+  const relay: RelaySettings = {
+    batchSize: s.SBINBOX_OUTBOX_BATCH_SIZE,
+    pollIntervalMs: s.SBINBOX_OUTBOX_POLL_INTERVAL_MS,
+    leaseMs: s.SBINBOX_OUTBOX_LEASE_MS,
+    duplicateWindowMs: s.SBINBOX_QUEUE_DUPLICATE_WINDOW_MS,
+    windowMarginMs: s.SBINBOX_OUTBOX_WINDOW_MARGIN_MS,
+    retentionMs: s.SBINBOX_OUTBOX_RETENTION_HOURS * HOUR_MS,
+    cleanupIntervalMs: s.SBINBOX_OUTBOX_CLEANUP_INTERVAL_MS,
+    retryDelayMs: s.SBINBOX_OUTBOX_RETRY_DELAY_MS,
+    statusIntervalMs: s.SBINBOX_OUTBOX_STATUS_INTERVAL_MS,
+  };
+  if (check) checkRelaySettings(relay);
+  return relay;
 }
 
 function pickEnv(env: NodeJS.ProcessEnv): Partial<Record<SettingName, string>> {

@@ -44,6 +44,19 @@ export const settings = {
   SBINBOX_RETRY_JITTER: "each retry delay is drawn from delay x [1 - jitter, 1 + jitter] (0 to 1)",
   SBINBOX_RETRY_MAX_WAIT_MS:
     "longest retry delay waited out in the worker under the message's lock; longer ones schedule a copy",
+  SBINBOX_QUEUE_DUPLICATE_WINDOW_MS:
+    "the queue's DuplicateDetectionHistoryTimeWindow, for the relay's resend check (docs/outbox.md)",
+  SBINBOX_OUTBOX_BATCH_SIZE: "outbox rows the relay claims and sends at a time",
+  SBINBOX_OUTBOX_POLL_INTERVAL_MS: "how often the relay looks for unsent rows when nothing wakes it",
+  SBINBOX_OUTBOX_LEASE_MS: "how long a relay's claim keeps other relays off its rows",
+  SBINBOX_OUTBOX_WINDOW_MARGIN_MS:
+    "part of the duplicate-detection window kept back for send and clock delays",
+  SBINBOX_OUTBOX_RETENTION_HOURS: "how long sent outbox rows are kept (0 keeps them)",
+  SBINBOX_OUTBOX_CLEANUP_INTERVAL_MS:
+    "how often sent outbox rows past the retention are deleted (0 turns it off)",
+  SBINBOX_OUTBOX_RETRY_DELAY_MS: "first wait after the broker or network failed a send; doubles up to 30 s",
+  SBINBOX_OUTBOX_STATUS_INTERVAL_MS:
+    "how often the relay reads outbox lag and stale rows for /readyz and metrics",
   SBINBOX_LOG_LEVEL: "debug, info, warn or error",
   SBINBOX_FAULT_KILL_AFTER_COMMIT:
     "fault injection for the demo and chaos runs only: SIGKILL the process after this MessageId commits",
@@ -68,7 +81,7 @@ export const MAX_TIMER_MS = 2_147_483_647;
 /** Ten years: beyond any broker's redelivery window, and small enough to stay exact in milliseconds. */
 export const MAX_HOURS = 87_600;
 const ms = (min: number, max = MAX_TIMER_MS) => int(min, max);
-const hours = (min: number) => int(min, MAX_HOURS);
+const hours = (min: number, max = MAX_HOURS) => int(min, Math.min(max, MAX_HOURS));
 const bool = z
   .string()
   .trim()
@@ -151,6 +164,16 @@ export const parsers = {
   SBINBOX_RETRY_PERMANENT_DELAYS_MS: delayList.default([5_000]),
   SBINBOX_RETRY_JITTER: fraction.default(0.2),
   SBINBOX_RETRY_MAX_WAIT_MS: ms(0, 3_600_000).default(30_000),
+  // Service Bus allows 20 seconds to 7 days for the window.
+  SBINBOX_QUEUE_DUPLICATE_WINDOW_MS: ms(20_000, 7 * 24 * 3_600_000).default(600_000),
+  SBINBOX_OUTBOX_BATCH_SIZE: int(1, 4_500).default(100),
+  SBINBOX_OUTBOX_POLL_INTERVAL_MS: ms(10).default(1_000),
+  SBINBOX_OUTBOX_LEASE_MS: ms(1_000).default(60_000),
+  SBINBOX_OUTBOX_WINDOW_MARGIN_MS: ms(0).default(60_000),
+  SBINBOX_OUTBOX_RETENTION_HOURS: hours(0, 24 * 365).default(24),
+  SBINBOX_OUTBOX_CLEANUP_INTERVAL_MS: ms(0).default(600_000),
+  SBINBOX_OUTBOX_RETRY_DELAY_MS: ms(1).default(1_000),
+  SBINBOX_OUTBOX_STATUS_INTERVAL_MS: ms(100).default(5_000),
   SBINBOX_LOG_LEVEL: z
     .enum(["debug", "info", "warn", "error"], "must be debug, info, warn or error")
     .default("info"),

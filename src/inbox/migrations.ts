@@ -8,6 +8,21 @@ export interface Migration {
   readonly sql: string;
 }
 
+/**
+ * One independent schema's migrations: its folder, its own version table, and the lock that serializes concurrent
+ * runs. The inbox and the outbox are two sets on the same plumbing, so an upstream service can take the outbox
+ * alone.
+ */
+export interface MigrationSet {
+  readonly dir: string;
+  /** The lock's parameter: an advisory-lock key on PostgreSQL, an sp_getapplock resource on SQL Server. */
+  readonly lockKey: string;
+  readonly acquireLock: string;
+  readonly createVersionTable: string;
+  readonly selectAppliedVersions: string;
+  readonly recordVersion: string;
+}
+
 const FILE = /^(\d{4})_([a-z0-9_]+)\.sql$/;
 
 /** Reads a dialect's migration folder; refuses gaps and repeated numbers, which would make order ambiguous. */

@@ -208,19 +208,52 @@ export function startSendSpan(
   queue: string,
   messageCount: number,
   messageId?: string,
+  parent: Context = context.active(),
+  links: Link[] = [],
 ): { span: Span; ctx: Context } {
-  const span = tracer().startSpan(SpanName.send(queue), {
+  const span = tracer().startSpan(
+    SpanName.send(queue),
+    {
+      kind: SpanKind.PRODUCER,
+      attributes: {
+        [Attr.messagingSystem]: MESSAGING_SYSTEM,
+        [Attr.operationName]: "send",
+        [Attr.operationType]: "send",
+        [Attr.destinationName]: queue,
+        ...(messageCount > 1 ? { [Attr.batchMessageCount]: messageCount } : {}),
+        ...(messageId !== undefined ? { [Attr.messageId]: messageId } : {}),
+      },
+      links,
+    },
+    parent,
+  );
+  return { span, ctx: trace.setSpan(parent, span) };
+}
+
+/**
+ * The PRODUCER span of an outbox enqueue (operation `create`): a child of the caller's active span, inside its
+ * transaction. Its context is stored with the row and continued by the relay's send span (docs/outbox.md).
+ */
+export function startCreateSpan(messageCount: number, messageId?: string): { span: Span; ctx: Context } {
+  const span = tracer().startSpan(SpanName.create, {
     kind: SpanKind.PRODUCER,
     attributes: {
       [Attr.messagingSystem]: MESSAGING_SYSTEM,
-      [Attr.operationName]: "send",
-      [Attr.operationType]: "send",
-      [Attr.destinationName]: queue,
+      [Attr.operationName]: "create",
+      [Attr.operationType]: "create",
       ...(messageCount > 1 ? { [Attr.batchMessageCount]: messageCount } : {}),
       ...(messageId !== undefined ? { [Attr.messageId]: messageId } : {}),
     },
   });
   return { span, ctx: trace.setSpan(context.active(), span) };
+}
+
+/** A `traceparent` value for a context, or undefined when it carries no valid span. */
+export function traceparentOf(ctx: Context): string | undefined {
+  const spanContext = trace.getSpanContext(ctx);
+  if (!spanContext || !trace.isSpanContextValid(spanContext)) return undefined;
+  const flags = (spanContext.traceFlags & TraceFlags.SAMPLED).toString(16).padStart(2, "0");
+  return `00-${spanContext.traceId}-${spanContext.spanId}-${flags}`;
 }
 
 /** Writes `traceparent` and `Diagnostic-Id` (and whatever the registered propagator adds) for the consumer. */

@@ -51,6 +51,8 @@ export const SpanEvent = {
 
 export const SpanName = {
   send: (queue: string) => `send ${queue}`,
+  /** An outbox enqueue, inside the upstream transaction (the messaging conventions' `create`). */
+  create: "create outbox",
   process: (queue: string) => `process ${queue}`,
   settle: (disposition: Disposition, queue: string) => `${disposition} ${queue}`,
   inboxTransaction: "inbox.transaction",
@@ -79,4 +81,8 @@ export const Metric = {
   openClaims: "sbinbox.inbox.open_claims",
   outagePause: "sbinbox.database.outage_pause.duration",
   retries: "sbinbox.retries",
+  outboxLag: "sbinbox.outbox.lag",
+  outboxSent: "sbinbox.outbox.sent",
+  outboxSetAside: "sbinbox.outbox.set_aside",
+  outboxStale: "sbinbox.outbox.stale",
 } as const;

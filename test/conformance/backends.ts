@@ -56,6 +56,10 @@ export interface BackendDatabase {
   readonly raw: InboxDriver;
   /** The schema of this run's tables, when the run is scoped to a schema rather than a database. */
   readonly schema?: string;
+  /** Where the database is, for suites that open their own pools (the outbox's upstream transactions). */
+  readonly target:
+    | { readonly kind: "postgres"; readonly url: string }
+    | { readonly kind: "sqlserver"; readonly config: mssql.config };
   dispose(): Promise<void>;
 }
 
@@ -170,6 +174,7 @@ export const postgresBackend: Backend = {
     return {
       sql: postgresSql("public"),
       raw,
+      target: { kind: "postgres", url },
       createStore(options = {}) {
         const store = createPostgresInboxStore({ url, maxConnections: 20, ...options });
         stores.push(store);
@@ -203,6 +208,7 @@ export const postgresSchemaBackend: Backend = {
       sql,
       raw,
       schema,
+      target: { kind: "postgres", url },
       createStore(options = {}) {
         const store = createPostgresInboxStore({ url, maxConnections: 20, schema, ...options });
         stores.push(store);
@@ -251,6 +257,7 @@ function sqlServerSchemaPerRun(base: mssql.config, database: string): Backend {
         sql,
         raw,
         schema,
+        target: { kind: "sqlserver", config },
         createStore(options = {}) {
           const store = createSqlServerInboxStore({ config, schema, ...options });
           stores.push(store);
@@ -286,6 +293,7 @@ function sqlServerDatabasePerRun(base: mssql.config): Backend {
       return {
         sql: sqlServerSql("dbo"),
         raw,
+        target: { kind: "sqlserver", config },
         createStore(options = {}) {
           const store = createSqlServerInboxStore({ config, ...options });
           stores.push(store);

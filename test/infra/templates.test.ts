@@ -188,6 +188,25 @@ describe("infra/main.bicep compiled to ARM JSON by the pinned Bicep CLI", functi
       }
     });
 
+    it("give an optional outbox relay identity Data Sender only, through the senders list", function () {
+      const parameter = obj(
+        obj(main.parameters, "parameters").outboxRelayPrincipalId,
+        "outboxRelayPrincipalId",
+      );
+      assert.equal(parameter.nullable, true, "optional");
+      // The identity module's deployment, at the top level of main.
+      const deployments = Object.values(obj(main.resources, "resources")).filter(
+        (r): r is JsonObject => isObject(r) && r.type === "Microsoft.Resources/deployments",
+      );
+      const withSenders = deployments
+        .map((d) => obj(obj(d.properties, "properties").parameters, "parameters").senders)
+        .filter(isObject);
+      assert.equal(withSenders.length, 1, "one module takes the senders");
+      const senders = str(withSenders[0]!.value);
+      assert.match(senders, /parameters\('outboxRelayPrincipalId'\)/);
+      assert.match(senders, /parameters\('publishers'\)/);
+    });
+
     it("give the worker Monitoring Metrics Publisher on the Application Insights component, named guid(scope, principal, role)", function () {
       const assignment = ofType(main, "Microsoft.Authorization/roleAssignments").find((a) =>
         str(props(a).roleDefinitionId).includes("metricsPublisherRoleId"),

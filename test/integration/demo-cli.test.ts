@@ -13,13 +13,25 @@ describe("sbinbox demo", function () {
       `exit code 0; output:\n${result.stdout.slice(-3000)}\n${result.stderr.slice(-3000)}`,
     );
     const match =
-      /^RESULT distinct=(\d+) effects=(\d+) resends=(\d+) dropped_by_broker=(\d+) duplicates_in_inbox=(\d+) poison=(\d+) deadlettered=(\d+) lost=(\d+) doubled=(\d+)$/.exec(
+      /^RESULT distinct=(\d+) effects=(\d+) resends=(\d+) dropped_by_broker=(\d+) duplicates_in_inbox=(\d+) poison=(\d+) deadlettered=(\d+) lost=(\d+) doubled=(\d+) upstream=(\d+) upstream_effects=(\d+) upstream_rolled_back=(\d+) rolled_back_effects=(\d+)$/.exec(
         last,
       );
     assert.ok(match, `last line is the RESULT line: ${last}`);
-    const [distinct, effects, resends, dropped, duplicates, poison, deadlettered, lost, doubled] = match
-      .slice(1)
-      .map(Number);
+    const [
+      distinct,
+      effects,
+      resends,
+      dropped,
+      duplicates,
+      poison,
+      deadlettered,
+      lost,
+      doubled,
+      upstream,
+      upstreamEffects,
+      rolledBack,
+      rolledBackEffects,
+    ] = match.slice(1).map(Number);
     assert.equal(distinct, 300);
     assert.equal(effects, 300);
     assert.equal(resends, 15);
@@ -29,5 +41,11 @@ describe("sbinbox demo", function () {
     assert.equal(lost, 0);
     assert.equal(doubled, 0);
     assert.match(result.stdout, /killed between commit and complete/);
+    // The upstream half: 75 transactions (300 / 4), every 10th rolled back; one effect each, none for rollbacks.
+    assert.equal(upstream, 68);
+    assert.equal(rolledBack, 7);
+    assert.equal(upstreamEffects, upstream);
+    assert.equal(rolledBackEffects, 0);
+    assert.match(result.stdout, /the relay was killed once and replaced/);
   });
 });

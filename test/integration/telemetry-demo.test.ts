@@ -49,7 +49,10 @@ describe("telemetry: npm run demo with OTEL_TRACES_EXPORTER=console", function (
     });
     assert.equal(code, 0, stderr.slice(-2000));
     const lines = stdout.trimEnd().split("\n");
-    assert.match(lines.at(-1) ?? "", /^RESULT distinct=10 .* lost=0 doubled=0$/);
+    assert.match(
+      lines.at(-1) ?? "",
+      /^RESULT distinct=10 .* lost=0 doubled=0 upstream=18 upstream_effects=18 upstream_rolled_back=2 rolled_back_effects=0$/,
+    );
 
     const spans = printedSpans(stdout);
     const processSpans = spans.filter((s) => /^ {2}name: 'process sbinbox',?$/m.test(s));

@@ -5,7 +5,7 @@ import type { SqlResult } from "../../domain/sql.ts";
 import type { InboxDriver, InboxStoreOptions, InboxTransaction, StatementOrigin } from "../core.ts";
 import { InboxCore } from "../core.ts";
 import { traceInboxDriver, traceInboxStore } from "../../telemetry/inbox-tracing.ts";
-import { loadMigrations } from "../migrations.ts";
+import { loadMigrations, type MigrationSet } from "../migrations.ts";
 import type { MigrationResult } from "../store.ts";
 import type { DatabaseTimeouts } from "../timeouts.ts";
 import { classifyPostgresError } from "./classify.ts";
@@ -32,6 +32,17 @@ export class AbortedTransactionError extends Error {
 }
 
 export const POSTGRES_MIGRATIONS_DIR = fileURLToPath(new URL("./migrations/", import.meta.url));
+
+const inboxDefaultSql = postgresSql();
+
+export const POSTGRES_INBOX_MIGRATIONS: MigrationSet = {
+  dir: POSTGRES_MIGRATIONS_DIR,
+  lockKey: MIGRATION_LOCK_KEY,
+  acquireLock: ACQUIRE_MIGRATION_LOCK,
+  createVersionTable: inboxDefaultSql.CREATE_VERSION_TABLE,
+  selectAppliedVersions: inboxDefaultSql.SELECT_APPLIED_VERSIONS,
+  recordVersion: inboxDefaultSql.RECORD_VERSION,
+};
 
 export interface PostgresInboxOptions extends InboxStoreOptions {
   /** A ready pool (then the store does not end it on close) or a connection URL. */
@@ -165,24 +176,34 @@ export class PostgresDriver implements InboxDriver {
     );
   }
 
-  async migrate(): Promise<MigrationResult> {
-    const migrations = await loadMigrations(POSTGRES_MIGRATIONS_DIR);
+  /** Applies a migration set: the outbox's when given, else the inbox's in this store's schema. */
+  async migrate(given?: MigrationSet): Promise<MigrationResult> {
+    const inbox = given === undefined;
+    const set: MigrationSet = given ?? {
+      ...POSTGRES_INBOX_MIGRATIONS,
+      createVersionTable: this.sql.CREATE_VERSION_TABLE,
+      selectAppliedVersions: this.sql.SELECT_APPLIED_VERSIONS,
+      recordVersion: this.sql.RECORD_VERSION,
+    };
+    const migrations = await loadMigrations(set.dir);
     const tx = await this.begin();
     try {
       // Serializes concurrent migrate runs; released by the commit or rollback.
-      await tx.query(ACQUIRE_MIGRATION_LOCK, [MIGRATION_LOCK_KEY]);
-      if ((await tx.query(SCHEMA_EXISTS, [this.schema])).rowCount === 0)
-        await tx.query(this.sql.CREATE_SCHEMA);
-      await tx.query(this.sql.SET_MIGRATION_SEARCH_PATH);
-      await tx.query(this.sql.CREATE_VERSION_TABLE);
+      await tx.query(set.acquireLock, [set.lockKey]);
+      if (inbox) {
+        if ((await tx.query(SCHEMA_EXISTS, [this.schema])).rowCount === 0)
+          await tx.query(this.sql.CREATE_SCHEMA);
+        await tx.query(this.sql.SET_MIGRATION_SEARCH_PATH);
+      }
+      await tx.query(set.createVersionTable);
       const applied = new Set(
-        (await tx.query<{ version: number }>(this.sql.SELECT_APPLIED_VERSIONS)).rows.map((r) => r.version),
+        (await tx.query<{ version: number }>(set.selectAppliedVersions)).rows.map((r) => r.version),
       );
       const names: string[] = [];
       for (const migration of migrations) {
         if (applied.has(migration.version)) continue;
         await tx.query(migration.sql); // no parameters: the simple protocol runs every statement in the file
-        await tx.query(this.sql.RECORD_VERSION, [migration.version, migration.name]);
+        await tx.query(set.recordVersion, [migration.version, migration.name]);
         names.push(migration.name);
       }
       await tx.commit();

@@ -5,7 +5,7 @@ import type { SqlResult } from "../../domain/sql.ts";
 import type { InboxDriver, InboxStoreOptions, InboxTransaction, StatementOrigin } from "../core.ts";
 import { InboxCore } from "../core.ts";
 import { traceInboxDriver, traceInboxStore } from "../../telemetry/inbox-tracing.ts";
-import { loadMigrations } from "../migrations.ts";
+import { loadMigrations, type MigrationSet } from "../migrations.ts";
 import type { MigrationResult } from "../store.ts";
 import { clientGraceMs, DEFAULT_DATABASE_TIMEOUTS, type DatabaseTimeouts } from "../timeouts.ts";
 import { classifySqlServerError } from "./classify.ts";
@@ -16,6 +16,17 @@ import { DEFAULT_INBOX_SCHEMA } from "../schema-name.ts";
 const MIGRATION_LOCK_RESOURCE = "SbInboxMigrate";
 
 export const SQLSERVER_MIGRATIONS_DIR = fileURLToPath(new URL("./migrations/", import.meta.url));
+
+const inboxDefaultSql = sqlServerSql();
+
+export const SQLSERVER_INBOX_MIGRATIONS: MigrationSet = {
+  dir: SQLSERVER_MIGRATIONS_DIR,
+  lockKey: MIGRATION_LOCK_RESOURCE,
+  acquireLock: ACQUIRE_MIGRATION_LOCK,
+  createVersionTable: inboxDefaultSql.CREATE_VERSION_TABLE,
+  selectAppliedVersions: inboxDefaultSql.SELECT_APPLIED_VERSIONS,
+  recordVersion: inboxDefaultSql.RECORD_VERSION,
+};
 
 export interface SqlServerInboxOptions extends InboxStoreOptions {
   /**
@@ -157,25 +168,33 @@ export class SqlServerDriver implements InboxDriver {
     return classifySqlServerError(error, origin, isObject(error) && this.driverErrors.has(error));
   }
 
-  async migrate(): Promise<MigrationResult> {
-    const migrations = await loadMigrations(SQLSERVER_MIGRATIONS_DIR);
+  /** Applies a migration set: the outbox's when given, else the inbox's in this store's schema. */
+  async migrate(given?: MigrationSet): Promise<MigrationResult> {
+    const inbox = given === undefined;
+    const set: MigrationSet = given ?? {
+      ...SQLSERVER_INBOX_MIGRATIONS,
+      createVersionTable: this.sql.CREATE_VERSION_TABLE,
+      selectAppliedVersions: this.sql.SELECT_APPLIED_VERSIONS,
+      recordVersion: this.sql.RECORD_VERSION,
+    };
+    const migrations = await loadMigrations(set.dir);
     const pool = await this.ready();
     const tx = new mssql.Transaction(pool);
     await tx.begin(mssql.ISOLATION_LEVEL.READ_COMMITTED);
     try {
-      await bindParameters(new mssql.Request(tx), [MIGRATION_LOCK_RESOURCE]).query(ACQUIRE_MIGRATION_LOCK);
-      await bindParameters(new mssql.Request(tx), [this.schema]).query(CREATE_SCHEMA);
-      await new mssql.Request(tx).batch(this.sql.CREATE_VERSION_TABLE);
-      const rows = (await new mssql.Request(tx).query<{ version: number }>(this.sql.SELECT_APPLIED_VERSIONS))
+      await bindParameters(new mssql.Request(tx), [set.lockKey]).query(set.acquireLock);
+      if (inbox) await bindParameters(new mssql.Request(tx), [this.schema]).query(CREATE_SCHEMA);
+      await new mssql.Request(tx).batch(set.createVersionTable);
+      const rows = (await new mssql.Request(tx).query<{ version: number }>(set.selectAppliedVersions))
         .recordset;
       const applied = new Set(rows.map((r) => r.version));
       const names: string[] = [];
       for (const migration of migrations) {
         if (applied.has(migration.version)) continue;
         // a single batch: the files hold no GO
-        await new mssql.Request(tx).batch(this.sql.migrationInSchema(migration.sql));
+        await new mssql.Request(tx).batch(inbox ? this.sql.migrationInSchema(migration.sql) : migration.sql);
         await bindParameters(new mssql.Request(tx), [migration.version, migration.name]).query(
-          this.sql.RECORD_VERSION,
+          set.recordVersion,
         );
         names.push(migration.name);
       }

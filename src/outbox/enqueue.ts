@@ -1,0 +1,165 @@
+import { context } from "@opentelemetry/api";
+import type { SqlExecutor } from "../domain/sql.ts";
+import { deriveMessageId } from "../servicebus/message-id.ts";
+import { endSpan, startCreateSpan, traceparentOf } from "../servicebus/tracing.ts";
+import { statements as postgresStatements } from "./postgres/statements.ts";
+import { statements as sqlServerStatements } from "./sqlserver/statements.ts";
+
+/** One event for the outbox: its type (the message's subject), its business key, a JSON-serialisable body. */
+export interface OutboxEvent {
+  readonly type: string;
+  readonly key: string;
+  readonly body: unknown;
+  /** Extra application properties; `traceparent` and `Diagnostic-Id` are set by the relay. */
+  readonly properties?: Readonly<Record<string, string | number | boolean>>;
+  readonly correlationId?: string;
+}
+
+export interface EnqueueResult {
+  readonly messageId: string;
+}
+
+/** What `enqueue` writes through: the caller's own open transaction. */
+export type OutboxTransaction = PgTransactionClient | MssqlTransaction | SqlExecutor;
+
+/** A `pg` client (or pool client) on which the caller has run BEGIN. */
+export interface PgTransactionClient {
+  query(text: string, values?: unknown[]): Promise<{ rows: unknown[] }>;
+  getTransactionStatus?(): string | null;
+}
+
+/** An `mssql` Transaction the caller has begun. */
+export interface MssqlTransaction {
+  request(): {
+    input(name: string, value: unknown): unknown;
+    query(command: string): Promise<{ recordset?: unknown[] }>;
+  };
+}
+
+const RESERVED_PROPERTIES = new Set(["traceparent", "tracestate", "diagnostic-id"]);
+
+interface Row {
+  readonly messageId: string;
+  readonly type: string;
+  readonly key: string;
+  readonly body: string;
+  readonly properties: string | null;
+  readonly correlationId: string | null;
+  readonly traceParent: string | null;
+  readonly traceState: string | null;
+}
+
+/**
+ * Writes the events into the outbox through the caller's open transaction, so they commit with the caller's
+ * business change or not at all. Nothing is sent here: the relay sends after the commit. Enqueue after the
+ * business writes, so that two transactions touching the same rows get outbox Ids in their commit order.
+ * The MessageId of each event is derived as the publisher derives it.
+ */
+export async function enqueue(
+  tx: OutboxTransaction,
+  events: OutboxEvent | readonly OutboxEvent[],
+): Promise<EnqueueResult[]> {
+  const list: readonly OutboxEvent[] = Array.isArray(events) ? events : [events as OutboxEvent];
+  const rows = list.map(toRow);
+  if (rows.length === 0) return [];
+  const { span, ctx } = startCreateSpan(rows.length, rows.length === 1 ? rows[0]!.messageId : undefined);
+  const traceParent = traceparentOf(ctx) ?? null;
+  const stamped = rows.map((r) => ({ ...r, traceParent }));
+  try {
+    await context.with(ctx, () => insert(tx, stamped));
+    endSpan(span);
+  } catch (error) {
+    endSpan(span, error);
+    throw error;
+  }
+  return rows.map((r) => ({ messageId: r.messageId }));
+}
+
+function toRow(event: OutboxEvent, index: number): Row {
+  const where = `outbox event ${index} (${String(event?.type)}:${String(event?.key)})`;
+  if (typeof event !== "object" || event === null)
+    throw new TypeError(`outbox event ${index} is not an object`);
+  if (typeof event.type !== "string") throw new TypeError(`${where}: type must be a string`);
+  if (typeof event.key !== "string") throw new TypeError(`${where}: key must be a string`);
+  if (event.type.length > 200) throw new TypeError(`${where}: type is longer than 200 characters`);
+  if (event.key.length > 400) throw new TypeError(`${where}: key is longer than 400 characters`);
+  const messageId = deriveMessageId(event.type, event.key); // refuses an empty type or key, or ":" in the type
+  const body = JSON.stringify(event.body);
+  if (body === undefined) throw new TypeError(`${where}: body is not JSON-serialisable`);
+  let properties: string | null = null;
+  if (event.properties !== undefined) {
+    for (const [name, value] of Object.entries(event.properties)) {
+      if (RESERVED_PROPERTIES.has(name.toLowerCase()))
+        throw new TypeError(`${where}: property "${name}" is set by the relay`);
+      if (!["string", "number", "boolean"].includes(typeof value))
+        throw new TypeError(`${where}: property "${name}" must be a string, number or boolean`);
+    }
+    properties = JSON.stringify(event.properties);
+  }
+  if (event.correlationId !== undefined && typeof event.correlationId !== "string")
+    throw new TypeError(`${where}: correlationId must be a string`);
+  return {
+    messageId,
+    type: event.type,
+    key: event.key,
+    body,
+    properties,
+    correlationId: event.correlationId ?? null,
+    traceParent: null,
+    traceState: null,
+  };
+}
+
+async function insert(tx: OutboxTransaction, rows: readonly Row[]): Promise<void> {
+  if (isExecutor(tx)) {
+    if (tx.dialect === "postgres") {
+      await tx.query(postgresStatements.insertRows, postgresParams(rows));
+      await tx.query(postgresStatements.notify);
+    } else {
+      await tx.query(sqlServerStatements.insertRows, [JSON.stringify(rows)]);
+    }
+    return;
+  }
+  if (isMssqlTransaction(tx)) {
+    // mssql's own check: a Transaction that was never begun (or has ended) has no connection.
+    if (!(tx as unknown as { _acquiredConnection?: unknown })._acquiredConnection)
+      throw new TypeError("enqueue: the mssql Transaction is not open (call begin() first)");
+    const request = tx.request();
+    request.input("p1", JSON.stringify(rows));
+    await request.query(sqlServerStatements.insertRows);
+    return;
+  }
+  if (typeof tx?.query !== "function")
+    throw new TypeError("enqueue: give a pg client inside BEGIN, an mssql Transaction, or a handler's tx");
+  const client = tx;
+  if ("totalCount" in client)
+    throw new TypeError("enqueue: give a client checked out of the pg Pool and inside BEGIN, not the Pool");
+  const status = client.getTransactionStatus?.();
+  if (status === "I" || status === null)
+    throw new TypeError("enqueue: the pg client is not inside a transaction (run BEGIN first)");
+  if (status === "E") throw new TypeError("enqueue: the pg client's transaction has failed; roll it back");
+  await client.query(postgresStatements.insertRows, postgresParams(rows));
+  await client.query(postgresStatements.notify);
+}
+
+function postgresParams(rows: readonly Row[]): unknown[] {
+  return [
+    rows.map((r) => r.messageId),
+    rows.map((r) => r.type),
+    rows.map((r) => r.key),
+    rows.map((r) => r.body),
+    rows.map((r) => r.properties),
+    rows.map((r) => r.correlationId),
+    rows.map((r) => r.traceParent),
+    rows.map((r) => r.traceState),
+  ];
+}
+
+function isExecutor(tx: OutboxTransaction): tx is SqlExecutor {
+  const d = (tx as SqlExecutor)?.dialect;
+  return d === "postgres" || d === "sqlserver";
+}
+
+function isMssqlTransaction(tx: OutboxTransaction): tx is MssqlTransaction {
+  return typeof (tx as MssqlTransaction)?.request === "function";
+}

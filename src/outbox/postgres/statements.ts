@@ -1,0 +1,65 @@
+import type { OutboxStatements } from "../statements.ts";
+import { OUTBOX_CHANNEL } from "../statements.ts";
+
+/** Every statement the PostgreSQL outbox sends, except the migration files themselves. */
+
+/** Any 64-bit constant unique to this purpose, other than the inbox's; held for the migration transaction only. */
+export const MIGRATION_LOCK_KEY = "7021996410348202";
+export const ACQUIRE_MIGRATION_LOCK = "SELECT pg_advisory_xact_lock($1::bigint)";
+export const CREATE_VERSION_TABLE = `CREATE TABLE IF NOT EXISTS "SbOutboxSchemaVersion" (
+  "Version" integer PRIMARY KEY,
+  "Name" text NOT NULL,
+  "AppliedUtc" timestamptz NOT NULL DEFAULT now()
+)`;
+export const SELECT_APPLIED_VERSIONS = `SELECT "Version" AS version FROM "SbOutboxSchemaVersion" ORDER BY "Version"`;
+export const RECORD_VERSION = `INSERT INTO "SbOutboxSchemaVersion" ("Version", "Name") VALUES ($1, $2)`;
+
+export const LISTEN = `LISTEN ${OUTBOX_CHANNEL}`;
+
+const UNSENT = `"SentUtc" IS NULL AND "SetAsideUtc" IS NULL`;
+const COLUMNS = `o."Id" AS id, o."MessageId" AS "messageId", o."Type" AS type, o."Key" AS key, o."Body" AS body,
+  o."Properties" AS properties, o."CorrelationId" AS "correlationId", o."TraceParent" AS "traceParent",
+  o."TraceState" AS "traceState", o."Attempts" AS attempts`;
+
+export const statements: OutboxStatements = {
+  // One statement for any number of rows; ORDINALITY keeps the caller's order in the identity values.
+  insertRows: `INSERT INTO "Outbox" ("MessageId", "Type", "Key", "Body", "Properties", "CorrelationId", "TraceParent", "TraceState")
+SELECT m, t, k, b, p, c, tp, ts
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
+  WITH ORDINALITY AS u(m, t, k, b, p, c, tp, ts, n)
+ORDER BY n
+RETURNING "Id" AS id`,
+  // Delivered at commit, dropped with a rollback: a relay wakes only for rows it can see.
+  notify: `SELECT pg_notify('${OUTBOX_CHANNEL}', '')`,
+  // SKIP LOCKED: rows another relay is claiming right now are left to it, not waited on. The lease then keeps
+  // them from other relays while this one sends, and frees them if it dies.
+  claim: `UPDATE "Outbox" o
+SET "Attempts" = o."Attempts" + 1,
+  "FirstAttemptUtc" = coalesce(o."FirstAttemptUtc", now()),
+  "LockedUntilUtc" = now() + make_interval(secs => $2::integer / 1000.0)
+FROM (
+  SELECT "Id" FROM "Outbox"
+  WHERE ${UNSENT}
+    AND ("LockedUntilUtc" IS NULL OR "LockedUntilUtc" <= now())
+    AND ("FirstAttemptUtc" IS NULL OR "FirstAttemptUtc" > now() - make_interval(secs => $3::bigint / 1000.0))
+  ORDER BY "Id"
+  LIMIT $1
+  FOR UPDATE SKIP LOCKED
+) c
+WHERE o."Id" = c."Id"
+RETURNING ${COLUMNS}`,
+  markSent: `UPDATE "Outbox" SET "SentUtc" = now(), "LockedUntilUtc" = NULL WHERE "Id" = ANY($1::bigint[])`,
+  release: `UPDATE "Outbox" SET "LockedUntilUtc" = now() + make_interval(secs => $2::integer / 1000.0)
+WHERE "Id" = ANY($1::bigint[]) AND "SentUtc" IS NULL`,
+  setAside: `UPDATE "Outbox" SET "SetAsideUtc" = now(), "Error" = $2, "LockedUntilUtc" = NULL WHERE "Id" = $1::bigint`,
+  status: `SELECT
+  coalesce((SELECT (extract(epoch FROM now() - "CreatedUtc") * 1000)::bigint FROM "Outbox" WHERE ${UNSENT} ORDER BY "Id" LIMIT 1), 0) AS "lagMs",
+  (SELECT count(*)::integer FROM "Outbox" WHERE ${UNSENT}) AS unsent,
+  (SELECT count(*)::integer FROM "Outbox" WHERE ${UNSENT}
+     AND "FirstAttemptUtc" <= now() - make_interval(secs => $1::bigint / 1000.0)) AS stale,
+  (SELECT count(*)::integer FROM "Outbox" WHERE "SetAsideUtc" IS NOT NULL) AS "setAside"`,
+  cleanupBatch: `DELETE FROM "Outbox" WHERE "Id" IN (
+  SELECT "Id" FROM "Outbox" WHERE "SentUtc" < now() - make_interval(secs => $1::bigint)
+  ORDER BY "SentUtc" LIMIT $2 FOR UPDATE SKIP LOCKED
+)`,
+};

@@ -1,0 +1,208 @@
+import type { ReadinessReport } from "../http/health.ts";
+import type { OutboxSender } from "../servicebus/outbox-sender.ts";
+import { relayMetrics } from "../telemetry/outbox-metrics.ts";
+import { checkRelaySettings, DEFAULT_RELAY_SETTINGS, type RelaySettings } from "./settings.ts";
+import type { OutboxStatus, OutboxStore } from "./store.ts";
+
+/** A store that can wake the relay at once when an enqueue commits (PostgreSQL LISTEN/NOTIFY). */
+interface ListeningStore {
+  listen(onNotify: () => void, onLost: (error: Error) => void): Promise<() => Promise<void>>;
+}
+
+export interface RelayOptions extends Partial<RelaySettings> {
+  readonly store: OutboxStore & Partial<ListeningStore>;
+  readonly sender: OutboxSender;
+  /** Called with every failure the relay survives (database, broker); the relay keeps going. */
+  readonly onError?: (error: unknown, during: string) => void;
+  /** Test seam: runs between the send and the mark, where a crash makes a resend. */
+  readonly afterSend?: (sentIds: readonly string[]) => Promise<void> | void;
+}
+
+export interface RelayCounters {
+  sent: number;
+  setAside: number;
+  /** Batches the broker or network failed as a whole (the rows wait for the next try). */
+  failedSends: number;
+}
+
+export interface Relay {
+  readonly counters: Readonly<RelayCounters>;
+  /** The last status read (undefined until the first read, or after a failed one). */
+  readonly status: OutboxStatus | undefined;
+  /** Look for rows now instead of at the next poll. */
+  wake(): void;
+  /** /readyz: not ready while the database cannot be read or rows are stale. */
+  readiness(): Promise<ReadinessReport>;
+  /** Stops claiming, lets the batch in flight finish, stops listening; leaves store and sender open. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts the relay: claims unsent rows in Id order, sends them with their derived MessageIds, marks them sent;
+ * sets aside rows the broker refuses for good; deletes sent rows after the retention. Validates its settings first
+ * (a ConfigError names them). One function, so a start-up wait can be put in front of it later.
+ */
+export async function startRelay(options: RelayOptions): Promise<Relay> {
+  const s: RelaySettings = { ...DEFAULT_RELAY_SETTINGS, ...definedOnly(options) };
+  checkRelaySettings(s);
+  const { store, sender } = options;
+  const onError = options.onError ?? (() => undefined);
+  const usableWindowMs = s.duplicateWindowMs - s.windowMarginMs;
+  const counters: RelayCounters = { sent: 0, setAside: 0, failedSends: 0 };
+  let status: OutboxStatus | undefined;
+  let statusError: unknown;
+  let running = true;
+  let wakeUp: (() => void) | undefined;
+  let woken = false;
+  const wake = (): void => {
+    woken = true;
+    wakeUp?.();
+  };
+  const pause = (ms: number): Promise<void> =>
+    new Promise((resolve) => {
+      if (woken || !running) return resolve();
+      const timer = setTimeout(done, ms);
+      function done(): void {
+        clearTimeout(timer);
+        wakeUp = undefined;
+        resolve();
+      }
+      wakeUp = done;
+    });
+
+  let stopListening: (() => Promise<void>) | undefined;
+  let listening: Promise<void> | undefined;
+  const listen = (): void => {
+    if (!store.listen || !running || listening || stopListening) return;
+    listening = store
+      .listen(wake, (error) => {
+        stopListening = undefined;
+        onError(error, "listen");
+      })
+      .then((stop) => {
+        if (running) stopListening = stop;
+        else void stop();
+      })
+      .catch((error: unknown) => onError(error, "listen"))
+      .finally(() => {
+        listening = undefined;
+      });
+  };
+
+  async function cycle(): Promise<"more" | "idle" | "failed"> {
+    const rows = await store.claim(s.batchSize, s.leaseMs, usableWindowMs);
+    if (rows.length === 0) return "idle";
+    const report = await sender.send(rows);
+    await options.afterSend?.(report.sent);
+    await store.markSent(report.sent);
+    for (const { id, error } of report.setAside) await store.setAside(id, error);
+    counters.sent += report.sent.length;
+    counters.setAside += report.setAside.length;
+    relayMetrics.recordSent(sender.queue, report.sent.length);
+    relayMetrics.recordSetAside(sender.queue, report.setAside.length);
+    if (report.retry.length > 0) {
+      counters.failedSends += 1;
+      onError(report.error, "send");
+      await store.release(report.retry, s.retryDelayMs);
+      return "failed";
+    }
+    return rows.length === s.batchSize ? "more" : "idle";
+  }
+
+  const loop = (async () => {
+    let failures = 0;
+    while (running) {
+      listen();
+      woken = false;
+      let result: "more" | "idle" | "failed";
+      try {
+        result = await cycle();
+      } catch (error) {
+        onError(error, "relay");
+        result = "failed";
+      }
+      if (result === "failed") {
+        failures += 1;
+        await pause(Math.min(30_000, s.retryDelayMs * 2 ** Math.min(failures - 1, 10)));
+        continue;
+      }
+      failures = 0;
+      if (result === "idle") await pause(s.pollIntervalMs);
+    }
+  })();
+
+  async function readStatus(): Promise<void> {
+    try {
+      status = await store.status(usableWindowMs);
+      statusError = undefined;
+    } catch (error) {
+      status = undefined;
+      statusError = error;
+    }
+  }
+  await readStatus();
+  const statusTimer = setInterval(() => void readStatus(), s.statusIntervalMs);
+  statusTimer.unref();
+  const stopObserving = relayMetrics.observeStatus(sender.queue, () => status);
+
+  let lastCleanup = Promise.resolve();
+  const cleanupTimer =
+    s.retentionMs > 0 && s.cleanupIntervalMs > 0
+      ? setInterval(() => {
+          lastCleanup = store.cleanup(s.retentionMs).then(
+            () => undefined,
+            (error: unknown) => onError(error, "cleanup"),
+          );
+        }, s.cleanupIntervalMs)
+      : undefined;
+  cleanupTimer?.unref();
+
+  return {
+    counters,
+    get status() {
+      return status;
+    },
+    wake,
+    async readiness() {
+      await readStatus();
+      if (!status) return { ready: false, database: "unreachable", error: String(statusError) };
+      const problems: string[] = [];
+      if (status.stale > 0)
+        problems.push(
+          `${status.stale} unsent rows were first tried longer ago than the duplicate-detection window allows for a resend; see docs/outbox.md`,
+        );
+      return {
+        ready: problems.length === 0,
+        outbox: { ...status, sent: counters.sent, setAsideByThisRelay: counters.setAside },
+        ...(problems.length > 0 ? { problems } : {}),
+      };
+    },
+    async stop() {
+      running = false;
+      wake();
+      clearInterval(statusTimer);
+      if (cleanupTimer) clearInterval(cleanupTimer);
+      stopObserving();
+      await loop;
+      await lastCleanup;
+      await listening;
+      await stopListening?.();
+      stopListening = undefined;
+    },
+  };
+}
+
+function definedOnly(options: Partial<RelaySettings>): Partial<RelaySettings> {
+  const out: Record<string, unknown> = {};
+  for (const key of Object.keys(DEFAULT_RELAY_SETTINGS))
+    if ((options as Record<string, unknown>)[key] !== undefined)
+      out[key] = (options as Record<string, unknown>)[key];
+  return out;
+}
+
+export {
+  checkRelaySettings,
+  DEFAULT_RELAY_SETTINGS,
+  RELAY_SETTING_NAMES,
+  type RelaySettings,
+} from "./settings.ts";

@@ -1,0 +1,45 @@
+/**
+ * The statements the outbox sends, one set per dialect (postgres/statements.ts, sqlserver/statements.ts).
+ * Parameters are positional; each comment gives them in order.
+ */
+export interface OutboxStatements {
+  /**
+   * [messageIds, types, keys, bodies, properties, correlationIds, traceParents, traceStates] on PostgreSQL (one
+   * array each); [json array of row objects] on SQL Server. Inserts the rows in the order given; returns { id }.
+   */
+  readonly insertRows: string;
+  /** Wakes listening relays when the caller's transaction commits (PostgreSQL); empty where there is none. */
+  readonly notify: string;
+  /**
+   * [batchSize, leaseMs, windowMs]: claims up to batchSize unsent rows in Id order that no other relay holds and
+   * whose first attempt is inside the duplicate-detection window; returns them (OutboxRowRecord).
+   */
+  readonly claim: string;
+  /** [ids]: the rows were accepted by the broker. */
+  readonly markSent: string;
+  /** [ids, delayMs]: a transient failure; the rows are claimable again after delayMs. */
+  readonly release: string;
+  /** [id, error]: the broker refuses this row for good. */
+  readonly setAside: string;
+  /** [windowMs]: { lagMs, unsent, stale, setAside }. */
+  readonly status: string;
+  /** [retentionSeconds, batchSize]: deletes at most batchSize rows sent longer ago than that. */
+  readonly cleanupBatch: string;
+}
+
+/** A claimed row as the claim statement returns it. */
+export interface OutboxRowRecord {
+  readonly id: string | number;
+  readonly messageId: string;
+  readonly type: string;
+  readonly key: string;
+  readonly body: string;
+  readonly properties: string | null;
+  readonly correlationId: string | null;
+  readonly traceParent: string | null;
+  readonly traceState: string | null;
+  readonly attempts: number;
+}
+
+/** The PostgreSQL channel a committed enqueue notifies and relays listen on. */
+export const OUTBOX_CHANNEL = "sbinbox_outbox";

@@ -1,0 +1,211 @@
+import {
+  isServiceBusError,
+  type ServiceBusClient,
+  type ServiceBusMessage,
+  type ServiceBusMessageBatch,
+  type ServiceBusSender,
+} from "@azure/service-bus";
+import { ROOT_CONTEXT, trace, type Span } from "@opentelemetry/api";
+import { createServiceBusClient, type ServiceBusTarget } from "./client.ts";
+import { endSpan, injectTraceContext, producerContext, startSendSpan } from "./tracing.ts";
+
+/** One outbox row as the relay hands it to the sender. */
+export interface OutboxMessage {
+  readonly id: string;
+  readonly messageId: string;
+  readonly type: string;
+  /** JSON text, sent as UTF-8 bytes. */
+  readonly body: string;
+  /** A JSON object of application properties, or null. */
+  readonly properties: string | null;
+  readonly correlationId: string | null;
+  readonly traceParent: string | null;
+  readonly traceState: string | null;
+}
+
+/** What became of each row of one `send`; every row given is in exactly one list. */
+export interface SendReport {
+  /** Accepted by the broker (or dropped by it as a copy, which is the same to the relay). */
+  readonly sent: string[];
+  /** Refused for good: this row can never be sent as it is. */
+  readonly setAside: { readonly id: string; readonly error: string }[];
+  /** Not sent because of a failure that is not the row's (broker or network); try again later. */
+  readonly retry: string[];
+  readonly error?: unknown;
+}
+
+export interface OutboxSender {
+  readonly queue: string;
+  send(rows: readonly OutboxMessage[]): Promise<SendReport>;
+  close(): Promise<void>;
+}
+
+export interface OutboxSenderOptions {
+  readonly queue: string;
+  /** An existing client (not closed by the sender), or where to connect (closed by `close`). */
+  readonly client?: ServiceBusClient;
+  readonly connection?: ServiceBusTarget;
+}
+
+/**
+ * Errors that belong to one message, not to the broker or the link: retrying that message can never succeed.
+ * Everything else (entity not found, unauthorized, busy, network) is the relay's problem, and the rows wait.
+ */
+const ROW_ERROR_CODES = new Set(["MessageSizeExceeded"]);
+
+class RowError extends Error {}
+
+/** Builds the message of a row; a row whose stored properties cannot be read is a RowError. */
+export function toOutboxServiceBusMessage(row: OutboxMessage): ServiceBusMessage {
+  let properties: Record<string, string | number | boolean> = {};
+  if (row.properties !== null) {
+    try {
+      properties = JSON.parse(row.properties) as typeof properties;
+    } catch (error) {
+      throw new RowError(`stored properties are not JSON: ${(error as Error).message}`);
+    }
+    if (typeof properties !== "object" || properties === null || Array.isArray(properties))
+      throw new RowError("stored properties are not a JSON object");
+  }
+  return {
+    messageId: row.messageId,
+    subject: row.type,
+    contentType: "application/json",
+    body: Buffer.from(row.body, "utf8"),
+    correlationId: row.correlationId ?? undefined,
+    applicationProperties: { ...properties },
+  };
+}
+
+/**
+ * The relay's sending side: fills size-limited batches in row order and sends them; sorts each row into sent,
+ * set aside (this row can never be sent) or retry (the broker or network failed; stop here so that order holds).
+ */
+export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
+  if (!options.client && !options.connection)
+    throw new TypeError("createOutboxSender needs a client or a connection");
+  const ownsClient = !options.client;
+  const client = options.client ?? createServiceBusClient(options.connection!);
+  const sender: ServiceBusSender = client.createSender(options.queue);
+  const queue = options.queue;
+
+  /** A PRODUCER span per row, continuing the trace stored with it; the message carries the span's context. */
+  function traced(row: OutboxMessage, message: ServiceBusMessage): Span {
+    const stored = producerContext({
+      ...(row.traceParent !== null ? { traceparent: row.traceParent } : {}),
+      ...(row.traceState !== null ? { tracestate: row.traceState } : {}),
+    });
+    const parent = stored ? trace.setSpanContext(ROOT_CONTEXT, stored) : ROOT_CONTEXT;
+    const { span, ctx } = startSendSpan(queue, 1, row.messageId, parent);
+    injectTraceContext(ctx, (message.applicationProperties ??= {}));
+    return span;
+  }
+
+  async function sendOne(entry: Entry, report: Mutable<SendReport>): Promise<boolean> {
+    try {
+      await sender.sendMessages(entry.message);
+      endSpan(entry.span);
+      report.sent.push(entry.row.id);
+      return true;
+    } catch (error) {
+      endSpan(entry.span, error);
+      if (isRowError(error)) {
+        report.setAside.push({ id: entry.row.id, error: describe(error) });
+        return true;
+      }
+      report.error = error;
+      return false;
+    }
+  }
+
+  return {
+    queue,
+    async send(rows) {
+      const report: Mutable<SendReport> = { sent: [], setAside: [], retry: [] };
+      const entries: Entry[] = [];
+      for (const row of rows) {
+        try {
+          const message = toOutboxServiceBusMessage(row);
+          entries.push({ row, message, span: traced(row, message) });
+        } catch (error) {
+          report.setAside.push({ id: row.id, error: describe(error) });
+        }
+      }
+      let index = 0;
+      try {
+        while (index < entries.length) {
+          const batch: ServiceBusMessageBatch = await sender.createMessageBatch();
+          const inBatch: Entry[] = [];
+          while (index < entries.length && batch.tryAddMessage(entries[index]!.message)) {
+            inBatch.push(entries[index]!);
+            index += 1;
+          }
+          if (inBatch.length === 0) {
+            // Too large for an empty batch: larger than the queue's maximum message size.
+            const entry = entries[index]!;
+            const error = `MessageSizeExceeded: message ${entry.row.messageId} is larger than the queue allows (${batch.maxSizeInBytes} bytes per batch)`;
+            endSpan(entry.span, Object.assign(new Error(error), { code: "MessageSizeExceeded" }));
+            report.setAside.push({ id: entry.row.id, error });
+            index += 1;
+            continue;
+          }
+          try {
+            await sender.sendMessages(batch);
+            for (const entry of inBatch) {
+              endSpan(entry.span);
+              report.sent.push(entry.row.id);
+            }
+          } catch (error) {
+            if (!isRowError(error)) throw error;
+            // The broker refused the batch for one of its messages: one at a time, to find it.
+            for (let i = 0; i < inBatch.length; i++) {
+              if (!(await sendOne(inBatch[i]!, report))) {
+                for (const rest of inBatch.slice(i + 1)) endSpan(rest.span, report.error);
+                report.retry.push(...inBatch.slice(i).map((e) => e.row.id));
+                for (const rest of entries.slice(index)) endSpan(rest.span, report.error);
+                report.retry.push(...entries.slice(index).map((e) => e.row.id));
+                return report;
+              }
+            }
+          }
+        }
+      } catch (error) {
+        // A failure that is not one row's: this batch and everything after it wait, so order holds.
+        report.error = error;
+        for (const entry of entries) {
+          if (isSettled(entry.row.id, report)) continue;
+          endSpan(entry.span, error);
+          report.retry.push(entry.row.id);
+        }
+      }
+      return report;
+    },
+    async close() {
+      await sender.close();
+      if (ownsClient) await client.close();
+    },
+  };
+}
+
+interface Entry {
+  readonly row: OutboxMessage;
+  readonly message: ServiceBusMessage;
+  readonly span: Span;
+}
+
+type Mutable<T> = { -readonly [K in keyof T]: T[K] };
+
+function isSettled(id: string, report: SendReport): boolean {
+  return report.sent.includes(id) || report.setAside.some((s) => s.id === id) || report.retry.includes(id);
+}
+
+function isRowError(error: unknown): boolean {
+  if (error instanceof RowError) return true;
+  return isServiceBusError(error) && ROW_ERROR_CODES.has(error.code);
+}
+
+function describe(error: unknown): string {
+  if (isServiceBusError(error)) return `${error.code}: ${error.message}`;
+  if (error instanceof Error) return error.message;
+  return String(error);
+}

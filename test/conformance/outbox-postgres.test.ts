@@ -1,0 +1,4 @@
+import { postgresBackend } from "./backends.ts";
+import { outboxConformance } from "./outbox-suite.ts";
+
+outboxConformance(postgresBackend);

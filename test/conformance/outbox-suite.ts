@@ -1,0 +1,278 @@
+import assert from "node:assert/strict";
+import { context, trace } from "@opentelemetry/api";
+import type { ServiceBusReceivedMessage } from "@azure/service-bus";
+import mssql from "mssql";
+import pg from "pg";
+import { ConfigError } from "../../src/domain/errors.ts";
+import type { Dialect } from "../../src/domain/sql.ts";
+import { enqueue, type OutboxEvent } from "../../src/outbox/enqueue.ts";
+import { createPostgresOutboxStore } from "../../src/outbox/postgres/store.ts";
+import { startRelay, type Relay, type RelayOptions } from "../../src/outbox/relay.ts";
+import { createSqlServerOutboxStore } from "../../src/outbox/sqlserver/store.ts";
+import type { OutboxStore } from "../../src/outbox/store.ts";
+import { createOutboxSender } from "../../src/servicebus/outbox-sender.ts";
+import { deriveMessageId } from "../../src/servicebus/message-id.ts";
+import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
+import { useTelemetryCapture } from "../helpers/telemetry.ts";
+import { scalar, type Backend, type BackendDatabase } from "./backends.ts";
+
+const QUEUE = "outbox";
+
+/** The upstream side's SQL, per dialect. */
+const sql: Record<Dialect, Record<string, string>> = {
+  postgres: {
+    createNotes: `CREATE TABLE notes (id integer PRIMARY KEY, text text NOT NULL)`,
+    insertNote: `INSERT INTO notes (id, text) VALUES ($1, $2)`,
+    countRows: `SELECT count(*)::int AS n FROM "Outbox"`,
+    countUnsent: `SELECT count(*)::int AS n FROM "Outbox" WHERE "SentUtc" IS NULL`,
+    countAttemptsNot: `SELECT count(*)::int AS n FROM "Outbox" WHERE "Attempts" <> $1`,
+    setAsideError: `SELECT "Key" AS n, "Error" AS error FROM "Outbox" WHERE "SetAsideUtc" IS NOT NULL`,
+    makeStale: `UPDATE "Outbox" SET "Attempts" = 1, "FirstAttemptUtc" = now() - interval '1 hour' WHERE "Key" = $1`,
+    countVersions: `SELECT count(*)::int AS n FROM "SbOutboxSchemaVersion"`,
+  },
+  sqlserver: {
+    createNotes: `CREATE TABLE dbo.notes (id int PRIMARY KEY, text nvarchar(200) NOT NULL)`,
+    insertNote: `INSERT INTO dbo.notes (id, text) VALUES (@p1, @p2)`,
+    countRows: `SELECT COUNT(*) AS n FROM dbo.Outbox`,
+    countUnsent: `SELECT COUNT(*) AS n FROM dbo.Outbox WHERE SentUtc IS NULL`,
+    countAttemptsNot: `SELECT COUNT(*) AS n FROM dbo.Outbox WHERE Attempts <> @p1`,
+    setAsideError: `SELECT [Key] AS n, Error AS error FROM dbo.Outbox WHERE SetAsideUtc IS NOT NULL`,
+    makeStale: `UPDATE dbo.Outbox SET Attempts = 1, FirstAttemptUtc = DATEADD(hour, -1, SYSUTCDATETIME()) WHERE [Key] = @p1`,
+    countVersions: `SELECT COUNT(*) AS n FROM dbo.SbOutboxSchemaVersion`,
+  },
+};
+
+/** Runs upstream transactions the way an upstream service does: its own driver, its own transaction. */
+interface Upstream {
+  /** One transaction: a business row per id, the events, then commit or roll back. */
+  run(ids: number[], outcome?: "commit" | "rollback", events?: OutboxEvent[]): Promise<void>;
+  openStore(): OutboxStore;
+  close(): Promise<void>;
+}
+
+function noteEvents(ids: number[]): OutboxEvent[] {
+  return ids.map((id) => ({ type: "NoteCreated", key: String(id), body: { noteId: id } }));
+}
+
+async function upstreamFor(db: BackendDatabase): Promise<Upstream> {
+  const target = db.target;
+  if (target.kind === "postgres") {
+    const pool = new pg.Pool({ connectionString: target.url, max: 6 });
+    return {
+      async run(ids, outcome = "commit", events = noteEvents(ids)) {
+        const client = await pool.connect();
+        try {
+          await client.query("BEGIN");
+          for (const id of ids) await client.query(sql.postgres.insertNote!, [id, `n${id}`]);
+          await enqueue(client, events);
+          await client.query(outcome === "commit" ? "COMMIT" : "ROLLBACK");
+        } finally {
+          client.release();
+        }
+      },
+      openStore: () => createPostgresOutboxStore({ url: target.url }),
+      close: () => pool.end(),
+    };
+  }
+  const pool = new mssql.ConnectionPool(target.config);
+  await pool.connect();
+  return {
+    async run(ids, outcome = "commit", events = noteEvents(ids)) {
+      const tx = new mssql.Transaction(pool);
+      await tx.begin();
+      for (const id of ids)
+        await tx.request().input("p1", id).input("p2", `n${id}`).query(sql.sqlserver.insertNote!);
+      await enqueue(tx, events);
+      if (outcome === "commit") await tx.commit();
+      else await tx.rollback();
+    },
+    openStore: () => createSqlServerOutboxStore({ config: target.config }),
+    close: () => pool.close(),
+  };
+}
+
+/** The outbox's behaviour, the same on every database. */
+export function outboxConformance(backend: Backend): void {
+  describe(`outbox and relay on ${backend.name} (real SDK, local broker)`, function () {
+    const fixture = useLocalBroker(brokerConfig({ [QUEUE]: { RequiresDuplicateDetection: true } }));
+    const telemetry = useTelemetryCapture();
+    const q = sql[backend.dialect];
+    let db: BackendDatabase;
+    let upstream: Upstream;
+    let store: OutboxStore;
+    const relays: Relay[] = [];
+    const count = async (statement: string, params?: unknown[]): Promise<number> =>
+      scalar(db.raw, statement, params);
+
+    beforeEach(async function () {
+      db = await backend.database(`outbox ${this.currentTest?.title ?? ""}`);
+      upstream = await upstreamFor(db);
+      store = upstream.openStore();
+      await store.migrate();
+      await db.raw.query(q.createNotes!);
+      await receive(0, 0); // messages an earlier test left behind
+    });
+
+    afterEach(async function () {
+      await Promise.all(relays.splice(0).map((r) => r.stop()));
+      await store.close();
+      await upstream.close();
+      await db.dispose();
+    });
+
+    async function relay(options: Partial<RelayOptions> = {}): Promise<Relay> {
+      const sender = createOutboxSender({ client: fixture.client, queue: QUEUE });
+      const r = await startRelay({ store, sender, pollIntervalMs: 100, leaseMs: 1_000, ...options });
+      relays.push(r);
+      return r;
+    }
+
+    async function receive(n: number, timeoutMs = 15_000): Promise<ServiceBusReceivedMessage[]> {
+      const receiver = fixture.client.createReceiver(QUEUE, {
+        receiveMode: "receiveAndDelete",
+        skipParsingBodyAsJson: true,
+      });
+      const got: ServiceBusReceivedMessage[] = [];
+      try {
+        const deadline = Date.now() + timeoutMs;
+        while (got.length < n && Date.now() < deadline)
+          got.push(...(await receiver.receiveMessages(n - got.length, { maxWaitTimeInMs: 300 })));
+        got.push(...(await receiver.receiveMessages(50, { maxWaitTimeInMs: 200 }))); // nothing more than expected
+      } finally {
+        await receiver.close();
+      }
+      return got;
+    }
+
+    const idOf = (m: ServiceBusReceivedMessage): number =>
+      (JSON.parse(Buffer.from(m.body as Uint8Array).toString("utf8")) as { noteId: number }).noteId;
+
+    it("migrates once when two instances run it together, and again as a no-op", async function () {
+      const other = upstream.openStore();
+      try {
+        const again = await Promise.all([store.migrate(), other.migrate()]);
+        assert.deepEqual(again, [{ applied: [] }, { applied: [] }]);
+      } finally {
+        await other.close();
+      }
+      assert.equal(await count(q.countVersions!), 1);
+    });
+
+    it("sends nothing for a rolled-back upstream transaction, and the committed one once", async function () {
+      await upstream.run([1, 2], "rollback");
+      await upstream.run([3]);
+      await relay();
+      const got = await receive(1);
+      assert.deepEqual(got.map(idOf), [3]);
+      assert.equal(got[0]!.messageId, deriveMessageId("NoteCreated", "3"));
+      assert.equal(got[0]!.subject, "NoteCreated");
+      assert.equal(await count(q.countRows!), 1, "the rolled-back rows never existed");
+    });
+
+    it("a relay that dies between send and mark causes a resend the broker drops: one delivery", async function () {
+      await upstream.run([10, 11, 12]);
+      const dropped = fixture.broker.counts(QUEUE).duplicatesDropped;
+      const crashed = await relay({
+        afterSend: () => {
+          throw new Error("crash between send and mark");
+        },
+        retryDelayMs: 60_000,
+        duplicateWindowMs: 600_000,
+      });
+      await waitUntil(() => fixture.broker.counts(QUEUE).active >= 3, "first copies");
+      await crashed.stop();
+      assert.equal(await count(q.countUnsent!), 3, "sent but not marked");
+      const restarted = await relay();
+      await waitUntil(() => restarted.counters.sent === 3, "the resend after the lease", 10_000);
+      assert.equal(fixture.broker.counts(QUEUE).duplicatesDropped, dropped + 3);
+      assert.deepEqual((await receive(3)).map(idOf), [10, 11, 12]);
+      assert.equal(await count(q.countAttemptsNot!, [2]), 0, "each row was tried twice");
+    });
+
+    it("two relays at once send every row exactly once", async function () {
+      for (let t = 0; t < 20; t++)
+        await upstream.run(Array.from({ length: 10 }, (_, i) => 1000 + t * 10 + i));
+      const dropped = fixture.broker.counts(QUEUE).duplicatesDropped;
+      const [a, b] = await Promise.all([relay({ batchSize: 7 }), relay({ batchSize: 7 })]);
+      await waitUntil(() => a.counters.sent + b.counters.sent === 200, "all 200 rows sent", 20_000);
+      assert.equal(fixture.broker.counts(QUEUE).duplicatesDropped, dropped, "no row was sent twice");
+      const got = await receive(200);
+      assert.equal(got.length, 200);
+      assert.equal(new Set(got.map((m) => m.messageId)).size, 200);
+      assert.equal(await count(q.countAttemptsNot!, [1]), 0, "each row was claimed once");
+    });
+
+    it("sets aside a row the broker refuses and sends the rows behind it", async function () {
+      await upstream.run([20, 21, 22], "commit", [
+        { type: "NoteCreated", key: "20", body: { noteId: 20 } },
+        { type: "NoteCreated", key: "21", body: { noteId: 21, text: "x".repeat(300 * 1024) } },
+        { type: "NoteCreated", key: "22", body: { noteId: 22 } },
+      ]);
+      const r = await relay();
+      await waitUntil(() => r.counters.sent === 2 && r.counters.setAside === 1, "two sent, one set aside");
+      assert.deepEqual((await receive(2)).map(idOf), [20, 22]);
+      const { rows } = await db.raw.query<{ n: string; error: string }>(q.setAsideError!);
+      assert.equal(rows.length, 1);
+      assert.equal(rows[0]!.n, "21");
+      assert.match(rows[0]!.error, /MessageSizeExceeded/);
+      const report = await r.readiness();
+      assert.equal(report.ready, true, "a set-aside row is counted, not a readiness failure");
+      assert.equal((report.outbox as { setAside: number }).setAside, 1);
+    });
+
+    it("sends in commit order, across batches", async function () {
+      const committed: number[] = [];
+      for (let t = 0; t < 8; t++) {
+        const ids = [t * 3 + 102, t * 3 + 100, t * 3 + 101]; // not sorted: the order is the enqueue order
+        await upstream.run(ids);
+        committed.push(...ids);
+      }
+      await relay({ batchSize: 5 });
+      assert.deepEqual((await receive(24)).map(idOf), committed);
+    });
+
+    it("leaves a row first tried before the window alone and reports it on readiness", async function () {
+      await upstream.run([40, 41]);
+      await db.raw.query(q.makeStale!, ["40"]);
+      const r = await relay();
+      await waitUntil(() => r.counters.sent === 1, "the fresh row sent");
+      assert.deepEqual((await receive(1)).map(idOf), [41]);
+      const report = await r.readiness();
+      assert.equal(report.ready, false);
+      assert.equal((report.outbox as { stale: number }).stale, 1);
+      assert.match(String((report.problems as string[])[0]), /duplicate-detection window/);
+    });
+
+    it("refuses settings that could resend after the duplicate-detection window", async function () {
+      const sender = createOutboxSender({ client: fixture.client, queue: QUEUE });
+      try {
+        await assert.rejects(
+          startRelay({ store, sender, leaseMs: 300_000, duplicateWindowMs: 600_000 }),
+          (error: unknown) =>
+            error instanceof ConfigError &&
+            error.setting.includes("SBINBOX_OUTBOX_LEASE_MS") &&
+            error.setting.includes("SBINBOX_QUEUE_DUPLICATE_WINDOW_MS"),
+        );
+      } finally {
+        await sender.close();
+      }
+    });
+
+    it("continues the upstream trace through the relay's send into the message", async function () {
+      const span = trace.getTracer("upstream").startSpan("upstream transaction");
+      await context.with(trace.setSpan(context.active(), span), () => upstream.run([50]));
+      span.end();
+      await relay();
+      const [m] = await receive(1);
+      const traceId = span.spanContext().traceId;
+      assert.match(String(m!.applicationProperties?.traceparent), new RegExp(`^00-${traceId}-`));
+      const [create] = telemetry().spansNamed("create outbox");
+      assert.equal(create?.spanContext().traceId, traceId);
+      const sends = telemetry()
+        .spansNamed(`send ${QUEUE}`)
+        .filter((s) => s.spanContext().traceId === traceId);
+      assert.equal(sends.length, 1);
+      assert.equal(sends[0]!.parentSpanContext?.spanId, create.spanContext().spanId);
+    });
+  });
+}
