@@ -109,6 +109,11 @@ const contenders = {
     args: [path("./plain-sdk-publish.ts"), cs, QUEUE, String(n)],
     env: cleanEnv(),
   }),
+  /** The plain script with sbinbox's derived MessageIds: what is left once the derivation's cost is paid. */
+  "sdk + derived ids": (cs: string, n: number) => ({
+    args: [path("./plain-sdk-publish.ts"), cs, QUEUE, String(n), "--derived"],
+    env: cleanEnv(),
+  }),
   library: (cs: string, n: number) => ({
     args: [path("./library-publish.ts"), cs, QUEUE, String(n), "1000"],
     env: cleanEnv(),
