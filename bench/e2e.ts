@@ -20,6 +20,7 @@ import type { InboxStore } from "../src/inbox/store.ts";
 import { statements } from "../src/inbox/postgres/statements.ts";
 import { formatTable, inBareTransaction } from "./common.ts";
 import { relayBench } from "./relay.ts";
+import { publisherBench } from "./publisher.ts";
 import { LocalBroker } from "../src/localbroker/broker.ts";
 import { defaultConfig, queueDefaults } from "../src/localbroker/config.ts";
 import { deriveMessageId } from "../src/servicebus/message-id.ts";
@@ -27,7 +28,7 @@ import { createPublisher, type Publisher, type PublishEvent } from "../src/servi
 import { createWorker, type Worker } from "../src/worker/worker.ts";
 
 const onlyFlag = process.argv.indexOf("--only");
-/** One part alone: `--only memory`, or `--only e2e8` for a profile (also SBINBOX_BENCH_ONLY). */
+/** One part alone: `--only memory`, `--only publisher`, or `--only e2e8` for a profile (also SBINBOX_BENCH_ONLY). */
 const ONLY = process.env.SBINBOX_BENCH_ONLY ?? (onlyFlag >= 0 ? process.argv[onlyFlag + 1] : undefined) ?? "";
 const MESSAGES = Number(process.env.SBINBOX_BENCH_MESSAGES ?? 2000);
 const BACKLOG = Number(process.env.SBINBOX_BENCH_BACKLOG ?? 50_000);
@@ -374,6 +375,11 @@ async function main(): Promise<void> {
   process.stdout.write(
     `e2e benchmark: node ${process.version}, ${MESSAGES} messages per cell, load average ${load}\n`,
   );
+  // The publisher's rows first, in processes of their own, before PostgreSQL and the worker load the machine.
+  if (ONLY === "" || ONLY === "publisher") {
+    process.stdout.write(["", ...(await publisherBench()), ""].join("\n"));
+    if (ONLY === "publisher") return;
+  }
   const server = await EmbeddedPostgresServer.create();
   const brokerChild = fork(fileURLToPath(import.meta.url), ["--serve"], {
     stdio: ["ignore", "inherit", "inherit", "ipc"],

@@ -4,6 +4,11 @@
 // From a checkout it runs the TypeScript sources (Node strips the types); an installed package has no src/ and
 // runs the compiled dist/ (Node does not strip types inside node_modules).
 import { existsSync } from "node:fs";
+import module from "node:module";
+
+// V8's compiled code (and, from a checkout, the stripped TypeScript) is kept on disk between runs, so a command
+// started again does not parse and compile its modules anew; NODE_DISABLE_COMPILE_CACHE=1 turns it off.
+module.enableCompileCache?.();
 
 const fromSource = existsSync(new URL("../src/cli/main.ts", import.meta.url));
 const entry = (path) =>

@@ -2,7 +2,8 @@ import assert from "node:assert/strict";
 import { SpanKind } from "@opentelemetry/api";
 import type { ServiceBusReceivedMessage } from "@azure/service-bus";
 import { deriveMessageId } from "../../src/servicebus/message-id.ts";
-import { createPublisher } from "../../src/servicebus/publisher.ts";
+import { Attr } from "../../src/telemetry/names.ts";
+import { createPublisher, type PublishEvent } from "../../src/servicebus/publisher.ts";
 import { useLocalBroker } from "../helpers/broker.ts";
 import { useTelemetryCapture } from "../helpers/telemetry.ts";
 
@@ -75,5 +76,136 @@ describe("publisher (real SDK, local broker)", function () {
       got.map((m) => m.messageId),
       results.map((r) => r.messageId),
     );
+  });
+
+  describe("publishAll: a stream of events", function () {
+    const event = (run: string, i: number, size = 2_000): PublishEvent => ({
+      type: "AccountCredited",
+      key: `${run}-${i}`,
+      body: { accountId: `a${i % 7}`, amount: 1, reference: "x".repeat(size) },
+    });
+
+    it("sends a long stream in order, with few events read ahead of what the broker acknowledged", async function () {
+      // Under 2048: receiveAll drains through one receiveAndDelete link, which the local broker stalls at 2048
+      // deliveries now and then (seen once in three runs of this file).
+      const total = 2_000;
+      const publisher = createPublisher({ client: fixture.client, queue: QUEUE, maxInFlight: 2 });
+      let read = 0;
+      let acknowledged = 0;
+      let readAhead = 0;
+      const acknowledgements: number[] = [];
+      async function* source(): AsyncGenerator<PublishEvent> {
+        for (let i = 0; i < total; i += 1) {
+          // A source that reads as a file does: now and then it waits for I/O.
+          if (i % 100 === 0) await new Promise((resolve) => setImmediate(resolve));
+          readAhead = Math.max(readAhead, read - acknowledged);
+          read += 1;
+          yield event("stream", i);
+        }
+      }
+      const sent = await publisher.publishAll(source(), {
+        onSent(count) {
+          acknowledged += count;
+          acknowledgements.push(count);
+        },
+      });
+      await publisher.close();
+      assert.equal(sent, total);
+      assert.equal(acknowledged, total);
+      // About 120 such events fit in a 256 KB batch: the stream spans many batches, and at most the two in flight
+      // and the one being filled are read ahead, not the whole stream.
+      assert.ok(acknowledgements.length >= 12, `${acknowledgements.length} batches`);
+      const perBatch = Math.max(...acknowledgements);
+      assert.ok(
+        readAhead <= 3 * perBatch + 1,
+        `read ${readAhead} ahead of the broker (batches of ${perBatch})`,
+      );
+      const got = await receiveAll(total);
+      assert.deepEqual(
+        got.map((m) => m.messageId),
+        Array.from({ length: total }, (_, i) => deriveMessageId("AccountCredited", `stream-${i}`)),
+      );
+    });
+
+    it("puts one send span's trace context in every message, and counts them on the span", async function () {
+      await telemetry().reset();
+      const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
+      await publisher.publishAll(Array.from({ length: 500 }, (_, i) => event("traced", i, 100)));
+      await publisher.close();
+      const [send, ...others] = telemetry().spansNamed(`send ${QUEUE}`);
+      assert.ok(send, "a send span");
+      assert.equal(others.length, 0);
+      assert.equal(send.attributes[Attr.batchMessageCount], 500);
+      const traceparent = `00-${send.spanContext().traceId}-${send.spanContext().spanId}-01`;
+      const got = await receiveAll(500);
+      assert.equal(got.length, 500);
+      for (const m of got) assert.equal(m.applicationProperties?.traceparent, traceparent);
+    });
+
+    it("a stream that fails midway: what onSent reported is exactly what the broker holds, in order", async function () {
+      const before = fixture.broker.counts(QUEUE).active;
+      const publisher = createPublisher({ client: fixture.client, queue: QUEUE, maxInFlight: 3 });
+      let acknowledged = 0;
+      async function* failing(): AsyncGenerator<PublishEvent> {
+        for (let i = 0; i < 1_000; i += 1) {
+          if (i % 100 === 0) await new Promise((resolve) => setImmediate(resolve));
+          yield event("broken", i);
+        }
+        throw new Error("the source broke at event 1000");
+      }
+      await assert.rejects(
+        publisher.publishAll(failing(), { onSent: (n) => (acknowledged += n) }),
+        /the source broke at event 1000/,
+      );
+      await publisher.close();
+      assert.ok(acknowledged > 0 && acknowledged < 1_000, `${acknowledged} acknowledged`);
+      assert.equal(fixture.broker.counts(QUEUE).active - before, acknowledged);
+      const got = await receiveAll(acknowledged);
+      assert.deepEqual(
+        got.map((m) => m.messageId),
+        Array.from({ length: acknowledged }, (_, i) => deriveMessageId("AccountCredited", `broken-${i}`)),
+      );
+    });
+
+    it("an event too large for any batch stops the stream with an error naming its MessageId", async function () {
+      const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
+      let acknowledged = 0;
+      const events = [
+        ...Array.from({ length: 300 }, (_, i) => event("large", i)),
+        event("large", 300, 300 * 1024),
+      ];
+      const id = deriveMessageId("AccountCredited", "large-300");
+      await assert.rejects(
+        publisher.publishAll(events, { onSent: (n) => (acknowledged += n) }),
+        (error: Error) => error instanceof RangeError && error.message.includes(id),
+      );
+      await publisher.close();
+      assert.equal(acknowledged, 300, "every event before it was sent and acknowledged");
+      assert.equal((await receiveAll(300)).length, 300);
+    });
+
+    it("a queue that does not exist fails the call at once, with nothing reported sent", async function () {
+      const publisher = createPublisher({
+        client: fixture.client,
+        queue: "no-such-queue",
+        resendAttempts: 0,
+      });
+      let acknowledged = 0;
+      await assert.rejects(
+        publisher.publishAll([event("missing", 0), event("missing", 1)], {
+          onSent: (n) => (acknowledged += n),
+        }),
+        (error: Error & { code?: string }) => error.code === "MessagingEntityNotFound",
+      );
+      await publisher.close();
+      assert.equal(acknowledged, 0);
+    });
+
+    it("refuses a maxInFlight that is not a positive whole number, naming it", function () {
+      assert.throws(
+        () => createPublisher({ client: fixture.client, queue: QUEUE, maxInFlight: 0 }),
+        /maxInFlight must be a positive whole number \(got 0\)/,
+      );
+    });
   });
 });

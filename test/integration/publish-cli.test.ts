@@ -1,0 +1,106 @@
+import assert from "node:assert/strict";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { deriveMessageId } from "../../src/servicebus/message-id.ts";
+import { useLocalBroker } from "../helpers/broker.ts";
+import { runCli } from "../helpers/cli.ts";
+
+const QUEUE = "sbinbox";
+
+/** `sbinbox publish` as a user runs it: a child process against the local broker. */
+describe("sbinbox publish (streaming, in flight)", function () {
+  this.timeout(60_000);
+  const fixture = useLocalBroker();
+  let dir: string;
+  const env = () => ({ SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString });
+  const line = (key: string, extra = "") =>
+    JSON.stringify({ type: "AccountCredited", key, body: { accountId: "a", amount: 1, note: extra } });
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), "sbinbox-publish-cli-"));
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  async function drain(n: number): Promise<string[]> {
+    const receiver = fixture.client.createReceiver(QUEUE, { receiveMode: "receiveAndDelete" });
+    const ids: string[] = [];
+    try {
+      const deadline = Date.now() + 15_000;
+      while (ids.length < n && Date.now() < deadline) {
+        const got = await receiver.receiveMessages(Math.min(500, n - ids.length), { maxWaitTimeInMs: 500 });
+        ids.push(...got.map((m) => String(m.messageId)));
+      }
+    } finally {
+      await receiver.close();
+    }
+    return ids;
+  }
+
+  it("streams a file of many batches in its order; a rerun is dropped by the broker", async function () {
+    const file = join(dir, "many.jsonl");
+    const keys = Array.from({ length: 1_500 }, (_, i) => `cli-${i}`);
+    // CRLF line ends and blank lines are accepted; ~1 KB events make about a dozen batches.
+    await writeFile(file, keys.map((k) => line(k, "y".repeat(1_000))).join("\r\n\r\n") + "\r\n");
+    const first = await runCli(["publish", "--file", file, "--in-flight", "2"], env());
+    assert.equal(first.code, 0, first.stderr);
+    assert.match(first.stdout, /published 1500 events to sbinbox in [\d.]+ s \(\d+\/s\)/);
+    assert.match(first.stderr, /publish: done 1500\/1500/);
+    const counts = fixture.broker.counts(QUEUE);
+    const again = await runCli(["publish", "--file", file], env());
+    assert.equal(again.code, 0, again.stderr);
+    assert.equal(fixture.broker.counts(QUEUE).duplicatesDropped, counts.duplicatesDropped + 1_500);
+    assert.deepEqual(
+      await drain(1_500),
+      keys.map((k) => deriveMessageId("AccountCredited", k)),
+    );
+  });
+
+  it("checks the whole file first: a bad last line sends nothing, and names its line", async function () {
+    const before = fixture.broker.counts(QUEUE).active;
+    const cases: [string, RegExp][] = [
+      [`{"type":"AccountCredited","key":"k"}`, /:501: needs a "body"/],
+      [
+        `{"type":"Account:Credited","key":"k","body":1}`,
+        /:501: event type "Account:Credited" must not contain ":"/,
+      ],
+      [`{"type":"AccountCredited","key":"k","body":`, /:501: not JSON/],
+    ];
+    for (const [bad, message] of cases) {
+      const file = join(dir, "bad.jsonl");
+      await writeFile(file, [...Array.from({ length: 500 }, (_, i) => line(`bad-${i}`)), bad].join("\n"));
+      const result = await runCli(["publish", "--file", file], env());
+      assert.equal(result.code, 2, result.stderr);
+      assert.match(result.stderr, message);
+    }
+    assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent from a bad file");
+  });
+
+  it("refuses bad options with the reason, and publishes nothing from an empty file", async function () {
+    const empty = join(dir, "empty.jsonl");
+    await writeFile(empty, "\n\n");
+    const none = await runCli(["publish", "--file", empty], env());
+    assert.equal(none.code, 0, none.stderr);
+    assert.match(none.stdout, /no events in .*empty\.jsonl: nothing published/);
+    for (const [args, message] of [
+      [["--count", "5", "--in-flight", "0"], /--in-flight must be a whole number from 1 to 64/],
+      [["--count", "5", "--in-flight", "two"], /--in-flight must be a whole number from 1 to 64/],
+      [["--count", "5", "--batch", "100"], /Unknown option '--batch'/],
+      [["--count", "0"], /--count must be a positive whole number/],
+      [["--file", join(dir, "missing.jsonl")], /ENOENT/],
+    ] as const) {
+      const result = await runCli(["publish", ...args], env());
+      assert.equal(result.code, 2, `${args.join(" ")}: ${result.stderr}`);
+      assert.match(result.stderr, message);
+    }
+  });
+
+  it("a send the broker refuses: exit 1, how many were acknowledged, and that a rerun is safe", async function () {
+    const result = await runCli(["publish", "--count", "10"], { ...env(), SBINBOX_QUEUE: "no-such-queue" });
+    assert.equal(result.code, 1, result.stderr);
+    assert.match(result.stderr, /failed after 0 events acknowledged: .*no-such-queue/);
+    assert.match(result.stderr, /A rerun is safe/);
+  });
+});
