@@ -101,7 +101,9 @@ const delayList = z
       if (!/^\d+$/.test(p) || Number(p) > 7 * DAY_MS) {
         ctx.addIssue({
           code: "custom",
-          message: `element ${i + 1} ("${p}") must be a whole number of milliseconds up to 7 days, or the list "none"`,
+          message: /^\d+$/.test(p)
+            ? `element ${i + 1} ("${p}") must be at most ${7 * DAY_MS} (7 days)`
+            : `element ${i + 1} ("${p}") must be a whole number of milliseconds, or the list "none"`,
         });
         return z.NEVER;
       }

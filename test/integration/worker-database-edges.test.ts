@@ -1,3 +1,4 @@
+import { defaultRetryPolicy } from "../../src/worker/retry-policy.ts";
 import assert from "node:assert/strict";
 import pg from "pg";
 import { z } from "zod";
@@ -47,7 +48,7 @@ describe("worker: a handler's own network error is its failure, not a database o
     await db?.close();
   });
 
-  it("ECONNREFUSED from the handler's HTTP client: no pause, healthy messages untouched, the bad one dead-lettered after its deliveries", async function () {
+  it("ECONNREFUSED from the handler's HTTP client: no pause, healthy messages untouched, the bad one retried by the policy and then dead-lettered", async function () {
     this.timeout(60_000);
     let calls = 0;
     const callsHttp: MessageHandler = {
@@ -67,6 +68,8 @@ describe("worker: a handler's own network error is its failure, not a database o
       db,
       handlers: [...exampleHandlers(), callsHttp],
       maxConcurrentCalls: 4,
+      // A transient failure: two quick retries in place, then RetriesExhausted (the schedule itself is tested elsewhere).
+      retryPolicy: { ...defaultRetryPolicy, transientDelaysMs: [50, 50], jitter: 0 },
     });
     const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
     await publisher.publish("CallsHttp", "bad-1", { n: 1 });
@@ -75,15 +78,14 @@ describe("worker: a handler's own network error is its failure, not a database o
     await waitUntil(() => counts().deadLettered === 1, "the bad message is dead-lettered", 30_000);
     await waitUntil(() => worker!.stats.committed === 9, "the healthy messages commit", 10_000);
     await publisher.close();
-    assert.equal(calls, MAX_DELIVERY, "the bad handler ran once per delivery, no more");
+    assert.equal(calls, 3, "the bad handler ran once per attempt of the policy, no more");
     assert.equal(worker.stats.outages, 0, "the worker never paused");
-    assert.equal(worker.stats.failed, MAX_DELIVERY);
     assert.deepEqual([...new Set((await creditsPerMessage(db)).values())], [1]);
     assert.equal((await worker.readiness()).ready, true);
     const dlq = fixture.client.createReceiver(QUEUE, { subQueueType: "deadLetter" });
     const [dead] = await dlq.peekMessages(1);
     await dlq.close();
-    assert.equal(dead?.deadLetterReason, "MaxDeliveryCountExceeded");
+    assert.equal(dead?.deadLetterReason, "RetriesExhausted");
   });
 });
 
