@@ -32,6 +32,7 @@ export interface Config {
   readonly sweepIntervalMs: number;
   readonly outageBackoffMinMs: number;
   readonly outageBackoffMaxMs: number;
+  readonly startupLimitMs: number;
   readonly logLevel: "debug" | "info" | "warn" | "error";
   readonly faultKillAfterCommit?: string;
   readonly port: number;
@@ -71,6 +72,7 @@ export function loadConfig(options: LoadOptions = {}): Config {
     sweepIntervalMs: s.SBINBOX_SWEEP_INTERVAL_MS,
     outageBackoffMinMs: s.SBINBOX_OUTAGE_BACKOFF_MIN_MS,
     outageBackoffMaxMs: backoffMax(s),
+    startupLimitMs: s.SBINBOX_STARTUP_LIMIT_MS,
     logLevel: s.SBINBOX_LOG_LEVEL,
     faultKillAfterCommit: s.SBINBOX_FAULT_KILL_AFTER_COMMIT,
     port: s.PORT,

@@ -30,6 +30,8 @@ export const settings = {
   SBINBOX_SWEEP_INTERVAL_MS: "how often the sweeper runs (0 turns it off)",
   SBINBOX_OUTAGE_BACKOFF_MIN_MS: "first wait between database probes while receiving is paused",
   SBINBOX_OUTAGE_BACKOFF_MAX_MS: "longest wait between database probes while receiving is paused",
+  SBINBOX_STARTUP_LIMIT_MS:
+    "how long start-up retries a refusal (login refused, queue missing, access denied) before it exits 1; 0 exits on the first",
   SBINBOX_LOG_LEVEL: "debug, info, warn or error",
   SBINBOX_FAULT_KILL_AFTER_COMMIT:
     "fault injection for the demo and chaos runs only: SIGKILL the process after this MessageId commits",
@@ -87,6 +89,7 @@ export const parsers = {
   SBINBOX_SWEEP_INTERVAL_MS: int(0).default(60_000),
   SBINBOX_OUTAGE_BACKOFF_MIN_MS: int(1).default(250),
   SBINBOX_OUTAGE_BACKOFF_MAX_MS: int(1).default(15_000),
+  SBINBOX_STARTUP_LIMIT_MS: int(0, 86_400_000).default(600_000),
   SBINBOX_LOG_LEVEL: z
     .enum(["debug", "info", "warn", "error"], "must be debug, info, warn or error")
     .default("info"),
