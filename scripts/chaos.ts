@@ -278,10 +278,9 @@ async function main(o: Options): Promise<number> {
       const c = broker.counts(QUEUE);
       if (Date.now() - lastLine >= 2_000) {
         lastLine = Date.now();
-        const s = await fleet.readStats();
         out(
           `applied ${applied}/${o.events} | queue ${c.active} waiting, ${c.locked} locked, ${c.deadLettered} DLQ | ` +
-            `workers ${fleet.live}, kills ${fleet.counts.kills} | duplicates ${s.duplicate}, transient ${s.failed}`,
+            `workers ${fleet.live}, kills ${fleet.counts.kills}`,
         );
       }
       if (publishError) throw publishError;
@@ -302,8 +301,8 @@ async function main(o: Options): Promise<number> {
     }
     killing = false;
     await killer;
-    const stats = await fleet.readStats();
     await fleet.stop();
+    const stats = fleet.readStats();
     await publishing.catch(() => undefined);
 
     // The comparison: business rows, inbox rows and the broker's queues against what was sent.
