@@ -154,7 +154,10 @@ export class WorkerFleet {
     this.stats.duplicate += stats.duplicate;
     this.stats.failed += stats.failed;
     if (this.stopping) {
-      if (code !== 0) {
+      // A worker restarted just before the end can get the SIGTERM while Node is still loading it, before its
+      // handlers exist: the default action ends it, having done nothing. Not a crash.
+      const beforeItsHandlers = signal === "SIGTERM" && member.stderrTail === "";
+      if (code !== 0 && !beforeItsHandlers) {
         this.counts.crashes += 1;
         this.crashReports.push(
           `${member.name} exited with ${code ?? signal} after SIGTERM: ${member.stderrTail}`,

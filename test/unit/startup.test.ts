@@ -28,11 +28,11 @@ function scripted(kinds: StartupFailureKind[]): StartupStep<string> & { attempts
   const step = {
     name: "database",
     attempts: 0,
-    attempt: async () => {
+    attempt: () => {
       const kind = kinds[step.attempts];
       step.attempts += 1;
-      if (kind) throw Object.assign(new Error(`failure ${step.attempts}`), { kind });
-      return "done";
+      if (kind) return Promise.reject(Object.assign(new Error(`failure ${step.attempts}`), { kind }));
+      return Promise.resolve("done");
     },
     classify: (error: unknown) => (error as { kind: StartupFailureKind }).kind,
   };
