@@ -4,6 +4,7 @@ import { ensureAccountTables, exampleHandlers } from "../example/index.ts";
 import { startHealthServer, type HealthServer, type ReadinessReport } from "../http/health.ts";
 import {
   createServiceBusClient,
+  lazyDefaultAzureCredential,
   type ServiceBusClient,
   type ServiceBusTarget,
 } from "../servicebus/client.ts";
@@ -103,9 +104,13 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
     });
     cleanups.push(() => db.close());
     const handlers = options.handlers ?? exampleHandlers();
+    // One credential for the start-up probes and the worker's client, so its token cache is shared.
     const target: ServiceBusTarget =
       serviceBus.kind === "namespace"
-        ? { fullyQualifiedNamespace: serviceBus.fullyQualifiedNamespace }
+        ? {
+            fullyQualifiedNamespace: serviceBus.fullyQualifiedNamespace,
+            credential: lazyDefaultAzureCredential(),
+          }
         : { connectionString: (serviceBus as { connectionString: string }).connectionString };
 
     await startWhenReachable(
