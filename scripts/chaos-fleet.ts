@@ -3,7 +3,7 @@
 // the database was down (its migration cannot run then), which is expected and retried.
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { readStats, withoutSbinboxSettings } from "../src/app/demo.ts";
+import { statsFromLog, withoutSbinboxSettings } from "../src/app/demo.ts";
 import { freePort } from "../src/embedded/free-port.ts";
 
 const BIN = fileURLToPath(new URL("../bin/sbinbox.js", import.meta.url));
@@ -29,8 +29,6 @@ interface Member {
   readonly startedAt: number;
   readonly exited: Promise<void>;
   stderrTail: string;
-  /** The latest counts read from its /readyz, kept when it dies. */
-  lastStats: { duplicate: number; failed: number };
   /** Set when this fleet sent the SIGKILL. */
   killedByUs: boolean;
 }
@@ -53,7 +51,7 @@ export class WorkerFleet {
   private generation = 0;
   readonly counts: FleetCounts = { kills: 0, crashes: 0, failedStarts: 0, starts: 0 };
   readonly crashReports: string[] = [];
-  /** Duplicates and transient failures counted by workers that have since died, as last read from them. */
+  /** Duplicates and transient failures reported by workers that have exited, from their "stopped" log line. */
   private readonly stats = { duplicate: 0, failed: 0 };
 
   constructor(options: FleetOptions) {
@@ -92,18 +90,11 @@ export class WorkerFleet {
   }
 
   /**
-   * Duplicates and transient failures as the workers report them on /readyz: the live ones now, the dead ones as
-   * last read (a lower bound, since a SIGKILLed worker's last seconds are not seen).
+   * Duplicates and transient failures as the workers that stopped with SIGTERM logged them on the way out
+   * (/readyz is public and carries no counters). A lower bound: a SIGKILLed worker logs nothing.
    */
-  async readStats(): Promise<{ duplicate: number; failed: number }> {
-    const total = { ...this.stats };
-    for (const m of [...this.members.values()]) {
-      const s = await readStats(m.port);
-      if (s.duplicate + s.failed > 0) m.lastStats = s;
-      total.duplicate += m.lastStats.duplicate;
-      total.failed += m.lastStats.failed;
-    }
-    return total;
+  readStats(): { duplicate: number; failed: number } {
+    return { ...this.stats };
   }
 
   /**
@@ -131,7 +122,14 @@ export class WorkerFleet {
     const name = `worker-${slot + 1}.${this.generation}`;
     const extra = first ? (this.options.firstGeneration?.(slot) ?? {}) : {};
     const child = spawn(process.execPath, [BIN, "worker"], {
-      env: { ...withoutSbinboxSettings(process.env), ...this.options.env, ...extra, PORT: String(port) },
+      env: {
+        ...withoutSbinboxSettings(process.env),
+        ...this.options.env,
+        // Info, for the final "stopped" line that carries the worker's counters.
+        SBINBOX_LOG_LEVEL: "info",
+        ...extra,
+        PORT: String(port),
+      },
       stdio: ["ignore", "ignore", "pipe"],
     });
     let exited!: () => void;
@@ -143,7 +141,6 @@ export class WorkerFleet {
       startedAt: Date.now(),
       exited: new Promise<void>((resolve) => (exited = resolve)),
       stderrTail: "",
-      lastStats: { duplicate: 0, failed: 0 },
       killedByUs: false,
     };
     child.stderr?.setEncoding("utf8");
@@ -158,10 +155,14 @@ export class WorkerFleet {
 
   private onExit(member: Member, code: number | null, signal: NodeJS.Signals | null): void {
     this.members.delete(member.slot);
-    this.stats.duplicate += member.lastStats.duplicate;
-    this.stats.failed += member.lastStats.failed;
+    const stats = statsFromLog(member.stderrTail);
+    this.stats.duplicate += stats.duplicate;
+    this.stats.failed += stats.failed;
     if (this.stopping) {
-      if (code !== 0) {
+      // A worker restarted just before the end can get the SIGTERM while Node is still loading it, before its
+      // handlers exist: the default action ends it, having done nothing. Not a crash.
+      const beforeItsHandlers = signal === "SIGTERM" && member.stderrTail === "";
+      if (code !== 0 && !beforeItsHandlers) {
         this.counts.crashes += 1;
         this.crashReports.push(
           `${member.name} exited with ${code ?? signal} after SIGTERM: ${member.stderrTail}`,

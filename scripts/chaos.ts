@@ -404,11 +404,9 @@ async function main(o: Options): Promise<number> {
       mostScheduled = Math.max(mostScheduled, c.scheduled);
       if (Date.now() - lastLine >= 2_000) {
         lastLine = Date.now();
-        const s = await fleet.readStats();
         out(
           `applied ${applied}/${o.events} | queue ${c.active} waiting, ${c.locked} locked, ${c.scheduled} retries ` +
-            `scheduled, ${c.deadLettered} DLQ | ` +
-            `workers ${fleet.live}, kills ${fleet.counts.kills} | duplicates ${s.duplicate}, transient ${s.failed}`,
+            `scheduled, ${c.deadLettered} DLQ | workers ${fleet.live}, kills ${fleet.counts.kills}`,
         );
       }
       if (publishError) throw publishError;
@@ -440,8 +438,8 @@ async function main(o: Options): Promise<number> {
     const upstreamOutcome = await upstream.outcome();
     const upstreamIds = upstreamOutcome.committed.map((e) => deriveMessageId(e.type, e.key));
     for (const id of upstreamIds) expected.add(id);
-    const stats = await fleet.readStats();
     await fleet.stop();
+    const stats = fleet.readStats();
     await publishing.catch(() => undefined);
 
     // The comparison: business rows, inbox rows and the broker's queues against what was sent.

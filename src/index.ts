@@ -10,6 +10,15 @@ export { createServiceBusClient, type ServiceBusTarget } from "./servicebus/clie
 export { createWorker } from "./worker/worker.ts";
 export type { Worker, WorkerOptions, WorkerStats, Readiness } from "./worker/worker.ts";
 export { startApp, type App, type AppOptions } from "./app/app.ts";
+export {
+  startWhenReachable,
+  retryStartupStep,
+  StartupAbortedError,
+  StartupFailedError,
+  type StartupStep,
+  type StartupWaitOptions,
+  type StartupFailureKind,
+} from "./app/startup.ts";
 export { openDatabase, type Database } from "./app/database.ts";
 export { loadConfig, settings, type Config } from "./config/index.ts";
 

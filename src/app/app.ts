@@ -2,12 +2,23 @@ import type { Config } from "../config/load.ts";
 import type { MessageHandler } from "../domain/handler.ts";
 import { ensureAccountTables, exampleHandlers } from "../example/index.ts";
 import { startHealthServer, type HealthServer, type ReadinessReport } from "../http/health.ts";
-import { createServiceBusClient, type ServiceBusClient } from "../servicebus/client.ts";
+import {
+  createServiceBusClient,
+  lazyDefaultAzureCredential,
+  type ServiceBusClient,
+  type ServiceBusTarget,
+} from "../servicebus/client.ts";
+import { probeQueue } from "../servicebus/probe.ts";
 import { createLogger, type Logger } from "../telemetry/logger.ts";
 import { createWorker, type Worker } from "../worker/worker.ts";
 import { defaultRetryPolicy } from "../worker/retry-policy.ts";
 import { openDatabase, type Database } from "./database.ts";
 import type { EmbeddedBroker } from "./embedded-broker.ts";
+import { databaseStartupFailure, serviceBusStartupFailure } from "./startup-classify.ts";
+import { startWhenReachable, type StartupState } from "./startup.ts";
+
+/** One start-up look at the queue waits at most this long for Service Bus to answer. */
+const PROBE_TIMEOUT_MS = 10_000;
 
 export interface AppOptions {
   /** The handlers to run; the example domain when omitted. */
@@ -15,6 +26,11 @@ export interface AppOptions {
   readonly logger?: Logger;
   /** Called instead of killing the process when the fault-injection switch fires (tests). */
   readonly kill?: () => void;
+  /**
+   * Aborts start-up while it waits for the database or Service Bus: startApp then releases what it opened and
+   * rejects with StartupAbortedError. Without it start-up waits until both answer or one refuses for too long.
+   */
+  readonly signal?: AbortSignal;
 }
 
 export interface App {
@@ -29,6 +45,11 @@ export interface App {
  * The composition root: reads nothing itself (the config is given), wires broker client, inbox store, handlers
  * and the HTTP listener, and owns start and stop. With nothing configured it starts the local broker and an
  * embedded PostgreSQL and stops them with itself.
+ *
+ * The HTTP listener comes first, so /healthz answers while start-up waits: a database or Service Bus that
+ * cannot be reached is retried with the outage back-off (SBINBOX_OUTAGE_BACKOFF_*) for as long as it takes, a
+ * refusal for at most SBINBOX_STARTUP_LIMIT_MS (then StartupFailedError). It resolves once the inbox is migrated
+ * and the worker receives.
  */
 export async function startApp(config: Config, options: AppOptions = {}): Promise<App> {
   const logger =
@@ -44,11 +65,16 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
     }
   };
   let worker: Worker | undefined;
+  const startup: Record<string, StartupState> = {};
   const health: HealthServer = await startHealthServer({
     port: config.port,
     host: config.httpHost,
-    readiness: async (): Promise<ReadinessReport> =>
-      worker ? { ...(await worker.readiness()) } : { ready: false, status: "starting" },
+    readiness: async (): Promise<ReadinessReport> => {
+      if (!worker) return { ready: false, status: "starting", ...startup };
+      const { ready, status, receiver, database } = await worker.readiness();
+      return { ready, status, receiver, database };
+    },
+    onError: (error) => logger.warn("readiness check failed", { error }),
   });
   cleanups.push(() => health.close());
   logger.info("http listening", { port: health.port, host: config.httpHost });
@@ -73,6 +99,7 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
         postgres: pgServer.url(),
       });
     }
+    // The pool connects lazily: opening it cannot fail for an unreachable server.
     const db: Database = await openDatabase(connection, {
       preCheck: config.precheck,
       inboxSchema: config.inboxSchema,
@@ -80,16 +107,47 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
       timeouts: config.databaseTimeouts,
     });
     cleanups.push(() => db.close());
-    const migrated = await db.store.migrate();
-    if (migrated.applied.length > 0) logger.info("inbox migrations applied", { applied: migrated.applied });
     const handlers = options.handlers ?? exampleHandlers();
-    if (!options.handlers) await ensureAccountTables(db.sql);
-
-    const client: ServiceBusClient = createServiceBusClient(
+    // One credential for the start-up probes and the worker's client, so its token cache is shared.
+    const target: ServiceBusTarget =
       serviceBus.kind === "namespace"
-        ? { fullyQualifiedNamespace: serviceBus.fullyQualifiedNamespace }
-        : { connectionString: (serviceBus as { connectionString: string }).connectionString },
+        ? {
+            fullyQualifiedNamespace: serviceBus.fullyQualifiedNamespace,
+            credential: lazyDefaultAzureCredential(),
+          }
+        : { connectionString: (serviceBus as { connectionString: string }).connectionString };
+
+    await startWhenReachable(
+      [
+        {
+          name: "database",
+          attempt: async () => {
+            await db.store.ping();
+            const migrated = await db.store.migrate();
+            if (migrated.applied.length > 0) {
+              logger.info("inbox migrations applied", { applied: migrated.applied });
+            }
+            if (!options.handlers) await ensureAccountTables(db.sql);
+          },
+          classify: databaseStartupFailure(db.store),
+        },
+        {
+          name: "serviceBus",
+          attempt: (signal) => probeQueue(target, config.queue, { timeoutMs: PROBE_TIMEOUT_MS, signal }),
+          classify: serviceBusStartupFailure,
+        },
+      ],
+      {
+        backoffMinMs: config.outageBackoffMinMs,
+        backoffMaxMs: config.outageBackoffMaxMs,
+        refusedLimitMs: config.startupLimitMs,
+        signal: options.signal,
+        logger,
+        onState: (step, state) => (startup[step] = state),
+      },
     );
+
+    const client: ServiceBusClient = createServiceBusClient(target);
     cleanups.push(() => client.close());
     const kill = options.kill ?? (() => process.kill(process.pid, "SIGKILL"));
     worker = createWorker({

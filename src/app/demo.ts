@@ -78,6 +78,8 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     const env = (extra: Record<string, string>): NodeJS.ProcessEnv => ({
       ...withoutSbinboxSettings(process.env),
       ...localWorkerEnv(stack, CONSUMER),
+      // Info, for the final "stopped" line that carries the counters the report shows.
+      SBINBOX_LOG_LEVEL: "info",
       ...extra,
     });
     const startWorker = async (name: string, extra: Record<string, string>): Promise<WorkerProcess> => {
@@ -202,13 +204,10 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
       await new Promise((r) => setTimeout(r, 200));
     }
 
+    // The counters come from each worker's last log line ("stopped", with its stats): /readyz is public and
+    // carries none.
     let duplicates = 0;
     let transientFailures = 0;
-    for (const w of workers.filter((w) => w.child.exitCode === null && w.child.signalCode === null)) {
-      const stats = await readStats(w.port);
-      duplicates += stats.duplicate;
-      transientFailures += stats.failed;
-    }
     await Promise.all(
       workers
         .filter((w) => w.child.exitCode === null && w.child.signalCode === null)
@@ -216,6 +215,9 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
           w.child.kill("SIGTERM");
           const { code } = await w.exited;
           if (code !== 0) out(`${w.name} exited with code ${code} after SIGTERM`);
+          const stats = statsFromLog(w.stderrTail);
+          duplicates += stats.duplicate;
+          transientFailures += stats.failed;
         }),
     );
 
@@ -307,11 +309,15 @@ async function scalar(
   return Number(rows[0]?.n ?? 0);
 }
 
-export async function readStats(port: number): Promise<{ duplicate: number; failed: number }> {
+/** The worker's counters from its final "stopped" log line; zeros when it has none (it was killed). */
+export function statsFromLog(stderr: string): { duplicate: number; failed: number } {
+  const line = stderr
+    .split("\n")
+    .reverse()
+    .find((l) => l.includes('"msg":"stopped"'));
   try {
-    const response = await fetch(`http://127.0.0.1:${port}/readyz`);
-    const body = (await response.json()) as { stats?: { duplicate?: number; failed?: number } };
-    return { duplicate: body.stats?.duplicate ?? 0, failed: body.stats?.failed ?? 0 };
+    const record = JSON.parse(line ?? "{}") as { duplicate?: number; failed?: number };
+    return { duplicate: record.duplicate ?? 0, failed: record.failed ?? 0 };
   } catch {
     return { duplicate: 0, failed: 0 };
   }

@@ -1,4 +1,5 @@
 import { startApp } from "../app/app.ts";
+import { StartupAbortedError, StartupFailedError } from "../app/startup.ts";
 import { loadConfig, type Config } from "../config/load.ts";
 import { ConfigError } from "../domain/errors.ts";
 import { createLogger } from "../telemetry/logger.ts";
@@ -8,7 +9,9 @@ const usage = `usage: sbinbox worker
 Runs the worker: peek-lock receive, one inbox transaction per message, explicit settlement.
 Configured by environment variables (or a JSON file named by SBINBOX_CONFIG_FILE); see docs/configuration.md.
 With no configuration it starts the local broker and an embedded PostgreSQL itself.
-SIGTERM or SIGINT stop it gracefully; exit code 0 after a clean stop, 2 on bad configuration.
+While the database or Service Bus cannot be reached it waits for them (/healthz answers, /readyz says why not).
+SIGTERM or SIGINT stop it gracefully, at once while it waits. Exit code 0 after a clean stop, 2 on bad
+configuration, 1 when start-up fails for good (a refusal longer than SBINBOX_STARTUP_LIMIT_MS).
 `;
 
 /** Reads the configuration or reports the bad setting on stderr. */
@@ -41,6 +44,8 @@ export async function run(argv: string[]): Promise<number> {
   });
   let stopRequested: (signal: string) => void = () => undefined;
   const stopped = new Promise<string>((resolve) => (stopRequested = resolve));
+  // A signal while start-up waits ends the wait at once.
+  const starting = new AbortController();
   let signals = 0;
   const onSignal = (signal: NodeJS.Signals): void => {
     signals += 1;
@@ -48,16 +53,25 @@ export async function run(argv: string[]): Promise<number> {
       logger.warn("second signal: exiting at once", { signal });
       process.exit(130);
     }
+    starting.abort();
     stopRequested(signal);
   };
   process.on("SIGTERM", onSignal);
   process.on("SIGINT", onSignal);
   let app;
   try {
-    app = await startApp(config, { logger });
+    app = await startApp(config, { logger, signal: starting.signal });
   } catch (error) {
-    logger.error("worker failed to start", { error });
+    if (error instanceof StartupAbortedError) {
+      logger.info("stopped while waiting to start", { signal: await stopped });
+      // Whatever the abandoned attempt still holds (a connect in progress) must not delay the exit.
+      setTimeout(() => process.exit(0), 1_000).unref();
+      return 0;
+    }
+    const what = error instanceof StartupFailedError ? error.step : "start-up";
+    logger.error("worker failed to start", { step: what, error });
     process.stderr.write(`sbinbox worker: failed to start: ${(error as Error).message}\n`);
+    setTimeout(() => process.exit(1), 1_000).unref();
     return 1;
   }
   logger.info("worker ready", {

@@ -37,6 +37,7 @@ export interface Config {
   readonly outageBackoffMaxMs: number;
   readonly databaseTimeouts: DatabaseTimeouts;
   readonly retry: RetrySettings;
+  readonly startupLimitMs: number;
   readonly logLevel: "debug" | "info" | "warn" | "error";
   readonly faultKillAfterCommit?: string;
   readonly port: number;
@@ -110,6 +111,7 @@ export function loadConfig(options: LoadOptions = {}): Config {
       jitter: s.SBINBOX_RETRY_JITTER,
       maxInProcessWaitMs: s.SBINBOX_RETRY_MAX_WAIT_MS,
     },
+    startupLimitMs: s.SBINBOX_STARTUP_LIMIT_MS,
     logLevel: s.SBINBOX_LOG_LEVEL,
     faultKillAfterCommit: s.SBINBOX_FAULT_KILL_AFTER_COMMIT,
     port: s.PORT,

@@ -57,6 +57,8 @@ export const settings = {
   SBINBOX_OUTBOX_RETRY_DELAY_MS: "first wait after the broker or network failed a send; doubles up to 30 s",
   SBINBOX_OUTBOX_STATUS_INTERVAL_MS:
     "how often the relay reads outbox lag and stale rows for /readyz and metrics",
+  SBINBOX_STARTUP_LIMIT_MS:
+    "how long start-up retries a refusal (login refused, queue missing, access denied) before it exits 1; 0 exits on the first",
   SBINBOX_LOG_LEVEL: "debug, info, warn or error",
   SBINBOX_FAULT_KILL_AFTER_COMMIT:
     "fault injection for the demo and chaos runs only: SIGKILL the process after this MessageId commits",
@@ -176,6 +178,7 @@ export const parsers = {
   SBINBOX_OUTBOX_CLEANUP_INTERVAL_MS: ms(0).default(600_000),
   SBINBOX_OUTBOX_RETRY_DELAY_MS: ms(1).default(1_000),
   SBINBOX_OUTBOX_STATUS_INTERVAL_MS: ms(100).default(5_000),
+  SBINBOX_STARTUP_LIMIT_MS: ms(0, 86_400_000).default(600_000),
   SBINBOX_LOG_LEVEL: z
     .enum(["debug", "info", "warn", "error"], "must be debug, info, warn or error")
     .default("info"),

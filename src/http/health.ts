@@ -1,15 +1,24 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 
+/**
+ * What /readyz answers: whether the process is ready, and each component's state in one word. It is public
+ * (App Service's health check calls it without credentials), so it carries no error text and no counters.
+ */
 export interface ReadinessReport {
   readonly ready: boolean;
-  readonly [key: string]: unknown;
+  /** starting, running, paused, stopping. */
+  readonly status: string;
+  /** A component's state: "ok", "unreachable", "refused", "waiting", "attached", "detached". */
+  readonly [component: string]: string | boolean;
 }
 
 export interface HealthServerOptions {
   readonly port: number;
   readonly host: string;
   readonly readiness: () => Promise<ReadinessReport>;
+  /** A readiness check that threw: the answer is a bare 503, the error goes here (to the log). */
+  readonly onError?: (error: unknown) => void;
 }
 
 export interface HealthServer {
@@ -17,9 +26,14 @@ export interface HealthServer {
   close(): Promise<void>;
 }
 
+/** A state word: whatever else a report holds (a message, a number) never leaves the process. */
+const WORD = /^[a-z][a-z-]{0,31}$/i;
+
 /**
- * `/healthz`: the process is alive (App Service's container start probe and liveness).
- * `/readyz`: JSON, 200 when the receiver is attached and the database answers, 503 otherwise.
+ * `/healthz`: the process is alive (App Service's container start probe and liveness), 200 from the moment it
+ * listens, start-up included.
+ * `/readyz`: JSON, 200 when the receiver is attached and the database answers, 503 otherwise, with the reason
+ * as state words.
  */
 export async function startHealthServer(options: HealthServerOptions): Promise<HealthServer> {
   const server: Server = createServer((req, res) => {
@@ -38,12 +52,13 @@ export async function startHealthServer(options: HealthServerOptions): Promise<H
         .then((report) => {
           res
             .writeHead(report.ready ? 200 : 503, { "content-type": "application/json" })
-            .end(JSON.stringify(report));
+            .end(JSON.stringify(publicReport(report)));
         })
         .catch((error: unknown) => {
+          options.onError?.(error);
           res
             .writeHead(503, { "content-type": "application/json" })
-            .end(JSON.stringify({ ready: false, error: String(error) }));
+            .end(JSON.stringify({ ready: false, status: "unknown" }));
         });
       return;
     }
@@ -63,4 +78,13 @@ export async function startHealthServer(options: HealthServerOptions): Promise<H
         server.closeAllConnections();
       }),
   };
+}
+
+/** `ready` and the fields whose value is a state word; anything else is left out of the public answer. */
+export function publicReport(report: ReadinessReport): Record<string, string | boolean> {
+  const out: Record<string, string | boolean> = { ready: report.ready === true };
+  for (const [key, value] of Object.entries(report)) {
+    if (key !== "ready" && typeof value === "string" && WORD.test(value)) out[key] = value;
+  }
+  return out;
 }

@@ -66,6 +66,13 @@ export interface Connection {
   options: { id?: string };
   close(error?: { condition: string; description: string }): void;
   is_open(): boolean;
+  /** The connection's socket (rhea's own field). */
+  socket?: unknown;
+  /**
+   * rhea's own way to drop a connection (its idle timeout uses it): ends and destroys the socket and clears the
+   * connection's heartbeat timers, which a bare socket.destroy() leaves running (rhea listens for "end" only).
+   */
+  abort_socket(socket: unknown): void;
 }
 
 export interface EventContext {

@@ -14,7 +14,17 @@ import { accepted, answerDrainsWithoutCredit, LinkConsumer, rejected } from "./c
 import { newLockToken } from "./lock-token.ts";
 import { handleManagement, type ManagementResponse } from "./management.ts";
 import type { Queue } from "./queue.ts";
-import { amqp, type Delivery, type EventContext, type Link, type RheaMessage } from "./rhea.ts";
+import {
+  amqp,
+  type Connection,
+  type Delivery,
+  type EventContext,
+  type Link,
+  type RheaMessage,
+} from "./rhea.ts";
+
+/** How long a shutdown lets clients answer the broker's close before their sockets are dropped. */
+const CLOSE_GRACE_MS = 250;
 
 /** Marks a single (non-batch) transfer so rhea hands the broker its bytes instead of a decoded message. */
 const RAW_SINGLE = 0xfffffff0;
@@ -42,6 +52,7 @@ export class AmqpServer {
   private readonly roles = new WeakMap<Link, LinkRole>();
   private server: Server | undefined;
   private readonly sockets = new Set<Socket>();
+  private readonly connections = new Set<Connection>();
 
   constructor(options: AmqpServerOptions) {
     this.options = options;
@@ -135,11 +146,12 @@ export class AmqpServer {
     container.on("receiver_error", () => {});
     container.on("session_error", () => {});
     container.on("connection_error", () => {});
-    container.on("connection_open", (c) =>
-      this.options.logger.debug(`connection ${c.connection.options.id ?? ""} open`),
-    );
-    container.on("connection_close", () => {});
-    container.on("disconnected", () => {});
+    container.on("connection_open", (c) => {
+      this.connections.add(c.connection);
+      this.options.logger.debug(`connection ${c.connection.options.id ?? ""} open`);
+    });
+    container.on("connection_close", (c) => this.connections.delete(c.connection));
+    container.on("disconnected", (c) => this.connections.delete(c.connection));
     container.on("protocol_error", (c) =>
       this.options.logger.warn(`protocol error: ${describe(c.error ?? c)}`),
     );
@@ -162,13 +174,37 @@ export class AmqpServer {
     });
   }
 
-  /** Consumers of a queue whose links are gone are dropped by their close events; this is for shutdown. */
+  /**
+   * Shutdown: stops listening, tells every client the connection is closed (amqp:connection:forced, which the
+   * SDKs answer by reconnecting elsewhere or retrying), gives them a moment to answer, then drops what is left
+   * through rhea's own abort, so no heartbeat timer of a dropped connection keeps the process alive (a bare
+   * socket.destroy() did, for up to half the client's idle timeout: 30 s with the Azure SDK).
+   */
   async close(): Promise<void> {
     const server = this.server;
     if (!server) return;
     this.server = undefined;
+    const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+    for (const connection of this.connections) {
+      try {
+        connection.close({
+          condition: "amqp:connection:forced",
+          description: "The local broker is shutting down.",
+        });
+      } catch {
+        // already beyond closing; aborted below
+      }
+    }
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.all([...this.sockets].map((socket) => new Promise((resolve) => socket.once("close", resolve)))),
+      new Promise((resolve) => (timer = setTimeout(resolve, CLOSE_GRACE_MS))),
+    ]);
+    clearTimeout(timer);
+    for (const connection of this.connections) connection.abort_socket(connection.socket);
+    this.connections.clear();
     for (const socket of this.sockets) socket.destroy();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
+    await closed;
   }
 
   private patchSession(session: Record<string, unknown> | undefined): void {

@@ -57,12 +57,12 @@ export interface WorkerStats {
   retriesExhausted: number;
 }
 
+/** What /readyz shows: states in one word each, no error text and no counters (those go to logs and metrics). */
 export interface Readiness {
   readonly ready: boolean;
+  readonly status: "running" | "paused" | "stopping";
   readonly receiver: "attached" | "detached";
   readonly database: "ok" | "unreachable";
-  readonly paused: boolean;
-  readonly stats: WorkerStats;
 }
 
 export interface Worker {
@@ -393,13 +393,11 @@ export function createWorker(options: WorkerOptions): Worker {
         database = "unreachable";
       }
       const attached = receiver.attached;
-      stats.held = receiver.stats.held;
       return {
         ready: attached && database === "ok" && !stopping,
+        status: stopping ? "stopping" : paused ? "paused" : "running",
         receiver: attached ? "attached" : "detached",
         database,
-        paused,
-        stats: { ...stats },
       };
     },
   };

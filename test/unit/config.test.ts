@@ -21,6 +21,7 @@ describe("config", function () {
     assert.equal(config.maxConcurrentCalls, 16);
     assert.equal(config.precheck, true);
     assert.equal(config.httpHost, "127.0.0.1");
+    assert.equal(config.startupLimitMs, 600_000);
   });
 
   it("App Service settings: namespace with a managed identity and SQL Server with Entra ID", function () {
@@ -78,6 +79,8 @@ describe("config", function () {
         "SBINBOX_RETENTION_HOURS",
         /not longer than the broker can still redeliver/,
       ],
+      [{ SBINBOX_STARTUP_LIMIT_MS: "ten minutes" }, "SBINBOX_STARTUP_LIMIT_MS", /whole number/],
+      [{ SBINBOX_STARTUP_LIMIT_MS: "86400001" }, "SBINBOX_STARTUP_LIMIT_MS", /at most 86400000/],
       [
         { SBINBOX_OUTAGE_BACKOFF_MIN_MS: "500", SBINBOX_OUTAGE_BACKOFF_MAX_MS: "100" },
         "SBINBOX_OUTAGE_BACKOFF_MAX_MS",
