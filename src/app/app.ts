@@ -1,15 +1,15 @@
 import type { Config } from "../config/load.ts";
 import type { MessageHandler } from "../domain/handler.ts";
-import { ensureAccountTables, exampleHandlers } from "../example/index.ts";
 import { startHealthServer, type HealthServer, type ReadinessReport } from "../http/health.ts";
 import { createServiceBusClient, type ServiceBusClient } from "../servicebus/client.ts";
 import { createLogger, type Logger } from "../telemetry/logger.ts";
 import { createWorker, type Worker } from "../worker/worker.ts";
 import { openDatabase, type Database } from "./database.ts";
+import { loadHandlerModule, moduleMigrations, SchemaNotMigratedError } from "./handler-module.ts";
 import type { EmbeddedBroker } from "./embedded-broker.ts";
 
 export interface AppOptions {
-  /** The handlers to run; the example domain when omitted. */
+  /** The handlers to run (their tables already migrated); the module SBINBOX_HANDLERS names when omitted. */
   readonly handlers?: readonly MessageHandler[];
   readonly logger?: Logger;
   /** Called instead of killing the process when the fault-injection switch fires (tests). */
@@ -55,6 +55,7 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
     let embeddedConnectionString: string | undefined;
     let connection = config.database;
     let serviceBus = config.serviceBus;
+    const embedded = serviceBus.kind === "embedded" || connection.kind === "embedded";
     if (serviceBus.kind === "embedded" || connection.kind === "embedded") {
       const { EmbeddedPostgresServer } = await import("../embedded/postgres.ts");
       const pgServer = await EmbeddedPostgresServer.create();
@@ -76,10 +77,19 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
       maxConnections: config.maxConcurrentCalls + 4,
     });
     cleanups.push(() => db.close());
-    const migrated = await db.store.migrate();
-    if (migrated.applied.length > 0) logger.info("inbox migrations applied", { applied: migrated.applied });
-    const handlers = options.handlers ?? exampleHandlers();
-    if (!options.handlers) await ensureAccountTables(db.sql);
+    const module = options.handlers ? undefined : await loadHandlerModule(config.handlersModule);
+    const migrations = module ? await moduleMigrations(module, db.dialect) : undefined;
+    if (embedded) {
+      // The process created this database itself, so it also owns its schema.
+      const migrated = await db.store.migrate(migrations);
+      if (migrated.applied.length > 0) logger.info("migrations applied", { applied: migrated.applied });
+    } else {
+      // Schema changes belong to `sbinbox migrate`, run by the deployment with DDL rights; the worker's user has
+      // only data rights, so it checks (read-only) and refuses to start on a schema it would fail against.
+      const pending = await db.store.pendingMigrations(migrations);
+      if (pending.length > 0) throw new SchemaNotMigratedError(pending);
+    }
+    const handlers = options.handlers ?? (await module!.handlers());
 
     const client: ServiceBusClient = createServiceBusClient(
       serviceBus.kind === "namespace"

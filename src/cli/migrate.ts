@@ -1,4 +1,7 @@
+import { loadHandlerModule, moduleMigrations } from "../app/handler-module.ts";
+import { parsers } from "../config/schema.ts";
 import { ConfigError } from "../domain/errors.ts";
+import type { HandlerModule } from "../domain/handler-module.ts";
 import type { InboxStore, InboxStoreConfig } from "../inbox/index.ts";
 
 /** The database to migrate, from the environment (exactly one of the two variables). */
@@ -26,7 +29,21 @@ async function openStore(target: InboxStoreConfig): Promise<InboxStore> {
   return createSqlServerInboxStore(target);
 }
 
-/** `sbinbox migrate`: applies pending inbox migrations; a no-op when none are pending. */
+/** SBINBOX_HANDLERS, validated as the worker validates it. */
+function handlersSetting(env: NodeJS.ProcessEnv): string | undefined {
+  const raw = env.SBINBOX_HANDLERS;
+  if (raw === undefined || raw.trim() === "") return undefined;
+  const parsed = parsers.SBINBOX_HANDLERS.safeParse(raw);
+  if (!parsed.success) {
+    throw new ConfigError("SBINBOX_HANDLERS", parsed.error.issues[0]?.message ?? "invalid");
+  }
+  return parsed.data;
+}
+
+/**
+ * `sbinbox migrate`: applies pending migrations, the inbox's and then those of the handler module SBINBOX_HANDLERS
+ * names (the example's when unset); a no-op when none are pending. Run by the deployment with DDL rights.
+ */
 export async function run(
   _argv: string[],
   env: NodeJS.ProcessEnv = process.env,
@@ -34,8 +51,10 @@ export async function run(
   err: (line: string) => void = (line) => process.stderr.write(`${line}\n`),
 ): Promise<number> {
   let target: InboxStoreConfig;
+  let module: HandlerModule;
   try {
     target = migrateTarget(env);
+    module = await loadHandlerModule(handlersSetting(env));
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
     err(`sbinbox migrate: ${error.message}`);
@@ -43,7 +62,7 @@ export async function run(
   }
   const store = await openStore(target);
   try {
-    const { applied } = await store.migrate();
+    const { applied } = await store.migrate(await moduleMigrations(module, store.dialect));
     out(
       applied.length === 0 ? "sbinbox migrate: up to date" : `sbinbox migrate: applied ${applied.join(", ")}`,
     );

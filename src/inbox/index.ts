@@ -5,7 +5,15 @@ import { createPostgresInboxStore } from "./postgres/adapter.ts";
 import { createSqlServerInboxStore } from "./sqlserver/adapter.ts";
 import type { InboxStore } from "./store.ts";
 
-export type { InboxStore, InboxKey, InboxClaimOutcome, MigrationResult, CleanupOptions } from "./store.ts";
+export type {
+  InboxStore,
+  InboxKey,
+  InboxClaimOutcome,
+  MigrationResult,
+  ModuleMigrations,
+  CleanupOptions,
+} from "./store.ts";
+export { loadMigrations, type Migration } from "./migrations.ts";
 export type { InboxStoreOptions } from "./core.ts";
 export { ClaimLostError } from "./errors.ts";
 export { validateRetention, minimumRetentionMs, type RedeliveryWindow } from "./retention.ts";

@@ -5,18 +5,22 @@ import type { SqlResult } from "../../domain/sql.ts";
 import type { InboxDriver, InboxStoreOptions, InboxTransaction, StatementOrigin } from "../core.ts";
 import { InboxCore } from "../core.ts";
 import { traceInboxDriver, traceInboxStore } from "../../telemetry/inbox-tracing.ts";
-import { loadMigrations } from "../migrations.ts";
-import type { MigrationResult } from "../store.ts";
+import { loadMigrations, modulePrefix, notApplied } from "../migrations.ts";
+import type { MigrationResult, ModuleMigrations } from "../store.ts";
 import { classifyPostgresError } from "./classify.ts";
 import {
   ACQUIRE_MIGRATION_LOCK,
   BEGIN,
   COMMIT,
+  CREATE_MODULE_VERSION_TABLE,
   CREATE_VERSION_TABLE,
   MIGRATION_LOCK_KEY,
+  RECORD_MODULE_VERSION,
   RECORD_VERSION,
   ROLLBACK,
   SELECT_APPLIED_VERSIONS,
+  SELECT_MODULE_VERSIONS,
+  SELECT_VERSION_TABLES,
   statements,
 } from "./statements.ts";
 
@@ -151,7 +155,7 @@ export class PostgresDriver implements InboxDriver {
     );
   }
 
-  async migrate(): Promise<MigrationResult> {
+  async migrate(module?: ModuleMigrations): Promise<MigrationResult> {
     const migrations = await loadMigrations(POSTGRES_MIGRATIONS_DIR);
     const tx = await this.begin();
     try {
@@ -168,12 +172,46 @@ export class PostgresDriver implements InboxDriver {
         await tx.query(RECORD_VERSION, [migration.version, migration.name]);
         names.push(migration.name);
       }
+      if (module) {
+        await tx.query(CREATE_MODULE_VERSION_TABLE);
+        const done = new Set(
+          (await tx.query<{ version: number }>(SELECT_MODULE_VERSIONS, [module.module])).rows.map(
+            (r) => r.version,
+          ),
+        );
+        for (const migration of module.migrations) {
+          if (done.has(migration.version)) continue;
+          await tx.query(migration.sql);
+          await tx.query(RECORD_MODULE_VERSION, [module.module, migration.version, migration.name]);
+          names.push(`${modulePrefix(module.module)}${migration.name}`);
+        }
+      }
       await tx.commit();
       return { applied: names };
     } catch (error) {
       await tx.rollback();
       throw error;
     }
+  }
+
+  async pendingMigrations(module?: ModuleMigrations): Promise<string[]> {
+    const migrations = await loadMigrations(POSTGRES_MIGRATIONS_DIR);
+    const tables = (await this.query<{ inbox: boolean; module: boolean }>(SELECT_VERSION_TABLES)).rows[0];
+    const applied = tables?.inbox
+      ? new Set((await this.query<{ version: number }>(SELECT_APPLIED_VERSIONS)).rows.map((r) => r.version))
+      : new Set<number>();
+    const pending = notApplied(migrations, applied);
+    if (module) {
+      const done = tables?.module
+        ? new Set(
+            (await this.query<{ version: number }>(SELECT_MODULE_VERSIONS, [module.module])).rows.map(
+              (r) => r.version,
+            ),
+          )
+        : new Set<number>();
+      pending.push(...notApplied(module.migrations, done, modulePrefix(module.module)));
+    }
+    return pending;
   }
 
   async close(): Promise<void> {

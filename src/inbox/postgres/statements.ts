@@ -20,6 +20,20 @@ export const CREATE_VERSION_TABLE = `CREATE TABLE IF NOT EXISTS "SbInboxSchemaVe
 export const SELECT_APPLIED_VERSIONS = `SELECT "Version" AS version FROM "SbInboxSchemaVersion" ORDER BY "Version"`;
 export const RECORD_VERSION = `INSERT INTO "SbInboxSchemaVersion" ("Version", "Name") VALUES ($1, $2)`;
 
+/** A handler module's own migrations (its business tables), one version track per module name. */
+export const CREATE_MODULE_VERSION_TABLE = `CREATE TABLE IF NOT EXISTS "SbInboxModuleVersion" (
+  "Module" varchar(100) COLLATE "C" NOT NULL,
+  "Version" integer NOT NULL,
+  "Name" text NOT NULL,
+  "AppliedUtc" timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY ("Module", "Version")
+)`;
+export const SELECT_MODULE_VERSIONS = `SELECT "Version" AS version FROM "SbInboxModuleVersion" WHERE "Module" = $1 ORDER BY "Version"`;
+export const RECORD_MODULE_VERSION = `INSERT INTO "SbInboxModuleVersion" ("Module", "Version", "Name") VALUES ($1, $2, $3)`;
+/** Read-only: which version tables exist, so a worker without DDL rights can tell "never migrated". */
+export const SELECT_VERSION_TABLES = `SELECT to_regclass('"SbInboxSchemaVersion"') IS NOT NULL AS "inbox",
+  to_regclass('"SbInboxModuleVersion"') IS NOT NULL AS "module"`;
+
 export const statements: InboxStatements = {
   insertProcessedMarker: `INSERT INTO "Inbox" ("MessageId", "Consumer", "ProcessedUtc") VALUES ($1, $2, now())`,
   insertOpenClaim: `INSERT INTO "Inbox" ("MessageId", "Consumer") VALUES ($1, $2) RETURNING "Id" AS id`,

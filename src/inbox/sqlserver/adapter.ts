@@ -5,14 +5,18 @@ import type { SqlResult } from "../../domain/sql.ts";
 import type { InboxDriver, InboxStoreOptions, InboxTransaction, StatementOrigin } from "../core.ts";
 import { InboxCore } from "../core.ts";
 import { traceInboxDriver, traceInboxStore } from "../../telemetry/inbox-tracing.ts";
-import { loadMigrations } from "../migrations.ts";
-import type { MigrationResult } from "../store.ts";
+import { loadMigrations, modulePrefix, notApplied } from "../migrations.ts";
+import type { MigrationResult, ModuleMigrations } from "../store.ts";
 import { classifySqlServerError } from "./classify.ts";
 import {
   ACQUIRE_MIGRATION_LOCK,
+  CREATE_MODULE_VERSION_TABLE,
   CREATE_VERSION_TABLE,
+  RECORD_MODULE_VERSION,
   RECORD_VERSION,
   SELECT_APPLIED_VERSIONS,
+  SELECT_MODULE_VERSIONS,
+  SELECT_VERSION_TABLES,
   statements,
 } from "./statements.ts";
 
@@ -130,7 +134,7 @@ export class SqlServerDriver implements InboxDriver {
     return classifySqlServerError(error, origin);
   }
 
-  async migrate(): Promise<MigrationResult> {
+  async migrate(module?: ModuleMigrations): Promise<MigrationResult> {
     const migrations = await loadMigrations(SQLSERVER_MIGRATIONS_DIR);
     const pool = await this.ready();
     const tx = new mssql.Transaction(pool);
@@ -150,6 +154,26 @@ export class SqlServerDriver implements InboxDriver {
         );
         names.push(migration.name);
       }
+      if (module) {
+        await new mssql.Request(tx).batch(CREATE_MODULE_VERSION_TABLE);
+        const done = new Set(
+          (
+            await bindParameters(new mssql.Request(tx), [module.module]).query<{ version: number }>(
+              SELECT_MODULE_VERSIONS,
+            )
+          ).recordset.map((r) => r.version),
+        );
+        for (const migration of module.migrations) {
+          if (done.has(migration.version)) continue;
+          await new mssql.Request(tx).batch(migration.sql);
+          await bindParameters(new mssql.Request(tx), [
+            module.module,
+            migration.version,
+            migration.name,
+          ]).query(RECORD_MODULE_VERSION);
+          names.push(`${modulePrefix(module.module)}${migration.name}`);
+        }
+      }
       await tx.commit();
       return { applied: names };
     } catch (error) {
@@ -160,6 +184,26 @@ export class SqlServerDriver implements InboxDriver {
       }
       throw error;
     }
+  }
+
+  async pendingMigrations(module?: ModuleMigrations): Promise<string[]> {
+    const migrations = await loadMigrations(SQLSERVER_MIGRATIONS_DIR);
+    const tables = (await this.query<{ inbox: number; module: number }>(SELECT_VERSION_TABLES)).rows[0];
+    const applied = tables?.inbox
+      ? new Set((await this.query<{ version: number }>(SELECT_APPLIED_VERSIONS)).rows.map((r) => r.version))
+      : new Set<number>();
+    const pending = notApplied(migrations, applied);
+    if (module) {
+      const done = tables?.module
+        ? new Set(
+            (await this.query<{ version: number }>(SELECT_MODULE_VERSIONS, [module.module])).rows.map(
+              (r) => r.version,
+            ),
+          )
+        : new Set<number>();
+      pending.push(...notApplied(module.migrations, done, modulePrefix(module.module)));
+    }
+    return pending;
   }
 
   async close(): Promise<void> {

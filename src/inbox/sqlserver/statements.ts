@@ -22,6 +22,24 @@ export const SELECT_APPLIED_VERSIONS =
   "SELECT Version AS version FROM dbo.SbInboxSchemaVersion ORDER BY Version;";
 export const RECORD_VERSION = "INSERT INTO dbo.SbInboxSchemaVersion (Version, Name) VALUES (@p1, @p2);";
 
+/** A handler module's own migrations (its business tables), one version track per module name. */
+export const CREATE_MODULE_VERSION_TABLE = `IF OBJECT_ID(N'dbo.SbInboxModuleVersion', N'U') IS NULL
+CREATE TABLE dbo.SbInboxModuleVersion (
+  Module nvarchar(100) COLLATE Latin1_General_100_BIN2 NOT NULL,
+  Version int NOT NULL,
+  Name nvarchar(200) NOT NULL,
+  AppliedUtc datetime2(3) NOT NULL CONSTRAINT DF_SbInboxModuleVersion_AppliedUtc DEFAULT SYSUTCDATETIME(),
+  CONSTRAINT PK_SbInboxModuleVersion PRIMARY KEY (Module, Version)
+);`;
+export const SELECT_MODULE_VERSIONS =
+  "SELECT Version AS version FROM dbo.SbInboxModuleVersion WHERE Module = @p1 ORDER BY Version;";
+export const RECORD_MODULE_VERSION =
+  "INSERT INTO dbo.SbInboxModuleVersion (Module, Version, Name) VALUES (@p1, @p2, @p3);";
+/** Read-only: which version tables exist (visible to db_datareader), so the worker can tell "never migrated". */
+export const SELECT_VERSION_TABLES = `SELECT
+  CASE WHEN OBJECT_ID(N'dbo.SbInboxSchemaVersion', N'U') IS NULL THEN 0 ELSE 1 END AS inbox,
+  CASE WHEN OBJECT_ID(N'dbo.SbInboxModuleVersion', N'U') IS NULL THEN 0 ELSE 1 END AS module;`;
+
 export const statements: InboxStatements = {
   insertProcessedMarker:
     "INSERT INTO dbo.Inbox (MessageId, Consumer, ProcessedUtc) VALUES (@p1, @p2, SYSUTCDATETIME());",
