@@ -8,6 +8,7 @@ export default tseslint.config(
       "node_modules/",
       "dist/",
       "dist-handlers/",
+      ".azure-package/",
       "tools/**/bin/",
       "tools/**/obj/",
       "infra/**/*.json",
