@@ -79,6 +79,38 @@ describe("sbinbox migrate", function () {
     assert.match(err[1] ?? "", /SBINBOX_HANDLERS: "zod" has no valid name/);
   });
 
+  it("--app-user: needs its client ID, a GUID, and SQL Server; each mistake named, nothing touched", async function () {
+    const err: string[] = [];
+    const pgEnv = { SBINBOX_POSTGRES_URL: "postgres://127.0.0.1:1/x" };
+    const sqlEnv = { SBINBOX_SQLSERVER_CONNECTION_STRING: "Server=127.0.0.1,1;Database=x" };
+    const attempt = (argv: string[], env: Record<string, string>) =>
+      run(
+        argv,
+        env,
+        () => undefined,
+        (l) => err.push(l),
+      );
+    assert.equal(await attempt(["--app-user", "id-x"], sqlEnv), 2);
+    assert.match(err.at(-1) ?? "", /--app-user, --app-client-id: give both or neither/);
+    assert.equal(await attempt(["--app-user", "id-x", "--app-client-id", "nope"], sqlEnv), 2);
+    assert.match(err.at(-1) ?? "", /--app-client-id "nope" is not a GUID/);
+    assert.equal(
+      await attempt(
+        ["--app-user", "id]x", "--app-client-id", "01020304-0506-0708-090a-0b0c0d0e0f10"],
+        sqlEnv,
+      ),
+      2,
+    );
+    assert.match(err.at(-1) ?? "", /--app-user "id\]x" is not a managed identity name/);
+    assert.equal(
+      await attempt(["--app-user", "id-x", "--app-client-id", "01020304-0506-0708-090a-0b0c0d0e0f10"], pgEnv),
+      2,
+    );
+    assert.match(err.at(-1) ?? "", /--app-user: creates an Entra database user, so it needs SQL Server/);
+    assert.equal(await attempt(["--force"], pgEnv), 2);
+    assert.match(err.at(-1) ?? "", /--force: unknown option/);
+  });
+
   it("refuses to run without a database, naming the settings", async function () {
     const out: string[] = [];
     const err: string[] = [];
