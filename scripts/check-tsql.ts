@@ -11,8 +11,9 @@ const root = fileURLToPath(new URL("..", import.meta.url));
 const toolDir = join(root, "tools", "tsql-parse");
 const toolOut = join(toolDir, "bin", "out");
 const toolBinary = join(toolOut, "tsql-parse");
+const migrationsDir = join(root, "src", "inbox", "sqlserver", "migrations");
 const migrationsDirs = [
-  join(root, "src", "inbox", "sqlserver", "migrations"),
+  migrationsDir,
   join(root, "src", "example", "migrations", "sqlserver"),
   join(root, "handlers", "migrations", "sqlserver"),
 ];
@@ -75,6 +76,25 @@ async function main(): Promise<number> {
       items.push({ name: `${relative(root, dir)}/${file}`, sql: readFileSync(join(dir, file), "utf8") });
     }
   }
+  // The same statements and migrations for an inbox in another schema (SBINBOX_INBOX_SCHEMA), as sent then.
+  const other = statements["sqlServerSql"] as (schema: string) => Record<string, unknown>;
+  const inSchema = other("sbinbox_check");
+  for (const [name, value] of Object.entries(inSchema))
+    collect(value, `sqlServerSql("sbinbox_check"):${name}`, items);
+  const move = inSchema["migrationInSchema"] as (sql: string) => string;
+  for (const file of readdirSync(migrationsDir)
+    .filter((f) => f.endsWith(".sql"))
+    .sort()) {
+    const moved = move(readFileSync(join(migrationsDir, file), "utf8"));
+    if (/\bdbo\./.test(moved))
+      throw new Error(`migrations/${file}: dbo. left after moving it to another schema`);
+    items.push({ name: `migrations/${file} in schema sbinbox_check`, sql: moved });
+  }
+  // The conformance suite's own T-SQL, which runs only where a SQL Server is given (SBINBOX_TEST_MSSQL).
+  const { sqlServerSql: conformanceSql } = await import("../test/conformance/backends.ts");
+  const conformance: Record<string, string | undefined> = { ...conformanceSql("sbinbox_check") };
+  for (const [name, sql] of Object.entries(conformance))
+    if (sql !== undefined) items.push({ name: `test/conformance/backends.ts:${name}`, sql });
   // The handlers' statements are sent by the worker too (dialect SQL as data).
   const { accountSql } = await import("../src/example/accounts.ts");
   for (const [name, sql] of Object.entries(accountSql))

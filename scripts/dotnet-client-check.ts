@@ -1,11 +1,14 @@
 // `npm run test:dotnet`: starts the local broker in this process and runs tools/sb-client, Microsoft's .NET
-// Service Bus SDK driving the core scenarios against it, so the broker is checked by a second, independent
-// client. Builds the tool on first use (NuGet restore); later runs reuse the build. Exits non-zero on failure.
+// Service Bus SDK driving the behaviours a .NET service uses (prefetch in both receive modes, the processor, peek,
+// deferral, scheduling, dead-letter, lock renewal, the size cap), so the broker is checked by a second,
+// independent client. Afterwards every queue must be empty: a message lost or stuck fails the run. Builds the
+// tool on first use (NuGet restore); later runs reuse the build. Exits non-zero on failure.
 import { spawn, spawnSync } from "node:child_process";
 import { existsSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { LocalBroker } from "../src/localbroker/broker.ts";
+import { parseConfig } from "../src/localbroker/config.ts";
 import { consoleLogger } from "../src/localbroker/logger.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
@@ -36,29 +39,64 @@ function ensureTool(): void {
 
 async function main(): Promise<number> {
   ensureTool();
-  const broker = await LocalBroker.start({ port: 0, logger: consoleLogger(false) });
+  const config = parseConfig({
+    UserConfig: {
+      Namespaces: [
+        {
+          Name: "dotnet-check",
+          Queues: [
+            { Name: "sbinbox", Properties: {} },
+            {
+              Name: "sbinbox-capped",
+              Properties: { MaxSizeInMegabytes: 1, RequiresDuplicateDetection: false },
+            },
+          ],
+        },
+      ],
+    },
+  });
+  const broker = await LocalBroker.start({
+    port: 0,
+    host: "127.0.0.1",
+    config,
+    logger: consoleLogger(false),
+  });
   try {
-    const child = spawn(toolBinary, [broker.connectionString, "sbinbox"], {
+    const started = Date.now();
+    const child = spawn(toolBinary, [broker.connectionString, "sbinbox", "sbinbox-capped"], {
       stdio: "inherit",
       env: dotnetEnv,
     });
     const code = await new Promise<number>((resolve, reject) => {
       const timer = setTimeout(() => {
         child.kill("SIGKILL");
-        reject(new Error("tools/sb-client did not finish within 120 s"));
-      }, 120_000);
+        reject(new Error("tools/sb-client did not finish within 150 s"));
+      }, 150_000);
       child.on("error", reject);
       child.on("exit", (status) => {
         clearTimeout(timer);
         resolve(status ?? 1);
       });
     });
+    // The broker's own count, independent of what the client saw: nothing may be left in any state.
+    const leftovers = config.queues.flatMap(({ name }) => {
+      const { active, locked, scheduled, deferred, deadLettered } = broker.counts(name);
+      const total = active + locked + scheduled + deferred + deadLettered;
+      return total === 0
+        ? []
+        : [
+            `${name}: active ${active}, locked ${locked}, scheduled ${scheduled}, deferred ${deferred}, dead-lettered ${deadLettered}`,
+          ];
+    });
+    for (const line of leftovers) process.stdout.write(`test:dotnet: left in the broker: ${line}\n`);
+    const ok = code === 0 && leftovers.length === 0;
+    const seconds = ((Date.now() - started) / 1000).toFixed(1);
     process.stdout.write(
-      code === 0
-        ? "test:dotnet: the .NET client's scenarios passed\n"
-        : `test:dotnet: FAILED (exit ${code})\n`,
+      ok
+        ? `test:dotnet: the .NET client's scenarios passed in ${seconds} s\n`
+        : `test:dotnet: FAILED (exit ${code}, ${leftovers.length} queue(s) not empty)\n`,
     );
-    return code;
+    return ok ? 0 : 1;
   } finally {
     await broker.stop();
   }

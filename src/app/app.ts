@@ -74,6 +74,7 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
     }
     const db: Database = await openDatabase(connection, {
       preCheck: config.precheck,
+      inboxSchema: config.inboxSchema,
       maxConnections: config.maxConcurrentCalls + 4,
     });
     cleanups.push(() => db.close());

@@ -7,7 +7,11 @@ import type { Database, OpenDatabaseOptions } from "./database.ts";
 export function openPostgresDatabase(url: string, options: OpenDatabaseOptions): Database {
   const pool = new pg.Pool({ connectionString: url, max: options.maxConnections });
   pool.on("error", () => undefined); // an idle client lost with a server restart; pg replaces it
-  const store = createPostgresInboxStore({ pool, preCheck: options.preCheck });
+  const store = createPostgresInboxStore({
+    pool,
+    preCheck: options.preCheck,
+    schema: options.inboxSchema,
+  });
   return {
     dialect: "postgres",
     store,

@@ -26,7 +26,11 @@ export async function openSqlServerDatabase(
   const pool = new mssql.ConnectionPool(
     poolConfig({ ...base, pool: { max: options.maxConnections, ...base.pool } }),
   );
-  const store = createSqlServerInboxStore({ pool, preCheck: options.preCheck });
+  const store = createSqlServerInboxStore({
+    pool,
+    preCheck: options.preCheck,
+    schema: options.inboxSchema,
+  });
   // The store connects the pool on first use; going through it avoids two concurrent connect() calls.
   const connected = async (): Promise<mssql.ConnectionPool> => {
     if (!pool.connected) await store.ping();

@@ -13,6 +13,8 @@ export interface Database {
 export interface OpenDatabaseOptions {
   readonly preCheck: boolean;
   readonly maxConnections: number;
+  /** The schema of the inbox's tables; undefined: the dialect's default (dbo, public). */
+  readonly inboxSchema?: string;
 }
 
 export type DatabaseTarget = Exclude<DatabaseConnection, { kind: "embedded" }>;

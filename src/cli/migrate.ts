@@ -16,9 +16,21 @@ export function migrateTarget(env: NodeJS.ProcessEnv): InboxStoreConfig {
       "set only one: the inbox lives in one database",
     );
   }
-  if (url) return { kind: "postgres", url, maxConnections: 1 };
-  if (connectionString) return { kind: "sqlserver", config: connectionString };
+  const schema = inboxSchema(env);
+  if (url) return { kind: "postgres", url, maxConnections: 1, schema };
+  if (connectionString) return { kind: "sqlserver", config: connectionString, schema };
   throw new ConfigError("SBINBOX_POSTGRES_URL or SBINBOX_SQLSERVER_CONNECTION_STRING", "not set");
+}
+
+function inboxSchema(env: NodeJS.ProcessEnv): string | undefined {
+  const raw = env.SBINBOX_INBOX_SCHEMA?.trim() || undefined;
+  const parsed = parsers.SBINBOX_INBOX_SCHEMA.safeParse(raw);
+  if (!parsed.success)
+    throw new ConfigError(
+      "SBINBOX_INBOX_SCHEMA",
+      `${parsed.error.issues[0]?.message ?? "is invalid"} (got ${JSON.stringify(raw)})`,
+    );
+  return parsed.data;
 }
 
 /** The store for the target, loading only that database's driver. */

@@ -19,6 +19,8 @@ export type DatabaseConnection =
 export interface Config {
   readonly serviceBus: ServiceBusConnection;
   readonly database: DatabaseConnection;
+  /** The schema of the inbox's tables; undefined: the dialect's default (dbo, public). */
+  readonly inboxSchema?: string;
   readonly queue: string;
   readonly consumer: string;
   /** SBINBOX_HANDLERS: the handler module; the built-in example when absent. */
@@ -60,6 +62,7 @@ export function loadConfig(options: LoadOptions = {}): Config {
   return {
     serviceBus: options.purpose === "publish" ? publishConnection(s) : serviceBusConnection(s),
     database: options.purpose === "publish" ? { kind: "embedded" } : databaseConnection(s),
+    inboxSchema: s.SBINBOX_INBOX_SCHEMA,
     queue: s.SBINBOX_QUEUE,
     consumer: s.SBINBOX_CONSUMER,
     handlersModule: s.SBINBOX_HANDLERS,

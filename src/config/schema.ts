@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { INBOX_SCHEMA_PATTERN } from "../inbox/schema-name.ts";
 
 /**
  * Every setting the worker and the CLI read, by its environment variable name. The optional JSON file named by
@@ -18,6 +19,7 @@ export const settings = {
   SBINBOX_SQLSERVER_DATABASE: "SQL Server database name, with SBINBOX_SQLSERVER_SERVER",
   SBINBOX_HANDLERS:
     "the handler module (file path or package) the worker runs and `sbinbox migrate` migrates; unset: the example",
+  SBINBOX_INBOX_SCHEMA: "schema of the inbox's tables (default dbo on SQL Server, public on PostgreSQL)",
   SBINBOX_MAX_CONCURRENT_CALLS: "messages handled at once",
   SBINBOX_MAX_AUTO_LOCK_RENEWAL_MS: "how long the SDK keeps renewing a message lock (0 turns renewal off)",
   SBINBOX_PRECHECK: "read the inbox before the transaction to skip late redeliveries cheaply (true/false)",
@@ -77,6 +79,12 @@ export const parsers = {
   SBINBOX_SQLSERVER_DATABASE: text.optional(),
   SBINBOX_HANDLERS: text
     .refine((v) => !/\s/.test(v), "must be a file path or a package name, without spaces")
+    .optional(),
+  SBINBOX_INBOX_SCHEMA: text
+    .regex(
+      INBOX_SCHEMA_PATTERN,
+      "must be a plain identifier: a letter or _, then letters, digits or _ (at most 63)",
+    )
     .optional(),
   SBINBOX_MAX_CONCURRENT_CALLS: int(1, 1000).default(16),
   SBINBOX_MAX_AUTO_LOCK_RENEWAL_MS: int(0).default(300_000),

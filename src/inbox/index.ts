@@ -25,7 +25,11 @@ export type InboxDatabaseConfig =
   | { readonly kind: "sqlserver"; readonly config: mssql.config | string }
   | { readonly kind: "sqlserver"; readonly pool: mssql.ConnectionPool };
 
-export type InboxStoreConfig = InboxDatabaseConfig & InboxStoreOptions;
+export type InboxStoreConfig = InboxDatabaseConfig &
+  InboxStoreOptions & {
+    /** The schema of the inbox's tables: default dbo on SQL Server, public on PostgreSQL. */
+    readonly schema?: string;
+  };
 
 /** Builds the store for the configured database. Connects lazily: nothing happens until the first call. */
 export function createInboxStore(config: InboxStoreConfig): InboxStore {

@@ -11,6 +11,8 @@ export interface QueueSettings {
   defaultTimeToLiveMs: number;
   deadLetteringOnMessageExpiration: boolean;
   maxMessageSizeBytes: number;
+  /** MaxSizeInMegabytes: the entity's size cap, dead-letter subqueue included; a send past it is QuotaExceeded. */
+  maxSizeBytes: number;
 }
 
 export interface BrokerConfig {
@@ -31,6 +33,8 @@ export const queueDefaults: Omit<QueueSettings, "name"> = {
   defaultTimeToLiveMs: 60 * 60_000,
   deadLetteringOnMessageExpiration: false,
   maxMessageSizeBytes: 256 * 1024,
+  // Azure's smallest MaxSizeInMegabytes, 1 GB.
+  maxSizeBytes: 1024 * 1024 * 1024,
 };
 
 export function defaultConfig(): BrokerConfig {
@@ -146,6 +150,8 @@ function parseQueue(raw: unknown, path: string): QueueSettings {
   );
   settings.maxMessageSizeBytes =
     integer(props, "MaxMessageSizeInKilobytes", p, settings.maxMessageSizeBytes / 1024, 1) * 1024;
+  settings.maxSizeBytes =
+    integer(props, "MaxSizeInMegabytes", p, settings.maxSizeBytes / (1024 * 1024), 1) * 1024 * 1024;
   if (boolean(props, "RequiresSession", p, false))
     throw new BrokerConfigError(
       `${p}.RequiresSession`,

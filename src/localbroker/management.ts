@@ -73,6 +73,13 @@ export function handleManagement(queue: Queue, operation: unknown, rawBody: unkn
     case "com.microsoft:schedule-message": {
       const entries = list(body["messages"]);
       if (!entries) return bad("messages must be a list");
+      const incoming = entries.reduce<number>((sum, e) => {
+        const raw = (e as Body | undefined)?.["message"];
+        return sum + (Buffer.isBuffer(raw) ? raw.length : 0);
+      }, 0);
+      const full = queue.quotaExceeded(incoming);
+      if (full !== undefined)
+        return { status: 403, condition: "amqp:resource-limit-exceeded", description: full };
       const seqs: number[] = [];
       for (const entry of entries) {
         const raw = (entry as Body | undefined)?.["message"];

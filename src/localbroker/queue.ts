@@ -18,6 +18,8 @@ export interface StoredMessage {
   lockToken: string | undefined;
   lockedUntil: number;
   deadLetterSource: string | undefined;
+  /** Bytes counted against the entity's size when it was stored (the parts can change later, by abandon). */
+  storedBytes: number;
 }
 
 /** A receive link as the queue sees it. */
@@ -71,6 +73,7 @@ export class Queue {
   private pumping = false;
   private duplicatesDropped = 0;
   private expired = 0;
+  private bytes = 0;
 
   constructor(settings: QueueSettings, now: () => number, deadLetter: Queue | undefined, name?: string) {
     this.settings = settings;
@@ -127,8 +130,10 @@ export class Queue {
       lockToken: undefined,
       lockedUntil: 0,
       deadLetterSource: undefined,
+      storedBytes: parts.size,
     };
     this.bySeq.set(message.seq, message);
+    this.bytes += message.storedBytes;
     if (scheduledAt > now) {
       message.state = "scheduled";
       message.scheduledAt = scheduledAt;
@@ -159,7 +164,9 @@ export class Queue {
     message.lockToken = undefined;
     message.wasDeferred = false;
     message.expiresAt = Infinity;
+    message.storedBytes = message.parts.size;
     this.bySeq.set(message.seq, message);
+    this.bytes += message.storedBytes;
     this.ready.push(message);
     this.pump();
   }
@@ -247,7 +254,7 @@ export class Queue {
     message.state = "gone";
     if (message.lockToken !== undefined) this.locks.delete(message.lockToken);
     message.lockToken = undefined;
-    this.bySeq.delete(message.seq);
+    if (this.bySeq.delete(message.seq)) this.bytes -= message.storedBytes;
   }
 
   /** The message a live lock token holds, or undefined when the lock is lost (expired, settled, unknown). */
@@ -431,6 +438,22 @@ export class Queue {
       if (until > now) break;
       this.duplicates.delete(id);
     }
+  }
+
+  /**
+   * Bytes the entity holds, as Service Bus counts it against MaxSizeInMegabytes: every stored message (active,
+   * locked, deferred, scheduled) and its dead-letter subqueue.
+   */
+  sizeBytes(): number {
+    return this.bytes + (this.deadLetter?.sizeBytes() ?? 0);
+  }
+
+  /** The QuotaExceeded refusal for `incoming` more bytes, or undefined when they fit. */
+  quotaExceeded(incoming: number): string | undefined {
+    const max = this.settings.maxSizeBytes;
+    const size = this.sizeBytes();
+    if (size + incoming <= max) return undefined;
+    return `The maximum entity size has been reached or exceeded for Queue: '${this.name}'. Size of entity in bytes:${size}, Max entity size in bytes: ${max}.`;
   }
 
   counts(): QueueCounts {

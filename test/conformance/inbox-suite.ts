@@ -50,6 +50,7 @@ export function inboxConformance(backend: Backend): void {
       await db.raw.query(db.sql.createEffects);
       await db.raw.query(db.sql.createOrders);
       await db.raw.query(db.sql.createNaiveInbox);
+      seesBlocking = (await scalar(db.raw, db.sql.canSeeBlocking)) === 1;
     });
 
     after(async function () {
@@ -58,7 +59,18 @@ export function inboxConformance(backend: Backend): void {
 
     const effect = (k: InboxKey) => (tx: SqlExecutor) =>
       tx.query(db.sql.insertEffect, [k.messageId, k.consumer]).then(() => undefined);
-    const blocked = () => scalar(db.raw, db.sql.blockedSessions);
+    let seesBlocking = false;
+    /**
+     * Waits until a session of this database waits on a lock. A login that may not see other sessions (no VIEW
+     * SERVER STATE / VIEW DATABASE STATE) skips only this observation, and says so; the outcomes are still checked.
+     */
+    const blockedWait = async (what: string): Promise<void> => {
+      if (!seesBlocking) {
+        console.log(`      (not observed, the login may not see other sessions' lock waits: ${what})`);
+        return;
+      }
+      await waitUntil(what, async () => (await scalar(db.raw, db.sql.blockedSessions)) >= 1);
+    };
 
     describe("migrate", function () {
       it("two concurrent runs leave one correct schema, and a third run changes nothing", async function () {
@@ -120,10 +132,7 @@ export function inboxConformance(backend: Backend): void {
         });
         await checked.promise;
         const second = store.process(k, effect(k));
-        await waitUntil(
-          "the second consumer waits on the marker's key lock",
-          async () => (await blocked()) >= 1,
-        );
+        await blockedWait("the second consumer waits on the marker's key lock");
         gap.open();
         const outcomes = (await Promise.all([first, second])).map((o) => o.kind).sort();
         assert.deepEqual(outcomes, ["committed", "duplicate"]);
@@ -147,7 +156,7 @@ export function inboxConformance(backend: Backend): void {
         });
         await inserted.promise;
         const b = store.process(k, effect(k));
-        await waitUntil("B waits on A's key lock", async () => (await blocked()) >= 1);
+        await blockedWait("B waits on A's key lock");
         assert.equal(await state(b), "pending", "B must still be waiting while A is open");
         release.open();
         return { a: await a, b: await b, key: k };

@@ -88,6 +88,7 @@ describe("local broker: configuration in the emulator's Config.json shape", () =
         defaultTimeToLiveMs: 3_600_000,
         deadLetteringOnMessageExpiration: false,
         maxMessageSizeBytes: 256 * 1024,
+        maxSizeBytes: 1024 * 1024 * 1024,
       },
     ]);
     assert.equal(config.warnings.length, 1);
@@ -145,6 +146,8 @@ describe("local broker: configuration in the emulator's Config.json shape", () =
       `${p}.DeadLetteringOnMessageExpiration`,
     );
     rejectsNaming(withQueueProperties({ RequiresSession: true }), `${p}.RequiresSession`);
+    rejectsNaming(withQueueProperties({ MaxSizeInMegabytes: 0 }), `${p}.MaxSizeInMegabytes`);
+    rejectsNaming(withQueueProperties({ MaxSizeInMegabytes: "1024" }), `${p}.MaxSizeInMegabytes`);
     rejectsNaming(withQueueProperties({ ForwardTo: "elsewhere" }), `${p}.ForwardTo`);
   });
 

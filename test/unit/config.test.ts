@@ -59,6 +59,9 @@ describe("config", function () {
       [{ PORT: "http" }, "PORT", /whole number/],
       [{ SBINBOX_PRECHECK: "maybe" }, "SBINBOX_PRECHECK", /true or false/],
       [{ SBINBOX_DATABASE: "mysql" }, "SBINBOX_DATABASE", /postgres or sqlserver/],
+      [{ SBINBOX_INBOX_SCHEMA: "inbox; DROP TABLE x" }, "SBINBOX_INBOX_SCHEMA", /plain identifier/],
+      [{ SBINBOX_INBOX_SCHEMA: "9inbox" }, "SBINBOX_INBOX_SCHEMA", /plain identifier/],
+      [{ SBINBOX_INBOX_SCHEMA: "x".repeat(64) }, "SBINBOX_INBOX_SCHEMA", /at most 63/],
       [
         { SBINBOX_SERVICEBUS_CONNECTION_STRING: "Server=x" },
         "SBINBOX_SERVICEBUS_CONNECTION_STRING",

@@ -1,15 +1,23 @@
 // A second, independent client for the local broker: Microsoft's .NET SDK (Azure.Messaging.ServiceBus) runs the
-// core scenarios against the broker named by a connection string. Exits 1 if any scenario fails.
-// usage: sb-client "<connection string>" [queue]   (the queue must require duplicate detection)
+// behaviours a .NET service uses against the broker named by a connection string. After every scenario the queue
+// and its dead-letter queue are peeked: a message left behind (lost to a client, or stuck under a lock) fails the
+// scenario. Exits 1 if any scenario fails.
+// usage: sb-client "<connection string>" [queue] [capped-queue]
+//   queue: requires duplicate detection, starts empty. capped-queue (optional): MaxSizeInMegabytes 1, empty.
+//   SB_CLIENT_ITERATIONS (default 3): receivers opened per prefetch scenario (the defect it guards is a race).
+using System.Collections.Concurrent;
+using System.Diagnostics;
 using Azure.Messaging.ServiceBus;
 
 if (args.Length < 1)
 {
-    Console.Error.WriteLine("usage: sb-client \"<connection string>\" [queue]");
+    Console.Error.WriteLine("usage: sb-client \"<connection string>\" [queue] [capped-queue]");
     return 2;
 }
 var connectionString = args[0];
 var queue = args.Length > 1 ? args[1] : "sbinbox";
+var cappedQueue = args.Length > 2 ? args[2] : null;
+var iterations = int.TryParse(Environment.GetEnvironmentVariable("SB_CLIENT_ITERATIONS"), out var n) && n > 0 ? n : 3;
 var run = Guid.NewGuid().ToString("N")[..8];
 var failures = 0;
 
@@ -21,23 +29,63 @@ await using var sender = client.CreateSender(queue);
 await using var receiver = client.CreateReceiver(queue, new ServiceBusReceiverOptions { ReceiveMode = ServiceBusReceiveMode.PeekLock });
 await using var deadLetters = client.CreateReceiver(queue, new ServiceBusReceiverOptions { SubQueue = SubQueue.DeadLetter });
 
-async Task Scenario(string name, Func<Task> body)
+async Task Scenario(string name, Func<Task> body, string? on = null)
 {
+    var entity = on ?? queue;
+    string? failure = null;
     try
     {
         await body();
-        Console.WriteLine($"PASS {name}");
     }
     catch (Exception e)
     {
+        failure = $"{e.GetType().Name}: {e.Message}";
+    }
+    // The count check: whatever the scenario sent must be gone (settled) when it ends.
+    var left = await Leftovers(entity);
+    if (left != null)
+    {
+        failure = (failure == null ? "" : failure + "; ") + $"left in {entity}: {left}";
+        await Purge(entity);
+    }
+    if (failure == null) Console.WriteLine($"PASS {name}");
+    else
+    {
         failures++;
-        Console.WriteLine($"FAIL {name}: {e.GetType().Name}: {e.Message}");
+        Console.WriteLine($"FAIL {name}: {failure}");
     }
 }
 
 void Check(bool condition, string what)
 {
     if (!condition) throw new InvalidOperationException(what);
+}
+
+async Task<string?> Leftovers(string entity)
+{
+    var left = new List<string>();
+    foreach (var subQueue in new[] { SubQueue.None, SubQueue.DeadLetter })
+    {
+        await using var peeker = client.CreateReceiver(entity, new ServiceBusReceiverOptions { SubQueue = subQueue });
+        var peeked = await peeker.PeekMessagesAsync(100, 0);
+        left.AddRange(peeked.Select(m => $"{m.MessageId} ({(subQueue == SubQueue.None ? m.State.ToString() : "dead-lettered")})"));
+    }
+    return left.Count == 0 ? null : $"{left.Count} message(s): {string.Join(", ", left.Take(10))}";
+}
+
+// Clears what can be received after a failure, so one failure is reported once. Locked messages stay until their
+// lock expires.
+async Task Purge(string entity)
+{
+    foreach (var subQueue in new[] { SubQueue.None, SubQueue.DeadLetter })
+    {
+        await using var purger = client.CreateReceiver(entity, new ServiceBusReceiverOptions
+        {
+            SubQueue = subQueue,
+            ReceiveMode = ServiceBusReceiveMode.ReceiveAndDelete,
+        });
+        while ((await purger.ReceiveMessagesAsync(100, TimeSpan.FromMilliseconds(500))).Count > 0) { }
+    }
 }
 
 async Task<ServiceBusReceivedMessage> ReceiveOne(ServiceBusReceiver from)
@@ -49,6 +97,10 @@ async Task<ServiceBusReceivedMessage> ReceiveOne(ServiceBusReceiver from)
     }
     throw new InvalidOperationException("no message arrived");
 }
+
+List<string> Ids(string what, int count) => Enumerable.Range(0, count).Select(k => $"dotnet-{run}-{what}-{k}").ToList();
+
+Task SendAll(IEnumerable<string> ids) => sender.SendMessagesAsync(ids.Select(id => new ServiceBusMessage(id) { MessageId = id }));
 
 await Scenario("send with MessageId, peek-lock receive, properties round-trip, complete", async () =>
 {
@@ -71,8 +123,148 @@ await Scenario("send with MessageId, peek-lock receive, properties round-trip, c
     Check(received.SequenceNumber > 0, $"SequenceNumber {received.SequenceNumber}");
     Check(received.LockedUntil > DateTimeOffset.UtcNow, $"LockedUntil {received.LockedUntil}");
     await receiver.CompleteMessageAsync(received);
-    var rest = await receiver.PeekMessageAsync();
-    Check(rest == null, "the queue is empty after complete");
+});
+
+// The broker once wrote transfers before its attach reply when credit came with the attach (PrefetchCount > 0):
+// the client ended the session, losing prefetched messages in receive-and-delete and stranding them under locks in
+// peek-lock. Ten messages wait in the queue before each receiver opens, so the first flow finds them.
+foreach (var mode in new[] { ServiceBusReceiveMode.PeekLock, ServiceBusReceiveMode.ReceiveAndDelete })
+{
+    foreach (var prefetch in new[] { 0, 1, 5, 100 })
+    {
+        await Scenario($"{mode}, PrefetchCount {prefetch}: {iterations} receivers each get the 10 messages waiting at attach", async () =>
+        {
+            for (var i = 0; i < iterations; i++)
+            {
+                var ids = Ids($"{mode}-{prefetch}-{i}", 10);
+                await SendAll(ids);
+                await using var r = client.CreateReceiver(queue, new ServiceBusReceiverOptions { ReceiveMode = mode, PrefetchCount = prefetch });
+                var got = new List<string>();
+                var deadline = DateTime.UtcNow.AddSeconds(10);
+                while (got.Count < ids.Count && DateTime.UtcNow < deadline)
+                {
+                    foreach (var m in await r.ReceiveMessagesAsync(ids.Count - got.Count, TimeSpan.FromSeconds(2)))
+                    {
+                        got.Add(m.MessageId);
+                        if (mode == ServiceBusReceiveMode.PeekLock) await r.CompleteMessageAsync(m);
+                    }
+                }
+                Check(got.Order().SequenceEqual(ids.Order()), $"receiver {i + 1}: received {got.Count} of {ids.Count} ({string.Join(",", got.Select(g => g[^1..]))})");
+            }
+        });
+    }
+}
+
+await Scenario("ServiceBusProcessor with PrefetchCount 10 and MaxConcurrentCalls 4 processes 40 messages once each", async () =>
+{
+    var ids = Ids("processor", 40);
+    await SendAll(ids);
+    var seen = new ConcurrentDictionary<string, int>();
+    var errors = new ConcurrentQueue<string>();
+    var all = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+    int running = 0, mostAtOnce = 0;
+    await using var processor = client.CreateProcessor(queue, new ServiceBusProcessorOptions
+    {
+        PrefetchCount = 10,
+        MaxConcurrentCalls = 4,
+        AutoCompleteMessages = true,
+    });
+    processor.ProcessMessageAsync += async args =>
+    {
+        var now = Interlocked.Increment(ref running);
+        int seenMost;
+        while (now > (seenMost = Volatile.Read(ref mostAtOnce)) && Interlocked.CompareExchange(ref mostAtOnce, now, seenMost) != seenMost) { }
+        await Task.Delay(20);
+        Interlocked.Decrement(ref running);
+        seen.AddOrUpdate(args.Message.MessageId, 1, (_, c) => c + 1);
+        if (ids.All(seen.ContainsKey)) all.TrySetResult();
+    };
+    processor.ProcessErrorAsync += args =>
+    {
+        errors.Enqueue($"{args.ErrorSource}: {args.Exception.Message}");
+        return Task.CompletedTask;
+    };
+    await processor.StartProcessingAsync();
+    var finished = await Task.WhenAny(all.Task, Task.Delay(TimeSpan.FromSeconds(30)));
+    // Stopping waits for the handlers in flight and their auto-complete.
+    await processor.StopProcessingAsync();
+    Check(finished == all.Task, $"processed {seen.Count} of {ids.Count}");
+    Check(errors.IsEmpty, $"processor errors: {string.Join("; ", errors)}");
+    Check(seen.Values.All(c => c == 1), $"processed twice: {string.Join(",", seen.Where(p => p.Value > 1).Select(p => p.Key))}");
+    Check(mostAtOnce > 1, $"MaxConcurrentCalls 4 ran at most {mostAtOnce} handler at once");
+});
+
+await Scenario("ReceiveMessagesAsync with a 1 s MaxWaitTime on an empty queue returns nothing after the wait, and the link still works", async () =>
+{
+    await using var r = client.CreateReceiver(queue);
+    var clock = Stopwatch.StartNew();
+    var none = await r.ReceiveMessagesAsync(10, TimeSpan.FromSeconds(1));
+    clock.Stop();
+    Check(none.Count == 0, $"received {none.Count}");
+    Check(clock.Elapsed >= TimeSpan.FromMilliseconds(900) && clock.Elapsed < TimeSpan.FromSeconds(10), $"returned after {clock.Elapsed.TotalMilliseconds:F0} ms");
+    var id = $"dotnet-{run}-after-empty";
+    await sender.SendMessageAsync(new ServiceBusMessage(id) { MessageId = id });
+    var later = await ReceiveOne(r);
+    Check(later.MessageId == id, $"MessageId {later.MessageId}");
+    await r.CompleteMessageAsync(later);
+});
+
+await Scenario("peek shows messages in sequence order without locking them", async () =>
+{
+    var ids = Ids("peek", 3);
+    await SendAll(ids);
+    await using var peeker = client.CreateReceiver(queue);
+    var peeked = await peeker.PeekMessagesAsync(10, 0);
+    Check(peeked.Select(m => m.MessageId).SequenceEqual(ids), $"peeked {string.Join(",", peeked.Select(m => m.MessageId))}");
+    Check(peeked.Zip(peeked.Skip(1)).All(p => p.First.SequenceNumber < p.Second.SequenceNumber), "sequence numbers ascend");
+    Check(peeked.All(m => m.State == ServiceBusMessageState.Active), "peeked messages are active");
+    var got = new List<string>();
+    while (got.Count < ids.Count)
+    {
+        var m = await ReceiveOne(receiver);
+        got.Add(m.MessageId);
+        await receiver.CompleteMessageAsync(m);
+    }
+    Check(got.SequenceEqual(ids), "a peeked message is received in order, not locked by the peek");
+});
+
+await Scenario("defer, then receive the deferred message by sequence number and complete it", async () =>
+{
+    var id = $"dotnet-{run}-defer";
+    await sender.SendMessageAsync(new ServiceBusMessage(id) { MessageId = id });
+    var first = await ReceiveOne(receiver);
+    await receiver.DeferMessageAsync(first);
+    var again = await receiver.ReceiveMessageAsync(TimeSpan.FromMilliseconds(500));
+    Check(again == null, $"a deferred message was delivered again ({again?.MessageId})");
+    var peeked = await receiver.PeekMessageAsync(first.SequenceNumber);
+    Check(peeked?.State == ServiceBusMessageState.Deferred, $"peeked state {peeked?.State}");
+    var deferred = await receiver.ReceiveDeferredMessageAsync(first.SequenceNumber);
+    Check(deferred.MessageId == id && deferred.State == ServiceBusMessageState.Deferred, $"{deferred.MessageId} {deferred.State}");
+    await receiver.CompleteMessageAsync(deferred);
+});
+
+await Scenario("a scheduled message is invisible to receivers until its time, then arrives", async () =>
+{
+    var id = $"dotnet-{run}-scheduled";
+    var at = DateTimeOffset.UtcNow.AddSeconds(3);
+    var seq = await sender.ScheduleMessageAsync(new ServiceBusMessage(id) { MessageId = id }, at);
+    var peeked = await receiver.PeekMessageAsync(seq);
+    Check(peeked?.State == ServiceBusMessageState.Scheduled, $"peeked state {peeked?.State}");
+    Check(Math.Abs((peeked!.ScheduledEnqueueTime - at).TotalSeconds) < 1, $"ScheduledEnqueueTime {peeked.ScheduledEnqueueTime:O}, asked {at:O}");
+    var arrived = await ReceiveOne(receiver);
+    Check(arrived.MessageId == id, $"MessageId {arrived.MessageId}");
+    Check(DateTimeOffset.UtcNow >= at.AddMilliseconds(-50), "delivered before its time");
+    await receiver.CompleteMessageAsync(arrived);
+});
+
+await Scenario("a cancelled scheduled message never arrives", async () =>
+{
+    var id = $"dotnet-{run}-cancelled";
+    var seq = await sender.ScheduleMessageAsync(new ServiceBusMessage(id) { MessageId = id }, DateTimeOffset.UtcNow.AddHours(1));
+    Check((await receiver.PeekMessageAsync(seq))?.MessageId == id, "the scheduled message is not visible to peek");
+    await sender.CancelScheduledMessageAsync(seq);
+    var peeked = await receiver.PeekMessageAsync(seq);
+    Check(peeked == null, $"still there after cancel: {peeked?.MessageId} ({peeked?.State})");
 });
 
 await Scenario("duplicate MessageId inside the window is dropped", async () =>
@@ -152,6 +344,41 @@ await Scenario("an unknown queue gives MessagingEntityNotFound", async () =>
         Check(e.Message.Contains("could not be found"), $"unexpected message: {e.Message}");
     }
 });
+
+if (cappedQueue != null)
+{
+    await Scenario($"a send past MaxSizeInMegabytes fails with QuotaExceeded ({cappedQueue}, 1 MB)", async () =>
+    {
+        await using var capped = client.CreateSender(cappedQueue);
+        var body = new string('x', 200 * 1024);
+        var sent = 0;
+        ServiceBusException? refused = null;
+        while (refused == null && sent < 10)
+        {
+            try
+            {
+                await capped.SendMessageAsync(new ServiceBusMessage(body) { MessageId = $"dotnet-{run}-cap-{sent}" });
+                sent++;
+            }
+            catch (ServiceBusException e)
+            {
+                refused = e;
+            }
+        }
+        Check(refused?.Reason == ServiceBusFailureReason.QuotaExceeded, $"after {sent} sends: {refused?.Reason.ToString() ?? "never refused"}");
+        Check(sent == 5, $"{sent} messages of 200 KiB fit in 1 MiB");
+        await using var drain = client.CreateReceiver(cappedQueue, new ServiceBusReceiverOptions { ReceiveMode = ServiceBusReceiveMode.ReceiveAndDelete });
+        var drained = 0;
+        while (drained < sent)
+        {
+            var got = await drain.ReceiveMessagesAsync(sent - drained, TimeSpan.FromSeconds(2));
+            Check(got.Count > 0, $"only {drained} of {sent} came back");
+            drained += got.Count;
+        }
+        await capped.SendMessageAsync(new ServiceBusMessage("fits again") { MessageId = $"dotnet-{run}-cap-again" });
+        Check((await drain.ReceiveMessageAsync(TimeSpan.FromSeconds(2)))?.MessageId == $"dotnet-{run}-cap-again", "the send after draining");
+    }, cappedQueue);
+}
 
 Console.WriteLine(failures == 0 ? "all scenarios passed" : $"{failures} scenario(s) failed");
 return failures == 0 ? 0 : 1;

@@ -12,17 +12,12 @@ import {
   ACQUIRE_MIGRATION_LOCK,
   BEGIN,
   COMMIT,
-  CREATE_MODULE_VERSION_TABLE,
-  CREATE_VERSION_TABLE,
   MIGRATION_LOCK_KEY,
-  RECORD_MODULE_VERSION,
-  RECORD_VERSION,
+  postgresSql,
   ROLLBACK,
-  SELECT_APPLIED_VERSIONS,
-  SELECT_MODULE_VERSIONS,
-  SELECT_VERSION_TABLES,
-  statements,
+  SCHEMA_EXISTS,
 } from "./statements.ts";
+import { DEFAULT_INBOX_SCHEMA } from "../schema-name.ts";
 
 /** COMMIT answered ROLLBACK: the transaction had been aborted by an error the handler caught. */
 export class AbortedTransactionError extends Error {
@@ -41,6 +36,8 @@ export interface PostgresInboxOptions extends InboxStoreOptions {
   readonly pool?: pg.Pool;
   readonly url?: string;
   readonly maxConnections?: number;
+  /** The schema of the inbox's tables (default public); migrate creates it when missing. */
+  readonly schema?: string;
   /** Idle pooled connections that fail (the server restarted) are reported here and replaced on next use. */
   readonly onIdleError?: (error: Error) => void;
 }
@@ -53,13 +50,18 @@ export function createPostgresInboxStore(options: PostgresInboxOptions): InboxCo
 /** The inbox on PostgreSQL through `pg`. */
 export class PostgresDriver implements InboxDriver {
   readonly dialect = "postgres" as const;
-  readonly statements = statements;
+  readonly statements: ReturnType<typeof postgresSql>["statements"];
+  private readonly sql: ReturnType<typeof postgresSql>;
+  private readonly schema: string;
   private readonly pool: pg.Pool;
   private readonly ownsPool: boolean;
   /** Errors raised by `pg` itself, as opposed to handler code: see classifyPostgresError. */
   private readonly driverErrors = new WeakSet<object>();
 
   constructor(options: PostgresInboxOptions) {
+    this.schema = options.schema ?? DEFAULT_INBOX_SCHEMA.postgres;
+    this.sql = postgresSql(this.schema);
+    this.statements = this.sql.statements;
     if (options.pool) {
       this.pool = options.pool;
       this.ownsPool = false;
@@ -161,28 +163,32 @@ export class PostgresDriver implements InboxDriver {
     try {
       // Serializes concurrent migrate runs; released by the commit or rollback.
       await tx.query(ACQUIRE_MIGRATION_LOCK, [MIGRATION_LOCK_KEY]);
-      await tx.query(CREATE_VERSION_TABLE);
+      if ((await tx.query(SCHEMA_EXISTS, [this.schema])).rowCount === 0)
+        await tx.query(this.sql.CREATE_SCHEMA);
+      await tx.query(this.sql.SET_MIGRATION_SEARCH_PATH);
+      await tx.query(this.sql.CREATE_VERSION_TABLE);
       const applied = new Set(
-        (await tx.query<{ version: number }>(SELECT_APPLIED_VERSIONS)).rows.map((r) => r.version),
+        (await tx.query<{ version: number }>(this.sql.SELECT_APPLIED_VERSIONS)).rows.map((r) => r.version),
       );
       const names: string[] = [];
       for (const migration of migrations) {
         if (applied.has(migration.version)) continue;
         await tx.query(migration.sql); // no parameters: the simple protocol runs every statement in the file
-        await tx.query(RECORD_VERSION, [migration.version, migration.name]);
+        await tx.query(this.sql.RECORD_VERSION, [migration.version, migration.name]);
         names.push(migration.name);
       }
       if (module) {
-        await tx.query(CREATE_MODULE_VERSION_TABLE);
+        await tx.query(this.sql.CREATE_MODULE_VERSION_TABLE);
         const done = new Set(
-          (await tx.query<{ version: number }>(SELECT_MODULE_VERSIONS, [module.module])).rows.map(
+          (await tx.query<{ version: number }>(this.sql.SELECT_MODULE_VERSIONS, [module.module])).rows.map(
             (r) => r.version,
           ),
         );
+        await tx.query(this.sql.RESET_MIGRATION_SEARCH_PATH);
         for (const migration of module.migrations) {
           if (done.has(migration.version)) continue;
           await tx.query(migration.sql);
-          await tx.query(RECORD_MODULE_VERSION, [module.module, migration.version, migration.name]);
+          await tx.query(this.sql.RECORD_MODULE_VERSION, [module.module, migration.version, migration.name]);
           names.push(`${modulePrefix(module.module)}${migration.name}`);
         }
       }
@@ -196,17 +202,22 @@ export class PostgresDriver implements InboxDriver {
 
   async pendingMigrations(module?: ModuleMigrations): Promise<string[]> {
     const migrations = await loadMigrations(POSTGRES_MIGRATIONS_DIR);
-    const tables = (await this.query<{ inbox: boolean; module: boolean }>(SELECT_VERSION_TABLES)).rows[0];
+    const tables = (await this.query<{ inbox: boolean; module: boolean }>(this.sql.SELECT_VERSION_TABLES))
+      .rows[0];
     const applied = tables?.inbox
-      ? new Set((await this.query<{ version: number }>(SELECT_APPLIED_VERSIONS)).rows.map((r) => r.version))
+      ? new Set(
+          (await this.query<{ version: number }>(this.sql.SELECT_APPLIED_VERSIONS)).rows.map(
+            (r) => r.version,
+          ),
+        )
       : new Set<number>();
     const pending = notApplied(migrations, applied);
     if (module) {
       const done = tables?.module
         ? new Set(
-            (await this.query<{ version: number }>(SELECT_MODULE_VERSIONS, [module.module])).rows.map(
-              (r) => r.version,
-            ),
+            (
+              await this.query<{ version: number }>(this.sql.SELECT_MODULE_VERSIONS, [module.module])
+            ).rows.map((r) => r.version),
           )
         : new Set<number>();
       pending.push(...notApplied(module.migrations, done, modulePrefix(module.module)));

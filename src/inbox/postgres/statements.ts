@@ -1,4 +1,5 @@
 import type { InboxStatements } from "../core.ts";
+import { checkSchemaName, DEFAULT_INBOX_SCHEMA } from "../schema-name.ts";
 
 /** Every statement the PostgreSQL adapter sends, except the migration files themselves. */
 
@@ -12,48 +13,65 @@ export const ROLLBACK = "ROLLBACK";
 /** Any 64-bit constant unique to this purpose; held for the migration transaction only. */
 export const MIGRATION_LOCK_KEY = "7021996410348201";
 export const ACQUIRE_MIGRATION_LOCK = "SELECT pg_advisory_xact_lock($1::bigint)";
-export const CREATE_VERSION_TABLE = `CREATE TABLE IF NOT EXISTS "SbInboxSchemaVersion" (
+/** Asked before CREATE SCHEMA, which needs CREATE on the database even when the schema exists. */
+export const SCHEMA_EXISTS = "SELECT 1 AS found FROM pg_namespace WHERE nspname = $1";
+/**
+ * The statements for an inbox in `schema` (validated, then double-quoted). The migration files name the inbox's
+ * objects without a schema; the runner sets `search_path` to the configured schema for their transaction only.
+ */
+export function postgresSql(schema: string = DEFAULT_INBOX_SCHEMA.postgres) {
+  const s = `"${checkSchemaName(schema)}"`;
+  return {
+    CREATE_SCHEMA: `CREATE SCHEMA IF NOT EXISTS ${s}`,
+    // LOCAL: for the migration transaction only; the pool's other connections keep their own path.
+    SET_MIGRATION_SEARCH_PATH: `SET LOCAL search_path TO ${s}`,
+    CREATE_VERSION_TABLE: `CREATE TABLE IF NOT EXISTS ${s}."SbInboxSchemaVersion" (
   "Version" integer PRIMARY KEY,
   "Name" text NOT NULL,
   "AppliedUtc" timestamptz NOT NULL DEFAULT now()
-)`;
-export const SELECT_APPLIED_VERSIONS = `SELECT "Version" AS version FROM "SbInboxSchemaVersion" ORDER BY "Version"`;
-export const RECORD_VERSION = `INSERT INTO "SbInboxSchemaVersion" ("Version", "Name") VALUES ($1, $2)`;
-
-/** A handler module's own migrations (its business tables), one version track per module name. */
-export const CREATE_MODULE_VERSION_TABLE = `CREATE TABLE IF NOT EXISTS "SbInboxModuleVersion" (
+)`,
+    SELECT_APPLIED_VERSIONS: `SELECT "Version" AS version FROM ${s}."SbInboxSchemaVersion" ORDER BY "Version"`,
+    RECORD_VERSION: `INSERT INTO ${s}."SbInboxSchemaVersion" ("Version", "Name") VALUES ($1, $2)`,
+    // Handler modules' migrations create business tables where the worker's statements find them (the
+    // connection's own search_path), not in the inbox's schema.
+    RESET_MIGRATION_SEARCH_PATH: "SET LOCAL search_path TO DEFAULT",
+    /** A handler module's own migrations (its business tables), one version track per module name. */
+    CREATE_MODULE_VERSION_TABLE: `CREATE TABLE IF NOT EXISTS ${s}."SbInboxModuleVersion" (
   "Module" varchar(100) COLLATE "C" NOT NULL,
   "Version" integer NOT NULL,
   "Name" text NOT NULL,
   "AppliedUtc" timestamptz NOT NULL DEFAULT now(),
   PRIMARY KEY ("Module", "Version")
-)`;
-export const SELECT_MODULE_VERSIONS = `SELECT "Version" AS version FROM "SbInboxModuleVersion" WHERE "Module" = $1 ORDER BY "Version"`;
-export const RECORD_MODULE_VERSION = `INSERT INTO "SbInboxModuleVersion" ("Module", "Version", "Name") VALUES ($1, $2, $3)`;
-/** Read-only: which version tables exist, so a worker without DDL rights can tell "never migrated". */
-export const SELECT_VERSION_TABLES = `SELECT to_regclass('"SbInboxSchemaVersion"') IS NOT NULL AS "inbox",
-  to_regclass('"SbInboxModuleVersion"') IS NOT NULL AS "module"`;
-
-export const statements: InboxStatements = {
-  insertProcessedMarker: `INSERT INTO "Inbox" ("MessageId", "Consumer", "ProcessedUtc") VALUES ($1, $2, now())`,
-  insertOpenClaim: `INSERT INTO "Inbox" ("MessageId", "Consumer") VALUES ($1, $2) RETURNING "Id" AS id`,
-  isProcessed: `SELECT 1 AS found FROM "Inbox" WHERE "MessageId" = $1 AND "Consumer" = $2 AND "ProcessedUtc" IS NOT NULL`,
-  readMarker: `SELECT "Id" AS id, CASE WHEN "ProcessedUtc" IS NULL THEN 0 ELSE 1 END AS processed
-FROM "Inbox" WHERE "MessageId" = $1 AND "Consumer" = $2`,
-  markProcessed: `UPDATE "Inbox" SET "ProcessedUtc" = now()
+)`,
+    SELECT_MODULE_VERSIONS: `SELECT "Version" AS version FROM ${s}."SbInboxModuleVersion" WHERE "Module" = $1 ORDER BY "Version"`,
+    RECORD_MODULE_VERSION: `INSERT INTO ${s}."SbInboxModuleVersion" ("Module", "Version", "Name") VALUES ($1, $2, $3)`,
+    /** Read-only: which version tables exist, so a worker without DDL rights can tell "never migrated". */
+    SELECT_VERSION_TABLES: `SELECT to_regclass('${s}."SbInboxSchemaVersion"') IS NOT NULL AS "inbox",
+  to_regclass('${s}."SbInboxModuleVersion"') IS NOT NULL AS "module"`,
+    statements: {
+      insertProcessedMarker: `INSERT INTO ${s}."Inbox" ("MessageId", "Consumer", "ProcessedUtc") VALUES ($1, $2, now())`,
+      insertOpenClaim: `INSERT INTO ${s}."Inbox" ("MessageId", "Consumer") VALUES ($1, $2) RETURNING "Id" AS id`,
+      isProcessed: `SELECT 1 AS found FROM ${s}."Inbox" WHERE "MessageId" = $1 AND "Consumer" = $2 AND "ProcessedUtc" IS NOT NULL`,
+      readMarker: `SELECT "Id" AS id, CASE WHEN "ProcessedUtc" IS NULL THEN 0 ELSE 1 END AS processed
+FROM ${s}."Inbox" WHERE "MessageId" = $1 AND "Consumer" = $2`,
+      markProcessed: `UPDATE ${s}."Inbox" SET "ProcessedUtc" = now()
 WHERE "MessageId" = $1 AND "Consumer" = $2 AND "ProcessedUtc" IS NULL`,
-  markProcessedById: `UPDATE "Inbox" SET "ProcessedUtc" = now()
+      markProcessedById: `UPDATE ${s}."Inbox" SET "ProcessedUtc" = now()
 WHERE "MessageId" = $1 AND "Consumer" = $2 AND "Id" = $3::bigint AND "ProcessedUtc" IS NULL`,
-  // The predicate is re-checked on each row as it is locked, so a claim closed meanwhile is left alone, and a
-  // deleted claim can be inserted again by exactly one claimant (the unique index decides).
-  sweepStaleClaims: `DELETE FROM "Inbox"
+      // The predicate is re-checked on each row as it is locked, so a claim closed meanwhile is left alone, and a
+      // deleted claim can be inserted again by exactly one claimant (the unique index decides).
+      sweepStaleClaims: `DELETE FROM ${s}."Inbox"
 WHERE "ProcessedUtc" IS NULL
   AND "ReceivedUtc" < now() - make_interval(secs => $1::bigint) - make_interval(secs => $2::integer / 1000.0)`,
-  countOpenClaims: `SELECT count(*)::integer AS n FROM "Inbox" WHERE "ProcessedUtc" IS NULL`,
-  cleanupCutoff: `SELECT now() - make_interval(secs => $1::bigint) - make_interval(secs => $2::integer / 1000.0) AS cutoff`,
-  // SKIP LOCKED: rows another session holds are left for the next run instead of waited on.
-  cleanupBatch: `DELETE FROM "Inbox" WHERE "Id" IN (
-  SELECT "Id" FROM "Inbox" WHERE "ReceivedUtc" < $1 ORDER BY "ReceivedUtc" LIMIT $2 FOR UPDATE SKIP LOCKED
+      countOpenClaims: `SELECT count(*)::integer AS n FROM ${s}."Inbox" WHERE "ProcessedUtc" IS NULL`,
+      cleanupCutoff: `SELECT now() - make_interval(secs => $1::bigint) - make_interval(secs => $2::integer / 1000.0) AS cutoff`,
+      // SKIP LOCKED: rows another session holds are left for the next run instead of waited on.
+      cleanupBatch: `DELETE FROM ${s}."Inbox" WHERE "Id" IN (
+  SELECT "Id" FROM ${s}."Inbox" WHERE "ReceivedUtc" < $1 ORDER BY "ReceivedUtc" LIMIT $2 FOR UPDATE SKIP LOCKED
 )`,
-  ping: "SELECT 1 AS ok",
-};
+      ping: "SELECT 1 AS ok",
+    } satisfies InboxStatements,
+  };
+}
+
+export const { CREATE_VERSION_TABLE, SELECT_APPLIED_VERSIONS, RECORD_VERSION, statements } = postgresSql();

@@ -8,17 +8,8 @@ import { traceInboxDriver, traceInboxStore } from "../../telemetry/inbox-tracing
 import { loadMigrations, modulePrefix, notApplied } from "../migrations.ts";
 import type { MigrationResult, ModuleMigrations } from "../store.ts";
 import { classifySqlServerError } from "./classify.ts";
-import {
-  ACQUIRE_MIGRATION_LOCK,
-  CREATE_MODULE_VERSION_TABLE,
-  CREATE_VERSION_TABLE,
-  RECORD_MODULE_VERSION,
-  RECORD_VERSION,
-  SELECT_APPLIED_VERSIONS,
-  SELECT_MODULE_VERSIONS,
-  SELECT_VERSION_TABLES,
-  statements,
-} from "./statements.ts";
+import { ACQUIRE_MIGRATION_LOCK, CREATE_SCHEMA, sqlServerSql } from "./statements.ts";
+import { DEFAULT_INBOX_SCHEMA } from "../schema-name.ts";
 
 /** The sp_getapplock resource that serializes concurrent migrate runs. */
 const MIGRATION_LOCK_RESOURCE = "SbInboxMigrate";
@@ -35,6 +26,8 @@ export interface SqlServerInboxOptions extends InboxStoreOptions {
   readonly config?: mssql.config | string;
   /** Pool errors outside a request are reported here; the pool replaces the connection on next use. */
   readonly onPoolError?: (error: Error) => void;
+  /** The schema of the inbox's tables (default dbo); migrate creates it when missing. */
+  readonly schema?: string;
 }
 
 export function createSqlServerInboxStore(options: SqlServerInboxOptions): InboxCore {
@@ -84,12 +77,17 @@ function toResult<R>(result: mssql.IResult<unknown>): SqlResult<R> {
 /** The inbox on SQL Server / Azure SQL through `mssql` (tedious). */
 export class SqlServerDriver implements InboxDriver {
   readonly dialect = "sqlserver" as const;
-  readonly statements = statements;
+  readonly statements: ReturnType<typeof sqlServerSql>["statements"];
+  private readonly sql: ReturnType<typeof sqlServerSql>;
+  private readonly schema: string;
   private readonly pool: mssql.ConnectionPool;
   private readonly ownsPool: boolean;
   private connecting: Promise<mssql.ConnectionPool> | undefined;
 
   constructor(options: SqlServerInboxOptions) {
+    this.schema = options.schema ?? DEFAULT_INBOX_SCHEMA.sqlserver;
+    this.sql = sqlServerSql(this.schema);
+    this.statements = this.sql.statements;
     if (options.pool) {
       this.pool = options.pool;
       this.ownsPool = false;
@@ -141,36 +139,39 @@ export class SqlServerDriver implements InboxDriver {
     await tx.begin(mssql.ISOLATION_LEVEL.READ_COMMITTED);
     try {
       await bindParameters(new mssql.Request(tx), [MIGRATION_LOCK_RESOURCE]).query(ACQUIRE_MIGRATION_LOCK);
-      await new mssql.Request(tx).batch(CREATE_VERSION_TABLE);
-      const rows = (await new mssql.Request(tx).query<{ version: number }>(SELECT_APPLIED_VERSIONS))
+      await bindParameters(new mssql.Request(tx), [this.schema]).query(CREATE_SCHEMA);
+      await new mssql.Request(tx).batch(this.sql.CREATE_VERSION_TABLE);
+      const rows = (await new mssql.Request(tx).query<{ version: number }>(this.sql.SELECT_APPLIED_VERSIONS))
         .recordset;
       const applied = new Set(rows.map((r) => r.version));
       const names: string[] = [];
       for (const migration of migrations) {
         if (applied.has(migration.version)) continue;
-        await new mssql.Request(tx).batch(migration.sql); // a single batch: the files hold no GO
+        // a single batch: the files hold no GO
+        await new mssql.Request(tx).batch(this.sql.migrationInSchema(migration.sql));
         await bindParameters(new mssql.Request(tx), [migration.version, migration.name]).query(
-          RECORD_VERSION,
+          this.sql.RECORD_VERSION,
         );
         names.push(migration.name);
       }
       if (module) {
-        await new mssql.Request(tx).batch(CREATE_MODULE_VERSION_TABLE);
+        await new mssql.Request(tx).batch(this.sql.CREATE_MODULE_VERSION_TABLE);
         const done = new Set(
           (
             await bindParameters(new mssql.Request(tx), [module.module]).query<{ version: number }>(
-              SELECT_MODULE_VERSIONS,
+              this.sql.SELECT_MODULE_VERSIONS,
             )
           ).recordset.map((r) => r.version),
         );
         for (const migration of module.migrations) {
           if (done.has(migration.version)) continue;
+          // As written: a module's tables live where its own statements name them, not in the inbox's schema.
           await new mssql.Request(tx).batch(migration.sql);
           await bindParameters(new mssql.Request(tx), [
             module.module,
             migration.version,
             migration.name,
-          ]).query(RECORD_MODULE_VERSION);
+          ]).query(this.sql.RECORD_MODULE_VERSION);
           names.push(`${modulePrefix(module.module)}${migration.name}`);
         }
       }
@@ -188,17 +189,22 @@ export class SqlServerDriver implements InboxDriver {
 
   async pendingMigrations(module?: ModuleMigrations): Promise<string[]> {
     const migrations = await loadMigrations(SQLSERVER_MIGRATIONS_DIR);
-    const tables = (await this.query<{ inbox: number; module: number }>(SELECT_VERSION_TABLES)).rows[0];
+    const tables = (await this.query<{ inbox: number; module: number }>(this.sql.SELECT_VERSION_TABLES))
+      .rows[0];
     const applied = tables?.inbox
-      ? new Set((await this.query<{ version: number }>(SELECT_APPLIED_VERSIONS)).rows.map((r) => r.version))
+      ? new Set(
+          (await this.query<{ version: number }>(this.sql.SELECT_APPLIED_VERSIONS)).rows.map(
+            (r) => r.version,
+          ),
+        )
       : new Set<number>();
     const pending = notApplied(migrations, applied);
     if (module) {
       const done = tables?.module
         ? new Set(
-            (await this.query<{ version: number }>(SELECT_MODULE_VERSIONS, [module.module])).rows.map(
-              (r) => r.version,
-            ),
+            (
+              await this.query<{ version: number }>(this.sql.SELECT_MODULE_VERSIONS, [module.module])
+            ).rows.map((r) => r.version),
           )
         : new Set<number>();
       pending.push(...notApplied(module.migrations, done, modulePrefix(module.module)));
