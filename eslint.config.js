@@ -3,7 +3,18 @@ import globals from "globals";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["node_modules/", "dist/", "tools/**/bin/", "tools/**/obj/", "infra/**/*.json", "coverage/"] },
+  {
+    ignores: [
+      "node_modules/",
+      "dist/",
+      "dist-handlers/",
+      ".azure-package/",
+      "tools/**/bin/",
+      "tools/**/obj/",
+      "infra/**/*.json",
+      "coverage/",
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {

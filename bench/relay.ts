@@ -7,7 +7,9 @@ import { ServiceBusClient } from "@azure/service-bus";
 import pg from "pg";
 import { openDatabase } from "../src/app/database.ts";
 import { EmbeddedPostgresServer } from "../src/embedded/postgres.ts";
-import { accountCreditedHandler, ensureAccountTables } from "../src/example/accounts.ts";
+import { accountCreditedHandler } from "../src/example/accounts.ts";
+import { moduleMigrations } from "../src/app/handler-module.ts";
+import { exampleModule } from "../src/example/module.ts";
 import { demoEvent } from "../src/example/demo-events.ts";
 import type { InboxStore } from "../src/inbox/store.ts";
 import { LocalBroker } from "../src/localbroker/broker.ts";
@@ -87,8 +89,7 @@ export async function relayBench(server?: EmbeddedPostgresServer): Promise<strin
       { kind: "postgres", url: await pgServer.createDatabase("bench_downstream") },
       { preCheck: true, maxConnections: 12 },
     );
-    await downstream.store.migrate();
-    await ensureAccountTables(downstream.sql);
+    await downstream.store.migrate(await moduleMigrations(exampleModule, downstream.dialect));
     const committedAt = new Map<string, number>();
     const latencies: number[] = [];
     const inner = downstream.store;

@@ -12,9 +12,12 @@ param environmentName string
 param location string
 
 @description('Required. Display name of the Entra ID user or group that becomes the SQL server\'s administrator.')
+@minLength(1)
 param sqlAdministratorLogin string
 
 @description('Required. Object ID of that Entra ID user or group.')
+@minLength(36)
+@maxLength(36)
 param sqlAdministratorObjectId string
 
 @description('Optional. Kind of principal the SQL administrator is.')
@@ -27,6 +30,10 @@ param sqlAdministratorPrincipalType string = 'Group'
 
 @description('Optional. SKU of the database.')
 param sqlDatabaseSkuName string = 'Basic'
+
+@description('Optional. Maximum size of the database in GB; docs/deploy.md gives the inbox\'s share per message rate and retention.')
+@minValue(1)
+param sqlDatabaseMaxSizeGb int = 2
 
 @description('Optional. Service Bus tier (Standard or Premium; duplicate detection needs one of them).')
 @allowed([
@@ -81,6 +88,13 @@ param autoscaleMinimumCapacity int = 1
 @description('Optional. Most worker instances.')
 param autoscaleMaximumCapacity int = 3
 
+@description('Optional. The plan\'s instance count now (0 on a first deployment): kept within the autoscale bounds, so a redeployment does not reset a scaled-out plan to the minimum.')
+@minValue(0)
+param appServicePlanCurrentCapacity int = 0
+
+@description('Optional. The handler module the worker runs and `sbinbox migrate` migrates (SBINBOX_HANDLERS), relative to the deployed package.')
+param handlersModule string = './dist-handlers/index.js'
+
 @description('Optional. Average ActiveMessages above which a worker instance is added.')
 param autoscaleScaleOutThreshold int = 100
 
@@ -111,6 +125,12 @@ var sqlServerName = 'sql-sbinbox-${resourceToken}'
 var sqlDatabaseName = 'sbinbox'
 var serviceBusNamespaceName = 'sb-sbinbox-${resourceToken}'
 var applicationInsightsName = 'appi-sbinbox-${resourceToken}'
+var logAnalyticsWorkspaceName = 'log-sbinbox-${resourceToken}'
+var workerIdentityName = 'id-sbinbox-worker-${resourceToken}'
+// The first deployment starts at the minimum; later ones keep what autoscale chose.
+var planCapacity = appServicePlanCurrentCapacity > 0
+  ? min(max(appServicePlanCurrentCapacity, autoscaleMinimumCapacity), autoscaleMaximumCapacity)
+  : autoscaleMinimumCapacity
 
 resource resourceGroup 'Microsoft.Resources/resourceGroups@2025-04-01' = {
   name: 'rg-sbinbox-${environmentName}'
@@ -120,6 +140,10 @@ resource resourceGroup 'Microsoft.Resources/resourceGroups@2025-04-01' = {
 
 module serviceBus '../bicep/modules/servicebus/main.bicep' = {
   scope: resourceGroup
+  // The diagnostic setting names the workspace.
+  dependsOn: [
+    monitoring
+  ]
   params: {
     name: serviceBusNamespaceName
     location: location
@@ -130,13 +154,14 @@ module serviceBus '../bicep/modules/servicebus/main.bicep' = {
     lockDuration: 'PT${lockDurationSeconds}S'
     maxDeliveryCount: maxDeliveryCount
     defaultMessageTimeToLive: 'PT${messageTimeToLiveHours}H'
+    logAnalyticsWorkspaceName: logAnalyticsWorkspaceName
   }
 }
 
 module monitoring '../bicep/modules/monitoring/main.bicep' = {
   scope: resourceGroup
   params: {
-    logAnalyticsWorkspaceName: 'log-sbinbox-${resourceToken}'
+    logAnalyticsWorkspaceName: logAnalyticsWorkspaceName
     applicationInsightsName: applicationInsightsName
     location: location
     tags: tags
@@ -151,16 +176,19 @@ module worker '../bicep/modules/appservice/main.bicep' = {
   params: {
     name: appName
     planName: 'plan-sbinbox-${resourceToken}'
+    identityName: workerIdentityName
     location: location
     tags: tags
     planSkuName: appServicePlanSkuName
-    planCapacity: autoscaleMinimumCapacity
+    planCapacity: planCapacity
+    logAnalyticsWorkspaceName: logAnalyticsWorkspaceName
     linuxFxVersion: linuxFxVersion
     applicationInsightsName: applicationInsightsName
     appSettings: {
       SBINBOX_SERVICEBUS_NAMESPACE: serviceBus.outputs.fullyQualifiedNamespace
       SBINBOX_QUEUE: serviceBus.outputs.queueName
       SBINBOX_CONSUMER: consumerName
+      SBINBOX_HANDLERS: handlersModule
       SBINBOX_DATABASE: 'sqlserver'
       SBINBOX_SQLSERVER_SERVER: '${sqlServerName}${environment().suffixes.sqlServerHostname}'
       SBINBOX_SQLSERVER_DATABASE: sqlDatabaseName
@@ -177,6 +205,10 @@ module worker '../bicep/modules/appservice/main.bicep' = {
 
 module sql '../bicep/modules/sql/main.bicep' = {
   scope: resourceGroup
+  // The audit's diagnostic setting names the workspace.
+  dependsOn: [
+    monitoring
+  ]
   params: {
     name: sqlServerName
     location: location
@@ -186,6 +218,8 @@ module sql '../bicep/modules/sql/main.bicep' = {
     administratorPrincipalType: sqlAdministratorPrincipalType
     databaseName: sqlDatabaseName
     databaseSkuName: sqlDatabaseSkuName
+    databaseMaxSizeGb: sqlDatabaseMaxSizeGb
+    logAnalyticsWorkspaceName: logAnalyticsWorkspaceName
     // Only the worker's own outbound addresses, not "all of Azure" and never the internet.
     allowedIpAddresses: worker.outputs.possibleOutboundIpAddresses
   }
@@ -233,6 +267,15 @@ output AZURE_RESOURCE_GROUP string = resourceGroup.name
 
 @description('The name of the worker\'s web app.')
 output WORKER_APP_NAME string = worker.outputs.name
+
+@description('The name of the App Service plan (the deployment reads its instance count before redeploying).')
+output APP_SERVICE_PLAN_NAME string = 'plan-sbinbox-${resourceToken}'
+
+@description('The worker\'s managed identity: its name is the database user\'s name.')
+output WORKER_IDENTITY_NAME string = worker.outputs.identityName
+
+@description('The client ID of the worker\'s managed identity: the database user is created from it, with no Graph lookup.')
+output WORKER_IDENTITY_CLIENT_ID string = worker.outputs.identityClientId
 
 @description('The Service Bus namespace, fully qualified.')
 output SERVICEBUS_NAMESPACE string = serviceBus.outputs.fullyQualifiedNamespace

@@ -1,12 +1,24 @@
 using './main.bicep'
 
 // Values that identify people or tenants come from the environment, so this file stays shareable.
+// An unset GitHub secret arrives as an empty variable, which readEnvironmentVariable returns as '' instead of its
+// default: optional values therefore fall back explicitly when empty.
 param environmentName = 'dev'
-param location = readEnvironmentVariable('AZURE_LOCATION', 'westeurope')
+param location = empty(readEnvironmentVariable('AZURE_LOCATION', ''))
+  ? 'westeurope'
+  : readEnvironmentVariable('AZURE_LOCATION', '')
 param sqlAdministratorLogin = readEnvironmentVariable('SQL_ADMIN_LOGIN')
 param sqlAdministratorObjectId = readEnvironmentVariable('SQL_ADMIN_OBJECT_ID')
-param sqlAdministratorPrincipalType = readEnvironmentVariable('SQL_ADMIN_PRINCIPAL_TYPE', 'Group')
+param sqlAdministratorPrincipalType = empty(readEnvironmentVariable('SQL_ADMIN_PRINCIPAL_TYPE', ''))
+  ? 'Group'
+  : readEnvironmentVariable('SQL_ADMIN_PRINCIPAL_TYPE', '')
+// The plan's current instance count, read by the deployment before it runs (empty on the first deployment).
+param appServicePlanCurrentCapacity = int(empty(readEnvironmentVariable('APP_SERVICE_PLAN_CAPACITY', ''))
+  ? '0'
+  : readEnvironmentVariable('APP_SERVICE_PLAN_CAPACITY', ''))
 param sqlDatabaseSkuName = 'Basic'
+// Basic allows 2 GB at most: enough for the dev retention at a few messages a second (docs/deploy.md).
+param sqlDatabaseMaxSizeGb = 2
 param serviceBusSkuName = 'Standard'
 param appServicePlanSkuName = 'S1'
 param autoscaleMinimumCapacity = 1

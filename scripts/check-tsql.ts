@@ -1,18 +1,23 @@
 // `npm run check:tsql`: parses every T-SQL statement the SQL Server adapter can send (every string constant in
-// src/inbox/sqlserver/statements.ts and src/outbox/sqlserver/statements.ts) and every SQL Server migration with Microsoft's own parser (ScriptDom, run
-// by tools/tsql-parse). Fails on any syntax error. Builds the tool on first use; later runs reuse the build.
+// src/inbox/sqlserver/statements.ts and src/outbox/sqlserver/statements.ts), the handlers' statements, the
+// database-user batch and every SQL Server migration (inbox, outbox, example, handlers/) with Microsoft's own parser
+// (ScriptDom, run by tools/tsql-parse). Fails on any syntax error. Builds the tool on first use; later runs reuse
+// the build.
 import { spawnSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
-import { join } from "node:path";
+import { join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 const toolDir = join(root, "tools", "tsql-parse");
 const toolOut = join(toolDir, "bin", "out");
 const toolBinary = join(toolOut, "tsql-parse");
+const migrationsDir = join(root, "src", "inbox", "sqlserver", "migrations");
 const migrationsDirs = [
-  join(root, "src", "inbox", "sqlserver", "migrations"),
+  migrationsDir,
   join(root, "src", "outbox", "sqlserver", "migrations"),
+  join(root, "src", "example", "migrations", "sqlserver"),
+  join(root, "handlers", "migrations", "sqlserver"),
 ];
 
 interface Item {
@@ -67,11 +72,12 @@ async function main(): Promise<number> {
   for (const [name, value] of Object.entries(statements)) collect(value, `statements.ts:${name}`, items);
   const outbox = (await import("../src/outbox/sqlserver/statements.ts")) as Record<string, unknown>;
   for (const [name, value] of Object.entries(outbox)) collect(value, `outbox/statements.ts:${name}`, items);
+  // The inbox's migrations, the outbox's, the example module's and those of the team's module in handlers/.
   for (const dir of migrationsDirs) {
     for (const file of readdirSync(dir)
       .filter((f) => f.endsWith(".sql"))
       .sort()) {
-      items.push({ name: `${dir}/${file}`, sql: readFileSync(join(dir, file), "utf8") });
+      items.push({ name: `${relative(root, dir)}/${file}`, sql: readFileSync(join(dir, file), "utf8") });
     }
   }
   // The same statements and migrations for an inbox in another schema (SBINBOX_INBOX_SCHEMA), as sent then.
@@ -80,7 +86,6 @@ async function main(): Promise<number> {
   for (const [name, value] of Object.entries(inSchema))
     collect(value, `sqlServerSql("sbinbox_check"):${name}`, items);
   const move = inSchema["migrationInSchema"] as (sql: string) => string;
-  const migrationsDir = migrationsDirs[0]!; // the inbox's
   for (const file of readdirSync(migrationsDir)
     .filter((f) => f.endsWith(".sql"))
     .sort()) {
@@ -94,10 +99,19 @@ async function main(): Promise<number> {
   const conformance: Record<string, string | undefined> = { ...conformanceSql("sbinbox_check") };
   for (const [name, sql] of Object.entries(conformance))
     if (sql !== undefined) items.push({ name: `test/conformance/backends.ts:${name}`, sql });
-  // The example domain's statements are sent by the worker too (src/example/accounts.ts, dialect SQL as data).
+  // The handlers' statements are sent by the worker too (dialect SQL as data).
   const { accountSql } = await import("../src/example/accounts.ts");
   for (const [name, sql] of Object.entries(accountSql))
     items.push({ name: `example/accounts.ts:${name}`, sql: sql.sqlserver });
+  const { notesSql } = await import("../handlers/statements.ts");
+  for (const [name, sql] of Object.entries(notesSql))
+    items.push({ name: `handlers/statements.ts:${name}`, sql: sql.sqlserver });
+  // `sbinbox migrate --app-user` builds its batch from a name and a client ID; one instance of it stands for all.
+  const { appUserBatch } = await import("../src/inbox/sqlserver/app-user.ts");
+  items.push({
+    name: "inbox/sqlserver/app-user.ts:appUserBatch",
+    sql: appUserBatch("id-sbinbox-worker-example", "01020304-0506-0708-090a-0b0c0d0e0f10"),
+  });
   const result = parse(items);
   process.stdout.write(result.output);
   if (result.status !== 0) {

@@ -1,11 +1,9 @@
-// After `tsc -p tsconfig.build.json`: copies what the compiled code reads at run time (the SQL migrations)
-// from src/ to dist/, keeping their relative paths.
+// After the two tsc builds: copies what the compiled code reads at run time (the SQL migrations) from src/ to
+// dist/ and from handlers/ to dist-handlers/, keeping their relative paths.
 import { cpSync, readdirSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
 
 const root = new URL("..", import.meta.url).pathname;
-const src = join(root, "src");
-const dist = join(root, "dist");
 
 function walk(dir: string): string[] {
   return readdirSync(dir).flatMap((name) => {
@@ -14,6 +12,11 @@ function walk(dir: string): string[] {
   });
 }
 
-const assets = walk(src).filter((path) => !path.endsWith(".ts"));
-for (const path of assets) cpSync(path, join(dist, relative(src, path)));
-process.stdout.write(`copied ${assets.length} assets to dist/\n`);
+for (const [from, to] of [
+  ["src", "dist"],
+  ["handlers", "dist-handlers"],
+]) {
+  const assets = walk(join(root, from!)).filter((path) => !path.endsWith(".ts"));
+  for (const path of assets) cpSync(path, join(root, to!, relative(join(root, from!), path)));
+  process.stdout.write(`copied ${assets.length} assets to ${to}/\n`);
+}

@@ -31,6 +31,7 @@ export type {
   MessageContext,
 } from "./domain/handler.ts";
 export type { SqlExecutor, SqlResult, Dialect, DialectSql } from "./domain/sql.ts";
+export type { HandlerModule } from "./domain/handler-module.ts";
 export type { Decision } from "./domain/settlement.ts";
 export {
   PoisonMessageError,

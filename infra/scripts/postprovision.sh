@@ -1,31 +1,57 @@
 #!/usr/bin/env bash
-# Post-provision: what Bicep cannot do inside the database.
-#   1. the worker's managed identity becomes a database user with db_datareader and db_datawriter only;
-#   2. `sbinbox migrate` creates or updates the inbox schema.
-# Both run as the person or pipeline signed in to the Azure CLI, who must be the SQL server's Entra admin (or a
-# member of the admin group). The Entra token comes from that login through DefaultAzureCredential; nothing is
-# stored and no password exists (the server accepts Entra ID only).
+# Post-provision: what Bicep cannot do inside the database. One command, `sbinbox migrate --app-user ...`, run as
+# the person or pipeline signed in to the Azure CLI, who must be the SQL server's Entra admin (or in its group):
+#   1. applies the inbox's migrations, then the handler module's (SBINBOX_HANDLERS: the team's tables);
+#   2. makes the worker's user-assigned identity a database user with db_datareader and db_datawriter only,
+#      created from its client ID (no Microsoft Graph lookup, so the server's identity needs no directory role).
+# The Entra token comes from the Azure CLI login through DefaultAzureCredential; nothing is stored and no password
+# exists (the server accepts Entra ID only).
 #
-# Reads the deployment's outputs from the environment (azd exports them; deploy.yml exports them too):
-#   AZURE_RESOURCE_GROUP SQL_SERVER_NAME SQL_SERVER_FQDN SQL_DATABASE_NAME WORKER_APP_NAME
+# Reads the deployment's outputs from the environment, by name in any letter case (ARM does not always keep the
+# case of an output's name; azd and the deploy workflow export them as they come):
+#   AZURE_RESOURCE_GROUP SQL_SERVER_NAME SQL_SERVER_FQDN SQL_DATABASE_NAME WORKER_IDENTITY_NAME
+#   WORKER_IDENTITY_CLIENT_ID
 # Optional:
-#   WORKER_APP_CLIENT_ID  the identity's client ID: creates the user by SID, so the server needs no Directory Readers
-#   SBINBOX_CLIENT_IP     this machine's public IPv4; when set, a firewall rule for it is opened during the run and
-#                         removed at the end (the server otherwise admits only the worker's outbound addresses)
+#   SBINBOX_CLIENT_IP          this machine's public IPv4: a firewall rule for it is opened for the run and removed
+#                              at the end (the server otherwise admits only the worker's outbound addresses)
+#   SBINBOX_PACKAGE_DIR        the worker package to run `sbinbox migrate` from (default: this checkout)
+#   SBINBOX_HANDLERS           the handler module (default: the package's dist-handlers/index.js, else the
+#                              checkout's handlers/index.ts: the same module the worker runs)
+#   SBINBOX_SQL_WAIT_SECONDS   how long to keep retrying while the firewall still refuses (default 600: Azure says
+#                              a new rule "may take up to five minutes" to apply)
+#   SBINBOX_SQL_RETRY_SECONDS  the pause between attempts (default 20)
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 
-for name in AZURE_RESOURCE_GROUP SQL_SERVER_NAME SQL_SERVER_FQDN SQL_DATABASE_NAME WORKER_APP_NAME; do
-  if [ -z "${!name:-}" ]; then
+# The variable NAME in any letter case; empty when absent.
+output() {
+  local line
+  line="$(env | grep -i -m1 "^$1=" || true)"
+  printf '%s' "${line#*=}"
+}
+
+for name in AZURE_RESOURCE_GROUP SQL_SERVER_NAME SQL_SERVER_FQDN SQL_DATABASE_NAME WORKER_IDENTITY_NAME \
+  WORKER_IDENTITY_CLIENT_ID; do
+  value="$(output "$name")"
+  if [ -z "$value" ]; then
     echo "postprovision: $name is not set (run after the Bicep deployment, with its outputs in the environment)" >&2
     exit 2
   fi
+  printf -v "$name" '%s' "$value"
 done
 
 az account show --query user.name --output tsv >/dev/null || {
   echo "postprovision: sign in first (az login), as the SQL server's Entra admin" >&2
   exit 2
 }
+
+package_dir="${SBINBOX_PACKAGE_DIR:-$root}"
+if [ -z "${SBINBOX_HANDLERS:-}" ]; then
+  if [ -f "$package_dir/dist-handlers/index.js" ]; then SBINBOX_HANDLERS=./dist-handlers/index.js; else SBINBOX_HANDLERS=./handlers/index.ts; fi
+fi
+if [ ! -d "$package_dir/node_modules" ]; then
+  (cd "$package_dir" && npm ci --omit=dev --omit=optional --ignore-scripts --no-audit --no-fund)
+fi
 
 if [ -n "${SBINBOX_CLIENT_IP:-}" ]; then
   rule="postprovision-$(date +%s)"
@@ -34,13 +60,29 @@ if [ -n "${SBINBOX_CLIENT_IP:-}" ]; then
   trap 'az sql server firewall-rule delete --resource-group "$AZURE_RESOURCE_GROUP" --server "$SQL_SERVER_NAME" --name "$rule" --output none' EXIT
 fi
 
-if [ ! -d node_modules ]; then
-  npm ci --omit=dev --no-audit --no-fund
-fi
-
-node scripts/grant-app-database-user.ts
-
-# The schema is changed by the admin here, never by the worker: its user has no DDL rights.
 # "Active Directory Integrated" makes the driver use DefaultAzureCredential, i.e. the Azure CLI login above.
-SBINBOX_SQLSERVER_CONNECTION_STRING="Server=${SQL_SERVER_FQDN};Database=${SQL_DATABASE_NAME};Authentication=Active Directory Integrated;Encrypt=true" \
-  node bin/sbinbox.js migrate
+connection="Server=${SQL_SERVER_FQDN};Database=${SQL_DATABASE_NAME};Authentication=Active Directory Integrated;Encrypt=true"
+wait_seconds="${SBINBOX_SQL_WAIT_SECONDS:-600}"
+retry_seconds="${SBINBOX_SQL_RETRY_SECONDS:-20}"
+deadline=$((SECONDS + wait_seconds))
+attempt=1
+while true; do
+  status=0
+  (cd "$package_dir" && SBINBOX_HANDLERS="$SBINBOX_HANDLERS" SBINBOX_SQLSERVER_CONNECTION_STRING="$connection" \
+    node bin/sbinbox.js migrate --app-user "$WORKER_IDENTITY_NAME" --app-client-id "$WORKER_IDENTITY_CLIENT_ID") ||
+    status=$?
+  [ "$status" -eq 0 ] && break
+  # 75: the firewall refused this machine (Azure SQL error 40615). Anything else is not going to pass by waiting.
+  if [ "$status" -ne 75 ]; then
+    echo "postprovision: sbinbox migrate failed (exit $status)" >&2
+    exit "$status"
+  fi
+  if [ "$SECONDS" -ge "$deadline" ]; then
+    echo "postprovision: the SQL firewall still refuses this machine after ${wait_seconds}s ($attempt attempts)" >&2
+    exit 1
+  fi
+  echo "postprovision: attempt $attempt refused by the SQL firewall (the rule is not applied yet); retrying in ${retry_seconds}s" >&2
+  sleep "$retry_seconds"
+  attempt=$((attempt + 1))
+done
+echo "postprovision: done after $attempt attempt(s)"

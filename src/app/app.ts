@@ -1,6 +1,5 @@
 import type { Config } from "../config/load.ts";
 import type { MessageHandler } from "../domain/handler.ts";
-import { ensureAccountTables, exampleHandlers } from "../example/index.ts";
 import { startHealthServer, type HealthServer, type ReadinessReport } from "../http/health.ts";
 import {
   createServiceBusClient,
@@ -13,6 +12,7 @@ import { createLogger, type Logger } from "../telemetry/logger.ts";
 import { createWorker, type Worker } from "../worker/worker.ts";
 import { defaultRetryPolicy } from "../worker/retry-policy.ts";
 import { openDatabase, type Database } from "./database.ts";
+import { loadHandlerModule, moduleMigrations, SchemaNotMigratedError } from "./handler-module.ts";
 import type { EmbeddedBroker } from "./embedded-broker.ts";
 import { databaseStartupFailure, serviceBusStartupFailure } from "./startup-classify.ts";
 import { startWhenReachable, type StartupState } from "./startup.ts";
@@ -21,7 +21,7 @@ import { startWhenReachable, type StartupState } from "./startup.ts";
 const PROBE_TIMEOUT_MS = 10_000;
 
 export interface AppOptions {
-  /** The handlers to run; the example domain when omitted. */
+  /** The handlers to run (their tables already migrated); the module SBINBOX_HANDLERS names when omitted. */
   readonly handlers?: readonly MessageHandler[];
   readonly logger?: Logger;
   /** Called instead of killing the process when the fault-injection switch fires (tests). */
@@ -82,6 +82,7 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
     let embeddedConnectionString: string | undefined;
     let connection = config.database;
     let serviceBus = config.serviceBus;
+    const embedded = serviceBus.kind === "embedded" || connection.kind === "embedded";
     if (serviceBus.kind === "embedded" || connection.kind === "embedded") {
       const { EmbeddedPostgresServer } = await import("../embedded/postgres.ts");
       const pgServer = await EmbeddedPostgresServer.create();
@@ -107,7 +108,9 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
       timeouts: config.databaseTimeouts,
     });
     cleanups.push(() => db.close());
-    const handlers = options.handlers ?? exampleHandlers();
+    const module = options.handlers ? undefined : await loadHandlerModule(config.handlersModule);
+    const migrations = module ? await moduleMigrations(module, db.dialect) : undefined;
+    const handlers = options.handlers ?? (await module!.handlers());
     // One credential for the start-up probes and the worker's client, so its token cache is shared.
     const target: ServiceBusTarget =
       serviceBus.kind === "namespace"
@@ -123,11 +126,18 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
           name: "database",
           attempt: async () => {
             await db.store.ping();
-            const migrated = await db.store.migrate();
-            if (migrated.applied.length > 0) {
-              logger.info("inbox migrations applied", { applied: migrated.applied });
+            if (embedded) {
+              // The process created this database itself, so it also owns its schema.
+              const migrated = await db.store.migrate(migrations);
+              if (migrated.applied.length > 0)
+                logger.info("migrations applied", { applied: migrated.applied });
+            } else {
+              // Schema changes belong to `sbinbox migrate`, run by the deployment with DDL rights; the worker's user
+              // has only data rights, so it checks (read-only) and waits, as for any refusal, up to
+              // SBINBOX_STARTUP_LIMIT_MS for a migrate that may be running beside it, then exits naming it.
+              const pending = await db.store.pendingMigrations(migrations);
+              if (pending.length > 0) throw new SchemaNotMigratedError(pending);
             }
-            if (!options.handlers) await ensureAccountTables(db.sql);
           },
           classify: databaseStartupFailure(db.store),
         },

@@ -1,9 +1,10 @@
 import { EmbeddedPostgresServer } from "../embedded/postgres.ts";
-import { ensureAccountTables } from "../example/accounts.ts";
+import { exampleModule } from "../example/module.ts";
 import type { MigrationResult } from "../inbox/store.ts";
 import { LocalBroker } from "../localbroker/broker.ts";
 import { defaultConfig, queueDefaults, type QueueSettings } from "../localbroker/config.ts";
 import { openDatabase, type Database } from "./database.ts";
+import { moduleMigrations } from "./handler-module.ts";
 
 export interface LocalStack {
   readonly broker: LocalBroker;
@@ -46,8 +47,8 @@ export async function startLocalStack(
     { preCheck: true, maxConnections: options.maxConnections },
   );
   cleanups.push(() => db.close());
-  const migrated = await db.store.migrate();
-  await ensureAccountTables(db.sql);
+  // What `sbinbox migrate` does: the inbox's migrations, then the example's tables.
+  const migrated = await db.store.migrate(await moduleMigrations(exampleModule, db.dialect));
   return { broker, postgres, url, db, migrated, queue };
 }
 

@@ -1,6 +1,10 @@
-import { ConfigError } from "../domain/errors.ts";
-import type { InboxStore, InboxStoreConfig } from "../inbox/index.ts";
+import { loadHandlerModule, moduleMigrations } from "../app/handler-module.ts";
 import { parsers } from "../config/schema.ts";
+import type mssql from "mssql";
+import { ConfigError } from "../domain/errors.ts";
+import type { HandlerModule } from "../domain/handler-module.ts";
+import { appRoles, appUserBatch, FIREWALL_REFUSED, isFirewallRefusal } from "../inbox/sqlserver/app-user.ts";
+import type { InboxStore, InboxStoreConfig } from "../inbox/index.ts";
 
 /** The database to migrate, from the environment (exactly one of the two variables). */
 export function migrateTarget(env: NodeJS.ProcessEnv): InboxStoreConfig {
@@ -39,9 +43,48 @@ async function openStore(target: InboxStoreConfig): Promise<InboxStore> {
   return createSqlServerInboxStore(target);
 }
 
+/** SBINBOX_HANDLERS, validated as the worker validates it. */
+function handlersSetting(env: NodeJS.ProcessEnv): string | undefined {
+  const raw = env.SBINBOX_HANDLERS;
+  if (raw === undefined || raw.trim() === "") return undefined;
+  const parsed = parsers.SBINBOX_HANDLERS.safeParse(raw);
+  if (!parsed.success) {
+    throw new ConfigError("SBINBOX_HANDLERS", parsed.error.issues[0]?.message ?? "invalid");
+  }
+  return parsed.data;
+}
+
+const usage = `usage: sbinbox migrate [--inbox] [--outbox] [--app-user <identity name> --app-client-id <client id>]
+
+Applies pending migrations: the inbox's, then those of the handler module SBINBOX_HANDLERS names (the example's when
+unset); with --outbox the outbox's instead (an upstream service's database), with --inbox --outbox both. The database comes from SBINBOX_POSTGRES_URL or SBINBOX_SQLSERVER_CONNECTION_STRING; run it as a user with
+DDL rights. With --app-user (SQL Server), also makes that managed identity a database user with db_datareader and
+db_datawriter only, created from its client ID. Exit code 75 when Azure SQL's firewall refused this machine (error
+40615): a new firewall rule can take minutes to apply, so the caller may retry.
+`;
+
+/** The options; throws a ConfigError naming the bad one. */
+export function migrateOptions(argv: string[]): { appUser?: string; appClientId?: string } {
+  const options: { appUser?: string; appClientId?: string } = {};
+  for (let i = 0; i < argv.length; i++) {
+    const flag = argv[i]!;
+    if (flag === "--inbox" || flag === "--outbox") continue; // read by run()
+    const value = argv[i + 1];
+    if (flag !== "--app-user" && flag !== "--app-client-id") throw new ConfigError(flag, "unknown option");
+    if (value === undefined || value.startsWith("--")) throw new ConfigError(flag, "needs a value");
+    if (flag === "--app-user") options.appUser = value;
+    else options.appClientId = value;
+    i++;
+  }
+  if ((options.appUser === undefined) !== (options.appClientId === undefined)) {
+    throw new ConfigError("--app-user, --app-client-id", "give both or neither");
+  }
+  return options;
+}
+
 /**
- * `sbinbox migrate`: applies pending inbox migrations; `--outbox` the outbox's (an upstream service's database),
- * `--inbox --outbox` both. A no-op when none are pending.
+ * `sbinbox migrate`: applies pending migrations, the inbox's and then those of the handler module SBINBOX_HANDLERS
+ * names (the example's when unset); a no-op when none are pending. Run by the deployment with DDL rights.
  */
 export async function run(
   argv: string[],
@@ -49,17 +92,27 @@ export async function run(
   out: (line: string) => void = (line) => process.stdout.write(`${line}\n`),
   err: (line: string) => void = (line) => process.stderr.write(`${line}\n`),
 ): Promise<number> {
-  let target: InboxStoreConfig;
-  try {
-    target = migrateTarget(env);
-  } catch (error) {
-    if (!(error instanceof ConfigError)) throw error;
-    err(`sbinbox migrate: ${error.message}`);
-    return 2;
+  if (argv.includes("--help") || argv.includes("-h")) {
+    out(usage);
+    return 0;
   }
-  const unknown = argv.find((a) => a !== "--inbox" && a !== "--outbox");
-  if (unknown !== undefined) {
-    err(`sbinbox migrate: unexpected argument "${unknown}" (use --inbox, --outbox or both)`);
+  let target: InboxStoreConfig;
+  let module: HandlerModule;
+  let options: ReturnType<typeof migrateOptions>;
+  let userBatch: string | undefined;
+  try {
+    options = migrateOptions(argv);
+    target = migrateTarget(env);
+    if (options.appUser !== undefined && target.kind !== "sqlserver") {
+      throw new ConfigError("--app-user", "creates an Entra database user, so it needs SQL Server");
+    }
+    if (options.appUser !== undefined) userBatch = appUserBatch(options.appUser, options.appClientId!);
+    module = await loadHandlerModule(handlersSetting(env));
+  } catch (error) {
+    if (!(error instanceof ConfigError) && !(error instanceof Error && /^--app-/.test(error.message))) {
+      throw error;
+    }
+    err(`sbinbox migrate: ${error.message}`);
     return 2;
   }
   const outbox = argv.includes("--outbox");
@@ -87,12 +140,45 @@ export async function run(
   if (!inbox) return 0;
   const store = await openStore(target);
   try {
-    const { applied } = await store.migrate();
+    const { applied } = await store.migrate(await moduleMigrations(module, store.dialect));
     out(
       applied.length === 0 ? "sbinbox migrate: up to date" : `sbinbox migrate: applied ${applied.join(", ")}`,
     );
+    if (userBatch !== undefined && target.kind === "sqlserver" && "config" in target) {
+      await runSqlServerBatch(target.config, userBatch);
+      out(`sbinbox migrate: database user [${options.appUser}]: ${appRoles.join(", ")}`);
+    }
     return 0;
+  } catch (error) {
+    if (target.kind === "sqlserver" && (await refusedByFirewall(error))) {
+      err(
+        `sbinbox migrate: the SQL server's firewall refused this machine (error ${FIREWALL_REFUSED}); ` +
+          `a new rule can take minutes to apply: ${(error as Error).message}`,
+      );
+      return FIREWALL_EXIT_CODE;
+    }
+    throw error;
   } finally {
     await store.close();
+  }
+}
+
+/** EX_TEMPFAIL: "try again later", which the post-provision script does, within a bound. */
+export const FIREWALL_EXIT_CODE = 75;
+
+async function refusedByFirewall(error: unknown): Promise<boolean> {
+  const { sqlServerErrorChain } = await import("../inbox/sqlserver/error-chain.ts");
+  return sqlServerErrorChain(error).some(isFirewallRefusal);
+}
+
+async function runSqlServerBatch(config: mssql.config | string, batch: string): Promise<void> {
+  const { default: mssql } = await import("mssql");
+  const pool =
+    typeof config === "string" ? new mssql.ConnectionPool(config) : new mssql.ConnectionPool(config);
+  await pool.connect();
+  try {
+    await pool.request().batch(batch);
+  } finally {
+    await pool.close();
   }
 }

@@ -24,6 +24,8 @@ export interface Config {
   readonly inboxSchema?: string;
   readonly queue: string;
   readonly consumer: string;
+  /** SBINBOX_HANDLERS: the handler module; the built-in example when absent. */
+  readonly handlersModule?: string;
   readonly maxConcurrentCalls: number;
   readonly maxAutoLockRenewalMs: number;
   readonly precheck: boolean;
@@ -88,6 +90,7 @@ export function loadConfig(options: LoadOptions = {}): Config {
     inboxSchema: s.SBINBOX_INBOX_SCHEMA,
     queue: s.SBINBOX_QUEUE,
     consumer: s.SBINBOX_CONSUMER,
+    handlersModule: s.SBINBOX_HANDLERS,
     maxConcurrentCalls: s.SBINBOX_MAX_CONCURRENT_CALLS,
     maxAutoLockRenewalMs: s.SBINBOX_MAX_AUTO_LOCK_RENEWAL_MS,
     precheck: s.SBINBOX_PRECHECK,

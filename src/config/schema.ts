@@ -17,6 +17,8 @@ export const settings = {
   SBINBOX_SQLSERVER_CONNECTION_STRING: "SQL Server connection string",
   SBINBOX_SQLSERVER_SERVER: "SQL Server host name, with Entra ID token authentication",
   SBINBOX_SQLSERVER_DATABASE: "SQL Server database name, with SBINBOX_SQLSERVER_SERVER",
+  SBINBOX_HANDLERS:
+    "the handler module (file path or package) the worker runs and `sbinbox migrate` migrates; unset: the example",
   SBINBOX_INBOX_SCHEMA: "schema of the inbox's tables (default dbo on SQL Server, public on PostgreSQL)",
   SBINBOX_MAX_CONCURRENT_CALLS: "messages handled at once",
   SBINBOX_MAX_AUTO_LOCK_RENEWAL_MS: "how long the SDK keeps renewing a message lock (0 turns renewal off)",
@@ -140,6 +142,9 @@ export const parsers = {
   SBINBOX_SQLSERVER_CONNECTION_STRING: text.optional(),
   SBINBOX_SQLSERVER_SERVER: text.optional(),
   SBINBOX_SQLSERVER_DATABASE: text.optional(),
+  SBINBOX_HANDLERS: text
+    .refine((v) => !/\s/.test(v), "must be a file path or a package name, without spaces")
+    .optional(),
   SBINBOX_INBOX_SCHEMA: text
     .regex(
       INBOX_SCHEMA_PATTERN,

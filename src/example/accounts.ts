@@ -1,6 +1,6 @@
 import { z } from "zod";
 import type { TransactionalHandler } from "../domain/handler.ts";
-import type { DialectSql, SqlExecutor } from "../domain/sql.ts";
+import type { DialectSql } from "../domain/sql.ts";
 
 /**
  * The seeds' example: crediting an account. Each credit is a row of its own, with no unique constraint, so a
@@ -19,36 +19,8 @@ export const accountCreditedSchema = z.object({
 });
 export type AccountCredited = z.infer<typeof accountCreditedSchema>;
 
-/** Statements as data, one per dialect. */
+/** Statements as data, one per dialect. The tables come from migrations/ (applied by `sbinbox migrate`). */
 export const accountSql = {
-  createTables: {
-    postgres: `
-CREATE TABLE IF NOT EXISTS example_credits (
-  id bigserial PRIMARY KEY,
-  message_id varchar(128) NOT NULL,
-  account_id varchar(100) NOT NULL,
-  amount bigint NOT NULL,
-  created_utc timestamptz NOT NULL DEFAULT now()
-);
-CREATE TABLE IF NOT EXISTS example_accounts (
-  account_id varchar(100) PRIMARY KEY,
-  balance bigint NOT NULL
-);`,
-    sqlserver: `
-IF OBJECT_ID(N'dbo.ExampleCredits', N'U') IS NULL
-  CREATE TABLE dbo.ExampleCredits (
-    Id bigint IDENTITY(1,1) NOT NULL CONSTRAINT PK_ExampleCredits PRIMARY KEY,
-    MessageId nvarchar(128) NOT NULL,
-    AccountId nvarchar(100) NOT NULL,
-    Amount bigint NOT NULL,
-    CreatedUtc datetime2 NOT NULL CONSTRAINT DF_ExampleCredits_CreatedUtc DEFAULT SYSUTCDATETIME()
-  );
-IF OBJECT_ID(N'dbo.ExampleAccounts', N'U') IS NULL
-  CREATE TABLE dbo.ExampleAccounts (
-    AccountId nvarchar(100) NOT NULL CONSTRAINT PK_ExampleAccounts PRIMARY KEY,
-    Balance bigint NOT NULL
-  );`,
-  },
   insertCredit: {
     postgres: "INSERT INTO example_credits (message_id, account_id, amount) VALUES ($1, $2, $3)",
     sqlserver: "INSERT INTO dbo.ExampleCredits (MessageId, AccountId, Amount) VALUES (@p1, @p2, @p3)",
@@ -91,11 +63,6 @@ export class DownstreamDownError extends Error {
     super(`demo: the downstream is down (attempt ${attempt} of the first ${failing} that fail)`);
     this.name = "DownstreamDownError";
   }
-}
-
-/** Creates the example's tables if they are missing; idempotent. */
-export async function ensureAccountTables(db: SqlExecutor): Promise<void> {
-  await db.query(accountSql.createTables[db.dialect]);
 }
 
 export function accountCreditedHandler(): TransactionalHandler<AccountCredited> {

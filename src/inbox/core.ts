@@ -2,7 +2,14 @@ import type { ErrorClass, ProcessOutcome } from "../domain/outcome.ts";
 import type { Dialect, SqlExecutor, SqlResult } from "../domain/sql.ts";
 import { ClaimLostError, TransactionControlError, UnawaitedStatementError } from "./errors.ts";
 import { refusedStatement } from "./transaction-guard.ts";
-import type { CleanupOptions, InboxClaimOutcome, InboxKey, InboxStore, MigrationResult } from "./store.ts";
+import type {
+  CleanupOptions,
+  InboxClaimOutcome,
+  InboxKey,
+  InboxStore,
+  MigrationResult,
+  ModuleMigrations,
+} from "./store.ts";
 
 /**
  * The statements the store sends, one set per dialect (the dialects' statements.ts). Parameters are positional;
@@ -50,7 +57,8 @@ export interface InboxDriver {
   query<R = Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>>;
   begin(): Promise<InboxTransaction>;
   classify(error: unknown, origin: StatementOrigin): ErrorClass;
-  migrate(): Promise<MigrationResult>;
+  migrate(module?: ModuleMigrations): Promise<MigrationResult>;
+  pendingMigrations(module?: ModuleMigrations): Promise<string[]>;
   close(): Promise<void>;
 }
 
@@ -82,8 +90,12 @@ export class InboxCore implements InboxStore {
     this.cleanupBatchSize = options.cleanupBatchSize ?? 500;
   }
 
-  migrate(): Promise<MigrationResult> {
-    return this.driver.migrate();
+  migrate(module?: ModuleMigrations): Promise<MigrationResult> {
+    return this.driver.migrate(module);
+  }
+
+  pendingMigrations(module?: ModuleMigrations): Promise<string[]> {
+    return this.driver.pendingMigrations(module);
   }
 
   async process(key: InboxKey, work: (tx: SqlExecutor) => Promise<void>): Promise<ProcessOutcome> {

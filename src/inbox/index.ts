@@ -6,7 +6,15 @@ import { createSqlServerInboxStore } from "./sqlserver/adapter.ts";
 import type { InboxStore } from "./store.ts";
 import type { DatabaseTimeouts } from "./timeouts.ts";
 
-export type { InboxStore, InboxKey, InboxClaimOutcome, MigrationResult, CleanupOptions } from "./store.ts";
+export type {
+  InboxStore,
+  InboxKey,
+  InboxClaimOutcome,
+  MigrationResult,
+  ModuleMigrations,
+  CleanupOptions,
+} from "./store.ts";
+export { loadMigrations, type Migration } from "./migrations.ts";
 export type { InboxStoreOptions } from "./core.ts";
 export { ClaimLostError, TransactionControlError, UnawaitedStatementError } from "./errors.ts";
 export { DEFAULT_DATABASE_TIMEOUTS, type DatabaseTimeouts } from "./timeouts.ts";

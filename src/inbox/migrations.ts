@@ -43,3 +43,13 @@ export async function loadMigrations(dir: string): Promise<Migration[]> {
   }
   return migrations;
 }
+
+/** The migrations of `all` whose version is not in `applied`, named as `sbinbox migrate` reports them. */
+export function notApplied(all: readonly Migration[], applied: ReadonlySet<number>, prefix = ""): string[] {
+  return all.filter((m) => !applied.has(m.version)).map((m) => `${prefix}${m.name}`);
+}
+
+/** How a module's applied migrations are named in results and errors: `module:0001_name`. */
+export function modulePrefix(module: string): string {
+  return `${module}:`;
+}

@@ -1,5 +1,6 @@
 import type { ClaimOutcome, ErrorClass, ProcessOutcome } from "../domain/outcome.ts";
 import type { Dialect, SqlExecutor } from "../domain/sql.ts";
+import type { Migration } from "./migrations.ts";
 
 /** The inbox's identity for one handling of one message. */
 export interface InboxKey {
@@ -9,6 +10,15 @@ export interface InboxKey {
 
 export interface MigrationResult {
   readonly applied: readonly string[];
+}
+
+/**
+ * A handler module's migrations (its business tables), applied by `sbinbox migrate` after the inbox's and
+ * recorded under the module's name, so several modules and the inbox each keep their own numbering.
+ */
+export interface ModuleMigrations {
+  readonly module: string;
+  readonly migrations: readonly Migration[];
 }
 
 /**
@@ -31,8 +41,14 @@ export interface CleanupOptions {
 export interface InboxStore {
   readonly dialect: Dialect;
 
-  /** Applies pending migrations; a no-op when none are pending; safe when two instances run it at once. */
-  migrate(): Promise<MigrationResult>;
+  /**
+   * Applies pending migrations, the inbox's then the module's, in one transaction; a no-op when none are
+   * pending; safe when two instances run it at once. Needs DDL rights: `sbinbox migrate` runs it, never the worker.
+   */
+  migrate(module?: ModuleMigrations): Promise<MigrationResult>;
+
+  /** Read-only: the migrations not applied yet (inbox's, then the module's as `module:name`). */
+  pendingMigrations(module?: ModuleMigrations): Promise<string[]>;
 
   /**
    * One transaction: insert the marker first (its key lock makes a concurrent duplicate wait here),

@@ -1,7 +1,9 @@
 import type { ServiceBusClient } from "@azure/service-bus";
 import { openDatabase, type Database } from "../../src/app/database.ts";
 import type { MessageHandler } from "../../src/domain/handler.ts";
-import { accountSql, ensureAccountTables, exampleHandlers } from "../../src/example/index.ts";
+import { moduleMigrations } from "../../src/app/handler-module.ts";
+import { accountSql, exampleHandlers } from "../../src/example/index.ts";
+import { exampleModule } from "../../src/example/module.ts";
 import { createWorker, type Worker, type WorkerOptions } from "../../src/worker/worker.ts";
 import { createTestDatabase } from "./postgres.ts";
 
@@ -9,8 +11,7 @@ import { createTestDatabase } from "./postgres.ts";
 export async function exampleDatabase(label: string, url?: string): Promise<Database & { url: string }> {
   const dbUrl = url ?? (await createTestDatabase(label));
   const db = await openDatabase({ kind: "postgres", url: dbUrl }, { preCheck: true, maxConnections: 20 });
-  await db.store.migrate();
-  await ensureAccountTables(db.sql);
+  await db.store.migrate(await moduleMigrations(exampleModule, db.dialect));
   return Object.assign(db, { url: dbUrl });
 }
 

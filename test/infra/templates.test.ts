@@ -14,6 +14,7 @@ import {
   templates,
   type JsonObject,
 } from "./arm.ts";
+import { runBicep } from "../../scripts/bicep.ts";
 
 // Built-in role definition IDs, the same in every tenant (Microsoft's "Azure built-in roles" list).
 const dataReceiverRole = "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0";
@@ -78,9 +79,14 @@ describe("infra/main.bicep compiled to ARM JSON by the pinned Bicep CLI", functi
   });
 
   describe("App Service", function () {
-    it("runs the worker on a current Node LTS with a system-assigned identity", function () {
+    it("runs the worker on a current Node LTS with its user-assigned identity only", function () {
       const site = single(main, "Microsoft.Web/sites");
-      assert.deepEqual(site.raw.identity, { type: "SystemAssigned" });
+      const identity = obj(site.raw.identity, "identity");
+      assert.equal(identity.type, "UserAssigned");
+      const assigned = Object.keys(obj(identity.userAssignedIdentities, "userAssignedIdentities"));
+      assert.equal(assigned.length, 1);
+      assert.match(assigned[0]!, /userAssignedIdentities', parameters\('identityName'\)/);
+      single(main, "Microsoft.ManagedIdentity/userAssignedIdentities");
       assert.equal(props(site).httpsOnly, true);
       const config = obj(props(site).siteConfig, "siteConfig");
       assert.equal(config.linuxFxVersion, "[parameters('linuxFxVersion')]");
@@ -118,8 +124,13 @@ describe("infra/main.bicep compiled to ARM JSON by the pinned Bicep CLI", functi
       assert.match(settings.name, /'appsettings'/);
       const expression = str(settings.raw.properties);
       assert.match(expression, /'APPLICATIONINSIGHTS_CONNECTION_STRING', reference\('applicationInsights'\)/);
-      // The component takes no instrumentation key, so the worker authenticates with its system-assigned identity.
-      assert.match(expression, /'APPLICATIONINSIGHTS_AUTHENTICATION_STRING', 'Authorization=AAD'[,)]/);
+      // The component takes no instrumentation key: the worker authenticates with its user-assigned identity,
+      // which DefaultAzureCredential (Service Bus, SQL) also finds through AZURE_CLIENT_ID.
+      assert.match(
+        expression,
+        /'APPLICATIONINSIGHTS_AUTHENTICATION_STRING', format\('Authorization=AAD;ClientId=\{0\}', reference\('identity'\)\.clientId\)/,
+      );
+      assert.match(expression, /'AZURE_CLIENT_ID', reference\('identity'\)\.clientId/);
       const worker = obj(obj(main.resources, "resources").worker, "worker module");
       const params = obj(obj(worker.properties, "module properties").parameters, "module parameters");
       const appSettings = obj(obj(params.appSettings, "appSettings").value, "appSettings value");
@@ -130,6 +141,7 @@ describe("infra/main.bicep compiled to ARM JSON by the pinned Bicep CLI", functi
         "SBINBOX_SQLSERVER_SERVER",
         "SBINBOX_SQLSERVER_DATABASE",
         "SBINBOX_MAX_CONCURRENT_CALLS",
+        "SBINBOX_HANDLERS",
         "OTEL_SERVICE_NAME",
       ]) {
         assert.ok(name in appSettings, `${name} missing`);
@@ -293,6 +305,119 @@ describe("infra/main.bicep compiled to ARM JSON by the pinned Bicep CLI", functi
     });
   });
 
+  describe("first-deployment path", function () {
+    const outputs = () => obj(main.outputs, "outputs");
+
+    it("outputs the worker identity's client ID and name, from which the database user is created", function () {
+      assert.match(str(obj(outputs().WORKER_IDENTITY_CLIENT_ID, "output").value), /identityClientId/);
+      assert.match(str(obj(outputs().WORKER_IDENTITY_NAME, "output").value), /identityName/);
+      const identity = single(main, "Microsoft.ManagedIdentity/userAssignedIdentities");
+      const module = templates(main).find((t) => t === identity.template)!;
+      const moduleOutputs = obj(module.outputs, "appservice outputs");
+      assert.equal(
+        obj(moduleOutputs.identityClientId, "identityClientId").value,
+        "[reference('identity').clientId]",
+      );
+      assert.equal(
+        obj(moduleOutputs.principalId, "principalId").value,
+        "[reference('identity').principalId]",
+      );
+    });
+
+    it("assigns the roles to the identity the app runs as, not to a system identity", function () {
+      const roles = obj(obj(main.resources, "resources").roles, "roles module");
+      const params = obj(obj(roles.properties, "module properties").parameters, "module parameters");
+      assert.match(
+        str(obj(params.receiverPrincipalId, "receiverPrincipalId").value),
+        /outputs\.principalId\.value/,
+      );
+      const assignments = ofType(main, "Microsoft.Authorization/roleAssignments");
+      for (const assignment of assignments) {
+        assert.ok(
+          [
+            "[parameters('receiverPrincipalId')]",
+            "[parameters('senders')[copyIndex()].principalId]",
+          ].includes(str(props(assignment).principalId)),
+          str(props(assignment).principalId),
+        );
+      }
+    });
+
+    it("tags the site with the azd service name that azure.yaml deploys to", function () {
+      const site = single(main, "Microsoft.Web/sites");
+      assert.match(str(site.raw.tags), /'azd-service-name', parameters\('azdServiceName'\)/);
+      assert.equal(parameterDefault(site.template, "azdServiceName"), "worker");
+    });
+
+    it("sizes the database from a parameter in GB, 2 GB by default (Basic's limit)", function () {
+      const database = single(main, "Microsoft.Sql/servers/databases");
+      assert.equal(
+        props(database).maxSizeBytes,
+        "[mul(mul(mul(parameters('databaseMaxSizeGb'), 1024), 1024), 1024)]",
+      );
+      assert.equal(parameterDefault(main, "sqlDatabaseMaxSizeGb"), 2);
+      const sql = obj(obj(main.resources, "resources").sql, "sql module");
+      const params = obj(obj(sql.properties, "module properties").parameters, "module parameters");
+      assert.equal(
+        obj(params.databaseMaxSizeGb, "databaseMaxSizeGb").value,
+        "[parameters('sqlDatabaseMaxSizeGb')]",
+      );
+    });
+
+    it("sends App Service, Service Bus and SQL audit logs to the Log Analytics workspace", function () {
+      const settings = ofType(main, "Microsoft.Insights/diagnosticSettings");
+      const byScope = new Map(settings.map((s) => [str(s.raw.scope), s]));
+      const scopes = [...byScope.keys()].join(" ");
+      assert.equal(settings.length, 3, scopes);
+      for (const [scope, setting] of byScope) {
+        assert.match(str(props(setting).workspaceId), /Microsoft\.OperationalInsights\/workspaces/, scope);
+        assert.match(str(setting.raw.condition), /logAnalyticsWorkspaceName/, scope);
+      }
+      const logsOf = (pattern: RegExp) => {
+        const found = [...byScope.entries()].find(([scope]) => pattern.test(scope));
+        assert.ok(found, `no diagnostic setting scoped to ${pattern}`);
+        return JSON.stringify(props(found[1]).logs);
+      };
+      assert.match(logsOf(/Microsoft\.Web\/sites/), /"categoryGroup":"allLogs","enabled":true/);
+      assert.match(logsOf(/Microsoft\.ServiceBus\/namespaces/), /"categoryGroup":"allLogs","enabled":true/);
+      assert.match(
+        logsOf(/Microsoft\.Sql\/servers\/databases.*'master'/),
+        /"category":"SQLSecurityAuditEvents"/,
+      );
+      const auditing = single(main, "Microsoft.Sql/servers/auditingSettings");
+      assert.equal(props(auditing).state, "Enabled");
+      assert.equal(props(auditing).isAzureMonitorTargetEnabled, true);
+      // Every module is given the workspace: a diagnostic setting that is never created would pass the rest.
+      for (const module of ["serviceBus", "worker", "sql"]) {
+        const m = obj(obj(main.resources, "resources")[module], module);
+        const params = obj(obj(m.properties, "module properties").parameters, "module parameters");
+        assert.equal(
+          obj(params.logAnalyticsWorkspaceName, `${module}.logAnalyticsWorkspaceName`).value,
+          "[variables('logAnalyticsWorkspaceName')]",
+        );
+      }
+    });
+
+    it("keeps the plan's current instance count within the autoscale bounds; the minimum only on a first deployment", function () {
+      const capacity = (current: number, min = 2, max = 10) => {
+        const expression = str(obj(main.variables, "variables").planCapacity);
+        // [if(greater(current, 0), min(max(current, minimum), maximum), minimum)], evaluated for given values.
+        assert.match(
+          expression,
+          /^\[if\(greater\(parameters\('appServicePlanCurrentCapacity'\), 0\), min\(max\(parameters\('appServicePlanCurrentCapacity'\), parameters\('autoscaleMinimumCapacity'\)\), parameters\('autoscaleMaximumCapacity'\)\), parameters\('autoscaleMinimumCapacity'\)\)\]$/,
+        );
+        return current > 0 ? Math.min(Math.max(current, min), max) : min;
+      };
+      assert.equal(capacity(0), 2);
+      assert.equal(capacity(7), 7);
+      assert.equal(capacity(1), 2);
+      assert.equal(capacity(40), 10);
+      const worker = obj(obj(main.resources, "resources").worker, "worker module");
+      const params = obj(obj(worker.properties, "module properties").parameters, "module parameters");
+      assert.equal(obj(params.planCapacity, "planCapacity").value, "[variables('planCapacity')]");
+    });
+  });
+
   describe("conventions", function () {
     it("describes every parameter as Required. or Optional., matching whether it has a default", function () {
       let checked = 0;
@@ -326,8 +451,12 @@ describe("infra/main.bicep compiled to ARM JSON by the pinned Bicep CLI", functi
       assert.ok(checked > 20, `only ${checked} outputs seen`);
     });
 
-    it("uses stable API versions only", function () {
+    it("uses stable API versions only, except diagnostic settings, whose only GA version predates category groups", function () {
       for (const resource of resources(main)) {
+        if (resource.type === "Microsoft.Insights/diagnosticSettings") {
+          assert.equal(resource.raw.apiVersion, "2021-05-01-preview");
+          continue;
+        }
         assert.doesNotMatch(str(resource.raw.apiVersion), /preview/, `${resource.type}`);
       }
     });
@@ -352,5 +481,41 @@ describe("infra/main.<env>.bicepparam compiled by the pinned Bicep CLI", functio
         "autoscale needs Standard or Premium",
       );
     });
+
+    it(`${env}: an optional variable set but empty (an unset GitHub secret) falls back to its default`, async function () {
+      const result = await runBicep(["build-params", `infra/main.${env}.bicepparam`, "--stdout"], {
+        AZURE_LOCATION: "",
+        SQL_ADMIN_PRINCIPAL_TYPE: "",
+        APP_SERVICE_PLAN_CAPACITY: "",
+      });
+      assert.equal(result.code, 0, result.stderr);
+      const built = JSON.parse(str((JSON.parse(result.stdout) as JsonObject).parametersJson)) as JsonObject;
+      const value = (name: string) => obj(obj(built.parameters, "parameters")[name], name).value;
+      assert.equal(value("location"), "westeurope");
+      assert.equal(value("sqlAdministratorPrincipalType"), "Group");
+      assert.equal(value("appServicePlanCurrentCapacity"), 0);
+      const given = await runBicep(["build-params", `infra/main.${env}.bicepparam`, "--stdout"], {
+        AZURE_LOCATION: "swedencentral",
+        APP_SERVICE_PLAN_CAPACITY: "5",
+      });
+      const givenParams = JSON.parse(
+        str((JSON.parse(given.stdout) as JsonObject).parametersJson),
+      ) as JsonObject;
+      const givenValue = (name: string) => obj(obj(givenParams.parameters, "parameters")[name], name).value;
+      assert.equal(givenValue("location"), "swedencentral");
+      assert.equal(givenValue("appServicePlanCurrentCapacity"), 5);
+    });
   }
+
+  it("prod: the database holds the inbox at the documented rate and retention (docs/deploy.md)", async function () {
+    const built = await compileParameters("infra/main.prod.bicepparam");
+    const value = (name: string) => obj(obj(built.parameters, "parameters")[name], name).value;
+    // 50 messages/s, about 400 bytes per inbox row with its indexes, kept 361 hours (the prod retention).
+    const inboxGb = (50 * 400 * 361 * 3600) / 1024 ** 3;
+    assert.ok(
+      Number(value("sqlDatabaseMaxSizeGb")) >= inboxGb * 2,
+      `${JSON.stringify(value("sqlDatabaseMaxSizeGb"))} GB`,
+    );
+    assert.notEqual(value("sqlDatabaseSkuName"), "Basic", "Basic stops at 2 GB");
+  });
 });

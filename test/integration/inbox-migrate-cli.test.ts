@@ -13,7 +13,8 @@ describe("sbinbox migrate", function () {
     const url = await createTestDatabase("inbox_migrate_cli");
     const env = { ...process.env, SBINBOX_POSTGRES_URL: url, SBINBOX_SQLSERVER_CONNECTION_STRING: "" };
     const first = await promisify(execFile)(process.execPath, [bin, "migrate"], { env });
-    assert.match(first.stdout, /applied 0001_inbox/);
+    // The inbox's migration, then the handler module's (the example's when SBINBOX_HANDLERS is unset).
+    assert.match(first.stdout, /applied 0001_inbox, example:0001_example_accounts\n/);
     const second = await promisify(execFile)(process.execPath, [bin, "migrate"], { env });
     assert.match(second.stdout, /up to date/);
     const client = new pg.Client({ connectionString: url });
@@ -23,9 +24,91 @@ describe("sbinbox migrate", function () {
         `SELECT count(*)::int AS n FROM "SbInboxSchemaVersion"`,
       );
       assert.equal(rows[0]?.n, 1);
+      const modules = await client.query<{ Module: string; Version: number }>(
+        `SELECT "Module", "Version" FROM "SbInboxModuleVersion"`,
+      );
+      assert.deepEqual(modules.rows, [{ Module: "example", Version: 1 }]);
     } finally {
       await client.end();
     }
+  });
+
+  it("applies the migrations of the module SBINBOX_HANDLERS names, on a track of its own", async function () {
+    const url = await createTestDatabase("migrate_team_module");
+    const env = {
+      ...process.env,
+      SBINBOX_POSTGRES_URL: url,
+      SBINBOX_SQLSERVER_CONNECTION_STRING: "",
+      SBINBOX_HANDLERS: "./handlers/index.ts",
+    };
+    const cwd = fileURLToPath(new URL("../..", import.meta.url));
+    const first = await promisify(execFile)(process.execPath, [bin, "migrate"], { env, cwd });
+    assert.match(first.stdout, /applied 0001_inbox, notes:0001_notes\n/);
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      await client.query(`INSERT INTO notes (note_id, text, message_id) VALUES (1, 'a', 'm1')`);
+      const example = await client.query<{ t: string | null }>(`SELECT to_regclass('example_credits') AS t`);
+      assert.equal(example.rows[0]?.t, null, "the example's tables are not created for another module");
+    } finally {
+      await client.end();
+    }
+  });
+
+  it("names SBINBOX_HANDLERS when the module cannot be loaded or is not a handler module", async function () {
+    const err: string[] = [];
+    const env = { SBINBOX_POSTGRES_URL: "postgres://127.0.0.1:1/x" };
+    const code = await run(
+      [],
+      { ...env, SBINBOX_HANDLERS: "./no/such/module.js" },
+      () => undefined,
+      (l) => err.push(l),
+    );
+    assert.equal(code, 2);
+    assert.match(err[0] ?? "", /SBINBOX_HANDLERS: cannot load "\.\/no\/such\/module\.js"/);
+    // A module that loads but exports something else (here the package's own zod) is refused by shape.
+    assert.equal(
+      await run(
+        [],
+        { ...env, SBINBOX_HANDLERS: "zod" },
+        () => undefined,
+        (l) => err.push(l),
+      ),
+      2,
+    );
+    assert.match(err[1] ?? "", /SBINBOX_HANDLERS: "zod" has no valid name/);
+  });
+
+  it("--app-user: needs its client ID, a GUID, and SQL Server; each mistake named, nothing touched", async function () {
+    const err: string[] = [];
+    const pgEnv = { SBINBOX_POSTGRES_URL: "postgres://127.0.0.1:1/x" };
+    const sqlEnv = { SBINBOX_SQLSERVER_CONNECTION_STRING: "Server=127.0.0.1,1;Database=x" };
+    const attempt = (argv: string[], env: Record<string, string>) =>
+      run(
+        argv,
+        env,
+        () => undefined,
+        (l) => err.push(l),
+      );
+    assert.equal(await attempt(["--app-user", "id-x"], sqlEnv), 2);
+    assert.match(err.at(-1) ?? "", /--app-user, --app-client-id: give both or neither/);
+    assert.equal(await attempt(["--app-user", "id-x", "--app-client-id", "nope"], sqlEnv), 2);
+    assert.match(err.at(-1) ?? "", /--app-client-id "nope" is not a GUID/);
+    assert.equal(
+      await attempt(
+        ["--app-user", "id]x", "--app-client-id", "01020304-0506-0708-090a-0b0c0d0e0f10"],
+        sqlEnv,
+      ),
+      2,
+    );
+    assert.match(err.at(-1) ?? "", /--app-user "id\]x" is not a managed identity name/);
+    assert.equal(
+      await attempt(["--app-user", "id-x", "--app-client-id", "01020304-0506-0708-090a-0b0c0d0e0f10"], pgEnv),
+      2,
+    );
+    assert.match(err.at(-1) ?? "", /--app-user: creates an Entra database user, so it needs SQL Server/);
+    assert.equal(await attempt(["--force"], pgEnv), 2);
+    assert.match(err.at(-1) ?? "", /--force: unknown option/);
   });
 
   it("refuses to run without a database, naming the settings", async function () {

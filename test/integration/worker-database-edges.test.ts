@@ -6,7 +6,9 @@ import { openDatabase, type Database } from "../../src/app/database.ts";
 import type { MessageHandler } from "../../src/domain/handler.ts";
 import { EmbeddedPostgresServer } from "../../src/embedded/postgres.ts";
 import { demoEvent } from "../../src/example/demo-events.ts";
-import { ensureAccountTables, exampleHandlers } from "../../src/example/index.ts";
+import { exampleHandlers } from "../../src/example/index.ts";
+import { moduleMigrations } from "../../src/app/handler-module.ts";
+import { exampleModule } from "../../src/example/module.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
 import type { Worker } from "../../src/worker/worker.ts";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
@@ -30,8 +32,7 @@ async function openAndPrepare(url: string): Promise<Database> {
       timeouts: { connectMs: 1_000, statementMs: 1_500, keepAliveMs: 1_000 },
     },
   );
-  await db.store.migrate();
-  await ensureAccountTables(db.sql);
+  await db.store.migrate(await moduleMigrations(exampleModule, db.dialect));
   return db;
 }
 

@@ -1,6 +1,8 @@
 import assert from "node:assert/strict";
 import type { ServiceBusReceivedMessage } from "@azure/service-bus";
 import { startApp, type App } from "../../src/app/app.ts";
+import { moduleMigrations } from "../../src/app/handler-module.ts";
+import { exampleModule } from "../../src/example/module.ts";
 import { openDatabase, type Database } from "../../src/app/database.ts";
 import { loadConfig } from "../../src/config/load.ts";
 import { EmbeddedPostgresServer } from "../../src/embedded/postgres.ts";
@@ -54,8 +56,10 @@ describe("worker: a database outage pauses receiving instead of burning messages
         SBINBOX_QUEUE_MAX_DELIVERY_COUNT: String(MAX_DELIVERY),
       },
     });
-    app = await startApp(config, { logger: silentLogger });
     db = await openDatabase({ kind: "postgres", url }, { preCheck: false, maxConnections: 2 });
+    // As a deployment does: `sbinbox migrate` first; the worker only checks the schema.
+    await db.store.migrate(await moduleMigrations(exampleModule, db.dialect));
+    app = await startApp(config, { logger: silentLogger });
   });
   after(async () => {
     await app?.stop();

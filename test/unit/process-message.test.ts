@@ -36,6 +36,7 @@ class ScriptedStore implements InboxStore {
     return Promise.resolve();
   }
   migrate = () => Promise.resolve({ applied: [] });
+  pendingMigrations = () => Promise.resolve([]);
   isProcessed = () => Promise.resolve(false);
   sweepStaleClaims = () => Promise.resolve(0);
   countOpenClaims = () => Promise.resolve(0);

@@ -42,6 +42,7 @@ function storeFailingAt(failing: "marker" | "business"): { store: InboxCore; log
     begin: () => Promise.resolve(tx),
     classify: classifySqlServerError,
     migrate: () => Promise.reject(new Error("not used")),
+    pendingMigrations: () => Promise.reject(new Error("not used")),
     close: () => Promise.resolve(),
   };
   return { store: new InboxCore(driver, { preCheck: false }), log };

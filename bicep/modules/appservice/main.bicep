@@ -1,5 +1,5 @@
 metadata name = 'App Service for the worker'
-metadata description = 'A Linux App Service plan and a web app that runs the sbinbox worker with a system-assigned identity and no secrets.'
+metadata description = 'A Linux App Service plan and a web app that runs the sbinbox worker with a user-assigned identity and no secrets.'
 
 @description('Required. Name of the web app (globally unique).')
 @minLength(2)
@@ -8,6 +8,19 @@ param name string
 
 @description('Required. Name of the App Service plan.')
 param planName string
+
+@description('Required. Name of the worker\'s user-assigned managed identity (also its database user name).')
+param identityName string
+
+@description('Optional. Value of the azd-service-name tag, the service in azure.yaml that `azd deploy` ships to this app.')
+param azdServiceName string = 'worker'
+
+@description('Optional. Name of the Log Analytics workspace, in this resource group, that receives the app\'s logs (console, HTTP, platform).')
+param logAnalyticsWorkspaceName string?
+
+resource workspace 'Microsoft.OperationalInsights/workspaces@2026-03-01' existing = if (logAnalyticsWorkspaceName != null) {
+  name: logAnalyticsWorkspaceName ?? ''
+}
 
 @description('Optional. Location for all resources.')
 param location string = resourceGroup().location
@@ -18,7 +31,7 @@ param tags object = {}
 @description('Optional. SKU of the plan. Autoscale needs Standard (S1) or Premium (P0v3 and up).')
 param planSkuName string = 'P0v3'
 
-@description('Optional. Instances the plan starts with; autoscale moves it between its bounds afterwards.')
+@description('Optional. Instances the plan has after this deployment: pass the current count on redeployments, or the deployment resets it until autoscale acts again.')
 @minValue(1)
 param planCapacity int = 1
 
@@ -45,6 +58,14 @@ resource applicationInsights 'Microsoft.Insights/components@2020-02-02' existing
   name: applicationInsightsName
 }
 
+// A user-assigned identity, because its client ID is known as soon as it exists: the deployment creates the
+// database user from it (CREATE USER ... WITH SID) without the SQL server looking the name up in Microsoft Graph.
+resource identity 'Microsoft.ManagedIdentity/userAssignedIdentities@2024-11-30' = {
+  name: identityName
+  location: location
+  tags: tags
+}
+
 resource plan 'Microsoft.Web/serverfarms@2025-03-01' = {
   name: planName
   location: location
@@ -62,10 +83,13 @@ resource plan 'Microsoft.Web/serverfarms@2025-03-01' = {
 resource site 'Microsoft.Web/sites@2025-03-01' = {
   name: name
   location: location
-  tags: tags
+  tags: union(tags, { 'azd-service-name': azdServiceName })
   kind: 'app,linux'
   identity: {
-    type: 'SystemAssigned'
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${identity.id}': {}
+    }
   }
   properties: {
     serverFarmId: plan.id
@@ -92,9 +116,11 @@ resource siteSettings 'Microsoft.Web/sites/config@2025-03-01' = {
   properties: union(appSettings, {
     // Read from the resource here so the value never appears as a parameter or an output.
     APPLICATIONINSIGHTS_CONNECTION_STRING: applicationInsights.properties.ConnectionString
-    // Telemetry is sent with the system-assigned identity's token (the component accepts no instrumentation key);
-    // a user-assigned identity would add ';ClientId=<client id>'.
-    APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'Authorization=AAD'
+    // Telemetry is sent with the identity's token (the component accepts no instrumentation key).
+    APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'Authorization=AAD;ClientId=${identity.properties.clientId}'
+    // DefaultAzureCredential's managed identity credential takes the user-assigned identity from AZURE_CLIENT_ID,
+    // for Service Bus and Azure SQL alike.
+    AZURE_CLIENT_ID: identity.properties.clientId
     // The deployment ships node_modules (npm ci --omit=dev), so Oryx must not rebuild it.
     SCM_DO_BUILD_DURING_DEPLOYMENT: 'false'
   })
@@ -117,14 +143,43 @@ resource scmPublishing 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2
   }
 }
 
+// The newest version of the type; the only GA one (2016-09-01) predates category groups.
+#disable-next-line use-recent-api-versions
+resource diagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' = if (logAnalyticsWorkspaceName != null) {
+  name: 'to-log-analytics'
+  scope: site
+  properties: {
+    workspaceId: workspace.id
+    // Every category the site offers (console and application output, HTTP, platform), however that list grows.
+    logs: [
+      {
+        categoryGroup: 'allLogs'
+        enabled: true
+      }
+    ]
+    metrics: [
+      {
+        category: 'AllMetrics'
+        enabled: true
+      }
+    ]
+  }
+}
+
 @description('The name of the web app.')
 output name string = site.name
 
 @description('The resource ID of the web app.')
 output resourceId string = site.id
 
-@description('The principal ID of the web app\'s system-assigned identity.')
-output principalId string = site.identity.principalId
+@description('The principal (object) ID of the worker\'s identity, for role assignments.')
+output principalId string = identity.properties.principalId
+
+@description('The client ID of the worker\'s identity, from which its database user is created.')
+output identityClientId string = identity.properties.clientId
+
+@description('The name of the worker\'s identity, which is also its database user name.')
+output identityName string = identity.name
 
 @description('The resource ID of the App Service plan.')
 output planResourceId string = plan.id

@@ -51,6 +51,13 @@ param defaultMessageTimeToLive string = 'P14D'
 @description('Optional. Move expired messages to the dead-letter queue instead of dropping them.')
 param deadLetteringOnMessageExpiration bool = true
 
+@description('Optional. Name of the Log Analytics workspace, in this resource group, that receives the namespace\'s logs and metrics.')
+param logAnalyticsWorkspaceName string?
+
+resource workspace 'Microsoft.OperationalInsights/workspaces@2026-03-01' existing = if (logAnalyticsWorkspaceName != null) {
+  name: logAnalyticsWorkspaceName ?? ''
+}
+
 resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' = {
   name: name
   location: location
@@ -81,6 +88,29 @@ resource queue 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = {
     deadLetteringOnMessageExpiration: deadLetteringOnMessageExpiration
     requiresSession: false
     enablePartitioning: false
+  }
+}
+
+// The newest version of the type; the only GA one (2016-09-01) predates category groups.
+#disable-next-line use-recent-api-versions
+resource diagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' = if (logAnalyticsWorkspaceName != null) {
+  name: 'to-log-analytics'
+  scope: namespace
+  properties: {
+    workspaceId: workspace.id
+    // Operational logs (entity changes), runtime audit and VNet logs where the tier has them.
+    logs: [
+      {
+        categoryGroup: 'allLogs'
+        enabled: true
+      }
+    ]
+    metrics: [
+      {
+        category: 'AllMetrics'
+        enabled: true
+      }
+    ]
   }
 }
 

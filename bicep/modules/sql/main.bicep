@@ -35,8 +35,16 @@ param databaseName string
 @description('Optional. SKU of the database, for example Basic, S0, GP_S_Gen5_1.')
 param databaseSkuName string = 'Basic'
 
-@description('Optional. Maximum size of the database in bytes.')
-param databaseMaxSizeBytes int = 2147483648
+@description('Optional. Maximum size of the database in GB (within what the SKU allows: Basic 2, S0 up to 250, vCore tiers more).')
+@minValue(1)
+param databaseMaxSizeGb int = 2
+
+@description('Optional. Name of the Log Analytics workspace, in this resource group, that receives the server\'s audit log.')
+param logAnalyticsWorkspaceName string?
+
+resource workspace 'Microsoft.OperationalInsights/workspaces@2026-03-01' existing = if (logAnalyticsWorkspaceName != null) {
+  name: logAnalyticsWorkspaceName ?? ''
+}
 
 @description('Optional. IPv4 addresses allowed through the firewall, one rule each (for example the web app\'s possible outbound addresses). Never a range.')
 param allowedIpAddresses string[] = []
@@ -72,8 +80,43 @@ resource database 'Microsoft.Sql/servers/databases@2025-01-01' = {
     name: databaseSkuName
   }
   properties: {
-    maxSizeBytes: databaseMaxSizeBytes
+    maxSizeBytes: databaseMaxSizeGb * 1024 * 1024 * 1024
     zoneRedundant: false
+  }
+}
+
+// Server-level auditing to Azure Monitor: every database, including logins and permission changes. The events
+// travel through the master database's diagnostic setting (SQLSecurityAuditEvents), as the auditing API requires.
+resource auditing 'Microsoft.Sql/servers/auditingSettings@2025-01-01' = if (logAnalyticsWorkspaceName != null) {
+  parent: server
+  name: 'default'
+  properties: {
+    state: 'Enabled'
+    isAzureMonitorTargetEnabled: true
+  }
+}
+
+resource master 'Microsoft.Sql/servers/databases@2025-01-01' existing = {
+  parent: server
+  name: 'master'
+}
+
+// The newest version of the type (see the App Service module).
+#disable-next-line use-recent-api-versions
+resource auditDiagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' = if (logAnalyticsWorkspaceName != null) {
+  name: 'audit-to-log-analytics'
+  scope: master
+  dependsOn: [
+    auditing
+  ]
+  properties: {
+    workspaceId: workspace.id
+    logs: [
+      {
+        category: 'SQLSecurityAuditEvents'
+        enabled: true
+      }
+    ]
   }
 }
 

@@ -5,8 +5,8 @@ import type { SqlResult } from "../../domain/sql.ts";
 import type { InboxDriver, InboxStoreOptions, InboxTransaction, StatementOrigin } from "../core.ts";
 import { InboxCore } from "../core.ts";
 import { traceInboxDriver, traceInboxStore } from "../../telemetry/inbox-tracing.ts";
-import { loadMigrations, type MigrationSet } from "../migrations.ts";
-import type { MigrationResult } from "../store.ts";
+import { loadMigrations, modulePrefix, notApplied, type MigrationSet } from "../migrations.ts";
+import type { MigrationResult, ModuleMigrations } from "../store.ts";
 import type { DatabaseTimeouts } from "../timeouts.ts";
 import { classifyPostgresError } from "./classify.ts";
 import { postgresPoolConfig } from "./pool.ts";
@@ -176,8 +176,13 @@ export class PostgresDriver implements InboxDriver {
     );
   }
 
-  /** Applies a migration set: the outbox's when given, else the inbox's in this store's schema. */
-  async migrate(given?: MigrationSet): Promise<MigrationResult> {
+  /**
+   * Applies pending migrations: given a migration set (the outbox's), that set; otherwise the inbox's in this store's
+   * schema, then those of the handler module, if one is given.
+   */
+  async migrate(what?: ModuleMigrations | MigrationSet): Promise<MigrationResult> {
+    const given = what !== undefined && "dir" in what ? what : undefined;
+    const module = what !== undefined && !("dir" in what) ? what : undefined;
     const inbox = given === undefined;
     const set: MigrationSet = given ?? {
       ...POSTGRES_INBOX_MIGRATIONS,
@@ -206,12 +211,52 @@ export class PostgresDriver implements InboxDriver {
         await tx.query(set.recordVersion, [migration.version, migration.name]);
         names.push(migration.name);
       }
+      if (module) {
+        await tx.query(this.sql.CREATE_MODULE_VERSION_TABLE);
+        const done = new Set(
+          (await tx.query<{ version: number }>(this.sql.SELECT_MODULE_VERSIONS, [module.module])).rows.map(
+            (r) => r.version,
+          ),
+        );
+        await tx.query(this.sql.RESET_MIGRATION_SEARCH_PATH);
+        for (const migration of module.migrations) {
+          if (done.has(migration.version)) continue;
+          await tx.query(migration.sql);
+          await tx.query(this.sql.RECORD_MODULE_VERSION, [module.module, migration.version, migration.name]);
+          names.push(`${modulePrefix(module.module)}${migration.name}`);
+        }
+      }
       await tx.commit();
       return { applied: names };
     } catch (error) {
       await tx.rollback();
       throw error;
     }
+  }
+
+  async pendingMigrations(module?: ModuleMigrations): Promise<string[]> {
+    const migrations = await loadMigrations(POSTGRES_MIGRATIONS_DIR);
+    const tables = (await this.query<{ inbox: boolean; module: boolean }>(this.sql.SELECT_VERSION_TABLES))
+      .rows[0];
+    const applied = tables?.inbox
+      ? new Set(
+          (await this.query<{ version: number }>(this.sql.SELECT_APPLIED_VERSIONS)).rows.map(
+            (r) => r.version,
+          ),
+        )
+      : new Set<number>();
+    const pending = notApplied(migrations, applied);
+    if (module) {
+      const done = tables?.module
+        ? new Set(
+            (
+              await this.query<{ version: number }>(this.sql.SELECT_MODULE_VERSIONS, [module.module])
+            ).rows.map((r) => r.version),
+          )
+        : new Set<number>();
+      pending.push(...notApplied(module.migrations, done, modulePrefix(module.module)));
+    }
+    return pending;
   }
 
   async close(): Promise<void> {

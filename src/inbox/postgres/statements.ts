@@ -32,6 +32,22 @@ export function postgresSql(schema: string = DEFAULT_INBOX_SCHEMA.postgres) {
 )`,
     SELECT_APPLIED_VERSIONS: `SELECT "Version" AS version FROM ${s}."SbInboxSchemaVersion" ORDER BY "Version"`,
     RECORD_VERSION: `INSERT INTO ${s}."SbInboxSchemaVersion" ("Version", "Name") VALUES ($1, $2)`,
+    // Handler modules' migrations create business tables where the worker's statements find them (the
+    // connection's own search_path), not in the inbox's schema.
+    RESET_MIGRATION_SEARCH_PATH: "SET LOCAL search_path TO DEFAULT",
+    /** A handler module's own migrations (its business tables), one version track per module name. */
+    CREATE_MODULE_VERSION_TABLE: `CREATE TABLE IF NOT EXISTS ${s}."SbInboxModuleVersion" (
+  "Module" varchar(100) COLLATE "C" NOT NULL,
+  "Version" integer NOT NULL,
+  "Name" text NOT NULL,
+  "AppliedUtc" timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY ("Module", "Version")
+)`,
+    SELECT_MODULE_VERSIONS: `SELECT "Version" AS version FROM ${s}."SbInboxModuleVersion" WHERE "Module" = $1 ORDER BY "Version"`,
+    RECORD_MODULE_VERSION: `INSERT INTO ${s}."SbInboxModuleVersion" ("Module", "Version", "Name") VALUES ($1, $2, $3)`,
+    /** Read-only: which version tables exist, so a worker without DDL rights can tell "never migrated". */
+    SELECT_VERSION_TABLES: `SELECT to_regclass('${s}."SbInboxSchemaVersion"') IS NOT NULL AS "inbox",
+  to_regclass('${s}."SbInboxModuleVersion"') IS NOT NULL AS "module"`,
     statements: {
       insertProcessedMarker: `INSERT INTO ${s}."Inbox" ("MessageId", "Consumer", "ProcessedUtc") VALUES ($1, $2, now())`,
       insertOpenClaim: `INSERT INTO ${s}."Inbox" ("MessageId", "Consumer") VALUES ($1, $2) RETURNING "Id" AS id`,

@@ -5,8 +5,8 @@ import type { SqlResult } from "../../domain/sql.ts";
 import type { InboxDriver, InboxStoreOptions, InboxTransaction, StatementOrigin } from "../core.ts";
 import { InboxCore } from "../core.ts";
 import { traceInboxDriver, traceInboxStore } from "../../telemetry/inbox-tracing.ts";
-import { loadMigrations, type MigrationSet } from "../migrations.ts";
-import type { MigrationResult } from "../store.ts";
+import { loadMigrations, modulePrefix, notApplied, type MigrationSet } from "../migrations.ts";
+import type { MigrationResult, ModuleMigrations } from "../store.ts";
 import { clientGraceMs, DEFAULT_DATABASE_TIMEOUTS, type DatabaseTimeouts } from "../timeouts.ts";
 import { classifySqlServerError } from "./classify.ts";
 import { ACQUIRE_MIGRATION_LOCK, CREATE_SCHEMA, sqlServerSql } from "./statements.ts";
@@ -168,8 +168,13 @@ export class SqlServerDriver implements InboxDriver {
     return classifySqlServerError(error, origin, isObject(error) && this.driverErrors.has(error));
   }
 
-  /** Applies a migration set: the outbox's when given, else the inbox's in this store's schema. */
-  async migrate(given?: MigrationSet): Promise<MigrationResult> {
+  /**
+   * Applies pending migrations: given a migration set (the outbox's), that set; otherwise the inbox's in this store's
+   * schema, then those of the handler module, if one is given.
+   */
+  async migrate(what?: ModuleMigrations | MigrationSet): Promise<MigrationResult> {
+    const given = what !== undefined && "dir" in what ? what : undefined;
+    const module = what !== undefined && !("dir" in what) ? what : undefined;
     const inbox = given === undefined;
     const set: MigrationSet = given ?? {
       ...SQLSERVER_INBOX_MIGRATIONS,
@@ -198,6 +203,27 @@ export class SqlServerDriver implements InboxDriver {
         );
         names.push(migration.name);
       }
+      if (module) {
+        await new mssql.Request(tx).batch(this.sql.CREATE_MODULE_VERSION_TABLE);
+        const done = new Set(
+          (
+            await bindParameters(new mssql.Request(tx), [module.module]).query<{ version: number }>(
+              this.sql.SELECT_MODULE_VERSIONS,
+            )
+          ).recordset.map((r) => r.version),
+        );
+        for (const migration of module.migrations) {
+          if (done.has(migration.version)) continue;
+          // As written: a module's tables live where its own statements name them, not in the inbox's schema.
+          await new mssql.Request(tx).batch(migration.sql);
+          await bindParameters(new mssql.Request(tx), [
+            module.module,
+            migration.version,
+            migration.name,
+          ]).query(this.sql.RECORD_MODULE_VERSION);
+          names.push(`${modulePrefix(module.module)}${migration.name}`);
+        }
+      }
       await tx.commit();
       return { applied: names };
     } catch (error) {
@@ -208,6 +234,31 @@ export class SqlServerDriver implements InboxDriver {
       }
       throw error;
     }
+  }
+
+  async pendingMigrations(module?: ModuleMigrations): Promise<string[]> {
+    const migrations = await loadMigrations(SQLSERVER_MIGRATIONS_DIR);
+    const tables = (await this.query<{ inbox: number; module: number }>(this.sql.SELECT_VERSION_TABLES))
+      .rows[0];
+    const applied = tables?.inbox
+      ? new Set(
+          (await this.query<{ version: number }>(this.sql.SELECT_APPLIED_VERSIONS)).rows.map(
+            (r) => r.version,
+          ),
+        )
+      : new Set<number>();
+    const pending = notApplied(migrations, applied);
+    if (module) {
+      const done = tables?.module
+        ? new Set(
+            (
+              await this.query<{ version: number }>(this.sql.SELECT_MODULE_VERSIONS, [module.module])
+            ).rows.map((r) => r.version),
+          )
+        : new Set<number>();
+      pending.push(...notApplied(module.migrations, done, modulePrefix(module.module)));
+    }
+    return pending;
   }
 
   async close(): Promise<void> {

@@ -33,6 +33,21 @@ CREATE TABLE ${s}.SbInboxSchemaVersion (
 );`;
   const SELECT_APPLIED_VERSIONS = `SELECT Version AS version FROM ${s}.SbInboxSchemaVersion ORDER BY Version;`;
   const RECORD_VERSION = `INSERT INTO ${s}.SbInboxSchemaVersion (Version, Name) VALUES (@p1, @p2);`;
+  /** A handler module's own migrations (its business tables), one version track per module name. */
+  const CREATE_MODULE_VERSION_TABLE = `IF OBJECT_ID(N'${s}.SbInboxModuleVersion', N'U') IS NULL
+CREATE TABLE ${s}.SbInboxModuleVersion (
+  Module nvarchar(100) COLLATE Latin1_General_100_BIN2 NOT NULL,
+  Version int NOT NULL,
+  Name nvarchar(200) NOT NULL,
+  AppliedUtc datetime2(3) NOT NULL CONSTRAINT DF_SbInboxModuleVersion_AppliedUtc DEFAULT SYSUTCDATETIME(),
+  CONSTRAINT PK_SbInboxModuleVersion PRIMARY KEY (Module, Version)
+);`;
+  const SELECT_MODULE_VERSIONS = `SELECT Version AS version FROM ${s}.SbInboxModuleVersion WHERE Module = @p1 ORDER BY Version;`;
+  const RECORD_MODULE_VERSION = `INSERT INTO ${s}.SbInboxModuleVersion (Module, Version, Name) VALUES (@p1, @p2, @p3);`;
+  /** Read-only: which version tables exist (visible to db_datareader), so the worker can tell "never migrated". */
+  const SELECT_VERSION_TABLES = `SELECT
+  CASE WHEN OBJECT_ID(N'${s}.SbInboxSchemaVersion', N'U') IS NULL THEN 0 ELSE 1 END AS inbox,
+  CASE WHEN OBJECT_ID(N'${s}.SbInboxModuleVersion', N'U') IS NULL THEN 0 ELSE 1 END AS module;`;
 
   const statements: InboxStatements = {
     insertProcessedMarker: `INSERT INTO ${s}.Inbox (MessageId, Consumer, ProcessedUtc) VALUES (@p1, @p2, SYSUTCDATETIME());`,
@@ -60,10 +75,23 @@ WHERE ProcessedUtc IS NULL
     CREATE_VERSION_TABLE,
     SELECT_APPLIED_VERSIONS,
     RECORD_VERSION,
+    CREATE_MODULE_VERSION_TABLE,
+    SELECT_MODULE_VERSIONS,
+    RECORD_MODULE_VERSION,
+    SELECT_VERSION_TABLES,
     statements,
     migrationInSchema: (sql: string): string => sql.replace(/\bdbo\./g, `${s}.`),
   };
 }
 
 /** The default schema's statements, which `npm run check:tsql` parses (it also parses another schema's). */
-export const { CREATE_VERSION_TABLE, SELECT_APPLIED_VERSIONS, RECORD_VERSION, statements } = sqlServerSql();
+export const {
+  CREATE_VERSION_TABLE,
+  SELECT_APPLIED_VERSIONS,
+  RECORD_VERSION,
+  CREATE_MODULE_VERSION_TABLE,
+  SELECT_MODULE_VERSIONS,
+  RECORD_MODULE_VERSION,
+  SELECT_VERSION_TABLES,
+  statements,
+} = sqlServerSql();

