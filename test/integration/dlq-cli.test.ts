@@ -266,6 +266,29 @@ describe("sbinbox dlq: list, replay and purge on the local broker, replays appli
     assert.equal(await credits("orig-42"), 1);
   });
 
+  it("a replayed copy carries no claim id: it claims afresh instead of re-entering a claim someone may hold", async function () {
+    await sendRawMessages(fixture.client, QUEUE, [
+      {
+        messageId: "m-claimed-copy",
+        subject: "Credit",
+        body: body(1),
+        applicationProperties: { [CopyProperty.originalKey]: "m-claimed", [CopyProperty.claimId]: "12345" },
+      },
+    ]);
+    await deadLetterNext("RetriesExhausted");
+    const replay = await dlq("replay", "--id", "m-claimed");
+    assert.equal(replay.code, 0, replay.stderr);
+    const receiver = fixture.client.createReceiver(QUEUE, { receiveMode: "receiveAndDelete" });
+    try {
+      const [copy] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
+      assert.equal(copy?.messageId, replayMessageId("m-claimed", 1));
+      assert.equal(copy?.applicationProperties?.[CopyProperty.originalKey], "m-claimed");
+      assert.equal(copy?.applicationProperties?.[CopyProperty.claimId], undefined);
+    } finally {
+      await receiver.close();
+    }
+  });
+
   async function deadLetterNext(reason: string): Promise<void> {
     const receiver = fixture.client.createReceiver(QUEUE);
     try {
