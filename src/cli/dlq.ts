@@ -19,7 +19,8 @@ const usage = `usage: sbinbox dlq <list | replay | purge> [options]
     --json                  one JSON object a line instead of a table
     --max N                 at most N messages
   replay                    send the selected messages back to the queue, then remove them from the dead-letter queue
-    --id ID                 this MessageId (repeatable)
+    --id ID                 this MessageId, or every copy of it: a retry or replay copy whose inbox key (the
+                            original MessageId) is ID (repeatable)
     --reason R              every message dead-lettered with this reason (e.g. RetriesExhausted)
     --all                   every message
     --dry-run               show what would be replayed, change nothing
@@ -161,7 +162,8 @@ function selector(
   if (args.all && (ids || args.reason !== undefined || olderThanMs !== undefined))
     throw new Error("--all cannot be combined with another selection");
   return (m: DeadLetter) =>
-    (ids === undefined || ids.has(m.messageId)) &&
+    // A retry copy or a replay has a MessageId of its own; the operator knows the original's, the inbox key.
+    (ids === undefined || ids.has(m.messageId) || ids.has(m.inboxKey)) &&
     (args.reason === undefined || m.reason === args.reason) &&
     (olderThanMs === undefined ||
       (m.enqueuedTime !== undefined && Date.now() - m.enqueuedTime.getTime() > olderThanMs));
@@ -187,11 +189,12 @@ function writeList(out: NodeJS.WritableStream, messages: readonly DeadLetter[], 
     for (const m of messages) out.write(`${JSON.stringify(m)}\n`);
     return;
   }
-  out.write(`${["MessageId", "reason", "enqueued", "deliveries", "description"].join("\t")}\n`);
+  out.write(`${["MessageId", "inbox key", "reason", "enqueued", "deliveries", "description"].join("\t")}\n`);
   for (const m of messages) {
     out.write(
       `${[
         m.messageId,
+        m.inboxKey,
         m.reason ?? "",
         m.enqueuedTime?.toISOString() ?? "",
         m.deliveryCount,

@@ -28,6 +28,11 @@ export interface InboxStatements {
   readonly markProcessed: string;
   /** [messageId, consumer, id]: closes the open claim only if it is still this claim row. */
   readonly markProcessedById: string;
+  /**
+   * [messageId, consumer, id]: takes an open claim over in one transaction, by deleting that claim row and
+   * inserting a fresh one; returns the new row { id }, or no row when that claim row is no longer there.
+   */
+  readonly reenterClaim: string;
   /** [seconds, milliseconds]: deletes claims open longer than that, on the database's clock. */
   readonly sweepStaleClaims: string;
   /** Returns { n }. */
@@ -167,9 +172,19 @@ export class InboxCore implements InboxStore {
       const marker = await this.readMarker(key);
       // No row: the holder's claim was just swept; the next delivery claims it afresh.
       if (marker?.processed) return { kind: "duplicate" };
-      // The caller's own claim, still open: a retry takes it up again rather than finding it busy.
-      if (marker && reenter !== undefined && marker.id === reenter)
-        return { kind: "claimed", claimId: marker.id };
+      if (marker && reenter !== undefined && marker.id === reenter) {
+        // The claim an earlier attempt took, still open: a retry takes it over rather than finding it busy. The
+        // takeover gives the claim a new id, atomically, so it succeeds once per id: a second delivery carrying
+        // the same id (a scheduled copy redelivered after its lock was lost while the first delivery still
+        // performs) finds the id gone and the claim busy, instead of performing alongside it.
+        const taken = await this.driver.query<{ id: string | number | null }>(this.sql.reenterClaim, [
+          key.messageId,
+          key.consumer,
+          reenter,
+        ]);
+        const id = taken.rows[0]?.id;
+        if (id !== undefined && id !== null) return { kind: "claimed", claimId: String(id), reentered: true };
+      }
       return { kind: "busy" };
     } catch (error) {
       return this.failed(error, "other");

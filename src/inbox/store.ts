@@ -27,7 +27,12 @@ export interface ModuleMigrations {
  */
 export type InboxClaimOutcome =
   | Exclude<ClaimOutcome, { readonly kind: "claimed" }>
-  | { readonly kind: "claimed"; readonly claimId: string };
+  | {
+      readonly kind: "claimed";
+      readonly claimId: string;
+      /** Set when an earlier attempt's claim was taken over (under a new id) rather than inserted afresh. */
+      readonly reentered?: boolean;
+    };
 
 export interface CleanupOptions {
   /** Called after each batch with the number of rows it deleted. */
@@ -62,7 +67,8 @@ export interface InboxStore {
 
   /**
    * Two-phase, phase 1: insert the marker with ProcessedUtc null and commit. Given `reenter`, the id of a claim
-   * this caller took on an earlier attempt, an open claim with that id is returned as `claimed` instead of `busy`.
+   * this caller took on an earlier attempt, an open claim with that id is taken over under a new id and returned
+   * as `claimed` instead of `busy`; only one caller can take over a given id.
    */
   claim(key: InboxKey, reenter?: string): Promise<InboxClaimOutcome>;
   /**

@@ -1,7 +1,16 @@
 import type { ServiceBusMessage, ServiceBusReceivedMessage } from "@azure/service-bus";
+import { CopyProperty } from "../domain/envelope.ts";
 
-/** Broker-set properties that describe the old message's fate, not the copy's. */
-const DROPPED_PROPERTIES = new Set(["DeadLetterReason", "DeadLetterErrorDescription", "DeadLetterSource"]);
+/**
+ * Broker-set properties that describe the old message's fate, not the copy's, and the claim id of the attempt that
+ * sent the old message: a copy re-enters a claim only when its sender says so (a replay starts afresh).
+ */
+const DROPPED_PROPERTIES = new Set<string>([
+  "DeadLetterReason",
+  "DeadLetterErrorDescription",
+  "DeadLetterSource",
+  CopyProperty.claimId,
+]);
 
 /**
  * A copy of a received message for sending again (a scheduled retry, a replay from the dead-letter queue): the

@@ -111,7 +111,8 @@ export async function processMessage(
     case "claimed":
       break;
   }
-  if (claim.claimId !== attempt.claimId) attempt.performed = false;
+  // A fresh claim means whatever an earlier attempt did under another claim no longer counts.
+  if (claim.reentered !== true) attempt.performed = false;
   attempt.claimId = claim.claimId;
   if (!attempt.performed) {
     try {

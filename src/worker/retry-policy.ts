@@ -13,13 +13,28 @@ export interface RetryPolicy {
   readonly permanentDelaysMs: readonly number[];
   /** Each delay is drawn uniformly from delay x [1 - jitter, 1 + jitter]; 0 turns jitter off. */
   readonly jitter: number;
-  /** Longest delay waited out in the worker on the same delivery; a waiting message keeps its concurrency slot. */
+  /**
+   * Longest delay waited out in the worker on the same delivery; a waiting message keeps its concurrency slot. A
+   * listed delay up to this is waited in place with its jittered value capped here, so jitter never turns a
+   * delay the operator sized to wait in place into a scheduled copy.
+   */
   readonly maxInProcessWaitMs: number;
-  /** Lock time kept in hand after an in-process wait, for the retry itself and the settlement. */
+  /**
+   * Lock time kept in hand after an in-process wait, for the settlement; the failed attempt's own duration is
+   * added to it, since the retry is likely to take as long again.
+   */
   readonly lockMarginMs: number;
 }
 
-export const DEFAULT_TRANSIENT_DELAYS_MS = [1_000, 5_000, 30_000, 120_000, 600_000] as const;
+/**
+ * 1 s, 5 s, 30 s in place, then copies after 2, 10, 30 and 60 min: 6,156 s (102.6 min) in all, 82.1 to 123.1 min
+ * with the 20% jitter, so a downstream outage of up to 82 minutes is always ridden out. Each copy is a new message
+ * with the queue's full TTL (14 days in the templates), so the longest single delay (72 min) is what must stay
+ * under it, and the whole tail stays under it too.
+ */
+export const DEFAULT_TRANSIENT_DELAYS_MS = [
+  1_000, 5_000, 30_000, 120_000, 600_000, 1_800_000, 3_600_000,
+] as const;
 export const DEFAULT_PERMANENT_DELAYS_MS = [5_000] as const;
 
 export const defaultRetryPolicy: RetryPolicy = {
@@ -40,6 +55,11 @@ export interface RetryInput {
    * it expires). Undefined when unknown, which forbids an in-process wait.
    */
   readonly lockRemainingMs: number | undefined;
+  /**
+   * How long the attempt that just failed ran (ms); the retry is expected to need as long again under the lock.
+   * Undefined counts as 0.
+   */
+  readonly attemptDurationMs?: number;
   /** A number in [0, 1); Math.random in the worker, fixed in tests. */
   readonly random: number;
 }
@@ -125,13 +145,16 @@ export function decideRetry(policy: RetryPolicy, input: RetryInput): RetryVerdic
     };
   }
   const base = error instanceof RetryAfterError ? error.delayMs : delays[retry - 1]!;
-  const delayMs = jittered(base, policy.jitter, input.random);
+  const drawn = jittered(base, policy.jitter, input.random);
   const next = attempt + 1;
-  const fits =
-    delayMs <= policy.maxInProcessWaitMs &&
-    input.lockRemainingMs !== undefined &&
-    delayMs + policy.lockMarginMs <= input.lockRemainingMs;
-  return { action: fits ? "wait" : "schedule", attempt: next, delayMs };
+  if (base > policy.maxInProcessWaitMs || input.lockRemainingMs === undefined)
+    return { action: "schedule", attempt: next, delayMs: drawn };
+  const inPlace = Math.min(drawn, policy.maxInProcessWaitMs);
+  // The lock must outlast the wait, the retry (about as long as the attempt that failed) and the settlement.
+  const needed = inPlace + Math.max(0, input.attemptDurationMs ?? 0) + policy.lockMarginMs;
+  return needed <= input.lockRemainingMs
+    ? { action: "wait", attempt: next, delayMs: inPlace }
+    : { action: "schedule", attempt: next, delayMs: drawn };
 }
 
 export function jittered(delayMs: number, jitter: number, random: number): number {

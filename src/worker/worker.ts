@@ -157,7 +157,10 @@ export function createWorker(options: WorkerOptions): Worker {
   ): Promise<Decision & { messageType?: string }> {
     const receivedAt = Date.now();
     const attempt = firstAttempt();
+    /** How long the latest attempt ran: a retry in place must fit under the lock again. */
+    let attemptMs = 0;
     const decide = async () => {
+      const started = Date.now();
       const decided = await processMessage(
         message,
         {
@@ -168,6 +171,7 @@ export function createWorker(options: WorkerOptions): Worker {
         },
         attempt,
       );
+      attemptMs = Date.now() - started;
       recordAttempt(ctx, attempt.attempt);
       return decided;
     };
@@ -188,6 +192,7 @@ export function createWorker(options: WorkerOptions): Worker {
         errorClass,
         error: decision.error,
         lockRemainingMs: lockRemaining(message, receivedAt),
+        attemptDurationMs: attemptMs,
         random: Math.random(),
       });
       if (verdict.action === "dead_letter") {

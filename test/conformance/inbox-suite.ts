@@ -300,12 +300,21 @@ export function inboxConformance(backend: Backend): void {
         await store.markProcessed(k); // repeating it is harmless
       });
 
-      it("a retry re-enters its own open claim by id; any other id, or none, finds it busy", async function () {
+      it("a retry takes over its own open claim by id, under a new id, once; any other id, or none, finds it busy", async function () {
         const k = key("mailer");
         const first = await store.claim(k);
         assert.equal(first.kind, "claimed");
-        const claimId = first.kind === "claimed" ? first.claimId : "0";
-        assert.deepEqual(await store.claim(k, claimId), { kind: "claimed", claimId });
+        const oldId = first.kind === "claimed" ? first.claimId : "0";
+        // Two deliveries carrying the same claim id at once (a copy redelivered while its first delivery runs):
+        // exactly one takes the claim over.
+        const both = await Promise.all([store.claim(k, oldId), store.claim(k, oldId)]);
+        assert.deepEqual(both.map((c) => c.kind).sort(), ["busy", "claimed"]);
+        const taken = both.find((c) => c.kind === "claimed");
+        const claimId = taken?.kind === "claimed" ? taken.claimId : "0";
+        assert.notEqual(claimId, oldId);
+        assert.equal(taken?.kind === "claimed" && taken.reentered, true);
+        assert.equal((await store.claim(k, oldId)).kind, "busy", "the superseded id re-enters no more");
+        await assert.rejects(store.markProcessed(k, oldId), ClaimLostError);
         assert.equal((await store.claim(k)).kind, "busy");
         assert.equal((await store.claim(k, String(Number(claimId) + 1_000_000))).kind, "busy");
         await store.markProcessed(k, claimId);

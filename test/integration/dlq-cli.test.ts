@@ -8,6 +8,7 @@ import { accountSql } from "../../src/example/index.ts";
 import { replayDeadLetters } from "../../src/servicebus/dead-letter.ts";
 import { replayMessageId } from "../../src/servicebus/message-id.ts";
 import { sendRawMessages } from "../../src/servicebus/raw.ts";
+import { defaultRetryPolicy } from "../../src/worker/retry-policy.ts";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { startCli, type CliResult } from "../helpers/cli.ts";
 import { exampleDatabase, startTestWorker } from "../helpers/worker.ts";
@@ -76,7 +77,7 @@ describe("sbinbox dlq: list, replay and purge on the local broker, replays appli
     assert.equal(list.code, 0, list.stderr);
     assert.match(
       list.stdout,
-      /^m-fix\tNotRetryable\t\S+\t\d+\tafter 1 attempt: permanent DoNotRetryError: the ledger/m,
+      /^m-fix\tm-fix\tNotRetryable\t\S+\t\d+\tafter 1 attempt: permanent DoNotRetryError: the ledger/m,
     );
     assert.ok(!list.stdout.includes('"amount"'), "no body without --bodies");
     const withBodies = await dlq("list", "--bodies", "--json");
@@ -205,6 +206,87 @@ describe("sbinbox dlq: list, replay and purge on the local broker, replays appli
     assert.equal(purge.code, 0, purge.stderr);
     assert.match(purge.stdout, /purged 1 message/);
     assert.equal(fixture.broker.counts(QUEUE).deadLettered, 0);
+  });
+
+  it("finds a message dead-lettered from a scheduled retry copy by its original MessageId, and lists that key", async function () {
+    let down = true;
+    const ledger: MessageHandler = {
+      kind: "transactional",
+      type: "Credit",
+      schema: z.object({ amount: z.number() }),
+      async handle(body, tx, context) {
+        if (down) throw new Error("503 from the ledger");
+        await tx.query(accountSql.insertCredit[tx.dialect], [
+          context.messageId,
+          "acct",
+          (body as { amount: number }).amount,
+        ]);
+      },
+    };
+    await sendRawMessages(fixture.client, QUEUE, [
+      { messageId: "orig-42", subject: "Credit", body: body(4) },
+    ]);
+    // One retry in place, then a scheduled copy (its own MessageId) that is dead-lettered as RetriesExhausted.
+    const failing = startTestWorker({
+      client: fixture.client,
+      db,
+      queue: QUEUE,
+      handlers: [ledger],
+      retryPolicy: {
+        ...defaultRetryPolicy,
+        jitter: 0,
+        transientDelaysMs: [100, 300],
+        maxInProcessWaitMs: 150,
+      },
+    });
+    try {
+      await waitUntil(() => failing.stats.retriesExhausted === 1, "the copy is dead-lettered", 15_000);
+    } finally {
+      await failing.stop();
+    }
+    const list = await dlq("list");
+    assert.equal(list.code, 0, list.stderr);
+    assert.match(
+      list.stdout,
+      /^(?!orig-42\t)\S+\torig-42\tRetriesExhausted\t/m,
+      "the copy's own id, then the inbox key",
+    );
+
+    down = false;
+    const replay = await dlq("replay", "--id", "orig-42");
+    assert.equal(replay.code, 0, replay.stderr);
+    assert.match(replay.stdout, /replayed 1 message/);
+    assert.equal(fixture.broker.counts(QUEUE).deadLettered, 0);
+    const worker = startTestWorker({ client: fixture.client, db, queue: QUEUE, handlers: [ledger] });
+    try {
+      await waitUntil(() => worker.stats.committed === 1, "the replay is applied", 15_000);
+    } finally {
+      await worker.stop();
+    }
+    assert.equal(await credits("orig-42"), 1);
+  });
+
+  it("a replayed copy carries no claim id: it claims afresh instead of re-entering a claim someone may hold", async function () {
+    await sendRawMessages(fixture.client, QUEUE, [
+      {
+        messageId: "m-claimed-copy",
+        subject: "Credit",
+        body: body(1),
+        applicationProperties: { [CopyProperty.originalKey]: "m-claimed", [CopyProperty.claimId]: "12345" },
+      },
+    ]);
+    await deadLetterNext("RetriesExhausted");
+    const replay = await dlq("replay", "--id", "m-claimed");
+    assert.equal(replay.code, 0, replay.stderr);
+    const receiver = fixture.client.createReceiver(QUEUE, { receiveMode: "receiveAndDelete" });
+    try {
+      const [copy] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
+      assert.equal(copy?.messageId, replayMessageId("m-claimed", 1));
+      assert.equal(copy?.applicationProperties?.[CopyProperty.originalKey], "m-claimed");
+      assert.equal(copy?.applicationProperties?.[CopyProperty.claimId], undefined);
+    } finally {
+      await receiver.close();
+    }
   });
 
   async function deadLetterNext(reason: string): Promise<void> {

@@ -129,6 +129,48 @@ describe("worker: failures retried over time, never burning a message", function
     );
   });
 
+  // What node's net/http (and axios) throw when the downstream refuses connections, and what undici's fetch throws.
+  // A network code on a handler's error is a downstream's, not the database's: the retry policy, not the outage pause.
+  for (const [name, downstreamError] of [
+    [
+      "{ code: ECONNREFUSED }",
+      () =>
+        Object.assign(new Error("connect ECONNREFUSED 10.0.0.9:443"), { code: "ECONNREFUSED", errno: -111 }),
+    ],
+    [
+      "TypeError('fetch failed', { cause: { code: ECONNREFUSED } })",
+      () => new TypeError("fetch failed", { cause: { code: "ECONNREFUSED" } }),
+    ],
+  ] as const) {
+    it(`a downstream down for 5 s throwing ${name}: the retry policy, no outage, applied once`, async function () {
+      this.timeout(40_000);
+      const downUntil = Date.now() + 5_000;
+      const messageId = `net-${name.length}`;
+      let attempts = 0;
+      const handler = creditHandler(() => {
+        attempts += 1;
+        return Date.now() < downUntil ? downstreamError() : undefined;
+      });
+      await sendRawMessages(fixture.client, QUEUE, [
+        { messageId, subject: "Credit", body: body({ amount: 2 }) },
+      ]);
+      const worker = startTestWorker({ client: fixture.client, db, queue: QUEUE, handlers: [handler] });
+      try {
+        await waitUntil(() => worker.stats.settled === 1, "the message is settled", 30_000);
+      } finally {
+        await worker.stop();
+      }
+      assert.equal(worker.stats.outages, 0, "no database outage recorded");
+      assert.equal(worker.stats.committed, 1);
+      assert.equal(await credits(db, messageId), 1, "applied once");
+      assert.equal(fixture.broker.counts(QUEUE).deadLettered, 0, "never dead-lettered");
+      assert.ok(
+        worker.stats.retriesWaited >= 1 && attempts >= 2,
+        `retried by the policy (${attempts} attempts)`,
+      );
+    });
+  }
+
   it("failing three times then succeeding, delays under the lock: one effect, at most one delivery", async function () {
     let calls = 0;
     const deliveries = new Set<number>();

@@ -141,7 +141,7 @@ describe("config", function () {
   it("retry settings: defaults, lists, none, and errors naming the setting and the element", function () {
     const defaults = loadConfig({ env: {} }).retry;
     assert.deepEqual(defaults, {
-      transientDelaysMs: [1_000, 5_000, 30_000, 120_000, 600_000],
+      transientDelaysMs: [1_000, 5_000, 30_000, 120_000, 600_000, 1_800_000, 3_600_000],
       permanentDelaysMs: [5_000],
       jitter: 0.2,
       maxInProcessWaitMs: 30_000,

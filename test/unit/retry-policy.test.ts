@@ -22,7 +22,7 @@ const input = (over: Partial<RetryInput> = {}): RetryInput => ({
 
 describe("retry policy", function () {
   it("waits the short delays under the lock and schedules the long ones, then gives up", function () {
-    const verdicts = [1, 2, 3, 4, 5, 6].map((attempt) => decideRetry(noJitter, input({ attempt })));
+    const verdicts = [1, 2, 3, 4, 5, 6, 7, 8].map((attempt) => decideRetry(noJitter, input({ attempt })));
     assert.deepEqual(
       verdicts.map((v) =>
         v.action === "dead_letter" ? v.reason : `${v.action} ${v.delayMs} -> ${v.attempt}`,
@@ -33,9 +33,45 @@ describe("retry policy", function () {
         "wait 30000 -> 4",
         "schedule 120000 -> 5",
         "schedule 600000 -> 6",
+        "schedule 1800000 -> 7",
+        "schedule 3600000 -> 8",
         "RetriesExhausted",
       ],
     );
+  });
+
+  it("rides out a downstream outage of 82 minutes whatever the jitter; the whole tail stays under a day", function () {
+    const delays = defaultRetryPolicy.transientDelaysMs;
+    const total = delays.reduce((a, b) => a + b, 0);
+    assert.equal(total, 6_156_000);
+    assert.ok(total * (1 - defaultRetryPolicy.jitter) >= 82 * 60_000, "the shortest draw of the tail");
+    assert.ok(total * (1 + defaultRetryPolicy.jitter) < 24 * 3_600_000, "far under the queue's 14-day TTL");
+  });
+
+  it("waits a listed delay up to the max wait in place, the jittered value capped at the max wait", function () {
+    // 30 s drawn to 36 s (random near 1) would exceed the 30 s max wait half the time without the cap.
+    const high = decideRetry(defaultRetryPolicy, input({ attempt: 3, random: 0.999 }));
+    assert.deepEqual(high, { action: "wait", attempt: 4, delayMs: 30_000 });
+    const low = decideRetry(defaultRetryPolicy, input({ attempt: 3, random: 0 }));
+    assert.deepEqual(low, { action: "wait", attempt: 4, delayMs: 24_000 });
+    // A listed delay over the max wait is scheduled, even when jitter draws it under.
+    const scheduled = decideRetry(defaultRetryPolicy, input({ attempt: 4, random: 0 }));
+    assert.deepEqual(scheduled, { action: "schedule", attempt: 5, delayMs: 96_000 });
+  });
+
+  it("keeps lock time for the retry's own run: the failed attempt's duration is added to the margin", function () {
+    // 5 s wait + 10 s margin fits in 20 s; with an attempt that ran 6 s it no longer does.
+    assert.equal(decideRetry(noJitter, input({ attempt: 2, lockRemainingMs: 20_000 })).action, "wait");
+    const slow = decideRetry(
+      noJitter,
+      input({ attempt: 2, lockRemainingMs: 20_000, attemptDurationMs: 6_000 }),
+    );
+    assert.deepEqual(slow, { action: "schedule", attempt: 3, delayMs: 5_000 });
+    const fits = decideRetry(
+      noJitter,
+      input({ attempt: 2, lockRemainingMs: 21_000, attemptDurationMs: 6_000 }),
+    );
+    assert.equal(fits.action, "wait");
   });
 
   it("schedules a delay that would outlast the lock, even if short", function () {
@@ -57,7 +93,7 @@ describe("retry policy", function () {
   it("honours a handler's RetryAfterError and DoNotRetryError", function () {
     const after = decideRetry(noJitter, input({ error: new RetryAfterError(90_000) }));
     assert.deepEqual(after, { action: "schedule", attempt: 2, delayMs: 90_000 });
-    const exhausted = decideRetry(noJitter, input({ attempt: 6, error: new RetryAfterError(10) }));
+    const exhausted = decideRetry(noJitter, input({ attempt: 8, error: new RetryAfterError(10) }));
     assert.equal(exhausted.action, "dead_letter", "a retry-after still counts against the schedule");
     const stop = decideRetry(noJitter, input({ error: new DoNotRetryError("card declined") }));
     assert.equal(stop.action, "dead_letter");

@@ -58,6 +58,14 @@ FROM ${s}."Inbox" WHERE "MessageId" = $1 AND "Consumer" = $2`,
 WHERE "MessageId" = $1 AND "Consumer" = $2 AND "ProcessedUtc" IS NULL`,
       markProcessedById: `UPDATE ${s}."Inbox" SET "ProcessedUtc" = now()
 WHERE "MessageId" = $1 AND "Consumer" = $2 AND "Id" = $3::bigint AND "ProcessedUtc" IS NULL`,
+      // A concurrent takeover of the same id waits on the row lock, then finds the row deleted: no row back. The
+      // unique index lets the insert through because the row it would clash with is deleted by this statement.
+      reenterClaim: `WITH gone AS (
+  DELETE FROM ${s}."Inbox"
+  WHERE "MessageId" = $1 AND "Consumer" = $2 AND "Id" = $3::bigint AND "ProcessedUtc" IS NULL
+  RETURNING "MessageId", "Consumer"
+)
+INSERT INTO ${s}."Inbox" ("MessageId", "Consumer") SELECT "MessageId", "Consumer" FROM gone RETURNING "Id" AS id`,
       // The predicate is re-checked on each row as it is locked, so a claim closed meanwhile is left alone, and a
       // deleted claim can be inserted again by exactly one claimant (the unique index decides).
       sweepStaleClaims: `DELETE FROM ${s}."Inbox"

@@ -59,6 +59,16 @@ FROM ${s}.Inbox WHERE MessageId = @p1 AND Consumer = @p2;`,
 WHERE MessageId = @p1 AND Consumer = @p2 AND ProcessedUtc IS NULL;`,
     markProcessedById: `UPDATE ${s}.Inbox SET ProcessedUtc = SYSUTCDATETIME()
 WHERE MessageId = @p1 AND Consumer = @p2 AND Id = @p3 AND ProcessedUtc IS NULL;`,
+    // One transaction (the pool sets XACT_ABORT): a concurrent takeover of the same id waits on the row's lock,
+    // then deletes nothing and finds the new row, so it inserts nothing and gets no row back. (A claim swept just
+    // before is claimed afresh here, where PostgreSQL reports busy; either is safe.)
+    reenterClaim: `BEGIN TRANSACTION;
+DELETE FROM ${s}.Inbox WHERE MessageId = @p1 AND Consumer = @p2 AND Id = @p3 AND ProcessedUtc IS NULL;
+INSERT INTO ${s}.Inbox (MessageId, Consumer) OUTPUT INSERTED.Id AS id
+SELECT @p1, @p2 WHERE NOT EXISTS (
+  SELECT 1 FROM ${s}.Inbox WITH (UPDLOCK, HOLDLOCK) WHERE MessageId = @p1 AND Consumer = @p2
+);
+COMMIT TRANSACTION;`,
     // The predicate is evaluated on each row under its update lock, so a claim closed meanwhile stays.
     sweepStaleClaims: `DELETE FROM ${s}.Inbox
 WHERE ProcessedUtc IS NULL
