@@ -89,8 +89,31 @@ export async function startFrameTap(brokerPort: number): Promise<FrameTap> {
 }
 
 /**
+ * Session-level order: on each channel the broker's begin comes before any other frame of that session, and
+ * nothing follows its end (until a new begin opens the channel again). Connection frames (open, close) and
+ * heartbeats are on no session and left out.
+ */
+export function framesOutsideSession(tapped: TappedFrame[]): TappedFrame[] {
+  const open = new Set<number>();
+  const early: TappedFrame[] = [];
+  for (const frame of tapped) {
+    if (frame.name === "open" || frame.name === "close") continue;
+    if (frame.name === "begin") open.add(frame.channel);
+    else if (!open.has(frame.channel)) early.push(frame);
+    else if (frame.name === "end") open.delete(frame.channel);
+  }
+  return early;
+}
+
+/**
  * The first frame on (channel, handle) that the broker wrote before its attach for that handle, if any. Handles
  * are per session and may be reused after a detach, so each attach starts a new life of the handle.
+ *
+ * Dispositions carry delivery ids, not a handle, and are not checked here; they cannot precede their link's
+ * attach by construction: a disposition the broker writes settles either its own transfer (checked here to follow
+ * the attach) or a transfer the client sent, which needed credit from a broker flow on that link (also checked
+ * here to follow the attach). The broker's attachRepliesFirst writes pending attaches ahead of transfers and
+ * dispositions alike.
  */
 export function framesBeforeAttach(tapped: TappedFrame[]): TappedFrame[] {
   const attached = new Set<string>();

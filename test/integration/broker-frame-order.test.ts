@@ -1,7 +1,13 @@
 import assert from "node:assert/strict";
 import rhea, { type Connection, type EventContext, type Receiver, type Sender } from "rhea";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
-import { frames, framesBeforeAttach, startFrameTap, type FrameTap } from "../helpers/frame-tap.ts";
+import {
+  frames,
+  framesBeforeAttach,
+  framesOutsideSession,
+  startFrameTap,
+  type FrameTap,
+} from "../helpers/frame-tap.ts";
 
 /**
  * The .NET SDK sends its credit (and a management request) right behind an attach, without waiting for the
@@ -45,6 +51,8 @@ describe("local broker: frame order at link level (attach before anything else o
     connection.close();
     await closed;
     await tap.close();
+    // After the close, so the broker's end of each session is among the frames checked.
+    assert.deepEqual(framesOutsideSession(tap.frames), []);
   });
 
   /** Waits for an event, or fails at once with the client's first error (a session ended by the client). */
@@ -201,5 +209,21 @@ describe("local broker: frame order at link level (attach before anything else o
     );
     assert.deepEqual(errors, []);
     assert.deepEqual(framesBeforeAttach(tap.frames), []);
+  });
+
+  it("the session check itself flags a frame before its session's begin and one after its end", () => {
+    const frame = (name: string, channel = 1, handle?: number) => ({ name, channel, handle });
+    assert.deepEqual(
+      framesOutsideSession([
+        frame("open", 0),
+        frame("attach", 1, 0),
+        frame("begin"),
+        frame("attach", 1, 0),
+        frame("end"),
+        frame("flow", 1, 0),
+        frame("close", 0),
+      ]),
+      [frame("attach", 1, 0), frame("flow", 1, 0)],
+    );
   });
 });
