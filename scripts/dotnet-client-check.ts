@@ -46,6 +46,11 @@ async function main(): Promise<number> {
           Name: "dotnet-check",
           Queues: [
             { Name: "sbinbox", Properties: {} },
+            // tools/sb-client runs each prefetch scenario on a queue of its own (one scenario's stranded messages
+            // must not fail the next).
+            ...["peeklock", "receiveanddelete"].flatMap((mode) =>
+              [0, 1, 5, 100].map((prefetch) => ({ Name: `sbinbox-${mode}-${prefetch}`, Properties: {} })),
+            ),
             {
               Name: "sbinbox-capped",
               Properties: { MaxSizeInMegabytes: 1, RequiresDuplicateDetection: false },

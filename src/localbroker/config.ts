@@ -150,8 +150,11 @@ function parseQueue(raw: unknown, path: string): QueueSettings {
   );
   settings.maxMessageSizeBytes =
     integer(props, "MaxMessageSizeInKilobytes", p, settings.maxMessageSizeBytes / 1024, 1) * 1024;
+  // Azure's largest MaxSizeInMegabytes is 81920 (80 GB, Premium); a larger value (a typo, 1e9) is one Azure refuses, so the local broker refuses it too.
   settings.maxSizeBytes =
-    integer(props, "MaxSizeInMegabytes", p, settings.maxSizeBytes / (1024 * 1024), 1) * 1024 * 1024;
+    integer(props, "MaxSizeInMegabytes", p, settings.maxSizeBytes / (1024 * 1024), 1, MAX_SIZE_IN_MEGABYTES) *
+    1024 *
+    1024;
   if (boolean(props, "RequiresSession", p, false))
     throw new BrokerConfigError(
       `${p}.RequiresSession`,
@@ -177,13 +180,24 @@ function duration(props: Json, key: string, path: string, fallback: number): num
   return ms;
 }
 
-function integer(props: Json, key: string, path: string, fallback: number, min: number): number {
+const MAX_SIZE_IN_MEGABYTES = 81920;
+
+function integer(
+  props: Json,
+  key: string,
+  path: string,
+  fallback: number,
+  min: number,
+  max = Number.MAX_SAFE_INTEGER,
+): number {
   const value = props[key];
   if (value === undefined) return fallback;
-  if (typeof value !== "number" || !Number.isInteger(value) || value < min)
+  if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max)
     throw new BrokerConfigError(
       `${path}.${key}`,
-      `must be an integer >= ${min} (got ${JSON.stringify(value)})`,
+      max === Number.MAX_SAFE_INTEGER
+        ? `must be an integer >= ${min} (got ${JSON.stringify(value)})`
+        : `must be an integer from ${min} to ${max} (got ${JSON.stringify(value)})`,
     );
   return value;
 }

@@ -36,8 +36,19 @@ export interface ConformanceSql {
   readonly ageMarker: string;
   /** -> { id }: the current transaction's id. */
   readonly transactionId: string;
-  /** -> { n }: sessions of this database waiting on a lock. */
+  /**
+   * -> { n }: sessions waiting on a lock while they hold a lock on this run's Inbox table, i.e. this run's own
+   * consumers blocked inside the inbox. Another run's (or application's) lock wait in a shared database is not
+   * counted: it would satisfy the wait without this run's consumer having reached the key.
+   */
   readonly blockedSessions: string;
+  /** -> { n }: every session of this database waiting on a lock (what blockedSessions once counted). */
+  readonly anyBlockedSessions: string;
+  /**
+   * [messageId, consumer] -> { n }: a third session asks for the inbox key without waiting; 1 when another
+   * transaction holds it (the fallback observation for a login that may not see other sessions).
+   */
+  readonly probeKeyLocked: string;
   /** -> { n }: 1 when this login may see other sessions' lock waits (blockedSessions means something). */
   readonly canSeeBlocking: string;
   /** -> { n } */
@@ -78,6 +89,35 @@ export async function scalar(
   return Number(result.rows[0]?.n);
 }
 
+/**
+ * Whether another transaction holds the inbox key, asked by a third session that does not wait: the observation
+ * left when the login may not see other sessions' lock waits.
+ */
+export async function keyLocked(
+  db: Pick<BackendDatabase, "raw" | "sql" | "target">,
+  messageId: string,
+  consumer: string,
+): Promise<boolean> {
+  if (db.target.kind === "sqlserver") {
+    const n = await scalar(db.raw, db.sql.probeKeyLocked, [messageId, consumer]);
+    if (n < 0) throw new Error(`the key probe failed with SQL Server error ${-n}`);
+    return n === 1;
+  }
+  const tx = await db.raw.begin();
+  try {
+    await tx.query("SET LOCAL lock_timeout = 1");
+    await tx.query(db.sql.probeKeyLocked, [messageId, consumer]);
+    return false;
+  } catch (error) {
+    const code = (error as { code?: string }).code;
+    if (code === "55P03") return true; // lock_not_available: a transaction holds the key
+    if (code === "23505") return false; // unique_violation: the key is committed, nobody holds it
+    throw error;
+  } finally {
+    await tx.rollback();
+  }
+}
+
 /** The conformance SQL with every table in `schema` (the inbox's schema too). */
 function postgresSql(schema: string): ConformanceSql {
   const q = `"${checkSchemaName(schema)}"`;
@@ -98,8 +138,18 @@ function postgresSql(schema: string): ConformanceSql {
     VALUES ($1, $2, now() - make_interval(secs => $3::int), now() - make_interval(secs => $3::int))`,
     ageMarker: `UPDATE ${q}."Inbox" SET "ReceivedUtc" = "ReceivedUtc" - make_interval(secs => $2::int) WHERE "MessageId" = $1`,
     transactionId: `SELECT txid_current()::text AS id`,
-    blockedSessions: `SELECT count(*)::int AS n FROM pg_stat_activity
+    // pg_locks spans the cluster: the database filter keeps another database's relation of the same oid out.
+    blockedSessions: `SELECT count(*)::int AS n FROM pg_stat_activity AS a
+    WHERE a.datname = current_database() AND a.wait_event_type = 'Lock' AND EXISTS (
+      SELECT 1 FROM pg_locks AS l JOIN pg_class AS c ON c.oid = l.relation
+      JOIN pg_namespace AS ns ON ns.oid = c.relnamespace
+      WHERE l.pid = a.pid AND l.granted AND c.relname = 'Inbox' AND ns.nspname = '${schema}'
+        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))`,
+    anyBlockedSessions: `SELECT count(*)::int AS n FROM pg_stat_activity
     WHERE datname = current_database() AND wait_event_type = 'Lock'`,
+    // lock_timeout 0 means "wait forever" in PostgreSQL, so 1 ms stands for "do not wait". An uncommitted insert is
+    // invisible to a read, so the probe inserts the key itself (rolled back): 55P03 when a transaction holds it.
+    probeKeyLocked: `INSERT INTO ${q}."Inbox" ("MessageId", "Consumer") VALUES ($1, $2)`,
     canSeeBlocking: "SELECT 1 AS n",
     countVersions: `SELECT count(*)::int AS n FROM ${q}."SbInboxSchemaVersion"`,
     countUniqueIndex: `SELECT count(*)::int AS n FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
@@ -132,15 +182,36 @@ export function sqlServerSql(schema: string): ConformanceSql {
     VALUES (@p1, @p2, DATEADD(second, -@p3, SYSUTCDATETIME()), DATEADD(second, -@p3, SYSUTCDATETIME()))`,
     ageMarker: `UPDATE ${q}.Inbox SET ReceivedUtc = DATEADD(second, -@p2, ReceivedUtc) WHERE MessageId = @p1`,
     transactionId: `SELECT CAST(CURRENT_TRANSACTION_ID() AS nvarchar(40)) AS id`,
-    // Other sessions' requests are visible with VIEW SERVER STATE (SQL Server), or VIEW DATABASE STATE or db_owner
-    // (Azure SQL Database); without them only the caller's own session is, so blocking cannot be seen.
-    blockedSessions: `SELECT COUNT(*) AS n FROM sys.dm_exec_requests WHERE blocking_session_id <> 0 AND database_id = DB_ID()`,
+    // Other sessions' requests and locks are visible with VIEW SERVER STATE; without it only the caller's own
+    // session is, so blocking cannot be seen. The waiter is one of this run's consumers when it holds a lock on this
+    // run's Inbox table (an INSERT takes IX on the table before it waits on the key).
+    blockedSessions: `SELECT COUNT(*) AS n FROM sys.dm_exec_requests AS r
+    WHERE r.blocking_session_id <> 0 AND r.database_id = DB_ID() AND EXISTS (
+      SELECT 1 FROM sys.dm_tran_locks AS l
+      WHERE l.request_session_id = r.session_id AND l.request_status = 'GRANT' AND l.resource_type = 'OBJECT'
+        AND l.resource_database_id = DB_ID() AND l.resource_associated_entity_id = OBJECT_ID(N'${q}.Inbox'))`,
+    anyBlockedSessions: `SELECT COUNT(*) AS n FROM sys.dm_exec_requests WHERE blocking_session_id <> 0 AND database_id = DB_ID()`,
+    // Microsoft's page for sys.dm_exec_requests: VIEW SERVER STATE cannot be granted in Azure SQL Database, so the
+    // view is always limited to the current connection there; VIEW DATABASE STATE does not widen it. Azure SQL
+    // Database therefore always takes the probe (probeKeyLocked).
     canSeeBlocking: `SELECT CASE
-  WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) = 5 THEN
-    CASE WHEN HAS_PERMS_BY_NAME(DB_NAME(), 'DATABASE', 'VIEW DATABASE STATE') = 1 OR IS_MEMBER('db_owner') = 1
-      THEN 1 ELSE 0 END
+  WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) = 5 THEN 0
   ELSE COALESCE(HAS_PERMS_BY_NAME(NULL, NULL, 'VIEW SERVER STATE'), 0)
 END AS n`,
+    // LOCK_TIMEOUT 0: give up at once (error 1222) rather than wait. READCOMMITTEDLOCK, because under
+    // READ_COMMITTED_SNAPSHOT (Azure SQL Database's default) a plain read would return the committed version
+    // without asking for the lock. The setting is put back: the connection returns to a pool.
+    probeKeyLocked: `SET LOCK_TIMEOUT 0;
+DECLARE @n int = 0;
+BEGIN TRY
+  SELECT @n = COUNT(*) FROM ${q}.Inbox WITH (READCOMMITTEDLOCK) WHERE MessageId = @p1 AND Consumer = @p2;
+  SET @n = 0;
+END TRY
+BEGIN CATCH
+  SET @n = CASE WHEN ERROR_NUMBER() = 1222 THEN 1 ELSE -ERROR_NUMBER() END;
+END CATCH;
+SET LOCK_TIMEOUT -1;
+SELECT @n AS n;`,
     countVersions: `SELECT COUNT(*) AS n FROM ${q}.SbInboxSchemaVersion`,
     countUniqueIndex: `SELECT COUNT(*) AS n FROM sys.indexes
     WHERE name = 'IX_Inbox_MessageId_Consumer' AND object_id = OBJECT_ID(N'${q}.Inbox') AND is_unique = 1`,

@@ -3,7 +3,7 @@ import type { ProcessOutcome } from "../../src/domain/outcome.ts";
 import type { SqlExecutor } from "../../src/domain/sql.ts";
 import { ClaimLostError } from "../../src/inbox/errors.ts";
 import type { InboxKey, InboxStore } from "../../src/inbox/store.ts";
-import { scalar, type Backend, type BackendDatabase } from "./backends.ts";
+import { keyLocked, scalar, type Backend, type BackendDatabase } from "./backends.ts";
 
 /** A promise resolved from outside: the tests' way to hold a transaction open at a chosen point. */
 function gate(): { promise: Promise<void>; open(): void } {
@@ -30,6 +30,9 @@ async function state(promise: Promise<unknown>): Promise<"pending" | "settled"> 
   ]);
   return winner === marker ? "pending" : "settled";
 }
+
+/** How long a consumer gets to (wrongly) finish while the key probe shows the key held. */
+const PROBE_WINDOW_MS = 1000;
 
 let counter = 0;
 function key(consumer = "billing"): InboxKey {
@@ -61,16 +64,79 @@ export function inboxConformance(backend: Backend): void {
       tx.query(db.sql.insertEffect, [k.messageId, k.consumer]).then(() => undefined);
     let seesBlocking = false;
     /**
-     * Waits until a session of this database waits on a lock. A login that may not see other sessions (no VIEW
-     * SERVER STATE / VIEW DATABASE STATE) skips only this observation, and says so; the outcomes are still checked.
+     * Waits until `waiter` (a consumer of key `k`) is blocked on the key another consumer holds, so the test's next
+     * step happens while it waits. With a view of other sessions: until one of this run's sessions waits inside its
+     * Inbox table. Without one (Azure SQL Database, or a login without VIEW SERVER STATE), or when `probeOnly`:
+     * until a third session finds the key held, then the waiter gets PROBE_WINDOW_MS to (wrongly) finish while the
+     * key stays held. That window is not an event: without a view of the waiter, not finishing within it is the only
+     * evidence there is that it waits.
      */
-    const blockedWait = async (what: string): Promise<void> => {
-      if (!seesBlocking) {
-        console.log(`      (not observed, the login may not see other sessions' lock waits: ${what})`);
+    const blockedWait = async (
+      what: string,
+      k: InboxKey,
+      waiter: Promise<unknown>,
+      probeOnly = false,
+    ): Promise<void> => {
+      if (seesBlocking && !probeOnly) {
+        await waitUntil(what, async () => (await scalar(db.raw, db.sql.blockedSessions)) >= 1);
         return;
       }
-      await waitUntil(what, async () => (await scalar(db.raw, db.sql.blockedSessions)) >= 1);
+      await waitUntil(`${what} (the key is held, by a probe)`, () => keyLocked(db, k.messageId, k.consumer));
+      await Promise.race([waiter, new Promise((resolve) => setTimeout(resolve, PROBE_WINDOW_MS))]);
+      assert.ok(
+        await keyLocked(db, k.messageId, k.consumer),
+        "the key was released during the probe's window",
+      );
     };
+
+    it("the blocking observation counts this run's consumers only, not another lock wait in the database", async function () {
+      // An unrelated lock wait: two transactions insert the same order number under the Orders unique index.
+      const holder = await db.raw.begin();
+      const waiter = await db.raw.begin();
+      let held = true;
+      try {
+        await holder.query(db.sql.insertOrder, [777_001]);
+        const blocked = waiter.query(db.sql.insertOrder, [777_001]).then(
+          () => "inserted",
+          () => "failed",
+        );
+        if (seesBlocking) {
+          await waitUntil(
+            "the unrelated insert waits",
+            async () => (await scalar(db.raw, db.sql.anyBlockedSessions)) >= 1,
+          );
+          assert.equal(
+            await scalar(db.raw, db.sql.blockedSessions),
+            0,
+            "another lock wait counted as this run's",
+          );
+        }
+        const k = key();
+        assert.equal(await keyLocked(db, k.messageId, k.consumer), false, "a free key probed as held");
+        held = false;
+        await holder.rollback();
+        assert.equal(await blocked, "inserted");
+      } finally {
+        if (held) await holder.rollback();
+        await waiter.rollback();
+      }
+    });
+
+    it("the key probe finds a key held by an open consumer, and not once it has committed", async function () {
+      const k = key();
+      const inserted = gate();
+      const release = gate();
+      const a = store.process(k, async (tx) => {
+        await effect(k)(tx);
+        inserted.open();
+        await release.promise;
+      });
+      await inserted.promise;
+      assert.equal(await keyLocked(db, k.messageId, k.consumer), true);
+      release.open();
+      assert.equal((await a).kind, "committed");
+      assert.equal(await keyLocked(db, k.messageId, k.consumer), false);
+    });
 
     describe("migrate", function () {
       it("two concurrent runs leave one correct schema, and a third run changes nothing", async function () {
@@ -132,7 +198,7 @@ export function inboxConformance(backend: Backend): void {
         });
         await checked.promise;
         const second = store.process(k, effect(k));
-        await blockedWait("the second consumer waits on the marker's key lock");
+        await blockedWait("the second consumer waits on the marker's key lock", k, second);
         gap.open();
         const outcomes = (await Promise.all([first, second])).map((o) => o.kind).sort();
         assert.deepEqual(outcomes, ["committed", "duplicate"]);
@@ -144,6 +210,7 @@ export function inboxConformance(backend: Backend): void {
     describe("overlap: A has inserted the marker and not committed", function () {
       async function overlap(
         aEnds: "commit" | "rollback",
+        probeOnly = false,
       ): Promise<{ a: ProcessOutcome; b: ProcessOutcome; key: InboxKey }> {
         const k = key();
         const inserted = gate();
@@ -156,7 +223,7 @@ export function inboxConformance(backend: Backend): void {
         });
         await inserted.promise;
         const b = store.process(k, effect(k));
-        await blockedWait("B waits on A's key lock");
+        await blockedWait("B waits on A's key lock", k, b, probeOnly);
         assert.equal(await state(b), "pending", "B must still be waiting while A is open");
         release.open();
         return { a: await a, b: await b, key: k };
@@ -167,6 +234,12 @@ export function inboxConformance(backend: Backend): void {
         assert.equal(a.kind, "committed");
         assert.equal(b.kind, "duplicate");
         assert.equal(await scalar(db.raw, db.sql.countEffects, [k.messageId]), 1);
+      });
+
+      it("A commits: B is a duplicate, observed by the key probe alone (the path of a login without a view)", async function () {
+        const { a, b } = await overlap("commit", true);
+        assert.equal(a.kind, "committed");
+        assert.equal(b.kind, "duplicate");
       });
 
       it("A rolls back: B commits", async function () {

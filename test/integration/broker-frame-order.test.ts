@@ -1,7 +1,13 @@
 import assert from "node:assert/strict";
 import rhea, { type Connection, type EventContext, type Receiver, type Sender } from "rhea";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
-import { frames, framesBeforeAttach, startFrameTap, type FrameTap } from "../helpers/frame-tap.ts";
+import {
+  frames,
+  framesBeforeAttach,
+  framesOutsideSession,
+  startFrameTap,
+  type FrameTap,
+} from "../helpers/frame-tap.ts";
 
 /**
  * The .NET SDK sends its credit (and a management request) right behind an attach, without waiting for the
@@ -45,6 +51,8 @@ describe("local broker: frame order at link level (attach before anything else o
     connection.close();
     await closed;
     await tap.close();
+    // After the close, so the broker's end of each session is among the frames checked.
+    assert.deepEqual(framesOutsideSession(tap.frames), []);
   });
 
   /** Waits for an event, or fails at once with the client's first error (a session ended by the client). */
@@ -88,7 +96,7 @@ describe("local broker: frame order at link level (attach before anything else o
       });
       await waitUntil(() => received.length === 5 || errors.length > 0, "5 messages or an error");
       assert.deepEqual(errors, []);
-      assert.deepEqual(framesBeforeAttach(tap.frames), []);
+      assert.deepEqual(framesBeforeAttach(tap.frames, tap.clientFrames), []);
       assert.equal(received.length, 5);
       // The other five are still in the queue: nothing was sent into a handle the client could not see.
       receiver.close();
@@ -110,7 +118,7 @@ describe("local broker: frame order at link level (attach before anything else o
     const drained = new Promise<void>((resolve) => receiver.once("receiver_drained", () => resolve()));
     await orError(drained);
     assert.deepEqual(errors, []);
-    assert.deepEqual(framesBeforeAttach(tap.frames), []);
+    assert.deepEqual(framesBeforeAttach(tap.frames, tap.clientFrames), []);
     const mine = tap.frames.filter((f) => f.handle === tap.frames.find((a) => a.name === "attach")?.handle);
     assert.deepEqual(
       mine.map((f) => f.name),
@@ -153,7 +161,7 @@ describe("local broker: frame order at link level (attach before anything else o
       const { message } = await orError(reply);
       assert.equal(message?.correlation_id, "req-1");
       assert.deepEqual(errors, []);
-      assert.deepEqual(framesBeforeAttach(tap.frames), []);
+      assert.deepEqual(framesBeforeAttach(tap.frames, tap.clientFrames), []);
     });
   }
 
@@ -166,7 +174,7 @@ describe("local broker: frame order at link level (attach before anything else o
     const closed = new Promise<EventContext>((resolve) => receiver.once("receiver_error", resolve));
     const { receiver: link } = await orError(closed);
     assert.equal((link?.error as { condition?: string } | undefined)?.condition, "amqp:not-found");
-    assert.deepEqual(framesBeforeAttach(tap.frames), []);
+    assert.deepEqual(framesBeforeAttach(tap.frames, tap.clientFrames), []);
     const handle = tap.frames.find((f) => f.name === "attach")?.handle;
     assert.deepEqual(
       tap.frames.filter((f) => f.handle === handle && f.name !== "flow").map((f) => f.name),
@@ -200,6 +208,48 @@ describe("local broker: frame order at link level (attach before anything else o
       ),
     );
     assert.deepEqual(errors, []);
-    assert.deepEqual(framesBeforeAttach(tap.frames), []);
+    assert.deepEqual(framesBeforeAttach(tap.frames, tap.clientFrames), []);
+  });
+
+  it("the session check itself flags a frame before its session's begin and one after its end", () => {
+    const frame = (name: string, channel = 1, handle?: number) => ({ name, channel, handle });
+    assert.deepEqual(
+      framesOutsideSession([
+        frame("open", 0),
+        frame("attach", 1, 0),
+        frame("begin"),
+        frame("attach", 1, 0),
+        frame("end"),
+        frame("flow", 1, 0),
+        frame("close", 0),
+      ]),
+      [frame("attach", 1, 0), frame("flow", 1, 0)],
+    );
+  });
+
+  it("the link check ties a disposition to its link through the client's transfer, and flags one before the attach", () => {
+    // The client attached link "req" on its channel 3 / handle 7 and sent delivery 42 on it; the broker answers
+    // on its channel 0 (begin naming remote channel 3), where its handle for "req" is 1.
+    const client = [
+      { name: "begin", channel: 3, handle: undefined, seq: 0 },
+      { name: "attach", channel: 3, handle: 7, linkName: "req", seq: 1 },
+      { name: "transfer", channel: 3, handle: 7, deliveryId: 42, seq: 2 },
+    ];
+    const begin = { name: "begin", channel: 0, handle: undefined, remoteChannel: 3, seq: 3 };
+    const attach = { name: "attach", channel: 0, handle: 1, linkName: "req", seq: 4 };
+    const settle = {
+      name: "disposition",
+      channel: 0,
+      handle: undefined,
+      role: true,
+      first: 42,
+      last: 42,
+      seq: 5,
+    };
+    assert.deepEqual(framesBeforeAttach([begin, attach, settle], client), []);
+    const early = { ...settle, seq: 4 };
+    assert.deepEqual(framesBeforeAttach([begin, early, { ...attach, seq: 5 }], client), [early]);
+    const unknown = { ...settle, first: 43, last: 43 };
+    assert.deepEqual(framesBeforeAttach([begin, attach, unknown], client), [unknown]);
   });
 });

@@ -1,9 +1,14 @@
 // A second, independent client for the local broker: Microsoft's .NET SDK (Azure.Messaging.ServiceBus) runs the
 // behaviours a .NET service uses against the broker named by a connection string. After every scenario the queue
-// and its dead-letter queue are peeked: a message left behind (lost to a client, or stuck under a lock) fails the
-// scenario. Exits 1 if any scenario fails.
+// and its dead-letter queue are peeked: a message of that scenario left behind (lost to a client, or stuck under a
+// lock) fails the scenario. Every scenario's message ids start with a prefix of its own, and only those are
+// counted, so a message one failed scenario strands (a locked one cannot be purged until its lock expires) fails
+// that scenario alone. Exits 1 if any scenario fails.
 // usage: sb-client "<connection string>" [queue] [capped-queue]
 //   queue: requires duplicate detection, starts empty. capped-queue (optional): MaxSizeInMegabytes 1, empty.
+//   Each prefetch scenario runs on a queue of its own, <queue>-peeklock-<n> and <queue>-receiveanddelete-<n> for
+//   PrefetchCount n in 0, 1, 5, 100 (empty, must exist): the defect they guard strands locked messages, which a
+//   receiver on a shared queue would get once their lock expires, failing later scenarios too.
 //   SB_CLIENT_ITERATIONS (default 3): receivers opened per prefetch scenario (the defect it guards is a race).
 using System.Collections.Concurrent;
 using System.Diagnostics;
@@ -20,6 +25,9 @@ var cappedQueue = args.Length > 2 ? args[2] : null;
 var iterations = int.TryParse(Environment.GetEnvironmentVariable("SB_CLIENT_ITERATIONS"), out var n) && n > 0 ? n : 3;
 var run = Guid.NewGuid().ToString("N")[..8];
 var failures = 0;
+var scenarioNumber = 0;
+// The message id prefix of the scenario running now (scenarios run one after another).
+var prefix = "";
 
 await using var client = new ServiceBusClient(connectionString, new ServiceBusClientOptions
 {
@@ -32,6 +40,8 @@ await using var deadLetters = client.CreateReceiver(queue, new ServiceBusReceive
 async Task Scenario(string name, Func<Task> body, string? on = null)
 {
     var entity = on ?? queue;
+    scenarioNumber++;
+    prefix = $"dotnet-{run}-{scenarioNumber:D2}-";
     string? failure = null;
     try
     {
@@ -42,7 +52,7 @@ async Task Scenario(string name, Func<Task> body, string? on = null)
         failure = $"{e.GetType().Name}: {e.Message}";
     }
     // The count check: whatever the scenario sent must be gone (settled) when it ends.
-    var left = await Leftovers(entity);
+    var left = await Leftovers(entity, prefix);
     if (left != null)
     {
         failure = (failure == null ? "" : failure + "; ") + $"left in {entity}: {left}";
@@ -61,14 +71,23 @@ void Check(bool condition, string what)
     if (!condition) throw new InvalidOperationException(what);
 }
 
-async Task<string?> Leftovers(string entity)
+// The scenario's own messages still in the queue or its dead-letter queue, in any state.
+async Task<string?> Leftovers(string entity, string ownPrefix)
 {
     var left = new List<string>();
     foreach (var subQueue in new[] { SubQueue.None, SubQueue.DeadLetter })
     {
         await using var peeker = client.CreateReceiver(entity, new ServiceBusReceiverOptions { SubQueue = subQueue });
-        var peeked = await peeker.PeekMessagesAsync(100, 0);
-        left.AddRange(peeked.Select(m => $"{m.MessageId} ({(subQueue == SubQueue.None ? m.State.ToString() : "dead-lettered")})"));
+        long from = 0;
+        while (true)
+        {
+            var peeked = await peeker.PeekMessagesAsync(100, from);
+            if (peeked.Count == 0) break;
+            left.AddRange(peeked
+                .Where(m => m.MessageId.StartsWith(ownPrefix, StringComparison.Ordinal))
+                .Select(m => $"{m.MessageId} ({(subQueue == SubQueue.None ? m.State.ToString() : "dead-lettered")})"));
+            from = peeked[^1].SequenceNumber + 1;
+        }
     }
     return left.Count == 0 ? null : $"{left.Count} message(s): {string.Join(", ", left.Take(10))}";
 }
@@ -98,15 +117,16 @@ async Task<ServiceBusReceivedMessage> ReceiveOne(ServiceBusReceiver from)
     throw new InvalidOperationException("no message arrived");
 }
 
-List<string> Ids(string what, int count) => Enumerable.Range(0, count).Select(k => $"dotnet-{run}-{what}-{k}").ToList();
+List<string> Ids(string what, int count) => Enumerable.Range(0, count).Select(k => $"{prefix}{what}-{k}").ToList();
 
-Task SendAll(IEnumerable<string> ids) => sender.SendMessagesAsync(ids.Select(id => new ServiceBusMessage(id) { MessageId = id }));
+Task SendAll(IEnumerable<string> ids, ServiceBusSender? to = null) =>
+    (to ?? sender).SendMessagesAsync(ids.Select(id => new ServiceBusMessage(id) { MessageId = id }));
 
 await Scenario("send with MessageId, peek-lock receive, properties round-trip, complete", async () =>
 {
     var sent = new ServiceBusMessage(BinaryData.FromString("hello from .NET"))
     {
-        MessageId = $"dotnet-{run}-1",
+        MessageId = $"{prefix}1",
         CorrelationId = "corr-1",
         Subject = "Greeting",
         ContentType = "text/plain",
@@ -132,13 +152,15 @@ foreach (var mode in new[] { ServiceBusReceiveMode.PeekLock, ServiceBusReceiveMo
 {
     foreach (var prefetch in new[] { 0, 1, 5, 100 })
     {
-        await Scenario($"{mode}, PrefetchCount {prefetch}: {iterations} receivers each get the 10 messages waiting at attach", async () =>
+        var own = $"{queue}-{mode.ToString().ToLowerInvariant()}-{prefetch}";
+        await Scenario($"{mode}, PrefetchCount {prefetch}: {iterations} receivers each get the 10 messages waiting at attach ({own})", async () =>
         {
+            await using var ownSender = client.CreateSender(own);
             for (var i = 0; i < iterations; i++)
             {
                 var ids = Ids($"{mode}-{prefetch}-{i}", 10);
-                await SendAll(ids);
-                await using var r = client.CreateReceiver(queue, new ServiceBusReceiverOptions { ReceiveMode = mode, PrefetchCount = prefetch });
+                await SendAll(ids, ownSender);
+                await using var r = client.CreateReceiver(own, new ServiceBusReceiverOptions { ReceiveMode = mode, PrefetchCount = prefetch });
                 var got = new List<string>();
                 var deadline = DateTime.UtcNow.AddSeconds(10);
                 while (got.Count < ids.Count && DateTime.UtcNow < deadline)
@@ -151,7 +173,7 @@ foreach (var mode in new[] { ServiceBusReceiveMode.PeekLock, ServiceBusReceiveMo
                 }
                 Check(got.Order().SequenceEqual(ids.Order()), $"receiver {i + 1}: received {got.Count} of {ids.Count} ({string.Join(",", got.Select(g => g[^1..]))})");
             }
-        });
+        }, own);
     }
 }
 
@@ -202,7 +224,7 @@ await Scenario("ReceiveMessagesAsync with a 1 s MaxWaitTime on an empty queue re
     clock.Stop();
     Check(none.Count == 0, $"received {none.Count}");
     Check(clock.Elapsed >= TimeSpan.FromMilliseconds(900) && clock.Elapsed < TimeSpan.FromSeconds(10), $"returned after {clock.Elapsed.TotalMilliseconds:F0} ms");
-    var id = $"dotnet-{run}-after-empty";
+    var id = $"{prefix}after-empty";
     await sender.SendMessageAsync(new ServiceBusMessage(id) { MessageId = id });
     var later = await ReceiveOne(r);
     Check(later.MessageId == id, $"MessageId {later.MessageId}");
@@ -214,7 +236,8 @@ await Scenario("peek shows messages in sequence order without locking them", asy
     var ids = Ids("peek", 3);
     await SendAll(ids);
     await using var peeker = client.CreateReceiver(queue);
-    var peeked = await peeker.PeekMessagesAsync(10, 0);
+    // Only this scenario's messages: one an earlier failed scenario stranded under a lock is peeked too.
+    var peeked = (await peeker.PeekMessagesAsync(100, 0)).Where(m => m.MessageId.StartsWith(prefix, StringComparison.Ordinal)).ToList();
     Check(peeked.Select(m => m.MessageId).SequenceEqual(ids), $"peeked {string.Join(",", peeked.Select(m => m.MessageId))}");
     Check(peeked.Zip(peeked.Skip(1)).All(p => p.First.SequenceNumber < p.Second.SequenceNumber), "sequence numbers ascend");
     Check(peeked.All(m => m.State == ServiceBusMessageState.Active), "peeked messages are active");
@@ -230,7 +253,7 @@ await Scenario("peek shows messages in sequence order without locking them", asy
 
 await Scenario("defer, then receive the deferred message by sequence number and complete it", async () =>
 {
-    var id = $"dotnet-{run}-defer";
+    var id = $"{prefix}defer";
     await sender.SendMessageAsync(new ServiceBusMessage(id) { MessageId = id });
     var first = await ReceiveOne(receiver);
     await receiver.DeferMessageAsync(first);
@@ -245,7 +268,7 @@ await Scenario("defer, then receive the deferred message by sequence number and 
 
 await Scenario("a scheduled message is invisible to receivers until its time, then arrives", async () =>
 {
-    var id = $"dotnet-{run}-scheduled";
+    var id = $"{prefix}scheduled";
     var at = DateTimeOffset.UtcNow.AddSeconds(3);
     var seq = await sender.ScheduleMessageAsync(new ServiceBusMessage(id) { MessageId = id }, at);
     var peeked = await receiver.PeekMessageAsync(seq);
@@ -259,7 +282,7 @@ await Scenario("a scheduled message is invisible to receivers until its time, th
 
 await Scenario("a cancelled scheduled message never arrives", async () =>
 {
-    var id = $"dotnet-{run}-cancelled";
+    var id = $"{prefix}cancelled";
     var seq = await sender.ScheduleMessageAsync(new ServiceBusMessage(id) { MessageId = id }, DateTimeOffset.UtcNow.AddHours(1));
     Check((await receiver.PeekMessageAsync(seq))?.MessageId == id, "the scheduled message is not visible to peek");
     await sender.CancelScheduledMessageAsync(seq);
@@ -269,7 +292,7 @@ await Scenario("a cancelled scheduled message never arrives", async () =>
 
 await Scenario("duplicate MessageId inside the window is dropped", async () =>
 {
-    var id = $"dotnet-{run}-dup";
+    var id = $"{prefix}dup";
     await sender.SendMessageAsync(new ServiceBusMessage("first") { MessageId = id });
     await sender.SendMessageAsync(new ServiceBusMessage("second") { MessageId = id });
     var first = await ReceiveOne(receiver);
@@ -281,7 +304,7 @@ await Scenario("duplicate MessageId inside the window is dropped", async () =>
 
 await Scenario("abandon redelivers with the delivery count raised", async () =>
 {
-    await sender.SendMessageAsync(new ServiceBusMessage("again") { MessageId = $"dotnet-{run}-abandon" });
+    await sender.SendMessageAsync(new ServiceBusMessage("again") { MessageId = $"{prefix}abandon" });
     var first = await ReceiveOne(receiver);
     await receiver.AbandonMessageAsync(first);
     var second = await ReceiveOne(receiver);
@@ -293,7 +316,7 @@ await Scenario("abandon redelivers with the delivery count raised", async () =>
 
 await Scenario("settling with a lost lock fails with MessageLockLost", async () =>
 {
-    await sender.SendMessageAsync(new ServiceBusMessage("twice") { MessageId = $"dotnet-{run}-lost" });
+    await sender.SendMessageAsync(new ServiceBusMessage("twice") { MessageId = $"{prefix}lost" });
     var message = await ReceiveOne(receiver);
     await receiver.CompleteMessageAsync(message);
     try
@@ -308,7 +331,7 @@ await Scenario("settling with a lost lock fails with MessageLockLost", async () 
 
 await Scenario("renew-lock by lock token extends LockedUntil (the token's byte order matches)", async () =>
 {
-    await sender.SendMessageAsync(new ServiceBusMessage("slow") { MessageId = $"dotnet-{run}-renew" });
+    await sender.SendMessageAsync(new ServiceBusMessage("slow") { MessageId = $"{prefix}renew" });
     var message = await ReceiveOne(receiver);
     var before = message.LockedUntil;
     await Task.Delay(1100);
@@ -319,7 +342,7 @@ await Scenario("renew-lock by lock token extends LockedUntil (the token's byte o
 
 await Scenario("dead-letter with reason, then read the dead-letter queue", async () =>
 {
-    await sender.SendMessageAsync(new ServiceBusMessage("poison") { MessageId = $"dotnet-{run}-dead" });
+    await sender.SendMessageAsync(new ServiceBusMessage("poison") { MessageId = $"{prefix}dead" });
     var message = await ReceiveOne(receiver);
     await receiver.DeadLetterMessageAsync(message, "DotnetReason", "a description");
     var dead = await ReceiveOne(deadLetters);
@@ -357,7 +380,7 @@ if (cappedQueue != null)
         {
             try
             {
-                await capped.SendMessageAsync(new ServiceBusMessage(body) { MessageId = $"dotnet-{run}-cap-{sent}" });
+                await capped.SendMessageAsync(new ServiceBusMessage(body) { MessageId = $"{prefix}cap-{sent}" });
                 sent++;
             }
             catch (ServiceBusException e)
@@ -375,8 +398,8 @@ if (cappedQueue != null)
             Check(got.Count > 0, $"only {drained} of {sent} came back");
             drained += got.Count;
         }
-        await capped.SendMessageAsync(new ServiceBusMessage("fits again") { MessageId = $"dotnet-{run}-cap-again" });
-        Check((await drain.ReceiveMessageAsync(TimeSpan.FromSeconds(2)))?.MessageId == $"dotnet-{run}-cap-again", "the send after draining");
+        await capped.SendMessageAsync(new ServiceBusMessage("fits again") { MessageId = $"{prefix}cap-again" });
+        Check((await drain.ReceiveMessageAsync(TimeSpan.FromSeconds(2)))?.MessageId == $"{prefix}cap-again", "the send after draining");
     }, cappedQueue);
 }
 
