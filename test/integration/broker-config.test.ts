@@ -148,6 +148,7 @@ describe("local broker: configuration in the emulator's Config.json shape", () =
     rejectsNaming(withQueueProperties({ RequiresSession: true }), `${p}.RequiresSession`);
     rejectsNaming(withQueueProperties({ MaxSizeInMegabytes: 0 }), `${p}.MaxSizeInMegabytes`);
     rejectsNaming(withQueueProperties({ MaxSizeInMegabytes: "1024" }), `${p}.MaxSizeInMegabytes`);
+    rejectsNaming(withQueueProperties({ MaxSizeInMegabytes: 81_921 }), `${p}.MaxSizeInMegabytes`);
     rejectsNaming(withQueueProperties({ ForwardTo: "elsewhere" }), `${p}.ForwardTo`);
   });
 
