@@ -20,6 +20,7 @@ import {
   SCHEMA_EXISTS,
 } from "./statements.ts";
 import { DEFAULT_INBOX_SCHEMA } from "../schema-name.ts";
+import { driverErrorInChain } from "../error-links.ts";
 
 /** COMMIT answered ROLLBACK: the transaction had been aborted by an error the handler caught. */
 export class AbortedTransactionError extends Error {
@@ -169,11 +170,11 @@ export class PostgresDriver implements InboxDriver {
   }
 
   classify(error: unknown, origin: StatementOrigin): ErrorClass {
-    return classifyPostgresError(
-      error,
-      origin,
-      typeof error === "object" && error !== null && this.driverErrors.has(error),
-    );
+    // The store's own error, even wrapped by a handler, is classed as the driver's; anything else as the handler's.
+    const own = driverErrorInChain(error, (e) => this.driverErrors.has(e));
+    return own === undefined
+      ? classifyPostgresError(error, origin, false)
+      : classifyPostgresError(own, origin, true);
   }
 
   /** Applies a migration set: the outbox's when given, else the inbox's in this store's schema. */

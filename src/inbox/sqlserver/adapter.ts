@@ -11,6 +11,7 @@ import { clientGraceMs, DEFAULT_DATABASE_TIMEOUTS, type DatabaseTimeouts } from 
 import { classifySqlServerError } from "./classify.ts";
 import { ACQUIRE_MIGRATION_LOCK, CREATE_SCHEMA, sqlServerSql } from "./statements.ts";
 import { DEFAULT_INBOX_SCHEMA } from "../schema-name.ts";
+import { driverErrorInChain } from "../error-links.ts";
 
 /** The sp_getapplock resource that serializes concurrent migrate runs. */
 const MIGRATION_LOCK_RESOURCE = "SbInboxMigrate";
@@ -165,7 +166,11 @@ export class SqlServerDriver implements InboxDriver {
   }
 
   classify(error: unknown, origin: StatementOrigin): ErrorClass {
-    return classifySqlServerError(error, origin, isObject(error) && this.driverErrors.has(error));
+    // The store's own error, even wrapped by a handler, is classed as the driver's; anything else as the handler's.
+    const own = driverErrorInChain(error, (e) => this.driverErrors.has(e));
+    return own === undefined
+      ? classifySqlServerError(error, origin, false)
+      : classifySqlServerError(own, origin, true);
   }
 
   /** Applies a migration set: the outbox's when given, else the inbox's in this store's schema. */
