@@ -132,14 +132,21 @@ export class PostgresDriver implements InboxDriver {
       finish(error);
       throw this.tag(error);
     }
+    // A statement that failed on the client's side (pg's query_timeout, a lost connection) leaves the connection
+    // unusable: pg's query_timeout only rejects the caller and keeps the query active on the connection, so
+    // anything sent after it (the next statement, ROLLBACK) queues behind a server that may never answer.
+    let broken: unknown;
     return {
       query: async <R>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>> => {
+        if (broken !== undefined) throw broken;
         try {
           const result = await client.query(sql, params as unknown[] | undefined);
           return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
         } catch (error) {
           // The server's own reason (idle_in_transaction_session_timeout, a shutdown) beats pg's "not queryable".
-          throw this.tag(lost ?? error);
+          const reason = this.tag(lost ?? error);
+          if (lost !== undefined || !(error instanceof pg.DatabaseError)) broken ??= reason;
+          throw reason;
         }
       },
       commit: async () => {
@@ -157,6 +164,12 @@ export class PostgresDriver implements InboxDriver {
       },
       rollback: async () => {
         if (done) return;
+        if (broken !== undefined || lost !== undefined) {
+          // No ROLLBACK on a connection that cannot answer: it would wait out a second query_timeout. Closing
+          // the connection ends the transaction; the server rolls it back when it sees the close.
+          finish(broken ?? lost, true);
+          return;
+        }
         try {
           await client.query(ROLLBACK);
           finish();
