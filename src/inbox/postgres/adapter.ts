@@ -135,7 +135,7 @@ export class PostgresDriver implements InboxDriver {
     // A statement that failed on the client's side (pg's query_timeout, a lost connection) leaves the connection
     // unusable: pg's query_timeout only rejects the caller and keeps the query active on the connection, so
     // anything sent after it (the next statement, ROLLBACK) queues behind a server that may never answer.
-    let broken: unknown;
+    let broken: Error | undefined;
     return {
       query: async <R>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>> => {
         if (broken !== undefined) throw broken;
@@ -145,7 +145,8 @@ export class PostgresDriver implements InboxDriver {
         } catch (error) {
           // The server's own reason (idle_in_transaction_session_timeout, a shutdown) beats pg's "not queryable".
           const reason = this.tag(lost ?? error);
-          if (lost !== undefined || !(error instanceof pg.DatabaseError)) broken ??= reason;
+          if ((lost !== undefined || !(error instanceof pg.DatabaseError)) && reason instanceof Error)
+            broken ??= reason;
           throw reason;
         }
       },
