@@ -98,3 +98,38 @@ describe("PostgreSQL inbox: real server errors", function () {
     }
   });
 });
+
+describe("PostgreSQL inbox: a handler's pause between statements", function () {
+  let url: string;
+  before(async () => {
+    url = await createTestDatabase("idle_in_transaction");
+  });
+
+  it("may outlast the statement timeout, up to its own idle-in-transaction bound", async function () {
+    this.timeout(30_000);
+    const store = createPostgresInboxStore({
+      url,
+      timeouts: { connectMs: 2_000, statementMs: 500, idleInTransactionMs: 1_500, keepAliveMs: 1_000 },
+    });
+    try {
+      await store.migrate();
+      // The pause stands for a slow downstream call between two statements.
+      const pausing = (ms: number) => async (tx: SqlExecutor) => {
+        await tx.query("SELECT 1");
+        await new Promise((resolve) => setTimeout(resolve, ms));
+        await tx.query("SELECT 2");
+      };
+      const slowCall = await store.process({ messageId: "idle-1", consumer: "c" }, pausing(1_000));
+      assert.equal(slowCall.kind, "committed", "a pause longer than a statement's bound is not cut short");
+      const stalled = await store.process({ messageId: "idle-2", consumer: "c" }, pausing(3_000));
+      assert.equal(stalled.kind, "failed", "a pause past the idle bound ends the transaction");
+      assert.equal(
+        stalled.kind === "failed" && stalled.errorClass,
+        "transient",
+        String((stalled as { error?: unknown }).error),
+      );
+    } finally {
+      await store.close();
+    }
+  });
+});

@@ -113,7 +113,8 @@ export class PostgresDriver implements InboxDriver {
     // it would crash the process. The query in flight fails with it too, and that is what the caller sees.
     let lost: Error | undefined;
     const onError = (error: Error): void => {
-      lost = error;
+      // The first is the server's reason (25P03, 57P01 sent before it closes); "Connection terminated" follows.
+      lost ??= error;
     };
     client.on("error", onError);
     let done = false;
