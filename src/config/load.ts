@@ -54,6 +54,7 @@ export interface Config {
 export interface DatabaseTimeouts {
   readonly connectMs: number;
   readonly statementMs: number;
+  readonly idleInTransactionMs: number;
   readonly keepAliveMs: number;
   readonly probeMs: number;
 }
@@ -105,6 +106,7 @@ export function loadConfig(options: LoadOptions = {}): Config {
     databaseTimeouts: {
       connectMs: s.SBINBOX_DB_CONNECT_TIMEOUT_MS,
       statementMs: s.SBINBOX_DB_STATEMENT_TIMEOUT_MS,
+      idleInTransactionMs: s.SBINBOX_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS,
       keepAliveMs: s.SBINBOX_DB_KEEPALIVE_MS,
       probeMs: s.SBINBOX_DB_PROBE_TIMEOUT_MS,
     },

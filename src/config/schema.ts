@@ -36,6 +36,8 @@ export const settings = {
   SBINBOX_OUTAGE_BACKOFF_MAX_MS: "longest wait between database probes while receiving is paused",
   SBINBOX_DB_CONNECT_TIMEOUT_MS: "longest wait for a new database connection (or a free pooled one)",
   SBINBOX_DB_STATEMENT_TIMEOUT_MS: "longest wait for one database statement, the handler's included",
+  SBINBOX_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS:
+    "longest pause of a handler between its statements (PostgreSQL's idle_in_transaction_session_timeout)",
   SBINBOX_DB_KEEPALIVE_MS:
     "idle time before TCP keep-alive probes start on a database connection (PostgreSQL)",
   SBINBOX_DB_PROBE_TIMEOUT_MS: "longest wait for the outage and readiness probes",
@@ -167,6 +169,7 @@ export const parsers = {
   SBINBOX_OUTAGE_BACKOFF_MAX_MS: ms(1).default(15_000),
   SBINBOX_DB_CONNECT_TIMEOUT_MS: ms(100, 600_000).default(15_000),
   SBINBOX_DB_STATEMENT_TIMEOUT_MS: ms(100, 3_600_000).default(30_000),
+  SBINBOX_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS: ms(100, 3_600_000).default(120_000),
   SBINBOX_DB_KEEPALIVE_MS: ms(1_000, 600_000).default(10_000),
   SBINBOX_DB_PROBE_TIMEOUT_MS: ms(100, 600_000).default(2_000),
   SBINBOX_RETRY_DELAYS_MS: delayList.default([1_000, 5_000, 30_000, 120_000, 600_000, 1_800_000, 3_600_000]),

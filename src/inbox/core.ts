@@ -79,6 +79,9 @@ export interface InboxStoreOptions {
 
 type Failed = Extract<ProcessOutcome, { kind: "failed" }>;
 
+/** Which class wins when a handler's error and its failed statement's error disagree: an outage above all. */
+const SEVERITY: Record<ErrorClass, number> = { unavailable: 3, transient: 2, permanent: 1, duplicate: 0 };
+
 /** The inbox on any database, given that database's driver. */
 export class InboxCore implements InboxStore {
   readonly dialect: Dialect;
@@ -131,7 +134,7 @@ export class InboxCore implements InboxStore {
     } catch (error) {
       await handle.end();
       await tx.rollback();
-      return this.failed(error, "other");
+      return this.handlerFailed(error, handle.statementFailure);
     }
     // Commit waits for statements the handler left running, and never commits when one of them failed or the
     // handler tried to step outside the transaction.
@@ -259,6 +262,18 @@ export class InboxCore implements InboxStore {
     return { id: String(row.id), processed: Number(row.processed) === 1 };
   }
 
+  /**
+   * A handler that threw after one of its own statements failed may have caught that error and thrown its own
+   * (a message, a wrapper without `cause`): the statement's error is the database's word on what happened, so
+   * an outage or a transient failure it shows is not hidden behind the handler's error.
+   */
+  private handlerFailed(error: unknown, statementFailure: unknown): Failed {
+    const thrown = this.failed(error, "other");
+    if (statementFailure === undefined) return thrown;
+    const statement = this.failed(statementFailure, "other").errorClass;
+    return SEVERITY[statement] > SEVERITY[thrown.errorClass] ? { ...thrown, errorClass: statement } : thrown;
+  }
+
   private failed(error: unknown, origin: StatementOrigin): Failed {
     // An unawaited statement's failure is classed by that statement's own error (an outage stays an outage).
     const cause = error instanceof UnawaitedStatementError ? error.cause : error;
@@ -281,6 +296,8 @@ class TransactionHandle {
   private readonly running = new Set<Promise<unknown>>();
   private readonly failures = new Map<Promise<unknown>, unknown>();
   private refused: TransactionControlError | undefined;
+  /** The error of the first of the handler's statements that failed (the driver's own error object). */
+  statementFailure: unknown;
 
   constructor(dialect: Dialect, tx: InboxTransaction) {
     this.executor = {
@@ -306,6 +323,7 @@ class TransactionHandle {
           (error: unknown) => {
             this.running.delete(statement);
             this.failures.set(statement, error);
+            this.statementFailure ??= error;
           },
         );
         return statement;

@@ -8,6 +8,12 @@ export interface DatabaseTimeouts {
   readonly connectMs: number;
   /** One statement: the server cancels it at this bound, the client gives up on the connection shortly after. */
   readonly statementMs: number;
+  /**
+   * How long a transaction may sit idle between a handler's statements (PostgreSQL's
+   * idle_in_transaction_session_timeout; default 2 min). Longer than a statement's bound: a handler may make a
+   * slow HTTP call between two statements, while a stalled one must not hold the marker's lock for ever.
+   */
+  readonly idleInTransactionMs?: number;
   /** Idle time before TCP keep-alive probes start (PostgreSQL; tedious fixes its own at 30 s). */
   readonly keepAliveMs: number;
 }
@@ -15,6 +21,7 @@ export interface DatabaseTimeouts {
 export const DEFAULT_DATABASE_TIMEOUTS: DatabaseTimeouts = {
   connectMs: 15_000,
   statementMs: 30_000,
+  idleInTransactionMs: 120_000,
   keepAliveMs: 10_000,
 };
 

@@ -37,7 +37,13 @@ function tokens(sql: string, dialect: Dialect): string[] {
     else if (c === "-" && next === "-") i = indexAfter(sql, "\n", i);
     else if (c === "/" && next === "*") i = blockCommentEnd(sql, i, dialect);
     else if (c === "'") i = quotedEnd(sql, i, "'");
-    else if (c === '"') i = quotedEnd(sql, i, '"');
+    else if (dialect === "postgres" && (c === "E" || c === "e") && next === "'") {
+      // An escape string constant (E'...'): a backslash escapes the next character, `\'` included. Reached only
+      // at the start of a word, so the E is a prefix, never a name's last letter.
+      out.push("'");
+      i = escapeStringEnd(sql, i + 1);
+      continue;
+    } else if (c === '"') i = quotedEnd(sql, i, '"');
     else if (c === "[" && dialect === "sqlserver") i = quotedEnd(sql, i, "]");
     else if (c === "$" && dialect === "postgres" && matchAt(DOLLAR_TAG, sql, i)) {
       const tag = matchAt(DOLLAR_TAG, sql, i)!;
@@ -80,6 +86,19 @@ function quotedEnd(sql: string, start: number, close: string): number {
     if (sql[i] === close) {
       if (sql[i + 1] === close)
         i += 2; // a doubled quote is an escaped one
+      else return i + 1;
+    } else i += 1;
+  }
+  return sql.length;
+}
+
+/** The end of an E'...' string whose opening quote is at `start`: `\x` and `''` are both escapes. */
+function escapeStringEnd(sql: string, start: number): number {
+  let i = start + 1;
+  while (i < sql.length) {
+    if (sql[i] === "\\") i += 2;
+    else if (sql[i] === "'") {
+      if (sql[i + 1] === "'") i += 2;
       else return i + 1;
     } else i += 1;
   }
@@ -142,15 +161,28 @@ function refusedPostgres(words: string[]): string | undefined {
   return undefined;
 }
 
-/** T-SQL needs no `;` between statements, so every position counts; UPDATE's `SET col =` is told apart. */
+/**
+ * T-SQL needs no `;` between statements, so every position counts; UPDATE's `SET col =` is told apart. USE is a
+ * statement only outside parentheses: inside, it is a query hint (`OPTION (USE HINT (...))`, `USE PLAN`), and
+ * no statement starts within parentheses.
+ */
 function refusedSqlServer(words: string[]): string | undefined {
+  let depth = 0;
   for (let i = 0; i < words.length; i += 1) {
     const w = words[i]!;
     const second = words[i + 1];
     const third = words[i + 2];
     switch (w) {
-      case "COMMIT":
+      case "(":
+        depth += 1;
+        break;
+      case ")":
+        depth = Math.max(0, depth - 1);
+        break;
       case "USE":
+        if (depth === 0) return w;
+        break;
+      case "COMMIT":
         return w;
       case "BEGIN":
         if (second === "TRAN" || second === "TRANSACTION" || second === "DISTRIBUTED")

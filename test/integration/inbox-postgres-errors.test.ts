@@ -65,4 +65,71 @@ describe("PostgreSQL inbox: real server errors", function () {
     assert.equal((await store.process(key, () => Promise.resolve())).kind, "committed");
     assert.equal((await store.process(key, () => Promise.resolve())).kind, "duplicate");
   });
+  it("its own connection ended under a handler is unavailable, however the handler rethrows or wraps the error", async function () {
+    const wrappings: Array<[string, (e: unknown) => unknown]> = [
+      ["as is", (e) => e],
+      ["new Error(msg, { cause })", (e) => new Error("could not record the order", { cause: e })],
+      ["AggregateError", (e) => new AggregateError([e], "order failed")],
+      // The handler keeps the statement's error to itself: the transaction still saw the outage.
+      ["its own error, no cause", () => new Error("could not record the order")],
+    ];
+    for (const [label, wrap] of wrappings) {
+      const outcome = await store.process({ messageId: `ended-${label}`, consumer: "c" }, async (tx) => {
+        try {
+          await tx.query("SELECT pg_terminate_backend(pg_backend_pid())");
+        } catch (error) {
+          throw wrap(error);
+        }
+      });
+      assert.equal(outcome.kind === "failed" && outcome.errorClass, "unavailable", label);
+    }
+  });
+
+  it("a handler's own network error, however wrapped, is never an outage", async function () {
+    const refused = () =>
+      Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:6379"), { code: "ECONNREFUSED" });
+    const errors = [refused(), new TypeError("fetch failed", { cause: { code: "ECONNREFUSED" } })];
+    for (const error of errors) {
+      const outcome = await store.process({ messageId: `net-${error.name}`, consumer: "c" }, async (tx) => {
+        await tx.query("SELECT 1");
+        throw error;
+      });
+      assert.equal(outcome.kind === "failed" && outcome.errorClass, "permanent", error.message);
+    }
+  });
+});
+
+describe("PostgreSQL inbox: a handler's pause between statements", function () {
+  let url: string;
+  before(async () => {
+    url = await createTestDatabase("idle_in_transaction");
+  });
+
+  it("may outlast the statement timeout, up to its own idle-in-transaction bound", async function () {
+    this.timeout(30_000);
+    const store = createPostgresInboxStore({
+      url,
+      timeouts: { connectMs: 2_000, statementMs: 500, idleInTransactionMs: 1_500, keepAliveMs: 1_000 },
+    });
+    try {
+      await store.migrate();
+      // The pause stands for a slow downstream call between two statements.
+      const pausing = (ms: number) => async (tx: SqlExecutor) => {
+        await tx.query("SELECT 1");
+        await new Promise((resolve) => setTimeout(resolve, ms));
+        await tx.query("SELECT 2");
+      };
+      const slowCall = await store.process({ messageId: "idle-1", consumer: "c" }, pausing(1_000));
+      assert.equal(slowCall.kind, "committed", "a pause longer than a statement's bound is not cut short");
+      const stalled = await store.process({ messageId: "idle-2", consumer: "c" }, pausing(3_000));
+      assert.equal(stalled.kind, "failed", "a pause past the idle bound ends the transaction");
+      assert.equal(
+        stalled.kind === "failed" && stalled.errorClass,
+        "transient",
+        String((stalled as { error?: unknown }).error),
+      );
+    } finally {
+      await store.close();
+    }
+  });
 });

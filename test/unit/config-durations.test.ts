@@ -39,6 +39,7 @@ describe("config: every duration has an upper bound", function () {
     assert.deepEqual(loadConfig({ env: {} }).databaseTimeouts, {
       connectMs: 15_000,
       statementMs: 30_000,
+      idleInTransactionMs: 120_000,
       keepAliveMs: 10_000,
       probeMs: 2_000,
     });
@@ -46,6 +47,7 @@ describe("config: every duration has an upper bound", function () {
       env: {
         SBINBOX_DB_CONNECT_TIMEOUT_MS: "2000",
         SBINBOX_DB_STATEMENT_TIMEOUT_MS: "3000",
+        SBINBOX_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS: "45000",
         SBINBOX_DB_KEEPALIVE_MS: "4000",
         SBINBOX_DB_PROBE_TIMEOUT_MS: "500",
       },
@@ -53,6 +55,7 @@ describe("config: every duration has an upper bound", function () {
     assert.deepEqual(config.databaseTimeouts, {
       connectMs: 2000,
       statementMs: 3000,
+      idleInTransactionMs: 45000,
       keepAliveMs: 4000,
       probeMs: 500,
     });

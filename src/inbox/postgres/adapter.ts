@@ -20,6 +20,7 @@ import {
   SCHEMA_EXISTS,
 } from "./statements.ts";
 import { DEFAULT_INBOX_SCHEMA } from "../schema-name.ts";
+import { driverErrorInChain } from "../error-links.ts";
 
 /** COMMIT answered ROLLBACK: the transaction had been aborted by an error the handler caught. */
 export class AbortedTransactionError extends Error {
@@ -112,7 +113,8 @@ export class PostgresDriver implements InboxDriver {
     // it would crash the process. The query in flight fails with it too, and that is what the caller sees.
     let lost: Error | undefined;
     const onError = (error: Error): void => {
-      lost = error;
+      // The first is the server's reason (25P03, 57P01 sent before it closes); "Connection terminated" follows.
+      lost ??= error;
     };
     client.on("error", onError);
     let done = false;
@@ -131,14 +133,22 @@ export class PostgresDriver implements InboxDriver {
       finish(error);
       throw this.tag(error);
     }
+    // A statement that failed on the client's side (pg's query_timeout, a lost connection) leaves the connection
+    // unusable: pg's query_timeout only rejects the caller and keeps the query active on the connection, so
+    // anything sent after it (the next statement, ROLLBACK) queues behind a server that may never answer.
+    let broken: Error | undefined;
     return {
       query: async <R>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>> => {
+        if (broken !== undefined) throw broken;
         try {
           const result = await client.query(sql, params as unknown[] | undefined);
           return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
         } catch (error) {
           // The server's own reason (idle_in_transaction_session_timeout, a shutdown) beats pg's "not queryable".
-          throw this.tag(lost ?? error);
+          const reason = this.tag(lost ?? error);
+          if ((lost !== undefined || !(error instanceof pg.DatabaseError)) && reason instanceof Error)
+            broken ??= reason;
+          throw reason;
         }
       },
       commit: async () => {
@@ -156,6 +166,12 @@ export class PostgresDriver implements InboxDriver {
       },
       rollback: async () => {
         if (done) return;
+        if (broken !== undefined || lost !== undefined) {
+          // No ROLLBACK on a connection that cannot answer: it would wait out a second query_timeout. Closing
+          // the connection ends the transaction; the server rolls it back when it sees the close.
+          finish(broken ?? lost, true);
+          return;
+        }
         try {
           await client.query(ROLLBACK);
           finish();
@@ -169,11 +185,11 @@ export class PostgresDriver implements InboxDriver {
   }
 
   classify(error: unknown, origin: StatementOrigin): ErrorClass {
-    return classifyPostgresError(
-      error,
-      origin,
-      typeof error === "object" && error !== null && this.driverErrors.has(error),
-    );
+    // The store's own error, even wrapped by a handler, is classed as the driver's; anything else as the handler's.
+    const own = driverErrorInChain(error, (e) => this.driverErrors.has(e));
+    return own === undefined
+      ? classifyPostgresError(error, origin, false)
+      : classifyPostgresError(own, origin, true);
   }
 
   /**

@@ -18,8 +18,10 @@ export function postgresPoolConfig(
     connectionTimeoutMillis: timeouts.connectMs,
     statement_timeout: timeouts.statementMs,
     query_timeout: timeouts.statementMs + clientGraceMs(timeouts.statementMs),
-    // A handler that stalls between statements must not hold the marker's lock (and a connection) for ever.
-    idle_in_transaction_session_timeout: timeouts.statementMs,
+    // A handler that stalls between statements must not hold the marker's lock (and a connection) for ever; its
+    // own bound, longer than a statement's, so a slow downstream call between two statements is not cut short.
+    idle_in_transaction_session_timeout:
+      timeouts.idleInTransactionMs ?? DEFAULT_DATABASE_TIMEOUTS.idleInTransactionMs,
     keepAlive: true,
     keepAliveInitialDelayMillis: timeouts.keepAliveMs,
   };

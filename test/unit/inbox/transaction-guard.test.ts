@@ -20,6 +20,9 @@ describe("the transaction handle's guard: what a handler may not send", () => {
     ["SELECT 1; COMMIT", "COMMIT"],
     ["/* a comment */ -- another\n  COMMIT", "COMMIT"],
     ["INSERT INTO t VALUES ('it''s; fine'); SET x = 1", "SET"],
+    // After an escape string (a backslash-escaped quote inside), the next statement is still read.
+    ["INSERT INTO audit(note) VALUES (E'it\\'s'); COMMIT", "COMMIT"],
+    ["SELECT e'a\\\\'; COMMIT", "COMMIT"],
   ];
   const allowedPostgres = [
     `UPDATE "Accounts" SET "Balance" = "Balance" + $1 WHERE "Id" = $2`,
@@ -35,6 +38,10 @@ describe("the transaction handle's guard: what a handler may not send", () => {
     "SELECT $$; COMMIT $$",
     "SELECT 1 /* ; COMMIT /* nested */ still comment */",
     "PREPARE q AS SELECT 1",
+    // E'' strings take backslash escapes: the \' does not end the string, so its COMMIT is text.
+    "INSERT INTO audit(note) VALUES (E'it\\'s; commit; ok')",
+    "SELECT e'\\'' || ';COMMIT'",
+    "SELECT E'it''s; commit'",
   ];
   const refusedSqlServer: [string, string][] = [
     ["COMMIT", "COMMIT"],
@@ -50,6 +57,8 @@ describe("the transaction handle's guard: what a handler may not send", () => {
     ["SET IMPLICIT_TRANSACTIONS ON", "SET IMPLICIT_TRANSACTIONS"],
     ["SET LOCK_TIMEOUT 0", "SET LOCK_TIMEOUT"],
     ["USE master", "USE"],
+    ["SELECT 1; USE master", "USE"],
+    ["SELECT o.Id FROM dbo.Orders o OPTION (RECOMPILE) USE master", "USE"],
   ];
   const allowedSqlServer = [
     "UPDATE dbo.Accounts SET Balance = Balance + @p1 WHERE Id = @p2",
@@ -60,6 +69,10 @@ describe("the transaction handle's guard: what a handler may not send", () => {
     "BEGIN TRY SELECT 1 END TRY BEGIN CATCH SELECT 2 END CATCH",
     "SELECT N'COMMIT' AS word, [commit] FROM dbo.T",
     "-- COMMIT\nSELECT 1",
+    // Query hints: USE inside OPTION (...) is not the USE statement.
+    "SELECT o.Id FROM dbo.Orders o WHERE o.Id = @p1 OPTION (USE HINT ('DISABLE_OPTIMIZER_ROWGOAL'))",
+    "SELECT * FROM dbo.Orders OPTION (RECOMPILE, USE HINT('FORCE_LEGACY_CARDINALITY_ESTIMATION'))",
+    "SELECT * FROM dbo.Orders OPTION (USE PLAN N'<ShowPlanXML/>')",
   ];
 
   for (const [sql, word] of refusedPostgres) {
