@@ -2,7 +2,8 @@ import assert from "node:assert/strict";
 import pg from "pg";
 import { openDatabase, type Database } from "../../src/app/database.ts";
 import { demoEvent } from "../../src/example/demo-events.ts";
-import { ensureAccountTables } from "../../src/example/index.ts";
+import { moduleMigrations } from "../../src/app/handler-module.ts";
+import { exampleModule } from "../../src/example/module.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
 import { defaultRetryPolicy } from "../../src/worker/retry-policy.ts";
 import type { Worker } from "../../src/worker/worker.ts";
@@ -36,8 +37,7 @@ describe("worker: a table locked by a long migration (statement timeouts, the da
         timeouts: { connectMs: 1_000, statementMs: 1_500, keepAliveMs: 1_000 },
       },
     );
-    await db.store.migrate();
-    await ensureAccountTables(db.sql);
+    await db.store.migrate(await moduleMigrations(exampleModule, db.dialect));
     admin = new pg.Client({ connectionString: url });
     await admin.connect();
   });
