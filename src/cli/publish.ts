@@ -10,8 +10,8 @@ import { createProgress } from "./progress.ts";
 
 const usage = `usage: sbinbox publish (--file EVENTS.jsonl | --count N) [--run-id ID] [--in-flight N]
 
-  --file F       one event per line: {"type": "AccountCredited", "key": "42", "body": {...}}; the whole file is
-                 checked first (nothing is sent from a file with a bad line), then streamed
+  --file F       one event per line: {"type": "AccountCredited", "key": "42", "body": {...}}; the whole (regular)
+                 file is checked first (nothing is sent from a file with a bad or too large line), then streamed
   --count N      N generated demo events (AccountCredited to 50 accounts)
   --run-id ID    the demo events' key prefix (default: random); the same id republishes the same MessageIds
   --in-flight N  batches sent and not yet acknowledged, at most (default 1: the file's order, even across a
