@@ -1,7 +1,8 @@
 /** A progress bar on a terminal; plain lines at every tenth otherwise (CI logs, pipes). */
 export interface Progress {
   update(done: number, note?: string): void;
-  finish(note?: string): void;
+  /** The last line; `done` (default the total) is what was really done, so a short run does not say total/total. */
+  finish(note?: string, done?: number): void;
 }
 
 export function createProgress(
@@ -32,9 +33,9 @@ export function createProgress(
         stream.write(`${label}: ${done}/${total}${note ? ` ${note}` : ""}\n`);
       }
     },
-    finish(note) {
-      if (tty) stream.write(`\r${render(total, note)}\x1b[K\n`);
-      else stream.write(`${label}: done ${total}/${total}${note ? ` ${note}` : ""}\n`);
+    finish(note, done = total) {
+      if (tty) stream.write(`\r${render(done, note)}\x1b[K\n`);
+      else stream.write(`${label}: done ${done}/${total}${note ? ` ${note}` : ""}\n`);
     },
   };
 }

@@ -1,16 +1,17 @@
 import { createReadStream } from "node:fs";
+import { stat } from "node:fs/promises";
 import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import { randomUUID } from "node:crypto";
 import { ConfigError } from "../domain/errors.ts";
 import { canonicalName } from "../servicebus/message-id.ts";
-import type { PublishEvent } from "../servicebus/publisher.ts";
+import type { PublishEvent, PublishFailure } from "../servicebus/publisher.ts";
 import { createProgress } from "./progress.ts";
 
 const usage = `usage: sbinbox publish (--file EVENTS.jsonl | --count N) [--run-id ID] [--in-flight N]
 
-  --file F       one event per line: {"type": "AccountCredited", "key": "42", "body": {...}}; the whole file is
-                 checked first (nothing is sent from a file with a bad line), then streamed
+  --file F       one event per line: {"type": "AccountCredited", "key": "42", "body": {...}}; the whole (regular)
+                 file is checked first (nothing is sent from a file with a bad or too large line), then streamed
   --count N      N generated demo events (AccountCredited to 50 accounts)
   --run-id ID    the demo events' key prefix (default: random); the same id republishes the same MessageIds
   --in-flight N  batches sent and not yet acknowledged, at most (default 1: the file's order, even across a
@@ -53,19 +54,30 @@ export async function run(argv: string[]): Promise<number> {
   }
   let total: number;
   let events: () => Iterable<PublishEvent> | AsyncIterable<PublishEvent>;
+  let runId: string | undefined;
+  // Lines whose event may be too large for a batch; checked against the queue's limit once it is known.
+  let nearLimit: number[] = [];
   try {
     if (args.file !== undefined) {
       const file = args.file;
-      total = await checkEventFile(file);
+      // The file is read twice (check, then send): a pipe or a terminal would give everything to the check pass
+      // and nothing to the send.
+      if (!(await stat(file)).isFile()) {
+        throw new Error(
+          `${file} is not a regular file: it is read twice, so write a pipe's events to a file first`,
+        );
+      }
+      ({ count: total, nearLimit } = await checkEventFile(file));
       events = () => readEventFile(file);
     } else {
       total = Number(args.count);
       if (!Number.isInteger(total) || total < 1) throw new Error("--count must be a positive whole number");
       // Loaded only here: the example's module is not needed to publish a file.
       const { demoEvent } = await import("../example/demo-events.ts");
-      const runId = args["run-id"] ?? randomUUID().slice(0, 8);
+      const id = args["run-id"] ?? randomUUID().slice(0, 8);
+      runId = id;
       events = function* () {
-        for (let i = 0; i < total; i += 1) yield demoEvent(runId, i);
+        for (let i = 0; i < total; i += 1) yield demoEvent(id, i);
       };
     }
   } catch (error) {
@@ -102,22 +114,36 @@ export async function run(argv: string[]): Promise<number> {
   const started = performance.now();
   let done = 0;
   try {
+    if (nearLimit.length > 0) {
+      const code = await checkSizes(args.file!, nearLimit, await publisher.sizeCheck());
+      if (code !== 0) return code;
+    }
     await publisher.publishAll(events(), {
       onSent(count) {
         done += count;
         progress.update(done);
       },
     });
-    progress.finish();
+    progress.finish(undefined, done);
+    if (done !== total) {
+      // The file changed between the check and the send: what was sent is not what was checked.
+      process.stderr.write(`sbinbox publish: sent ${done} events, but ${total} were checked\n`);
+      return 1;
+    }
     const seconds = (performance.now() - started) / 1000;
     process.stdout.write(
       `published ${done} events to ${config.queue} in ${seconds.toFixed(2)} s (${Math.round(done / seconds)}/s)\n`,
     );
     return 0;
   } catch (error) {
+    const { acknowledgedPrefix } = error as Partial<PublishFailure>;
+    const prefix =
+      acknowledgedPrefix !== undefined && acknowledgedPrefix !== done
+        ? ` (the first ${acknowledgedPrefix} in order; later batches were in flight)`
+        : "";
     process.stderr.write(
-      `\nsbinbox publish: failed after ${done} events acknowledged: ${(error as Error).message}\n` +
-        `A rerun is safe: the broker drops the events it already has by their MessageIds.\n`,
+      `\nsbinbox publish: failed after ${done} events acknowledged${prefix}: ${describeError(error)}\n` +
+        rerunAdvice(argv, args.file, args["run-id"], runId),
     );
     return 1;
   } finally {
@@ -125,22 +151,100 @@ export async function run(argv: string[]): Promise<number> {
   }
 }
 
+/**
+ * What a rerun does. Only the same events get the same MessageIds: a file, or demo events with the same run id. The
+ * broker drops a resend only inside its duplicate-detection window (10 minutes unless the queue says otherwise);
+ * after that only the consumer's inbox drops it, while its retention still holds the first copy.
+ */
+function rerunAdvice(argv: string[], file?: string, givenRunId?: string, runId?: string): string {
+  const window =
+    "The broker drops the events it already has only inside its duplicate-detection window (default 10 minutes);\n" +
+    "after that the consumer's inbox drops them, while its retention still covers them.\n";
+  if (file !== undefined || givenRunId !== undefined) {
+    return `A rerun of the same command is safe: the events keep their MessageIds.\n${window}`;
+  }
+  const rerun = ["sbinbox", "publish", ...argv, "--run-id", runId!].map(shellWord).join(" ");
+  return `Run id ${runId}: rerun with the same id so the events keep their MessageIds:\n  ${rerun}\n${window}`;
+}
+
+function shellWord(word: string): string {
+  return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`;
+}
+
+/**
+ * An error as the operator needs it: its name, code and message, and for an AggregateError (a connection that
+ * could not be opened: message "" and no code of its own) each inner error the same way.
+ */
+export function describeError(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  const code = (error as { code?: unknown }).code;
+  const name = typeof code === "string" || typeof code === "number" ? `${error.name} [${code}]` : error.name;
+  let text = error.message === "" ? name : `${name}: ${error.message}`;
+  if (error instanceof AggregateError && error.errors.length > 0) {
+    text += ` (${error.errors.map(describeError).join("; ")})`;
+  }
+  return text;
+}
+
+/** The lines that may be too large, against the queue's limit; exit code 2 naming the first that is. */
+async function checkSizes(
+  file: string,
+  lines: readonly number[],
+  fits: (event: PublishEvent, where: string) => Promise<void> | undefined,
+): Promise<number> {
+  const wanted = new Set(lines);
+  try {
+    for await (const { event, line } of readNumberedEvents(file)) {
+      if (wanted.has(line)) await fits(event, `${file}:${line}`);
+    }
+  } catch (error) {
+    if (!(error instanceof RangeError)) throw error;
+    process.stderr.write(`sbinbox publish: ${error.message}\n`);
+    return 2;
+  }
+  return 0;
+}
+
 /** The events of a JSON-lines file, read as a stream; a bad line is an error naming the file and line. */
 export async function* readEventFile(path: string): AsyncGenerator<PublishEvent> {
+  for await (const { event } of readNumberedEvents(path)) yield event;
+}
+
+async function* readNumberedEvents(
+  path: string,
+): AsyncGenerator<{ event: PublishEvent; line: number; chars: number }> {
   const lines = createInterface({ input: createReadStream(path, "utf8"), crlfDelay: Infinity });
   let number = 0;
   for await (const line of lines) {
     number += 1;
     if (line.trim() === "") continue;
-    yield parseEventLine(line, `${path}:${number}`);
+    yield { event: parseEventLine(line, `${path}:${number}`), line: number, chars: line.length };
   }
 }
 
-/** Reads the whole file once, without sending, and returns its number of events: a bad line stops it early. */
-export async function checkEventFile(path: string): Promise<number> {
+/**
+ * 256 KB, the smallest message size limit of any Service Bus tier (Premium's can be larger): an event whose
+ * message is surely below it fits every queue; one that may not is checked against the queue's own limit.
+ */
+const SMALLEST_LIMIT = 256 * 1024;
+
+/**
+ * Reads the whole file once, without sending: its number of events, and the lines whose event may be too large
+ * for a batch (by a bound on its message's size: body, twice the type, 8 KB of the rest). A bad line stops it.
+ */
+export async function checkEventFile(path: string): Promise<{ count: number; nearLimit: number[] }> {
   let count = 0;
-  for await (const _ of readEventFile(path)) count += 1;
-  return count;
+  const nearLimit: number[] = [];
+  for await (const { event, line, chars } of readNumberedEvents(path)) {
+    count += 1;
+    // Re-serialising makes a body at most 5.25 times its text (`1e20` is 21 digits) and UTF-8 at most 3 bytes a
+    // character: a line below that bound is not serialised here at all.
+    if (chars * 3 * 6 + 8192 <= SMALLEST_LIMIT) continue;
+    // The body as the publisher will send it.
+    const body = Buffer.byteLength(JSON.stringify(event.body) ?? "", "utf8");
+    if (body + 2 * Buffer.byteLength(event.type, "utf8") + 8192 > SMALLEST_LIMIT) nearLimit.push(line);
+  }
+  return { count, nearLimit };
 }
 
 function parseEventLine(line: string, where: string): PublishEvent {

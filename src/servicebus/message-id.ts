@@ -1,4 +1,4 @@
-import { v5 as uuidv5, validate } from "uuid";
+import { parse, v5 as uuidv5, validate } from "uuid";
 
 /**
  * The namespace under which sbinbox derives MessageIds. Generated once, at random, and fixed forever:
@@ -9,11 +9,22 @@ export const MESSAGE_ID_NAMESPACE = "f5dfdc27-9e31-4822-becc-050e35acb0fa";
 /** RFC 9562 namespaces, for tests against the RFC's own examples. */
 export const DNS_NAMESPACE = "6ba7b810-9dad-11d1-80b4-00c04fd430c8";
 
+/**
+ * The sbinbox namespace's 16 bytes, parsed once: given a string, uuid's v5 parses the namespace (twice) on every
+ * call, measured at 1 to 3 µs of the 6 to 8 µs an id took on this machine.
+ */
+const MESSAGE_ID_NAMESPACE_BYTES: Uint8Array = parse(MESSAGE_ID_NAMESPACE);
+
 /** UUID version 5 (RFC 9562 section 5.5), by the `uuid` package: SHA-1 of the namespace's bytes and the name's. */
 export function uuidV5(name: string | Uint8Array, namespace: string): string {
   if (!validate(namespace)) throw new TypeError(`namespace "${namespace}" is not a UUID`);
   // uuid encodes a string name as UTF-8, as the RFC's examples and the README's vectors expect.
   return uuidv5(name, namespace.toLowerCase());
+}
+
+/** `uuidV5` under the sbinbox namespace, with its bytes parsed once. */
+function sbinboxV5(name: string): string {
+  return uuidv5(name, MESSAGE_ID_NAMESPACE_BYTES);
 }
 
 /**
@@ -29,7 +40,7 @@ export function canonicalName(type: string, key: string): string {
 
 /** The MessageId of an event: the same for every retry and every process that publishes it. */
 export function deriveMessageId(type: string, key: string): string {
-  return uuidV5(canonicalName(type, key), MESSAGE_ID_NAMESPACE);
+  return sbinboxV5(canonicalName(type, key));
 }
 
 /**
@@ -37,7 +48,7 @@ export function deriveMessageId(type: string, key: string): string {
  * attempt, so the same retry scheduled twice is dropped by duplicate detection and every other one passes.
  */
 export function retryMessageId(inboxKey: string, replay: number, attempt: number): string {
-  return uuidV5(`retry\n${inboxKey}\n${replay}\n${attempt}`, MESSAGE_ID_NAMESPACE);
+  return sbinboxV5(`retry\n${inboxKey}\n${replay}\n${attempt}`);
 }
 
 /**
@@ -45,5 +56,5 @@ export function retryMessageId(inboxKey: string, replay: number, attempt: number
  * sends the same id (dropped by the broker if the first got through), a later replay a new one.
  */
 export function replayMessageId(inboxKey: string, replay: number): string {
-  return uuidV5(`replay\n${inboxKey}\n${replay}`, MESSAGE_ID_NAMESPACE);
+  return sbinboxV5(`replay\n${inboxKey}\n${replay}`);
 }

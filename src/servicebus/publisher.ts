@@ -43,7 +43,24 @@ export interface Publisher {
     events: Iterable<PublishEvent> | AsyncIterable<PublishEvent>,
     options?: PublishAllOptions,
   ): Promise<number>;
+  /**
+   * A check that an event's message fits in an empty batch of this queue (the link's size limit), without sending
+   * it: throws a `RangeError` naming `where` if not. Most events are judged by their body's length alone; only one
+   * near the limit is encoded, by the SDK, into an empty batch.
+   */
+  sizeCheck(): Promise<(event: PublishEvent, where: string) => Promise<void> | undefined>;
   close(): Promise<void>;
+}
+
+/**
+ * What a failed `publishBatch` or `publishAll` attaches to its error. `acknowledged`: the events the broker
+ * acknowledged. `acknowledgedPrefix`: how many from the start are all acknowledged; with `maxInFlight` above 1 a
+ * batch after a failed one can still be acknowledged, so the two can differ, and only the prefix says "every event
+ * before this one is on the broker".
+ */
+export interface PublishFailure {
+  acknowledged: number;
+  acknowledgedPrefix: number;
 }
 
 export interface PublisherOptions {
@@ -148,6 +165,29 @@ export function createPublisher(options: PublisherOptions): Publisher {
     }
   }
 
+  let maxSize: number | undefined;
+  /**
+   * See `Publisher.sizeCheck`; the limit is the one the link advertises, read once. The check returns a promise
+   * only for a message near the limit, which the SDK encodes into an empty batch of its own.
+   */
+  async function messageSizeCheck(): Promise<
+    (message: ServiceBusMessage, where: string) => Promise<void> | undefined
+  > {
+    maxSize ??= (await sender.createMessageBatch()).maxSizeInBytes;
+    const limit = maxSize;
+    return (message, where) => {
+      if (surelyFits(message, limit)) return undefined;
+      return sender.createMessageBatch().then((empty) => {
+        // With trace properties as large as they will be when the message is sent.
+        const traced = {
+          ...message,
+          applicationProperties: { ...message.applicationProperties, ...TRACE_PLACEHOLDER },
+        };
+        if (!empty.tryAddMessage(traced)) throw tooLarge(message, where, limit);
+      });
+    };
+  }
+
   return {
     queue: options.queue,
     async publish(type, key, body, extra = {}) {
@@ -156,11 +196,20 @@ export function createPublisher(options: PublisherOptions): Publisher {
       return { messageId: String(message.messageId) };
     },
     async publishBatch(events) {
-      // Every event is checked before the first is sent: a bad one fails the call with nothing published.
+      // Every event is checked before the first is sent, its size too: a bad one fails the call with nothing
+      // published.
       const messages = events.map(toServiceBusMessage);
+      if (messages.length > 1) {
+        const fits = await messageSizeCheck();
+        for (const [i, m] of messages.entries()) await fits(m, `event ${i} (${String(m.messageId)})`);
+      }
       const only = messages.length === 1 ? String(messages[0]!.messageId) : undefined;
       if (messages.length > 0) await sendTraced(messages, { count: messages.length, messageId: only });
       return messages.map((m) => ({ messageId: String(m.messageId) }));
+    },
+    async sizeCheck() {
+      const fits = await messageSizeCheck();
+      return (event, where) => fits(toServiceBusMessage(event), where);
     },
     publishAll(events, opts = {}) {
       return sendTraced(mapEach(events, toServiceBusMessage), { count: 0 }, opts.onSent);
@@ -185,7 +234,8 @@ export interface SendInBatchesOptions {
  * Sends prepared messages in order, in batches filled to the size limit the link advertises. While a batch is in
  * flight the next one is filled, so encoding overlaps the round trip; a batch is sent only when fewer than
  * `maxInFlight` are unacknowledged. Memory holds at most `maxInFlight` + 1 batches, whatever the source's length.
- * A message too large for an empty batch is an error. Resolves with the number of messages sent.
+ * A message too large for an empty batch is an error. Resolves with the number of messages sent. A failure's error
+ * carries `acknowledged` and `acknowledgedPrefix` (`PublishFailure`).
  */
 export async function sendInBatches(
   sender: Pick<ServiceBusSender, "createMessageBatch" | "sendMessages">,
@@ -196,10 +246,21 @@ export async function sendInBatches(
   const send = options.send ?? ((batch: ServiceBusMessageBatch) => sender.sendMessages(batch));
   const inFlight: Promise<number>[] = [];
   let sent = 0;
+  // Events acknowledged from the start with no failed batch before them; with maxInFlight > 1 a batch after a
+  // failed one may still be acknowledged, and counts in `sent` but not here.
+  let prefix = 0;
+  let failed = false;
   const settle = async (keep: number): Promise<void> => {
     while (inFlight.length > keep) {
-      const count = await inFlight.shift()!;
+      let count: number;
+      try {
+        count = await inFlight.shift()!;
+      } catch (error) {
+        failed = true;
+        throw error;
+      }
       sent += count;
+      if (!failed) prefix += count;
       options.onSent?.(count);
     }
   };
@@ -213,14 +274,15 @@ export async function sendInBatches(
     // broker works on it while this process encodes.
     await new Promise<void>((resolve) => setImmediate(resolve));
   };
-  let batch = await sender.createMessageBatch();
+  let batch: ServiceBusMessageBatch | undefined;
   const rollOver = async (message: ServiceBusMessage): Promise<void> => {
-    if (batch.count === 0) throw tooLarge(message);
-    await dispatch(batch);
+    if (batch!.count === 0) throw tooLarge(message);
+    await dispatch(batch!);
     batch = await sender.createMessageBatch();
     if (!batch.tryAddMessage(message)) throw tooLarge(message);
   };
   try {
+    batch = await sender.createMessageBatch();
     // Two loops so a plain array costs no promise per message; only a full batch makes the loop wait.
     if (Symbol.asyncIterator in messages) {
       for await (const message of messages) {
@@ -236,14 +298,47 @@ export async function sendInBatches(
   } catch (error) {
     // Whatever is already on its way is waited for, so `onSent` reports exactly what the broker acknowledged.
     await Promise.allSettled(inFlight);
-    await settle(0).catch(() => {});
+    // Every remaining batch is settled, past a failed one too, so `acknowledged` is the broker's whole count.
+    while (inFlight.length > 0) await settle(0).catch(() => {});
+    if (error !== null && typeof error === "object") {
+      const failure: PublishFailure = { acknowledged: sent, acknowledgedPrefix: prefix };
+      Object.assign(error, failure);
+    }
     throw error;
   }
   return sent;
 }
 
-function tooLarge(message: ServiceBusMessage): RangeError {
-  return new RangeError(`message ${String(message.messageId)} is larger than a batch may be`);
+function tooLarge(message: ServiceBusMessage, where?: string, limit?: number): RangeError {
+  const what = where ?? `message ${String(message.messageId)}`;
+  const of = limit !== undefined ? ` (${limit} bytes)` : "";
+  return new RangeError(`${what} is larger than a batch may be${of}`);
+}
+
+/** The largest trace properties the publisher adds (W3C traceparent, and the same as Diagnostic-Id). */
+const TRACE_PLACEHOLDER = {
+  traceparent: `00-${"0".repeat(32)}-${"0".repeat(16)}-01`,
+  "Diagnostic-Id": `00-${"0".repeat(32)}-${"0".repeat(16)}-01`,
+} as const;
+
+/**
+ * Whether a message certainly fits an empty batch without encoding it. The SDK counts the body, the message's
+ * properties and application properties, and those of the first message once more as the batch's envelope; a bound
+ * of twice the UTF-8 length of every string and property plus 4 KB of framing is above that for any message this
+ * publisher builds. Anything over the bound is encoded for the exact answer.
+ */
+function surelyFits(message: ServiceBusMessage, limit: number): boolean {
+  const body = message.body as Buffer;
+  if (!Buffer.isBuffer(body)) return false;
+  let strings = 0;
+  for (const v of [message.messageId, message.subject, message.contentType, message.correlationId]) {
+    if (v !== undefined) strings += Buffer.byteLength(String(v), "utf8");
+  }
+  for (const [k, v] of Object.entries(message.applicationProperties ?? {})) {
+    // 16 bytes a property: above AMQP's constructor and length bytes for a key and any scalar value.
+    strings += Buffer.byteLength(k, "utf8") + Buffer.byteLength(String(v), "utf8") + 16;
+  }
+  return body.length + 2 * strings + 4096 <= limit;
 }
 
 /** A lazy map over a stream; a plain array stays synchronous (no promise per element). */
@@ -261,8 +356,14 @@ function mapEach<A, B>(
   })();
 }
 
-function isTransient(error: unknown): boolean {
+/**
+ * Whether a resend may succeed. A connection that cannot be opened reaches us from the SDK as Node's
+ * AggregateError (one ECONNREFUSED per address tried, message "" and no code): transient when every inner error
+ * is.
+ */
+export function isTransient(error: unknown): boolean {
   if (isServiceBusError(error)) return error.retryable;
+  if (error instanceof AggregateError) return error.errors.length > 0 && error.errors.every(isTransient);
   const e = error as { retryable?: unknown; code?: unknown } | undefined;
   return (
     e?.retryable === true || ["ECONNRESET", "ECONNREFUSED", "ETIMEDOUT", "EPIPE"].includes(String(e?.code))

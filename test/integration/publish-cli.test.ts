@@ -4,7 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { deriveMessageId } from "../../src/servicebus/message-id.ts";
 import { useLocalBroker } from "../helpers/broker.ts";
-import { runCli } from "../helpers/cli.ts";
+import { spawn } from "node:child_process";
+import { BIN, cleanEnv, runCli } from "../helpers/cli.ts";
 
 const QUEUE = "sbinbox";
 
@@ -97,10 +98,64 @@ describe("sbinbox publish (streaming, in flight)", function () {
     }
   });
 
-  it("a send the broker refuses: exit 1, how many were acknowledged, and that a rerun is safe", async function () {
-    const result = await runCli(["publish", "--count", "10"], { ...env(), SBINBOX_QUEUE: "no-such-queue" });
+  it("a send the broker refuses: exit 1, how many were acknowledged, the error's name and code", async function () {
+    const file = join(dir, "refused.jsonl");
+    await writeFile(file, line("refused-0") + "\n");
+    const result = await runCli(["publish", "--file", file], {
+      ...env(),
+      SBINBOX_QUEUE: "no-such-queue",
+    });
     assert.equal(result.code, 1, result.stderr);
-    assert.match(result.stderr, /failed after 0 events acknowledged: .*no-such-queue/);
-    assert.match(result.stderr, /A rerun is safe/);
+    assert.match(
+      result.stderr,
+      /failed after 0 events acknowledged: ServiceBusError \[MessagingEntityNotFound\]: .*no-such-queue/,
+    );
+    assert.match(result.stderr, /A rerun of the same command is safe/);
+    assert.match(result.stderr, /only inside its duplicate-detection window \(default 10 minutes\)/);
+  });
+
+  it("after a failed --count without --run-id: the run id and the exact rerun command, not 'safe'", async function () {
+    const result = await runCli(["publish", "--count", "10", "--in-flight", "2"], {
+      ...env(),
+      SBINBOX_QUEUE: "no-such-queue",
+    });
+    assert.equal(result.code, 1, result.stderr);
+    const id = /Run id (\w+):/.exec(result.stderr)?.[1];
+    assert.ok(id, result.stderr);
+    assert.ok(
+      result.stderr.includes(`sbinbox publish --count 10 --in-flight 2 --run-id ${id}\n`),
+      result.stderr,
+    );
+    assert.doesNotMatch(result.stderr, /is safe/);
+  });
+
+  it("refuses a pipe for --file (it is read twice), sending nothing", async function () {
+    const before = fixture.broker.counts(QUEUE).active;
+    const child = spawn(process.execPath, [BIN, "publish", "--file", "/dev/stdin"], {
+      env: cleanEnv(env()),
+      stdio: ["pipe", "pipe", "pipe"],
+    });
+    let stderr = "";
+    child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
+    child.stdout.resume();
+    child.stdin
+      .on("error", () => {})
+      .end(Array.from({ length: 300 }, (_, i) => line(`pipe-${i}`)).join("\n"));
+    const code = await new Promise<number | null>((resolve) => child.on("close", resolve));
+    assert.equal(code, 2, stderr);
+    assert.match(stderr, /\/dev\/stdin is not a regular file/);
+    assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent");
+  });
+
+  it("an event too large for a batch is refused before anything is sent, naming its line", async function () {
+    const before = fixture.broker.counts(QUEUE).active;
+    const file = join(dir, "large.jsonl");
+    const lines = Array.from({ length: 300 }, (_, i) => line(`large-${i}`));
+    lines.splice(200, 0, line("large-big", "z".repeat(300 * 1024)));
+    await writeFile(file, lines.join("\n"));
+    const result = await runCli(["publish", "--file", file], env());
+    assert.equal(result.code, 2, result.stderr);
+    assert.match(result.stderr, /large\.jsonl:201 is larger than a batch may be \(262144 bytes\)/);
+    assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent");
   });
 });

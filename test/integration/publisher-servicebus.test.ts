@@ -3,7 +3,15 @@ import { SpanKind } from "@opentelemetry/api";
 import type { ServiceBusReceivedMessage } from "@azure/service-bus";
 import { deriveMessageId } from "../../src/servicebus/message-id.ts";
 import { Attr } from "../../src/telemetry/names.ts";
-import { createPublisher, type PublishEvent } from "../../src/servicebus/publisher.ts";
+import {
+  createPublisher,
+  isTransient,
+  sendInBatches,
+  toServiceBusMessage,
+  type PublishEvent,
+  type PublishFailure,
+} from "../../src/servicebus/publisher.ts";
+import { describeError } from "../../src/cli/publish.ts";
 import { useLocalBroker } from "../helpers/broker.ts";
 import { useTelemetryCapture } from "../helpers/telemetry.ts";
 
@@ -182,6 +190,69 @@ describe("publisher (real SDK, local broker)", function () {
       await publisher.close();
       assert.equal(acknowledged, 300, "every event before it was sent and acknowledged");
       assert.equal((await receiveAll(300)).length, 300);
+    });
+
+    it("publishBatch: an event too large for a batch fails the call before anything is sent, naming its index", async function () {
+      const before = fixture.broker.counts(QUEUE).active;
+      const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
+      const events = Array.from({ length: 1_000 }, (_, i) =>
+        event("toolarge", i, i === 999 ? 300 * 1024 : 100),
+      );
+      const id = deriveMessageId("AccountCredited", "toolarge-999");
+      await assert.rejects(
+        publisher.publishBatch(events),
+        (error: Error) =>
+          error instanceof RangeError && error.message.startsWith(`event 999 (${id}) is larger`),
+      );
+      // Just under the limit by its body, over it once encoded: the SDK's own encoding decides.
+      const edge = Array.from({ length: 3 }, (_, i) => event("edge", i, i === 1 ? 262_144 - 200 : 100));
+      await assert.rejects(publisher.publishBatch(edge), /event 1 \(.*\) is larger than a batch may be/);
+      await publisher.close();
+      assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent");
+    });
+
+    it("with batches in flight, a failed one: the error carries everything acknowledged and the in-order prefix", async function () {
+      const sender = fixture.client.createSender(QUEUE);
+      const messages = Array.from({ length: 600 }, (_, i) => toServiceBusMessage(event("prefix", i)));
+      let batches = 0;
+      let reported = 0;
+      const error = await sendInBatches(sender, messages, {
+        maxInFlight: 3,
+        onSent: (n) => (reported += n),
+        // The second batch is refused as the broker would refuse it; the real SDK sends every other one.
+        send: (batch) =>
+          ++batches === 2 ? Promise.reject(new Error("refused")) : sender.sendMessages(batch),
+      }).then(
+        () => assert.fail("resolved"),
+        (e: Error & PublishFailure) => e,
+      );
+      await sender.close();
+      assert.equal(error.message, "refused");
+      const active = await receiveAll(reported);
+      assert.equal(active.length, error.acknowledged);
+      assert.equal(reported, error.acknowledged);
+      assert.ok(error.acknowledgedPrefix > 0, "the first batch is in the prefix");
+      assert.ok(
+        error.acknowledged > error.acknowledgedPrefix,
+        `${error.acknowledged} > ${error.acknowledgedPrefix}`,
+      );
+      assert.deepEqual(
+        active.slice(0, error.acknowledgedPrefix).map((m) => m.messageId),
+        messages.slice(0, error.acknowledgedPrefix).map((m) => m.messageId),
+      );
+    });
+
+    it("a connection that cannot be opened (AggregateError of ECONNREFUSED) is transient, and described in full", function () {
+      const refused = (port: number) =>
+        Object.assign(new Error(`connect ECONNREFUSED 127.0.0.1:${port}`), { code: "ECONNREFUSED" });
+      const aggregate = new AggregateError([refused(5671), refused(5672)], "");
+      assert.equal(isTransient(aggregate), true);
+      assert.equal(isTransient(new AggregateError([refused(1), new Error("bad")], "")), false);
+      assert.equal(
+        describeError(aggregate),
+        "AggregateError (Error [ECONNREFUSED]: connect ECONNREFUSED 127.0.0.1:5671; " +
+          "Error [ECONNREFUSED]: connect ECONNREFUSED 127.0.0.1:5672)",
+      );
     });
 
     it("a queue that does not exist fails the call at once, with nothing reported sent", async function () {
