@@ -55,7 +55,9 @@ describe("worker: a table locked by a long migration (statement timeouts, the da
       db,
       maxConcurrentCalls: 4,
       probeTimeoutMs: 1_000,
-      retryPolicy: defaultRetryPolicy,
+      // The default schedule's first steps, its tail shortened so that a retry scheduled as a copy while the table
+      // was locked arrives within the test (the default's next step is 2 min).
+      retryPolicy: { ...defaultRetryPolicy, transientDelaysMs: [1_000, 5_000, 10_000, 15_000, 20_000] },
     });
     await admin.query("BEGIN");
     await admin.query("LOCK TABLE example_credits IN ACCESS EXCLUSIVE MODE");
