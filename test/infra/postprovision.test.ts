@@ -142,6 +142,29 @@ exec "${process.execPath}" "$@"
     assert.match(result.log.at(-1) ?? "", /firewall-rule delete/);
   });
 
+  for (const [setting, value] of [
+    ["SBINBOX_SQL_WAIT_SECONDS", "10m"],
+    ["SBINBOX_SQL_WAIT_SECONDS", "abc"],
+    ["SBINBOX_SQL_WAIT_SECONDS", "1e3"],
+    ["SBINBOX_SQL_RETRY_SECONDS", "-1"],
+    ["SBINBOX_SQL_RETRY_SECONDS", "2.5"],
+  ] as const) {
+    it(`refuses ${setting}=${value}, naming the setting, before touching anything`, async function () {
+      const result = await start({ [setting]: value });
+      assert.equal(result.code, 2, result.stderr);
+      assert.match(
+        result.stderr,
+        new RegExp(`${setting} must be a whole number of seconds \\(got '${value}'\\)`),
+      );
+      assert.deepEqual(result.log, []);
+    });
+  }
+
+  it("reads a leading zero as decimal, not octal", async function () {
+    const result = await start({ SBINBOX_SQL_WAIT_SECONDS: "08", SBINBOX_SQL_RETRY_SECONDS: "00" });
+    assert.equal(result.code, 0, result.stderr);
+  });
+
   it("names a missing output before touching anything", async function () {
     const result = await start({ WORKER_IDENTITY_CLIENT_ID: "" });
     assert.equal(result.code, 2);
