@@ -161,7 +161,12 @@ exec "${process.execPath}" "$@"
   }
 
   it("reads a leading zero as decimal, not octal", async function () {
-    const result = await start({ SBINBOX_SQL_WAIT_SECONDS: "08", SBINBOX_SQL_RETRY_SECONDS: "00" });
+    // One refusal, so the deadline is read.
+    const result = await start({
+      STANDIN_REFUSALS: "1",
+      SBINBOX_SQL_WAIT_SECONDS: "08",
+      SBINBOX_SQL_RETRY_SECONDS: "00",
+    });
     assert.equal(result.code, 0, result.stderr);
   });
 
