@@ -171,6 +171,12 @@ describe("azure.yaml: `azd up` provisions and deploys the worker", function () {
     );
   });
 
+  it("applies the migrations before `azd deploy` ships the package, from that package", function () {
+    const worker = azure.services!.worker!;
+    const predeploy = worker.hooks?.predeploy?.posix.run ?? "";
+    assert.equal(predeploy, `SBINBOX_PACKAGE_DIR=${worker.dist!} bash infra/scripts/postprovision.sh`);
+  });
+
   it("runs the post-provision step after provisioning", function () {
     assert.match(azure.hooks?.postprovision?.posix.run ?? "", /infra\/scripts\/postprovision\.sh/);
   });
