@@ -143,6 +143,7 @@ describe("azure.yaml: `azd up` provisions and deploys the worker", function () {
       }
     >;
     hooks?: Record<string, { posix: { run: string } }>;
+    requiredVersions?: { azd?: string };
   };
   let azure: AzureYaml;
 
@@ -175,6 +176,10 @@ describe("azure.yaml: `azd up` provisions and deploys the worker", function () {
     const worker = azure.services!.worker!;
     const predeploy = worker.hooks?.predeploy?.posix.run ?? "";
     assert.equal(predeploy, `SBINBOX_PACKAGE_DIR=${worker.dist!} bash infra/scripts/postprovision.sh`);
+  });
+
+  it("requires an azd that keeps the staged package's node_modules (Azure/azure-dev#5383)", function () {
+    assert.equal(azure.requiredVersions?.azd, ">= 1.18.0");
   });
 
   it("runs the post-provision step after provisioning", function () {
