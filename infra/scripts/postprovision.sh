@@ -40,6 +40,20 @@ for name in AZURE_RESOURCE_GROUP SQL_SERVER_NAME SQL_SERVER_FQDN SQL_DATABASE_NA
   printf -v "$name" '%s' "$value"
 done
 
+# Whole numbers of seconds only: bash arithmetic would take "10m" or "abc" for a variable or a bad base and stop with
+# an unrelated error, and sleep would take "-1" for an option.
+wait_seconds="${SBINBOX_SQL_WAIT_SECONDS:-600}"
+retry_seconds="${SBINBOX_SQL_RETRY_SECONDS:-20}"
+for setting in SBINBOX_SQL_WAIT_SECONDS:"$wait_seconds" SBINBOX_SQL_RETRY_SECONDS:"$retry_seconds"; do
+  if ! [[ "${setting#*:}" =~ ^[0-9]{1,6}$ ]]; then
+    echo "postprovision: ${setting%%:*} must be a whole number of seconds (got '${setting#*:}')" >&2
+    exit 2
+  fi
+done
+# Base 10 explicitly: a leading zero ("08") is otherwise read as octal.
+wait_seconds=$((10#$wait_seconds))
+retry_seconds=$((10#$retry_seconds))
+
 az account show --query user.name --output tsv >/dev/null || {
   echo "postprovision: sign in first (az login), as the SQL server's Entra admin" >&2
   exit 2
@@ -62,8 +76,6 @@ fi
 
 # "Active Directory Integrated" makes the driver use DefaultAzureCredential, i.e. the Azure CLI login above.
 connection="Server=${SQL_SERVER_FQDN};Database=${SQL_DATABASE_NAME};Authentication=Active Directory Integrated;Encrypt=true"
-wait_seconds="${SBINBOX_SQL_WAIT_SECONDS:-600}"
-retry_seconds="${SBINBOX_SQL_RETRY_SECONDS:-20}"
 deadline=$((SECONDS + wait_seconds))
 attempt=1
 while true; do

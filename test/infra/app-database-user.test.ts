@@ -19,6 +19,27 @@ describe("the worker's database user (sbinbox migrate --app-user)", function () 
     assert.doesNotMatch(batch, /FROM EXTERNAL PROVIDER/);
   });
 
+  it("stops with an error naming the user when it exists with another client ID's SID, before granting anything", function () {
+    const batch = appUserBatch("id-x", clientId);
+    const lines = batch.split("\n");
+    const check = lines.findIndex((l) =>
+      l.includes(
+        "ELSE IF (SELECT sid FROM sys.database_principals WHERE name = N'id-x') <> 0x0403020106050807090A0B0C0D0E0F10",
+      ),
+    );
+    assert.ok(check > 0, batch);
+    assert.match(
+      lines[check + 1]!,
+      /^ {2}THROW 51000, N'database user \[id-x\] exists with another SID .*DROP USER \[id-x\]/,
+    );
+    assert.ok(check < lines.findIndex((l) => l.startsWith("ALTER ROLE")), "checked before the grants");
+  });
+
+  it("takes managed identity names with underscores", function () {
+    assert.match(appUserBatch("id_sbinbox_worker", clientId), /CREATE USER \[id_sbinbox_worker\]/);
+    assert.throws(() => appUserBatch("_id", clientId), /--app-user/);
+  });
+
   it("refuses names and IDs that could break out of the brackets", function () {
     assert.throws(() => appUserBatch("app]; DROP TABLE x; --", clientId), /--app-user/);
     assert.throws(() => appUserBatch("app-x", "not-a-guid"), /--app-client-id/);

@@ -70,6 +70,30 @@ describe("the deploy workflow's structure (.github/workflows/deploy.yml)", funct
     assert.equal(post?.env?.SBINBOX_PACKAGE_DIR, "${{ runner.temp }}/worker");
   });
 
+  it("builds without install scripts, so no dependency's script runs where the deployed package is made", function () {
+    const install = jobs.build!.steps.find((s) => /npm ci/.test(s.run ?? ""));
+    assert.match(install?.run ?? "", /npm ci .*--ignore-scripts/);
+  });
+
+  it("signs in to Azure again right before each step that asks the CLI for a token after a long one", function () {
+    // The CLI replays the GitHub OIDC assertion from sign-in for every new token, and the assertion lives minutes
+    // (AADSTS700024): the Bicep deployment and the post-provision's firewall wait each outlast it.
+    const steps = jobs.deploy!.steps;
+    const at = (pattern: RegExp) => steps.findIndex((s) => pattern.test(s.run ?? ""));
+    for (const late of [/postprovision\.sh/, /az webapp deploy/]) {
+      const index = at(late);
+      assert.ok(index > 0, String(late));
+      assert.match(
+        steps[index - 1]!.uses ?? "",
+        /^azure\/login@/,
+        `azure/login right before ${String(late)}`,
+      );
+    }
+    const logins = steps.filter((s) => s.uses?.startsWith("azure/login@"));
+    assert.equal(logins.length, 3);
+    for (const login of logins) assert.deepEqual(login.with, logins[0]!.with);
+  });
+
   it("reads the deployment's outputs whatever the case ARM returns their names in", async function () {
     const deployStep = jobs.deploy!.steps.find((s) => /az deployment sub create/.test(s.run ?? ""))!;
     const filter = /jq -r '([^']+)'/.exec(deployStep.run!)?.[1];
@@ -119,6 +143,7 @@ describe("azure.yaml: `azd up` provisions and deploys the worker", function () {
       }
     >;
     hooks?: Record<string, { posix: { run: string } }>;
+    requiredVersions?: { azd?: string };
   };
   let azure: AzureYaml;
 
@@ -145,6 +170,16 @@ describe("azure.yaml: `azd up` provisions and deploys the worker", function () {
       prepackage,
       new RegExp(`scripts/package-worker\\.sh ${worker.dist!.replace(/[.]/g, "\\.")}$`),
     );
+  });
+
+  it("applies the migrations before `azd deploy` ships the package, from that package", function () {
+    const worker = azure.services!.worker!;
+    const predeploy = worker.hooks?.predeploy?.posix.run ?? "";
+    assert.equal(predeploy, `SBINBOX_PACKAGE_DIR=${worker.dist!} bash infra/scripts/postprovision.sh`);
+  });
+
+  it("requires an azd that keeps the staged package's node_modules (Azure/azure-dev#5383)", function () {
+    assert.equal(azure.requiredVersions?.azd, ">= 1.18.0");
   });
 
   it("runs the post-provision step after provisioning", function () {

@@ -11,6 +11,8 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import mssql from "mssql";
 import * as tedious from "tedious";
+import { type AddressInfo, createServer, type Server, type Socket } from "node:net";
+import { FIREWALL_EXIT_CODE, run as migrate } from "../../src/cli/migrate.ts";
 import { isFirewallRefusal } from "../../src/inbox/sqlserver/app-user.ts";
 import { sqlServerErrorChain } from "../../src/inbox/sqlserver/error-chain.ts";
 
@@ -142,6 +144,34 @@ exec "${process.execPath}" "$@"
     assert.match(result.log.at(-1) ?? "", /firewall-rule delete/);
   });
 
+  for (const [setting, value] of [
+    ["SBINBOX_SQL_WAIT_SECONDS", "10m"],
+    ["SBINBOX_SQL_WAIT_SECONDS", "abc"],
+    ["SBINBOX_SQL_WAIT_SECONDS", "1e3"],
+    ["SBINBOX_SQL_RETRY_SECONDS", "-1"],
+    ["SBINBOX_SQL_RETRY_SECONDS", "2.5"],
+  ] as const) {
+    it(`refuses ${setting}=${value}, naming the setting, before touching anything`, async function () {
+      const result = await start({ [setting]: value });
+      assert.equal(result.code, 2, result.stderr);
+      assert.match(
+        result.stderr,
+        new RegExp(`${setting} must be a whole number of seconds \\(got '${value}'\\)`),
+      );
+      assert.deepEqual(result.log, []);
+    });
+  }
+
+  it("reads a leading zero as decimal, not octal", async function () {
+    // One refusal, so the deadline is read.
+    const result = await start({
+      STANDIN_REFUSALS: "1",
+      SBINBOX_SQL_WAIT_SECONDS: "08",
+      SBINBOX_SQL_RETRY_SECONDS: "00",
+    });
+    assert.equal(result.code, 0, result.stderr);
+  });
+
   it("names a missing output before touching anything", async function () {
     const result = await start({ WORKER_IDENTITY_CLIENT_ID: "" });
     assert.equal(result.code, 2);
@@ -164,5 +194,108 @@ describe("recognising the firewall's refusal in what mssql and tedious raise", f
     assert.ok(!sqlServerErrorChain(denied).some(isFirewallRefusal));
     const socket = new mssql.ConnectionError(new tedious.ConnectionError(REFUSAL, "ESOCKET"));
     assert.ok(!sqlServerErrorChain(socket).some(isFirewallRefusal));
+  });
+});
+
+/**
+ * A TDS endpoint that does what Azure SQL's gateway does for an address its firewall does not admit: it answers the
+ * PRELOGIN, then answers LOGIN7 with error 40615 and no LOGINACK. Just enough of TDS 7.4 (MS-TDS 2.2.6.5, 2.2.7.10,
+ * 2.2.7.6) for tedious to raise its login error, so the real driver's error reaches `sbinbox migrate`.
+ */
+function packet(type: number, payload: Buffer): Buffer {
+  const header = Buffer.alloc(8);
+  header.writeUInt8(type, 0);
+  header.writeUInt8(0x01, 1); // end of message
+  header.writeUInt16BE(8 + payload.length, 2);
+  header.writeUInt8(1, 6);
+  return Buffer.concat([header, payload]);
+}
+
+function ucs2(text: string): Buffer {
+  return Buffer.from(text, "utf16le");
+}
+
+function refusingServer(message: string): Server {
+  const prelogin = Buffer.from([
+    // VERSION at 11, 6 bytes; ENCRYPTION at 17, 1 byte; terminator.
+    0x00,
+    0x00,
+    0x0b,
+    0x00,
+    0x06,
+    0x01,
+    0x00,
+    0x11,
+    0x00,
+    0x01,
+    0xff,
+    0x0c,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x02, // ENCRYPT_NOT_SUP
+  ]);
+  const server = ucs2("sql-sbinbox-x");
+  const body = Buffer.concat([
+    Buffer.from([0, 0, 0, 0]), // number, below
+    Buffer.from([1, 20]), // state, class
+    Buffer.from([message.length & 0xff, message.length >> 8]),
+    ucs2(message),
+    Buffer.from([server.length / 2]),
+    server,
+    Buffer.from([0]), // no procedure
+    Buffer.from([0, 0, 0, 0]), // line number
+  ]);
+  body.writeInt32LE(40615, 0);
+  const error = Buffer.concat([Buffer.from([0xaa, body.length & 0xff, body.length >> 8]), body]);
+  const done = Buffer.alloc(13);
+  done.writeUInt8(0xfd, 0);
+  done.writeUInt16LE(0x0002, 1); // DONE_ERROR
+  const loginReply = packet(0x04, Buffer.concat([error, done]));
+  return createServer((socket: Socket) => {
+    socket.on("error", () => {});
+    let buffered = Buffer.alloc(0);
+    socket.on("data", (chunk: Buffer) => {
+      buffered = Buffer.concat([buffered, chunk]);
+      while (buffered.length >= 8 && buffered.length >= buffered.readUInt16BE(2)) {
+        const type = buffered.readUInt8(0);
+        buffered = buffered.subarray(buffered.readUInt16BE(2));
+        if (type === 0x12) socket.write(packet(0x04, prelogin));
+        else if (type === 0x10) socket.end(loginReply);
+      }
+    });
+  });
+}
+
+describe("sbinbox migrate against a server that refuses the login with Azure SQL's firewall error", function () {
+  this.timeout(60_000);
+  let server: Server;
+  let port = 0;
+
+  before(async () => {
+    server = refusingServer(REFUSAL);
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    port = (server.address() as AddressInfo).port;
+  });
+
+  after(async () => {
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+
+  it("exits 75 (the code post-provision retries on), through the real mssql and tedious", async function () {
+    const errors: string[] = [];
+    const code = await migrate(
+      ["--app-user", "id-sbinbox-worker-x", "--app-client-id", CLIENT_ID],
+      {
+        SBINBOX_SQLSERVER_CONNECTION_STRING: `Server=127.0.0.1,${port};Database=sbinbox;User Id=deployer;Password=unused;Encrypt=false;TrustServerCertificate=true;Connect Timeout=20`,
+      },
+      () => {},
+      (line) => errors.push(line),
+    );
+    assert.equal(code, FIREWALL_EXIT_CODE, errors.join("\n"));
+    assert.equal(code, 75);
+    assert.match(errors.join("\n"), /firewall refused this machine \(error 40615\)/);
   });
 });
