@@ -57,16 +57,24 @@ export async function startRelay(options: RelayOptions): Promise<Relay> {
     woken = true;
     wakeUp?.();
   };
-  const pause = (ms: number): Promise<void> =>
+  let stopPause: (() => void) | undefined;
+  /**
+   * Waits `ms`. A wake (NOTIFY, wake()) ends an idle pause; only stop() ends the back-off after a failure:
+   * otherwise every commit during an outage would claim and try more rows, and a wake during the back-off
+   * would claim the rows behind the released ones, sending them out of order.
+   */
+  const pause = (ms: number, wakeable: boolean): Promise<void> =>
     new Promise((resolve) => {
-      if (woken || !running) return resolve();
+      if ((wakeable && woken) || !running) return resolve();
       const timer = setTimeout(done, ms);
       function done(): void {
         clearTimeout(timer);
         wakeUp = undefined;
+        stopPause = undefined;
         resolve();
       }
-      wakeUp = done;
+      if (wakeable) wakeUp = done;
+      stopPause = done;
     });
 
   let stopListening: (() => Promise<void>) | undefined;
@@ -102,7 +110,11 @@ export async function startRelay(options: RelayOptions): Promise<Relay> {
     if (report.retry.length > 0) {
       counters.failedSends += 1;
       onError(report.error, "send");
-      await store.release(report.retry, s.retryDelayMs);
+      // A failure that proves nothing reached the broker leaves the window unstarted for rows on their first try.
+      const neverSent = report.mayHaveReached
+        ? []
+        : rows.filter((r) => r.firstTry && report.retry.includes(r.id)).map((r) => r.id);
+      await store.release(report.retry, s.retryDelayMs, neverSent);
       return "failed";
     }
     return rows.length === s.batchSize ? "more" : "idle";
@@ -122,11 +134,13 @@ export async function startRelay(options: RelayOptions): Promise<Relay> {
       }
       if (result === "failed") {
         failures += 1;
-        await pause(Math.min(30_000, s.retryDelayMs * 2 ** Math.min(failures - 1, 10)));
+        // Never shorter than retryDelayMs, the released rows' lock: the next claim finds them first again.
+        const backoff = Math.min(30_000, s.retryDelayMs * 2 ** Math.min(failures - 1, 10));
+        await pause(Math.max(s.retryDelayMs, backoff), false);
         continue;
       }
       failures = 0;
-      if (result === "idle") await pause(s.pollIntervalMs);
+      if (result === "idle") await pause(s.pollIntervalMs, true);
     }
   })();
 
@@ -176,6 +190,7 @@ export async function startRelay(options: RelayOptions): Promise<Relay> {
     async stop() {
       running = false;
       wake();
+      stopPause?.();
       clearInterval(statusTimer);
       if (cleanupTimer) clearInterval(cleanupTimer);
       stopObserving();

@@ -58,10 +58,12 @@ UPDATE c SET
   LockedUntilUtc = DATEADD(millisecond, @p2, SYSUTCDATETIME())
 OUTPUT INSERTED.Id AS id, INSERTED.MessageId AS messageId, INSERTED.Type AS type, INSERTED.[Key] AS [key],
   INSERTED.Body AS body, INSERTED.Properties AS properties, INSERTED.CorrelationId AS correlationId,
-  INSERTED.TraceParent AS traceParent, INSERTED.TraceState AS traceState, INSERTED.Attempts AS attempts;`,
+  INSERTED.TraceParent AS traceParent, INSERTED.TraceState AS traceState, INSERTED.Attempts AS attempts,
+  CASE WHEN DELETED.FirstAttemptUtc IS NULL THEN 1 ELSE 0 END AS firstTry;`,
   markSent: `UPDATE dbo.Outbox SET SentUtc = SYSUTCDATETIME(), LockedUntilUtc = NULL
 WHERE Id IN (SELECT CAST([value] AS bigint) FROM OPENJSON(@p1));`,
-  release: `UPDATE dbo.Outbox SET LockedUntilUtc = DATEADD(millisecond, @p2, SYSUTCDATETIME())
+  release: `UPDATE dbo.Outbox SET LockedUntilUtc = DATEADD(millisecond, @p2, SYSUTCDATETIME()),
+  FirstAttemptUtc = CASE WHEN Id IN (SELECT CAST([value] AS bigint) FROM OPENJSON(@p3)) THEN NULL ELSE FirstAttemptUtc END
 WHERE Id IN (SELECT CAST([value] AS bigint) FROM OPENJSON(@p1)) AND SentUtc IS NULL;`,
   setAside: `UPDATE dbo.Outbox SET SetAsideUtc = SYSUTCDATETIME(), Error = LEFT(@p2, 4000), LockedUntilUtc = NULL
 WHERE Id = CAST(@p1 AS bigint);`,
