@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { context, trace } from "@opentelemetry/api";
+import { context, createTraceState, ROOT_CONTEXT, trace, TraceFlags } from "@opentelemetry/api";
 import type { ServiceBusReceivedMessage } from "@azure/service-bus";
 import mssql from "mssql";
 import pg from "pg";
@@ -274,6 +274,21 @@ export function outboxConformance(backend: Backend): void {
         .filter((s) => s.spanContext().traceId === traceId);
       assert.equal(sends.length, 1);
       assert.equal(sends[0]!.parentSpanContext?.spanId, create.spanContext().spanId);
+    });
+
+    it("stores the upstream tracestate with the row and sends it", async function () {
+      const parent = trace.setSpanContext(ROOT_CONTEXT, {
+        traceId: "4bf92f3577b34da6a3ce929d0e0e4736",
+        spanId: "00f067aa0ba902b7",
+        traceFlags: TraceFlags.SAMPLED,
+        isRemote: true,
+        traceState: createTraceState("vendor=abc,other=1"),
+      });
+      await context.with(parent, () => upstream.run([51]));
+      await relay();
+      const [m] = await receive(1);
+      assert.match(String(m!.applicationProperties?.traceparent), /^00-4bf92f3577b34da6a3ce929d0e0e4736-/);
+      assert.equal(m!.applicationProperties?.tracestate, "vendor=abc,other=1");
     });
   });
 }
