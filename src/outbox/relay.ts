@@ -31,7 +31,7 @@ export interface Relay {
   readonly status: OutboxStatus | undefined;
   /** Look for rows now instead of at the next poll. */
   wake(): void;
-  /** /readyz: not ready while the database cannot be read or rows are stale. */
+  /** /readyz: not ready while the database cannot be read; `outbox: "stale"` reports stale rows without failing. */
   readiness(): Promise<ReadinessReport>;
   /** Stops claiming, lets the batch in flight finish, stops listening; leaves store and sender open. */
   stop(): Promise<void>;
@@ -144,9 +144,20 @@ export async function startRelay(options: RelayOptions): Promise<Relay> {
     }
   })();
 
+  let reportedStale = 0;
   async function readStatus(): Promise<void> {
     try {
       status = await store.status(usableWindowMs);
+      // Stale rows wait for an operator, not for a restart: they go to the log (once per rise), the
+      // sbinbox.outbox.stale gauge and status.stale, never to readiness, which would take the instance out.
+      if (status.stale > reportedStale)
+        onError(
+          new Error(
+            `${status.stale} unsent outbox rows were first tried before the duplicate-detection window: not sent until an operator decides (docs/outbox.md)`,
+          ),
+          "stale",
+        );
+      reportedStale = status.stale;
     } catch (error) {
       status = undefined;
       onError(error, "status");
@@ -180,7 +191,9 @@ export async function startRelay(options: RelayOptions): Promise<Relay> {
       // Words only: /readyz is public. The counts are in `status`, the metrics and the log.
       if (!status) return { ready: false, status: "running", database: "unreachable" };
       return {
-        ready: status.stale === 0,
+        // Stale rows do not make the relay unready: a probe failing for them would only have the platform
+        // replace a healthy instance, and a new one cannot send them either.
+        ready: true,
         status: "running",
         database: "ok",
         // Rows first tried longer ago than the duplicate-detection window allows for a resend (docs/outbox.md).
