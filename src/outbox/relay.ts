@@ -79,18 +79,47 @@ export async function startRelay(options: RelayOptions): Promise<Relay> {
 
   let stopListening: (() => Promise<void>) | undefined;
   let listening: Promise<void> | undefined;
+  let relistenTimer: NodeJS.Timeout | undefined;
+  let relistenDelayMs = 0;
+  /** The last loop failure was the database's (not a send's): a working LISTEN proves it is back. */
+  let lastFailureOnDatabase = false;
+  /**
+   * LISTEN again after a lost connection or a failed LISTEN, on its own back-off (not at the next poll, which
+   * may be minutes away); once it holds again, look for rows committed meanwhile at once.
+   */
+  const relistenLater = (): void => {
+    if (!running || relistenTimer) return;
+    relistenDelayMs = Math.min(5_000, Math.max(100, relistenDelayMs * 2));
+    relistenTimer = setTimeout(() => {
+      relistenTimer = undefined;
+      listen();
+    }, relistenDelayMs);
+    relistenTimer.unref();
+  };
   const listen = (): void => {
     if (!store.listen || !running || listening || stopListening) return;
+    const again = relistenDelayMs > 0;
     listening = store
       .listen(wake, (error) => {
         stopListening = undefined;
         onError(error, "listen");
+        wake(); // the loop claims (and so finds out) now, and polls until LISTEN is back
+        relistenLater();
       })
       .then((stop) => {
-        if (running) stopListening = stop;
-        else void stop();
+        if (!running) return void stop();
+        stopListening = stop;
+        if (again) {
+          relistenDelayMs = 0;
+          wake();
+          // A database failure's back-off may end now; a send failure's may not (the released rows' order).
+          if (lastFailureOnDatabase) stopPause?.();
+        }
       })
-      .catch((error: unknown) => onError(error, "listen"))
+      .catch((error: unknown) => {
+        onError(error, "listen");
+        relistenLater();
+      })
       .finally(() => {
         listening = undefined;
       });
@@ -128,9 +157,11 @@ export async function startRelay(options: RelayOptions): Promise<Relay> {
       let result: "more" | "idle" | "failed";
       try {
         result = await cycle();
+        lastFailureOnDatabase = false;
       } catch (error) {
         onError(error, "relay");
         result = "failed";
+        lastFailureOnDatabase = true;
       }
       if (result === "failed") {
         failures += 1;
@@ -204,6 +235,7 @@ export async function startRelay(options: RelayOptions): Promise<Relay> {
       running = false;
       wake();
       stopPause?.();
+      clearTimeout(relistenTimer);
       clearInterval(statusTimer);
       if (cleanupTimer) clearInterval(cleanupTimer);
       stopObserving();

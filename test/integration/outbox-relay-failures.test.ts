@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import type { ServiceBusReceivedMessage } from "@azure/service-bus";
 import pg from "pg";
+import { EmbeddedPostgresServer } from "../../src/embedded/postgres.ts";
 import { enqueue } from "../../src/outbox/enqueue.ts";
 import { createPostgresOutboxStore, type PostgresOutboxStore } from "../../src/outbox/postgres/store.ts";
 import { startRelay, type Relay } from "../../src/outbox/relay.ts";
@@ -141,5 +142,55 @@ describe("outbox relay after failed sends (real SDK, local broker, PostgreSQL)",
     const r = relay;
     await waitUntil(() => r.counters.sent === 4, "all four sent", 20_000);
     assert.deepEqual(await receiveAll(4), [1, 2, 3, 4]);
+  });
+});
+
+describe("outbox relay: LISTEN after a PostgreSQL restart (own server)", function () {
+  this.timeout(90_000);
+  const fixture = useLocalBroker(brokerConfig({ [QUEUE]: { RequiresDuplicateDetection: true } }));
+
+  it("listens again on its own back-off and sends a commit made after the restart without waiting for the poll", async function () {
+    const server = await EmbeddedPostgresServer.create();
+    const url = await server.createDatabase("relisten");
+    const pool = new pg.Pool({ connectionString: url, max: 2 });
+    pool.on("error", () => undefined); // idle clients die with the server
+    const store = createPostgresOutboxStore({ url });
+    await store.migrate();
+    const errors: string[] = [];
+    const sender = createOutboxSender({ client: fixture.client, queue: QUEUE });
+    const relay = await startRelay({
+      store,
+      sender,
+      pollIntervalMs: 200_000, // only NOTIFY can make it send within the test
+      onError: (_error, during) => errors.push(during),
+    });
+    const commit = async (key: string): Promise<void> => {
+      const client = await pool.connect();
+      try {
+        await client.query("BEGIN");
+        await enqueue(client, { type: "Relisten", key, body: {} });
+        await client.query("COMMIT");
+      } finally {
+        client.release();
+      }
+    };
+    try {
+      await commit("1");
+      await waitUntil(() => relay.counters.sent === 1, "the first row, by NOTIFY");
+      await server.stop();
+      await waitUntil(() => errors.includes("listen"), "the LISTEN connection lost", 20_000);
+      await new Promise((r) => setTimeout(r, 3_000)); // a few failed claims and LISTENs: their back-offs grow
+      await server.start();
+      // Give LISTEN its back-off (at most 5 s) to come back, then commit: only its NOTIFY can wake the relay.
+      await new Promise((r) => setTimeout(r, 6_000));
+      await commit("2");
+      await waitUntil(() => relay.counters.sent === 2, "the second row, by NOTIFY after the restart", 10_000);
+    } finally {
+      await relay.stop();
+      await sender.close();
+      await store.close();
+      await pool.end();
+      await server.dispose();
+    }
   });
 });
