@@ -62,7 +62,11 @@ export async function run(argv: string[]): Promise<number> {
     config.serviceBus.kind === "connection-string"
       ? { connectionString: config.serviceBus.connectionString }
       : { fullyQualifiedNamespace: config.serviceBus.fullyQualifiedNamespace };
-  const client = createServiceBusClient(target);
+  // One try per send, bounded by SBINBOX_OUTBOX_SEND_TIMEOUT_MS (the SDK's defaults, 3 retries of up to 60 s
+  // with 30 s between, could outlast the lease and the window); the relay retries with its own back-off.
+  const client = createServiceBusClient(target, {
+    retryOptions: { maxRetries: 0, timeoutInMs: config.relay.sendTimeoutMs },
+  });
   const sender = createOutboxSender({ client, queue: config.queue });
   const abort = new AbortController();
   let stopRequested: (signal: string) => void = () => undefined;

@@ -132,6 +132,7 @@ function relaySettings(s: RawSettings, check: boolean): RelaySettings {
     retentionMs: s.SBINBOX_OUTBOX_RETENTION_HOURS * HOUR_MS,
     cleanupIntervalMs: s.SBINBOX_OUTBOX_CLEANUP_INTERVAL_MS,
     retryDelayMs: s.SBINBOX_OUTBOX_RETRY_DELAY_MS,
+    sendTimeoutMs: s.SBINBOX_OUTBOX_SEND_TIMEOUT_MS,
     statusIntervalMs: s.SBINBOX_OUTBOX_STATUS_INTERVAL_MS,
   };
   if (check) checkRelaySettings(relay);

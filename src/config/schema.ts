@@ -54,6 +54,8 @@ export const settings = {
   SBINBOX_OUTBOX_RETENTION_HOURS: "how long sent outbox rows are kept (0 keeps them)",
   SBINBOX_OUTBOX_CLEANUP_INTERVAL_MS:
     "how often sent outbox rows past the retention are deleted (0 turns it off)",
+  SBINBOX_OUTBOX_SEND_TIMEOUT_MS:
+    "the longest one batch's send may take (one try, no SDK retries); must be shorter than the lease",
   SBINBOX_OUTBOX_RETRY_DELAY_MS: "first wait after the broker or network failed a send; doubles up to 30 s",
   SBINBOX_OUTBOX_STATUS_INTERVAL_MS:
     "how often the relay reads outbox lag and stale rows for /readyz and metrics",
@@ -176,6 +178,7 @@ export const parsers = {
   SBINBOX_OUTBOX_WINDOW_MARGIN_MS: ms(0).default(60_000),
   SBINBOX_OUTBOX_RETENTION_HOURS: hours(0, 24 * 365).default(24),
   SBINBOX_OUTBOX_CLEANUP_INTERVAL_MS: ms(0).default(600_000),
+  SBINBOX_OUTBOX_SEND_TIMEOUT_MS: ms(100).default(20_000),
   SBINBOX_OUTBOX_RETRY_DELAY_MS: ms(1).default(1_000),
   SBINBOX_OUTBOX_STATUS_INTERVAL_MS: ms(100).default(5_000),
   SBINBOX_STARTUP_LIMIT_MS: ms(0, 86_400_000).default(600_000),

@@ -43,7 +43,16 @@ export interface Relay {
  * (a ConfigError names them). One function, so a start-up wait can be put in front of it later.
  */
 export async function startRelay(options: RelayOptions): Promise<Relay> {
-  const s: RelaySettings = { ...DEFAULT_RELAY_SETTINGS, ...definedOnly(options) };
+  const given = definedOnly(options);
+  const s: RelaySettings = {
+    ...DEFAULT_RELAY_SETTINGS,
+    // In-process with a short lease and no send timeout given: half the lease, so the default fits.
+    sendTimeoutMs: Math.min(
+      DEFAULT_RELAY_SETTINGS.sendTimeoutMs,
+      Math.floor((given.leaseMs ?? Infinity) / 2),
+    ),
+    ...given,
+  };
   checkRelaySettings(s);
   const { store, sender } = options;
   const onError = options.onError ?? (() => undefined);
@@ -126,9 +135,13 @@ export async function startRelay(options: RelayOptions): Promise<Relay> {
   };
 
   async function cycle(): Promise<"more" | "idle" | "failed"> {
+    const claimedAt = Date.now();
     const rows = await store.claim(s.batchSize, s.leaseMs, usableWindowMs);
     if (rows.length === 0) return "idle";
-    const report = await sender.send(rows);
+    // Every batch ends inside the lease (checkRelaySettings: sendTimeoutMs < leaseMs), so no other relay resends a
+    // row while a copy of it may still be on its way, and the window check's bound holds.
+    const leaseEnds = claimedAt + s.leaseMs;
+    const report = await sender.send(rows, { startBy: leaseEnds - s.sendTimeoutMs, abortAt: leaseEnds });
     await options.afterSend?.(report.sent);
     await store.markSent(report.sent);
     for (const { id, error } of report.setAside) await store.setAside(id, error);
@@ -136,6 +149,15 @@ export async function startRelay(options: RelayOptions): Promise<Relay> {
     counters.setAside += report.setAside.length;
     relayMetrics.recordSent(sender.queue, report.sent.length);
     relayMetrics.recordSetAside(sender.queue, report.setAside.length);
+    if (report.retry.length > 0 && report.error === undefined) {
+      // The lease ran short before these were started (a slow broker): not a failure, claim them again now.
+      await store.release(
+        report.retry,
+        0,
+        rows.filter((r) => r.firstTry && report.retry.includes(r.id)).map((r) => r.id),
+      );
+      return "more";
+    }
     if (report.retry.length > 0) {
       counters.failedSends += 1;
       onError(report.error, "send");

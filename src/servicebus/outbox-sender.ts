@@ -43,9 +43,18 @@ export interface SendReport {
   readonly mayHaveReached: boolean;
 }
 
+export interface SendOptions {
+  /**
+   * Epoch ms: a batch is started only before this, and a send still running at `abortAt` is aborted. Rows not
+   * started go to `retry` as never sent. The relay sets these from its lease and SBINBOX_OUTBOX_SEND_TIMEOUT_MS.
+   */
+  readonly startBy?: number;
+  readonly abortAt?: number;
+}
+
 export interface OutboxSender {
   readonly queue: string;
-  send(rows: readonly OutboxMessage[]): Promise<SendReport>;
+  send(rows: readonly OutboxMessage[], options?: SendOptions): Promise<SendReport>;
   close(): Promise<void>;
 }
 
@@ -155,8 +164,13 @@ export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
 
   return {
     queue,
-    async send(rows) {
+    async send(rows, options = {}) {
       const report: Mutable<SendReport> = { sent: [], setAside: [], retry: [], mayHaveReached: false };
+      const abort = new AbortController();
+      const abortTimer =
+        options.abortAt !== undefined
+          ? setTimeout(() => abort.abort(), Math.max(0, options.abortAt - Date.now()))
+          : undefined;
       const entries: Entry[] = [];
       for (const row of rows) {
         try {
@@ -169,6 +183,12 @@ export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
       let index = 0;
       try {
         while (index < entries.length) {
+          if (options.startBy !== undefined && Date.now() >= options.startBy) {
+            // Too late to start a send that must end inside the lease: the rest waits, never sent.
+            for (const rest of entries.slice(index)) endSpan(rest.span);
+            report.retry.push(...entries.slice(index).map((e) => e.row.id));
+            return report;
+          }
           let batch: ServiceBusMessageBatch;
           try {
             batch = await sender.createMessageBatch();
@@ -191,7 +211,7 @@ export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
             continue;
           }
           try {
-            await sender.sendMessages(batch);
+            await sender.sendMessages(batch, { abortSignal: abort.signal });
             for (const entry of inBatch) {
               endSpan(entry.span);
               report.sent.push(entry.row.id);
@@ -219,6 +239,8 @@ export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
           endSpan(entry.span, report.error);
           report.retry.push(entry.row.id);
         }
+      } finally {
+        clearTimeout(abortTimer);
       }
       return report;
     },
