@@ -113,10 +113,22 @@ export async function run(argv: string[]): Promise<number> {
         onState: (step, state) => (startup[step] = state),
       },
     );
+    const killAfter = config.faultKillAfterSend;
     relay = await startRelay({
       store,
       sender,
       ...config.relay,
+      // Fault injection (chaos runs, tests): die between the broker's accept and the mark, as a crash would.
+      afterSend: killAfter
+        ? (_sentIds, sentMessageIds) => {
+            if (sentMessageIds.includes(killAfter)) {
+              logger.warn("fault injection: killing the relay between send and mark", {
+                messageId: killAfter,
+              });
+              process.kill(process.pid, "SIGKILL");
+            }
+          }
+        : undefined,
       onError: (error, during) => logger.warn("relay error", { during, error }),
     });
     logger.info("relay ready", { queue: config.queue, httpPort: health.port });

@@ -40,6 +40,7 @@ export interface Config {
   readonly startupLimitMs: number;
   readonly logLevel: "debug" | "info" | "warn" | "error";
   readonly faultKillAfterCommit?: string;
+  readonly faultKillAfterSend?: string;
   readonly port: number;
   readonly httpHost: string;
   readonly applicationInsightsConnectionString?: string;
@@ -114,6 +115,7 @@ export function loadConfig(options: LoadOptions = {}): Config {
     startupLimitMs: s.SBINBOX_STARTUP_LIMIT_MS,
     logLevel: s.SBINBOX_LOG_LEVEL,
     faultKillAfterCommit: s.SBINBOX_FAULT_KILL_AFTER_COMMIT,
+    faultKillAfterSend: s.SBINBOX_FAULT_KILL_AFTER_SEND,
     port: s.PORT,
     httpHost: s.SBINBOX_HTTP_HOST ?? (serviceBusConnection(s).kind === "embedded" ? "127.0.0.1" : "0.0.0.0"),
     applicationInsightsConnectionString: s.APPLICATIONINSIGHTS_CONNECTION_STRING,

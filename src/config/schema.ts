@@ -64,6 +64,8 @@ export const settings = {
   SBINBOX_LOG_LEVEL: "debug, info, warn or error",
   SBINBOX_FAULT_KILL_AFTER_COMMIT:
     "fault injection for the demo and chaos runs only: SIGKILL the process after this MessageId commits",
+  SBINBOX_FAULT_KILL_AFTER_SEND:
+    "fault injection for chaos runs only: the relay SIGKILLs itself after sending this MessageId, before marking it sent",
   PORT: "HTTP port of /healthz and /readyz (0 picks a free port)",
   SBINBOX_HTTP_HOST: "address the HTTP listener binds (default 0.0.0.0; 127.0.0.1 on embedded defaults)",
   APPLICATIONINSIGHTS_CONNECTION_STRING: "Application Insights connection string (telemetry export)",
@@ -186,6 +188,7 @@ export const parsers = {
     .enum(["debug", "info", "warn", "error"], "must be debug, info, warn or error")
     .default("info"),
   SBINBOX_FAULT_KILL_AFTER_COMMIT: text.optional(),
+  SBINBOX_FAULT_KILL_AFTER_SEND: text.optional(),
   PORT: int(0, 65535).default(8080),
   SBINBOX_HTTP_HOST: text.optional(),
   APPLICATIONINSIGHTS_CONNECTION_STRING: text.optional(),

@@ -15,7 +15,10 @@ export interface RelayOptions extends Partial<RelaySettings> {
   /** Called with every failure the relay survives (database, broker); the relay keeps going. */
   readonly onError?: (error: unknown, during: string) => void;
   /** Test seam: runs between the send and the mark, where a crash makes a resend. */
-  readonly afterSend?: (sentIds: readonly string[]) => Promise<void> | void;
+  readonly afterSend?: (
+    sentIds: readonly string[],
+    sentMessageIds: readonly string[],
+  ) => Promise<void> | void;
 }
 
 export interface RelayCounters {
@@ -142,7 +145,10 @@ export async function startRelay(options: RelayOptions): Promise<Relay> {
     // row while a copy of it may still be on its way, and the window check's bound holds.
     const leaseEnds = claimedAt + s.leaseMs;
     const report = await sender.send(rows, { startBy: leaseEnds - s.sendTimeoutMs, abortAt: leaseEnds });
-    await options.afterSend?.(report.sent);
+    await options.afterSend?.(
+      report.sent,
+      rows.filter((r) => report.sent.includes(r.id)).map((r) => r.messageId),
+    );
     await store.markSent(report.sent);
     for (const { id, error } of report.setAside) await store.setAside(id, error);
     counters.sent += report.sent.length;

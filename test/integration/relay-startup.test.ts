@@ -3,7 +3,8 @@ import pg from "pg";
 import { EmbeddedPostgresServer } from "../../src/embedded/postgres.ts";
 import { freePort } from "../../src/embedded/free-port.ts";
 import { enqueue } from "../../src/outbox/enqueue.ts";
-import { useLocalBroker } from "../helpers/broker.ts";
+import { deriveMessageId } from "../../src/servicebus/message-id.ts";
+import { brokerConfig, useLocalBroker } from "../helpers/broker.ts";
 import { startCli } from "../helpers/cli.ts";
 import { createTestDatabase } from "../helpers/postgres.ts";
 
@@ -131,6 +132,72 @@ describe("sbinbox relay start-up waits for its database and Service Bus", functi
       const result = await done;
       await server.dispose();
       assert.equal(result.code, 0, result.stderr.slice(-2000));
+    }
+  });
+});
+
+/** The crash the outbox exists for, as a real process: SIGKILLed after the send, before the mark. */
+describe("sbinbox relay killed between send and mark (a process, SIGKILL)", function () {
+  this.timeout(90_000);
+  const fixture = useLocalBroker(brokerConfig({ [QUEUE]: { RequiresDuplicateDetection: true } }));
+
+  it("a second relay resends after the lease, the broker drops the copy: one message, the row marked sent", async function () {
+    const url = await createTestDatabase("relay_kill");
+    const port = await freePort();
+    const base = {
+      SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString,
+      SBINBOX_POSTGRES_URL: url,
+      SBINBOX_OUTBOX_LEASE_MS: "2000",
+      SBINBOX_OUTBOX_SEND_TIMEOUT_MS: "1000",
+      SBINBOX_OUTBOX_POLL_INTERVAL_MS: "200",
+    };
+    const messageId = deriveMessageId("RelayKilled", "1");
+    const first = startCli(["relay"], env({ ...base, SBINBOX_FAULT_KILL_AFTER_SEND: messageId }, port));
+    await waitFor(
+      async () => (await getJson(port, "/readyz"))?.status === 200,
+      "the first relay ready",
+      30_000,
+    );
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
+    try {
+      const client = await pool.connect();
+      await client.query("BEGIN");
+      await enqueue(client, { type: "RelayKilled", key: "1", body: {} });
+      await client.query("COMMIT");
+      client.release();
+      const killed = await first.done;
+      assert.equal(killed.signal, "SIGKILL", killed.stderr.slice(-2000));
+      const second = startCli(["relay"], env(base, await freePort()));
+      try {
+        await waitFor(
+          async () =>
+            (
+              await pool.query<{ n: number }>(
+                `SELECT count(*)::int AS n FROM "Outbox" WHERE "SentUtc" IS NOT NULL`,
+              )
+            ).rows[0]!.n === 1,
+          "the row marked sent by the second relay",
+          30_000,
+        );
+      } finally {
+        second.child.kill("SIGTERM");
+        assert.equal((await second.done).code, 0);
+      }
+      const { rows } = await pool.query<{ attempts: number }>(`SELECT "Attempts" AS attempts FROM "Outbox"`);
+      assert.equal(rows[0]!.attempts, 2, "sent twice");
+    } finally {
+      await pool.end();
+    }
+    const receiver = fixture.client.createReceiver(QUEUE, { receiveMode: "receiveAndDelete" });
+    try {
+      const got = await receiver.receiveMessages(10, { maxWaitTimeInMs: 2_000 });
+      assert.deepEqual(
+        got.filter((m) => m.messageId === messageId).length,
+        1,
+        "the broker dropped the resend",
+      );
+    } finally {
+      await receiver.close();
     }
   });
 });
