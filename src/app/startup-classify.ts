@@ -41,3 +41,13 @@ export function serviceBusStartupFailure(error: unknown): StartupFailureKind {
 function credentialError(error: unknown): boolean {
   return sqlServerErrorChain(error).some((e) => e instanceof Error && CREDENTIAL_ERRORS.has(e.name));
 }
+
+/** PostgreSQL's answers that refuse: bad password or role, no such database, no privilege. */
+const REFUSING_POSTGRES_CODES = new Set(["28P01", "28000", "3D000", "42501"]);
+
+/** A database error at the relay's start-up (it has no inbox store to ask): a refusal, or an outage. */
+export function outboxDatabaseStartupFailure(error: unknown): StartupFailureKind {
+  if (refusedSqlServerLogin(error) || credentialError(error)) return "refused";
+  const code = (error as { code?: unknown } | undefined)?.code;
+  return typeof code === "string" && REFUSING_POSTGRES_CODES.has(code) ? "refused" : "unreachable";
+}

@@ -42,6 +42,7 @@ export interface Config {
   readonly startupLimitMs: number;
   readonly logLevel: "debug" | "info" | "warn" | "error";
   readonly faultKillAfterCommit?: string;
+  readonly faultKillAfterSend?: string;
   readonly port: number;
   readonly httpHost: string;
   readonly applicationInsightsConnectionString?: string;
@@ -119,6 +120,7 @@ export function loadConfig(options: LoadOptions = {}): Config {
     startupLimitMs: s.SBINBOX_STARTUP_LIMIT_MS,
     logLevel: s.SBINBOX_LOG_LEVEL,
     faultKillAfterCommit: s.SBINBOX_FAULT_KILL_AFTER_COMMIT,
+    faultKillAfterSend: s.SBINBOX_FAULT_KILL_AFTER_SEND,
     port: s.PORT,
     httpHost: s.SBINBOX_HTTP_HOST ?? (serviceBusConnection(s).kind === "embedded" ? "127.0.0.1" : "0.0.0.0"),
     applicationInsightsConnectionString: s.APPLICATIONINSIGHTS_CONNECTION_STRING,
@@ -137,6 +139,7 @@ function relaySettings(s: RawSettings, check: boolean): RelaySettings {
     retentionMs: s.SBINBOX_OUTBOX_RETENTION_HOURS * HOUR_MS,
     cleanupIntervalMs: s.SBINBOX_OUTBOX_CLEANUP_INTERVAL_MS,
     retryDelayMs: s.SBINBOX_OUTBOX_RETRY_DELAY_MS,
+    sendTimeoutMs: s.SBINBOX_OUTBOX_SEND_TIMEOUT_MS,
     statusIntervalMs: s.SBINBOX_OUTBOX_STATUS_INTERVAL_MS,
   };
   if (check) checkRelaySettings(relay);

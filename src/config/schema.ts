@@ -58,6 +58,8 @@ export const settings = {
   SBINBOX_OUTBOX_RETENTION_HOURS: "how long sent outbox rows are kept (0 keeps them)",
   SBINBOX_OUTBOX_CLEANUP_INTERVAL_MS:
     "how often sent outbox rows past the retention are deleted (0 turns it off)",
+  SBINBOX_OUTBOX_SEND_TIMEOUT_MS:
+    "the longest one batch's send may take (one try, no SDK retries); must be shorter than the lease",
   SBINBOX_OUTBOX_RETRY_DELAY_MS: "first wait after the broker or network failed a send; doubles up to 30 s",
   SBINBOX_OUTBOX_STATUS_INTERVAL_MS:
     "how often the relay reads outbox lag and stale rows for /readyz and metrics",
@@ -66,6 +68,8 @@ export const settings = {
   SBINBOX_LOG_LEVEL: "debug, info, warn or error",
   SBINBOX_FAULT_KILL_AFTER_COMMIT:
     "fault injection for the demo and chaos runs only: SIGKILL the process after this MessageId commits",
+  SBINBOX_FAULT_KILL_AFTER_SEND:
+    "fault injection for chaos runs only: the relay SIGKILLs itself after sending this MessageId, before marking it sent",
   PORT: "HTTP port of /healthz and /readyz (0 picks a free port)",
   SBINBOX_HTTP_HOST: "address the HTTP listener binds (default 0.0.0.0; 127.0.0.1 on embedded defaults)",
   APPLICATIONINSIGHTS_CONNECTION_STRING: "Application Insights connection string (telemetry export)",
@@ -184,6 +188,7 @@ export const parsers = {
   SBINBOX_OUTBOX_WINDOW_MARGIN_MS: ms(0).default(60_000),
   SBINBOX_OUTBOX_RETENTION_HOURS: hours(0, 24 * 365).default(24),
   SBINBOX_OUTBOX_CLEANUP_INTERVAL_MS: ms(0).default(600_000),
+  SBINBOX_OUTBOX_SEND_TIMEOUT_MS: ms(100).default(20_000),
   SBINBOX_OUTBOX_RETRY_DELAY_MS: ms(1).default(1_000),
   SBINBOX_OUTBOX_STATUS_INTERVAL_MS: ms(100).default(5_000),
   SBINBOX_STARTUP_LIMIT_MS: ms(0, 86_400_000).default(600_000),
@@ -191,6 +196,7 @@ export const parsers = {
     .enum(["debug", "info", "warn", "error"], "must be debug, info, warn or error")
     .default("info"),
   SBINBOX_FAULT_KILL_AFTER_COMMIT: text.optional(),
+  SBINBOX_FAULT_KILL_AFTER_SEND: text.optional(),
   PORT: int(0, 65535).default(8080),
   SBINBOX_HTTP_HOST: text.optional(),
   APPLICATIONINSIGHTS_CONNECTION_STRING: text.optional(),

@@ -1,7 +1,7 @@
 import { context } from "@opentelemetry/api";
 import type { SqlExecutor } from "../domain/sql.ts";
 import { deriveMessageId } from "../servicebus/message-id.ts";
-import { endSpan, startCreateSpan, traceparentOf } from "../servicebus/tracing.ts";
+import { endSpan, startCreateSpan, traceparentOf, tracestateOf } from "../servicebus/tracing.ts";
 import { statements as postgresStatements } from "./postgres/statements.ts";
 import { statements as sqlServerStatements } from "./sqlserver/statements.ts";
 
@@ -14,6 +14,21 @@ export interface OutboxEvent {
   readonly properties?: Readonly<Record<string, string | number | boolean>>;
   readonly correlationId?: string;
 }
+
+export interface EnqueueOptions {
+  /**
+   * PostgreSQL: also `pg_notify` the relay so it sends at commit instead of at its next poll (default true).
+   * The notify takes a database-wide lock while the transaction commits (PreCommit_Notify), which serialises
+   * the commits of every transaction that notified; turn it off for high commit rates and rely on the poll.
+   */
+  readonly notify?: boolean;
+}
+
+/**
+ * SQL Server rows per INSERT statement: lock escalation turns more than about 5,000 row locks of one statement
+ * into a table lock, which would keep every relay's claim waiting until the caller commits.
+ */
+export const SQLSERVER_INSERT_CHUNK = 1_000;
 
 export interface EnqueueResult {
   readonly messageId: string;
@@ -58,15 +73,17 @@ interface Row {
 export async function enqueue(
   tx: OutboxTransaction,
   events: OutboxEvent | readonly OutboxEvent[],
+  options: EnqueueOptions = {},
 ): Promise<EnqueueResult[]> {
   const list: readonly OutboxEvent[] = Array.isArray(events) ? events : [events as OutboxEvent];
   const rows = list.map(toRow);
   if (rows.length === 0) return [];
   const { span, ctx } = startCreateSpan(rows.length, rows.length === 1 ? rows[0]!.messageId : undefined);
   const traceParent = traceparentOf(ctx) ?? null;
-  const stamped = rows.map((r) => ({ ...r, traceParent }));
+  const traceState = traceParent === null ? null : (tracestateOf(ctx) ?? null);
+  const stamped = rows.map((r) => ({ ...r, traceParent, traceState }));
   try {
-    await context.with(ctx, () => insert(tx, stamped));
+    await context.with(ctx, () => insert(tx, stamped, options.notify ?? true));
     endSpan(span);
   } catch (error) {
     endSpan(span, error);
@@ -110,13 +127,22 @@ function toRow(event: OutboxEvent, index: number): Row {
   };
 }
 
-async function insert(tx: OutboxTransaction, rows: readonly Row[]): Promise<void> {
+function chunks(rows: readonly Row[]): Row[][] {
+  const out: Row[][] = [];
+  for (let i = 0; i < rows.length; i += SQLSERVER_INSERT_CHUNK)
+    out.push(rows.slice(i, i + SQLSERVER_INSERT_CHUNK));
+  return out;
+}
+
+async function insert(tx: OutboxTransaction, rows: readonly Row[], notify: boolean): Promise<void> {
   if (isExecutor(tx)) {
     if (tx.dialect === "postgres") {
       await tx.query(postgresStatements.insertRows, postgresParams(rows));
-      await tx.query(postgresStatements.notify);
+      if (notify) await tx.query(postgresStatements.notify);
     } else {
-      await tx.query(sqlServerStatements.insertRows, [JSON.stringify(rows)]);
+      // One statement after the other, in order: identity values still follow the caller's order.
+      for (const chunk of chunks(rows))
+        await tx.query(sqlServerStatements.insertRows, [JSON.stringify(chunk)]);
     }
     return;
   }
@@ -124,9 +150,11 @@ async function insert(tx: OutboxTransaction, rows: readonly Row[]): Promise<void
     // mssql's own check: a Transaction that was never begun (or has ended) has no connection.
     if (!(tx as unknown as { _acquiredConnection?: unknown })._acquiredConnection)
       throw new TypeError("enqueue: the mssql Transaction is not open (call begin() first)");
-    const request = tx.request();
-    request.input("p1", JSON.stringify(rows));
-    await request.query(sqlServerStatements.insertRows);
+    for (const chunk of chunks(rows)) {
+      const request = tx.request();
+      request.input("p1", JSON.stringify(chunk));
+      await request.query(sqlServerStatements.insertRows);
+    }
     return;
   }
   if (typeof tx?.query !== "function")
@@ -139,7 +167,7 @@ async function insert(tx: OutboxTransaction, rows: readonly Row[]): Promise<void
     throw new TypeError("enqueue: the pg client is not inside a transaction (run BEGIN first)");
   if (status === "E") throw new TypeError("enqueue: the pg client's transaction has failed; roll it back");
   await client.query(postgresStatements.insertRows, postgresParams(rows));
-  await client.query(postgresStatements.notify);
+  if (notify) await client.query(postgresStatements.notify);
 }
 
 function postgresParams(rows: readonly Row[]): unknown[] {

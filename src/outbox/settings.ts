@@ -14,6 +14,11 @@ export interface RelaySettings {
   /** Sent rows are deleted after this long (0 keeps them). */
   readonly retentionMs: number;
   readonly cleanupIntervalMs: number;
+  /**
+   * The longest one batch's send may take, all tries included: the client's retryOptions must keep to it (the
+   * CLI's client makes one try with this timeout). A batch is started only while it can end inside the lease.
+   */
+  readonly sendTimeoutMs: number;
   /** First wait after a failure that is not a row's; doubles up to 30 s. */
   readonly retryDelayMs: number;
   /** How often lag, stale and set-aside counts are read for /readyz and the metrics. */
@@ -28,6 +33,7 @@ export const DEFAULT_RELAY_SETTINGS: RelaySettings = {
   windowMarginMs: 60_000,
   retentionMs: 24 * 3_600_000,
   cleanupIntervalMs: 600_000,
+  sendTimeoutMs: 20_000,
   retryDelayMs: 1_000,
   statusIntervalMs: 5_000,
 };
@@ -41,6 +47,7 @@ export const RELAY_SETTING_NAMES: Record<keyof RelaySettings, string> = {
   windowMarginMs: "SBINBOX_OUTBOX_WINDOW_MARGIN_MS",
   retentionMs: "SBINBOX_OUTBOX_RETENTION_HOURS",
   cleanupIntervalMs: "SBINBOX_OUTBOX_CLEANUP_INTERVAL_MS",
+  sendTimeoutMs: "SBINBOX_OUTBOX_SEND_TIMEOUT_MS",
   retryDelayMs: "SBINBOX_OUTBOX_RETRY_DELAY_MS",
   statusIntervalMs: "SBINBOX_OUTBOX_STATUS_INTERVAL_MS",
 };
@@ -57,6 +64,14 @@ export function checkRelaySettings(s: RelaySettings): void {
     throw new ConfigError(
       `${n.windowMarginMs}, ${n.duplicateWindowMs}`,
       `the margin (${s.windowMarginMs} ms) leaves nothing of the duplicate-detection window (${s.duplicateWindowMs} ms)`,
+    );
+  }
+  // A send still running when the lease ends could overlap another relay's resend of the same rows, and its copy
+  // could reach the broker later than the window check assumes: every batch must end inside the lease.
+  if (s.sendTimeoutMs >= s.leaseMs) {
+    throw new ConfigError(
+      `${n.sendTimeoutMs}, ${n.leaseMs}`,
+      `a send may take ${s.sendTimeoutMs} ms, which must be shorter than the lease (${s.leaseMs} ms)`,
     );
   }
   const gap = s.leaseMs + s.pollIntervalMs + s.retryDelayMs;

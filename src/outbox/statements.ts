@@ -12,12 +12,17 @@ export interface OutboxStatements {
   readonly notify: string;
   /**
    * [batchSize, leaseMs, windowMs]: claims up to batchSize unsent rows in Id order that no other relay holds and
-   * whose first attempt is inside the duplicate-detection window; returns them (OutboxRowRecord).
+   * whose first attempt is inside the duplicate-detection window; returns them (OutboxRowRecord). Sets
+   * FirstAttemptUtc on a first try before the send, so that a relay killed mid-send leaves it set.
    */
   readonly claim: string;
   /** [ids]: the rows were accepted by the broker. */
   readonly markSent: string;
-  /** [ids, delayMs]: a transient failure; the rows are claimable again after delayMs. */
+  /**
+   * [ids, delayMs, neverSentIds]: a transient failure; the rows are claimable again after delayMs. The rows in
+   * neverSentIds (a subset, each claimed for its first try) clear FirstAttemptUtc again: the failure proves no
+   * copy reached the broker, so the duplicate-detection window has not started for them.
+   */
   readonly release: string;
   /** [id, error]: the broker refuses this row for good. */
   readonly setAside: string;
@@ -39,6 +44,8 @@ export interface OutboxRowRecord {
   readonly traceParent: string | null;
   readonly traceState: string | null;
   readonly attempts: number;
+  /** FirstAttemptUtc was unset before this claim (true or 1). */
+  readonly firstTry: boolean | number;
 }
 
 /** The PostgreSQL channel a committed enqueue notifies and relays listen on. */

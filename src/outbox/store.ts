@@ -59,6 +59,7 @@ export class OutboxStore {
         correlationId: r.correlationId,
         traceParent: r.traceParent,
         traceState: r.traceState,
+        firstTry: r.firstTry === true || r.firstTry === 1,
       }))
       .sort((a, b) => compareIds(a.id, b.id)); // UPDATE ... RETURNING / OUTPUT promise no order
   }
@@ -67,8 +68,14 @@ export class OutboxStore {
     if (ids.length > 0) await this.driver.query(this.sql.markSent, [idList[this.dialect](ids)]);
   }
 
-  async release(ids: readonly string[], delayMs: number): Promise<void> {
-    if (ids.length > 0) await this.driver.query(this.sql.release, [idList[this.dialect](ids), delayMs]);
+  /** Frees rows after a failed send; `neverSent` (rows on their first try) forget that try (statements.ts). */
+  async release(ids: readonly string[], delayMs: number, neverSent: readonly string[] = []): Promise<void> {
+    if (ids.length > 0)
+      await this.driver.query(this.sql.release, [
+        idList[this.dialect](ids),
+        delayMs,
+        idList[this.dialect](neverSent),
+      ]);
   }
 
   async setAside(id: string, error: string): Promise<void> {

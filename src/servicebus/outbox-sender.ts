@@ -21,6 +21,8 @@ export interface OutboxMessage {
   readonly correlationId: string | null;
   readonly traceParent: string | null;
   readonly traceState: string | null;
+  /** Claimed for its first try: no copy can have reached the broker before this send. */
+  readonly firstTry?: boolean;
 }
 
 /** What became of each row of one `send`; every row given is in exactly one list. */
@@ -32,11 +34,27 @@ export interface SendReport {
   /** Not sent because of a failure that is not the row's (broker or network); try again later. */
   readonly retry: string[];
   readonly error?: unknown;
+  /**
+   * False when the failure proves that none of the `retry` rows reached the broker (the link could not be
+   * opened, the queue does not exist, the identity may not send, the connection was refused); true when a copy
+   * may have been accepted (a timeout, a lost connection or disposition). Only the latter starts the
+   * duplicate-detection window for those rows.
+   */
+  readonly mayHaveReached: boolean;
+}
+
+export interface SendOptions {
+  /**
+   * Epoch ms: a batch is started only before this, and a send still running at `abortAt` is aborted. Rows not
+   * started go to `retry` as never sent. The relay sets these from its lease and SBINBOX_OUTBOX_SEND_TIMEOUT_MS.
+   */
+  readonly startBy?: number;
+  readonly abortAt?: number;
 }
 
 export interface OutboxSender {
   readonly queue: string;
-  send(rows: readonly OutboxMessage[]): Promise<SendReport>;
+  send(rows: readonly OutboxMessage[], options?: SendOptions): Promise<SendReport>;
   close(): Promise<void>;
 }
 
@@ -52,6 +70,31 @@ export interface OutboxSenderOptions {
  * Everything else (entity not found, unauthorized, busy, network) is the relay's problem, and the rows wait.
  */
 const ROW_ERROR_CODES = new Set(["MessageSizeExceeded"]);
+
+/** Service Bus errors in which the broker refused the send, or it never got that far: nothing was accepted. */
+const NOT_DELIVERED_CODES = new Set([
+  "MessagingEntityNotFound",
+  "MessagingEntityDisabled",
+  "UnauthorizedAccess",
+]);
+/** Socket errors from before any byte was sent (the SDK passes them on, or wraps them as the cause). */
+const NOT_CONNECTED_CODES = new Set([
+  "ECONNREFUSED",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+]);
+
+/** True unless `error` proves that the send never reached the broker. */
+export function mayHaveReachedBroker(error: unknown): boolean {
+  for (let e = error, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    if (isServiceBusError(e) && NOT_DELIVERED_CODES.has(e.code)) return false;
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && NOT_CONNECTED_CODES.has(code)) return false;
+  }
+  return true;
+}
 
 class RowError extends Error {}
 
@@ -114,14 +157,20 @@ export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
         return true;
       }
       report.error = error;
+      report.mayHaveReached = mayHaveReachedBroker(error);
       return false;
     }
   }
 
   return {
     queue,
-    async send(rows) {
-      const report: Mutable<SendReport> = { sent: [], setAside: [], retry: [] };
+    async send(rows, options = {}) {
+      const report: Mutable<SendReport> = { sent: [], setAside: [], retry: [], mayHaveReached: false };
+      const abort = new AbortController();
+      const abortTimer =
+        options.abortAt !== undefined
+          ? setTimeout(() => abort.abort(), Math.max(0, options.abortAt - Date.now()))
+          : undefined;
       const entries: Entry[] = [];
       for (const row of rows) {
         try {
@@ -134,7 +183,19 @@ export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
       let index = 0;
       try {
         while (index < entries.length) {
-          const batch: ServiceBusMessageBatch = await sender.createMessageBatch();
+          if (options.startBy !== undefined && Date.now() >= options.startBy) {
+            // Too late to start a send that must end inside the lease: the rest waits, never sent.
+            for (const rest of entries.slice(index)) endSpan(rest.span);
+            report.retry.push(...entries.slice(index).map((e) => e.row.id));
+            return report;
+          }
+          let batch: ServiceBusMessageBatch;
+          try {
+            batch = await sender.createMessageBatch();
+          } catch (error) {
+            // The link to the queue could not be opened: nothing of this batch or after it was sent.
+            throw Object.assign(new NotSentError(), { cause: error });
+          }
           const inBatch: Entry[] = [];
           while (index < entries.length && batch.tryAddMessage(entries[index]!.message)) {
             inBatch.push(entries[index]!);
@@ -150,7 +211,7 @@ export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
             continue;
           }
           try {
-            await sender.sendMessages(batch);
+            await sender.sendMessages(batch, { abortSignal: abort.signal });
             for (const entry of inBatch) {
               endSpan(entry.span);
               report.sent.push(entry.row.id);
@@ -171,12 +232,15 @@ export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
         }
       } catch (error) {
         // A failure that is not one row's: this batch and everything after it wait, so order holds.
-        report.error = error;
+        report.error = error instanceof NotSentError ? error.cause : error;
+        report.mayHaveReached = !(error instanceof NotSentError) && mayHaveReachedBroker(error);
         for (const entry of entries) {
           if (isSettled(entry.row.id, report)) continue;
-          endSpan(entry.span, error);
+          endSpan(entry.span, report.error);
           report.retry.push(entry.row.id);
         }
+      } finally {
+        clearTimeout(abortTimer);
       }
       return report;
     },
@@ -186,6 +250,8 @@ export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
     },
   };
 }
+
+class NotSentError extends Error {}
 
 interface Entry {
   readonly row: OutboxMessage;

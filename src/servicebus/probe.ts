@@ -25,6 +25,27 @@ export async function probeQueue(
   }
 }
 
+/**
+ * One look at the queue as the outbox relay will use it: connect, authorize for Send and open the sender link
+ * (createMessageBatch waits for it). Sends nothing, and needs no Listen right: the relay's identity has
+ * Data Sender only. No SDK retries, as probeQueue.
+ */
+export async function probeSender(
+  target: ServiceBusTarget,
+  queue: string,
+  options: { timeoutMs: number; signal?: AbortSignal },
+): Promise<void> {
+  const client = createServiceBusClient(target, {
+    retryOptions: { maxRetries: 0, timeoutInMs: options.timeoutMs },
+  });
+  try {
+    const sender = client.createSender(queue);
+    await sender.createMessageBatch({ abortSignal: options.signal });
+  } finally {
+    await client.close().catch(() => undefined);
+  }
+}
+
 /** Service Bus refused (by the SDK's ServiceBusError code), as opposed to not answering at all. */
 export function serviceBusRefused(error: unknown): boolean {
   return isServiceBusError(error) && REFUSING_CODES.has(error.code);

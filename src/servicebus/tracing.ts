@@ -256,6 +256,14 @@ export function traceparentOf(ctx: Context): string | undefined {
   return `00-${spanContext.traceId}-${spanContext.spanId}-${flags}`;
 }
 
+/** The W3C tracestate of the context's span, or undefined when it has none (vendors' entries, up to 512 chars). */
+export function tracestateOf(ctx: Context): string | undefined {
+  const spanContext = trace.getSpanContext(ctx);
+  if (!spanContext || !trace.isSpanContextValid(spanContext)) return undefined;
+  const serialized = spanContext.traceState?.serialize();
+  return serialized && serialized.length <= 512 ? serialized : undefined;
+}
+
 /** Writes `traceparent` and `Diagnostic-Id` (and whatever the registered propagator adds) for the consumer. */
 export function injectTraceContext(ctx: Context, properties: Record<string, unknown>): void {
   const spanContext = trace.getSpanContext(ctx);

@@ -70,4 +70,28 @@ describe("outbox on PostgreSQL: enqueue checks and NOTIFY (real SDK, local broke
     await waitUntil(() => r.counters.sent === 1, "the notified send", 5_000);
     assert.ok(Date.now() - started < 5_000, "well inside the 60 s poll");
   });
+
+  it("leaves out the NOTIFY when the enqueue says so", async function () {
+    const listener = await pool.connect();
+    const heard: string[] = [];
+    listener.on("notification", (n) => heard.push(n.channel));
+    await listener.query("LISTEN sbinbox_outbox");
+    try {
+      for (const [key, notify] of [
+        ["40", false],
+        ["41", true],
+      ] as const) {
+        const client = await pool.connect();
+        await client.query("BEGIN");
+        await enqueue(client, { type: "NoteCreated", key, body: {} }, { notify });
+        await client.query("COMMIT");
+        client.release();
+      }
+      // A listener's own query ends with the notifications of every transaction committed before it.
+      await listener.query("SELECT 1");
+      assert.deepEqual(heard, ["sbinbox_outbox"]);
+    } finally {
+      listener.release();
+    }
+  });
 });

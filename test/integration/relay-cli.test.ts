@@ -16,6 +16,19 @@ describe("sbinbox relay: configuration", function () {
     );
   });
 
+  it("refuses a send timeout that is not shorter than the lease, naming both", async function () {
+    const result = await runCli(["relay"], {
+      ...BASE,
+      SBINBOX_OUTBOX_LEASE_MS: "20000",
+      SBINBOX_OUTBOX_SEND_TIMEOUT_MS: "20000",
+    });
+    assert.equal(result.code, 2, result.stderr);
+    assert.match(
+      result.stderr,
+      /configuration error: .*SBINBOX_OUTBOX_SEND_TIMEOUT_MS, SBINBOX_OUTBOX_LEASE_MS/,
+    );
+  });
+
   it("refuses a window below Azure's 20 s, and a start without Service Bus or database", async function () {
     const small = await runCli(["relay"], { ...BASE, SBINBOX_QUEUE_DUPLICATE_WINDOW_MS: "5000" });
     assert.equal(small.code, 2);

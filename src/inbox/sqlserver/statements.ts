@@ -77,7 +77,9 @@ WHERE ProcessedUtc IS NULL
     cleanupCutoff: "SELECT DATEADD(millisecond, -@p2, DATEADD(second, -@p1, SYSUTCDATETIME())) AS cutoff;",
     // Small batches stay under lock escalation (5,000 locks); ROWLOCK keeps them row locks and READPAST skips rows
     // a concurrent insert or claim holds instead of waiting on them, so cleanup neither blocks nor deadlocks writers.
-    cleanupBatch: `DELETE TOP (@p2) FROM ${s}.Inbox WITH (ROWLOCK, READPAST) WHERE ReceivedUtc < @p1;`,
+    // READCOMMITTEDLOCK: READPAST is refused (error 650) at READ COMMITTED under READ_COMMITTED_SNAPSHOT ON, Azure
+    // SQL's default, unless the statement reads with locks.
+    cleanupBatch: `DELETE TOP (@p2) FROM ${s}.Inbox WITH (ROWLOCK, READPAST, READCOMMITTEDLOCK) WHERE ReceivedUtc < @p1;`,
     ping: "SELECT 1 AS ok;",
   };
 

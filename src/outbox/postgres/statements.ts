@@ -38,7 +38,7 @@ SET "Attempts" = o."Attempts" + 1,
   "FirstAttemptUtc" = coalesce(o."FirstAttemptUtc", now()),
   "LockedUntilUtc" = now() + make_interval(secs => $2::integer / 1000.0)
 FROM (
-  SELECT "Id" FROM "Outbox"
+  SELECT "Id", "FirstAttemptUtc" IS NULL AS "firstTry" FROM "Outbox"
   WHERE ${UNSENT}
     AND ("LockedUntilUtc" IS NULL OR "LockedUntilUtc" <= now())
     AND ("FirstAttemptUtc" IS NULL OR "FirstAttemptUtc" > now() - make_interval(secs => $3::bigint / 1000.0))
@@ -47,9 +47,10 @@ FROM (
   FOR UPDATE SKIP LOCKED
 ) c
 WHERE o."Id" = c."Id"
-RETURNING ${COLUMNS}`,
+RETURNING ${COLUMNS}, c."firstTry" AS "firstTry"`,
   markSent: `UPDATE "Outbox" SET "SentUtc" = now(), "LockedUntilUtc" = NULL WHERE "Id" = ANY($1::bigint[])`,
-  release: `UPDATE "Outbox" SET "LockedUntilUtc" = now() + make_interval(secs => $2::integer / 1000.0)
+  release: `UPDATE "Outbox" SET "LockedUntilUtc" = now() + make_interval(secs => $2::integer / 1000.0),
+  "FirstAttemptUtc" = CASE WHEN "Id" = ANY($3::bigint[]) THEN NULL ELSE "FirstAttemptUtc" END
 WHERE "Id" = ANY($1::bigint[]) AND "SentUtc" IS NULL`,
   setAside: `UPDATE "Outbox" SET "SetAsideUtc" = now(), "Error" = $2, "LockedUntilUtc" = NULL WHERE "Id" = $1::bigint`,
   status: `SELECT

@@ -42,11 +42,12 @@ CROSS APPLY OPENJSON(j.[value]) WITH (
 ORDER BY CAST(j.[key] AS int);`,
   notify: "",
   // UPDLOCK with READPAST: rows another relay is claiming right now are skipped, not waited on; ROWLOCK keeps
-  // the locks on rows. The lease then keeps them from other relays while this one sends, and frees them if it dies.
+  // the locks on rows. READCOMMITTEDLOCK: with READ_COMMITTED_SNAPSHOT ON (Azure SQL's default) READ COMMITTED
+  // reads row versions, and SQL Server refuses READPAST there (error 650) unless the read takes locks. The lease then keeps them from other relays while this one sends, and frees them if it dies.
   claim: `WITH c AS (
   SELECT TOP (@p1) Id, MessageId, Type, [Key], Body, Properties, CorrelationId, TraceParent, TraceState,
     Attempts, FirstAttemptUtc, LockedUntilUtc
-  FROM dbo.Outbox WITH (UPDLOCK, READPAST, ROWLOCK)
+  FROM dbo.Outbox WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
   WHERE ${UNSENT}
     AND (LockedUntilUtc IS NULL OR LockedUntilUtc <= SYSUTCDATETIME())
     AND (FirstAttemptUtc IS NULL OR FirstAttemptUtc > DATEADD(millisecond, -@p3, SYSUTCDATETIME()))
@@ -58,10 +59,12 @@ UPDATE c SET
   LockedUntilUtc = DATEADD(millisecond, @p2, SYSUTCDATETIME())
 OUTPUT INSERTED.Id AS id, INSERTED.MessageId AS messageId, INSERTED.Type AS type, INSERTED.[Key] AS [key],
   INSERTED.Body AS body, INSERTED.Properties AS properties, INSERTED.CorrelationId AS correlationId,
-  INSERTED.TraceParent AS traceParent, INSERTED.TraceState AS traceState, INSERTED.Attempts AS attempts;`,
+  INSERTED.TraceParent AS traceParent, INSERTED.TraceState AS traceState, INSERTED.Attempts AS attempts,
+  CASE WHEN DELETED.FirstAttemptUtc IS NULL THEN 1 ELSE 0 END AS firstTry;`,
   markSent: `UPDATE dbo.Outbox SET SentUtc = SYSUTCDATETIME(), LockedUntilUtc = NULL
 WHERE Id IN (SELECT CAST([value] AS bigint) FROM OPENJSON(@p1));`,
-  release: `UPDATE dbo.Outbox SET LockedUntilUtc = DATEADD(millisecond, @p2, SYSUTCDATETIME())
+  release: `UPDATE dbo.Outbox SET LockedUntilUtc = DATEADD(millisecond, @p2, SYSUTCDATETIME()),
+  FirstAttemptUtc = CASE WHEN Id IN (SELECT CAST([value] AS bigint) FROM OPENJSON(@p3)) THEN NULL ELSE FirstAttemptUtc END
 WHERE Id IN (SELECT CAST([value] AS bigint) FROM OPENJSON(@p1)) AND SentUtc IS NULL;`,
   setAside: `UPDATE dbo.Outbox SET SetAsideUtc = SYSUTCDATETIME(), Error = LEFT(@p2, 4000), LockedUntilUtc = NULL
 WHERE Id = CAST(@p1 AS bigint);`,
@@ -72,7 +75,8 @@ WHERE Id = CAST(@p1 AS bigint);`,
   (SELECT COUNT(*) FROM dbo.Outbox WHERE ${UNSENT}
      AND FirstAttemptUtc <= DATEADD(millisecond, -@p1, SYSUTCDATETIME())) AS stale,
   (SELECT COUNT(*) FROM dbo.Outbox WHERE SetAsideUtc IS NOT NULL) AS setAside;`,
-  // Small batches stay under lock escalation; READPAST skips rows a relay holds instead of waiting on them.
-  cleanupBatch: `DELETE TOP (@p2) FROM dbo.Outbox WITH (ROWLOCK, READPAST)
+  // Small batches stay under lock escalation; READPAST skips rows a relay holds instead of waiting on them;
+  // READCOMMITTEDLOCK lets READPAST run when READ_COMMITTED_SNAPSHOT is ON (see the claim).
+  cleanupBatch: `DELETE TOP (@p2) FROM dbo.Outbox WITH (ROWLOCK, READPAST, READCOMMITTEDLOCK)
 WHERE SentUtc < DATEADD(second, -@p1, SYSUTCDATETIME());`,
 };
