@@ -1,5 +1,6 @@
 import { fileURLToPath } from "node:url";
 import mssql from "mssql";
+import type { Connection as TediousConnection } from "tedious";
 import type { ErrorClass } from "../../domain/outcome.ts";
 import type { SqlResult } from "../../domain/sql.ts";
 import type { InboxDriver, InboxStoreOptions, InboxTransaction, StatementOrigin } from "../core.ts";
@@ -68,6 +69,7 @@ export function poolConfig(
   timeouts: DatabaseTimeouts = DEFAULT_DATABASE_TIMEOUTS,
 ): mssql.config {
   const base = typeof config === "string" ? mssql.ConnectionPool.parseConnectionString(config) : config;
+  const given = base.beforeConnect;
   // Every wait bounded (a value the caller gives wins): connecting, a free pooled connection, each request.
   // A timed-out request is cancelled (tedious's cancelTimeout bounds that too) and fails with ETIMEOUT.
   return {
@@ -80,7 +82,30 @@ export function poolConfig(
       cancelTimeout: clientGraceMs(timeouts.statementMs),
       ...base.options,
     },
+    beforeConnect: (connection) => {
+      keepLoginErrorNumber(connection);
+      given?.(connection);
+    },
   };
+}
+
+/**
+ * Puts the server's error number on a failed login's error. tedious retries a transient login error (40613
+ * during an Azure SQL failover) itself and marks the error `isTransient` only while retries remain, so the
+ * error it finally reports is a bare ELOGIN with no number, indistinguishable from a refused password except
+ * by its text. The number is in the ERROR token, which tedious emits as `errorMessage` before it fails the
+ * connect; the `connect` listener runs in the same tick, before anyone can classify the error.
+ */
+function keepLoginErrorNumber(connection: TediousConnection): void {
+  let lastNumber: number | undefined;
+  connection.on("errorMessage", (token: { number?: unknown }) => {
+    if (typeof token.number === "number") lastNumber = token.number;
+  });
+  connection.on("connect", (error?: Error) => {
+    if (error && lastNumber !== undefined && (error as { number?: unknown }).number === undefined) {
+      (error as { number?: number }).number = lastNumber;
+    }
+  });
 }
 
 function sqlTypeOf(value: unknown): mssql.ISqlType {
