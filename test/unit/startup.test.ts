@@ -20,7 +20,11 @@ import {
 import { databaseStartupFailure, serviceBusStartupFailure } from "../../src/app/startup-classify.ts";
 import { publicReport } from "../../src/http/health.ts";
 import { createPostgresInboxStore } from "../../src/inbox/postgres/adapter.ts";
-import { createSqlServerInboxStore } from "../../src/inbox/sqlserver/adapter.ts";
+import {
+  closeSqlServerPool,
+  createSqlServerInboxStore,
+  poolConfig,
+} from "../../src/inbox/sqlserver/adapter.ts";
 import { createLogger } from "../../src/telemetry/logger.ts";
 import { startFakeTds, type FakeTdsServer } from "../helpers/fake-tds.ts";
 
@@ -230,6 +234,38 @@ describe("start-up failure classification (real driver and SDK error objects)", 
       assert.equal(databaseStartupFailure(sqlServer)(error), "refused");
     } finally {
       await server.close();
+    }
+  });
+
+  it("SQL Server: stopping while the first connect is in progress ends the login and closes the pool", async function () {
+    // A server that accepts the connection and never answers: the login waits for the connect timeout.
+    const silent = net.createServer((socket) => socket.on("error", () => undefined));
+    await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
+    const accepted = new Promise((resolve) => silent.once("connection", resolve));
+    const pool = new mssql.ConnectionPool(
+      poolConfig({
+        server: "127.0.0.1",
+        port: (silent.address() as net.AddressInfo).port,
+        user: "app",
+        password: "secret",
+        options: { encrypt: false },
+      }),
+    );
+    const store = createSqlServerInboxStore({ pool, preCheck: false });
+    try {
+      const ping = store.ping().then(
+        () => "connected",
+        (e: unknown) => e,
+      );
+      await accepted;
+      assert.ok(pool.connecting);
+      // mssql alone refuses: "Cannot close a pool while it is connecting".
+      await closeSqlServerPool(pool);
+      assert.equal(pool.connecting, false);
+      assert.equal(pool.connected, false);
+      assert.notEqual(await ping, "connected");
+    } finally {
+      silent.close();
     }
   });
 
