@@ -1,6 +1,11 @@
 import mssql from "mssql";
 import type { SqlResult } from "../domain/sql.ts";
-import { bindParameters, createSqlServerInboxStore, poolConfig } from "../inbox/sqlserver/adapter.ts";
+import {
+  bindParameters,
+  closeSqlServerPool,
+  createSqlServerInboxStore,
+  poolConfig,
+} from "../inbox/sqlserver/adapter.ts";
 import type { Database, DatabaseTarget, OpenDatabaseOptions } from "./database.ts";
 
 /** The SQL Server side of openDatabase; loaded only when the configuration names SQL Server. */
@@ -51,7 +56,7 @@ export async function openSqlServerDatabase(
     },
     async close() {
       await store.close();
-      await pool.close();
+      await closeSqlServerPool(pool);
     },
   };
 }

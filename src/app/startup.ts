@@ -1,4 +1,5 @@
 import type { Logger } from "../telemetry/logger.ts";
+import { startupMetrics } from "../telemetry/startup-metrics.ts";
 
 /**
  * Why a start-up step failed. `unreachable`: the database or broker cannot be reached or is not serving yet (an
@@ -65,32 +66,41 @@ export async function retryStartupStep<T>(step: StartupStep<T>, options: Startup
   let refusedSince: number | undefined;
   let lastKind: StartupFailureKind | undefined;
   options.onState?.(step.name, "waiting");
-  for (let attempt = 1; ; attempt += 1) {
-    if (signal?.aborted) throw new StartupAbortedError();
-    try {
-      const result = await untilAborted(step.attempt(signal ?? new AbortController().signal), signal);
-      options.onState?.(step.name, "ok");
-      if (attempt > 1)
-        logger.info(`${step.name} reached`, { attempts: attempt, waitedMs: Date.now() - began });
-      return result;
-    } catch (error) {
-      if (error instanceof StartupAbortedError || signal?.aborted) throw new StartupAbortedError();
-      const kind = step.classify(error);
-      const now = Date.now();
-      refusedSince = kind === "refused" ? (refusedSince ?? now) : undefined;
-      if (refusedSince !== undefined && now - refusedSince >= options.refusedLimitMs) {
+  // The gauge that makes an endless wait visible (see startupMetrics), reported until the step ends, however.
+  const stopObserving = startupMetrics.observeWait(step.name, () => ({
+    waitedMs: Date.now() - began,
+    state: lastKind ?? "waiting",
+  }));
+  try {
+    for (let attempt = 1; ; attempt += 1) {
+      if (signal?.aborted) throw new StartupAbortedError();
+      try {
+        const result = await untilAborted(step.attempt(signal ?? new AbortController().signal), signal);
+        options.onState?.(step.name, "ok");
+        if (attempt > 1)
+          logger.info(`${step.name} reached`, { attempts: attempt, waitedMs: Date.now() - began });
+        return result;
+      } catch (error) {
+        if (error instanceof StartupAbortedError || signal?.aborted) throw new StartupAbortedError();
+        const kind = step.classify(error);
+        const now = Date.now();
+        refusedSince = kind === "refused" ? (refusedSince ?? now) : undefined;
+        if (refusedSince !== undefined && now - refusedSince >= options.refusedLimitMs) {
+          options.onState?.(step.name, kind);
+          throw new StartupFailedError(step.name, now - refusedSince, error);
+        }
         options.onState?.(step.name, kind);
-        throw new StartupFailedError(step.name, now - refusedSince, error);
+        // The first failure and every change of kind are worth a warning; the repeats are progress, at info.
+        const fields = { attempt, kind, nextAttemptMs: wait, error };
+        if (kind !== lastKind) logger.warn(`${step.name} ${kind} at start-up: retrying`, fields);
+        else logger.info(`${step.name} still ${kind}`, fields);
+        lastKind = kind;
+        await sleep(wait, signal);
+        wait = Math.min(wait * 2, options.backoffMaxMs);
       }
-      options.onState?.(step.name, kind);
-      // The first failure and every change of kind are worth a warning; the repeats are progress, at info.
-      const fields = { attempt, kind, nextAttemptMs: wait, error };
-      if (kind !== lastKind) logger.warn(`${step.name} ${kind} at start-up: retrying`, fields);
-      else logger.info(`${step.name} still ${kind}`, fields);
-      lastKind = kind;
-      await sleep(wait, signal);
-      wait = Math.min(wait * 2, options.backoffMaxMs);
     }
+  } finally {
+    stopObserving();
   }
 }
 

@@ -3,7 +3,8 @@ import type { AddressInfo } from "node:net";
 
 /**
  * What /readyz answers: whether the process is ready, and each component's state in one word. It is public
- * (App Service's health check calls it without credentials), so it carries no error text and no counters.
+ * (no credentials: anyone who reaches the app can call it), so it carries no error text and no counters.
+ * App Service's health check does not call it: it pings only its configured path, /healthz in the Bicep.
  */
 export interface ReadinessReport {
   readonly ready: boolean;
@@ -30,8 +31,9 @@ export interface HealthServer {
 const WORD = /^[a-z][a-z-]{0,31}$/i;
 
 /**
- * `/healthz`: the process is alive (App Service's container start probe and liveness), 200 from the moment it
- * listens, start-up included.
+ * `/healthz`: the process is alive, 200 from the moment it listens, start-up included. App Service's container
+ * start probe and its health check (healthCheckPath in the Bicep) call this one: an instance waiting for its
+ * database is not taken out of rotation or replaced, which would not bring the database back.
  * `/readyz`: JSON, 200 when the receiver is attached and the database answers, 503 otherwise, with the reason
  * as state words.
  */

@@ -34,6 +34,9 @@ export const Attr = {
   replayOf: "sbinbox.replay.of",
   /** Which of the inbox's own statements a database span is (insertProcessedMarker, isProcessed, ...). */
   inboxStatement: "sbinbox.inbox.statement",
+  /** A start-up step (database, serviceBus) and its state while it waits (waiting, unreachable, refused). */
+  startupStep: "sbinbox.startup.step",
+  startupState: "sbinbox.startup.state",
 } as const;
 
 export const MESSAGING_SYSTEM = "servicebus";
@@ -85,4 +88,5 @@ export const Metric = {
   outboxSent: "sbinbox.outbox.sent",
   outboxSetAside: "sbinbox.outbox.set_aside",
   outboxStale: "sbinbox.outbox.stale",
+  startupWait: "sbinbox.startup.wait",
 } as const;

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { spawn, type ChildProcess } from "node:child_process";
 import { freePort } from "../../src/embedded/free-port.ts";
 import { waitUntil } from "../helpers/broker.ts";
 import { startCli } from "../helpers/cli.ts";
@@ -26,34 +26,45 @@ describe("sbinbox broker stops promptly with clients attached", function () {
     it(`${signal} with a subscribed receiver: "broker stopped" and exit 0 at once`, async function () {
       const port = await freePort();
       const { child, done } = startCli(["broker", "--port", String(port)], {});
-      let stdout = "";
-      child.stdout!.on("data", (d: string) => (stdout += d));
-      await waitUntil(
-        () => stdout.includes("Endpoint=") || child.exitCode !== null,
-        "the broker listens",
-        30_000,
-      );
-      const connectionString = stdout
-        .split("\n")
-        .find((l) => l.startsWith("Endpoint="))!
-        .trim();
-      const client = spawn(process.execPath, ["-e", CLIENT, connectionString], {
-        stdio: ["ignore", "pipe", "inherit"],
-      });
+      let client: ChildProcess | undefined;
       try {
+        let stdout = "";
+        child.stdout!.on("data", (d: string) => (stdout += d));
+        await waitUntil(
+          () => stdout.includes("Endpoint=") || child.exitCode !== null,
+          "the broker listens",
+          30_000,
+        );
+        const connectionString = stdout
+          .split("\n")
+          .find((l) => l.startsWith("Endpoint="))!
+          .trim();
+        client = spawn(process.execPath, ["-e", CLIENT, connectionString], {
+          stdio: ["ignore", "pipe", "inherit"],
+        });
         let clientOut = "";
-        client.stdout.setEncoding("utf8").on("data", (d: string) => (clientOut += d));
+        client.stdout!.setEncoding("utf8").on("data", (d: string) => (clientOut += d));
         await waitUntil(() => clientOut.includes("attached"), "the client is attached", 30_000);
         const signalledAt = Date.now();
         child.kill(signal);
-        const result = await done;
+        // Bounded: a broker that hangs fails the test here, not at mocha's timeout with both processes left up.
+        let timer: NodeJS.Timeout | undefined;
+        const result = await Promise.race([
+          done,
+          new Promise<never>((_, reject) => {
+            timer = setTimeout(() => reject(new Error(`still running 10 s after ${signal}`)), 10_000);
+          }),
+        ]).finally(() => clearTimeout(timer));
         const tookMs = Date.now() - signalledAt;
         assert.equal(result.code, 0, result.stderr);
         assert.match(result.stdout, /broker stopped\n$/);
-        // Before the fix this took 15-30 s (half the SDK's 60 s idle timeout); now it is the close handshake.
+        // Before the fix it stayed up for as long as rhea's heartbeat timer had left to run: up to 30 s (half
+        // the 60 s idle timeout the SDK's connection advertises); now it is the close handshake.
         assert.ok(tookMs < 5_000, `exited ${tookMs} ms after ${signal}`);
       } finally {
-        client.kill("SIGKILL");
+        // Whatever failed above, neither process outlives the test.
+        client?.kill("SIGKILL");
+        if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
       }
     });
   }

@@ -1,6 +1,10 @@
 import assert from "node:assert/strict";
 import { ServiceBusError } from "@azure/service-bus";
-import { CredentialUnavailableError } from "@azure/identity";
+import { execFile } from "node:child_process";
+import net from "node:net";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { CredentialUnavailableError, DefaultAzureCredential } from "@azure/identity";
 import mssql from "mssql";
 import pg from "pg";
 import { ConnectionError } from "tedious";
@@ -16,12 +20,28 @@ import {
 import { databaseStartupFailure, serviceBusStartupFailure } from "../../src/app/startup-classify.ts";
 import { publicReport } from "../../src/http/health.ts";
 import { createPostgresInboxStore } from "../../src/inbox/postgres/adapter.ts";
-import { createSqlServerInboxStore } from "../../src/inbox/sqlserver/adapter.ts";
+import {
+  closeSqlServerPool,
+  createSqlServerInboxStore,
+  poolConfig,
+} from "../../src/inbox/sqlserver/adapter.ts";
 import { createLogger } from "../../src/telemetry/logger.ts";
+import { startFakeTds, type FakeTdsServer } from "../helpers/fake-tds.ts";
 
 const logs: string[] = [];
 const logger = createLogger({ level: "info", write: (line) => logs.push(line) });
 const fast = { backoffMinMs: 1, backoffMaxMs: 4, refusedLimitMs: 60_000, logger };
+
+const execFileAsync = promisify(execFile);
+
+/** A port on 127.0.0.1 that nothing listens on (it was just free). */
+async function closedPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
 
 /** A step that fails with the given kinds in turn, then succeeds with "done". */
 function scripted(kinds: StartupFailureKind[]): StartupStep<string> & { attempts: number } {
@@ -167,32 +187,179 @@ describe("start-up failure classification (real driver and SDK error objects)", 
     await sqlServer.close();
   });
 
-  it("SQL Server: a refused login (ELOGIN, EFEDAUTH) is a refusal; a transient login error or a socket error an outage", function () {
-    const sqlServerDb = databaseStartupFailure(sqlServer);
-    assert.equal(sqlServerDb(new ConnectionError("Login failed for user 'app'.", "ELOGIN")), "refused");
-    const failover = Object.assign(new ConnectionError("Database is not currently available.", "ELOGIN"), {
-      isTransient: true,
+  /** The login error a real mssql pool (built by the store, so with its pool config) raises against `server`. */
+  async function loginError(server: FakeTdsServer): Promise<unknown> {
+    const store = createSqlServerInboxStore({
+      config: {
+        server: "127.0.0.1",
+        port: server.port,
+        database: "inbox",
+        user: "app",
+        password: "secret",
+        // tedious's own retries of a transient login error, made quick: 3 retries as by default.
+        options: { encrypt: false, connectionRetryInterval: 20 },
+      },
+      preCheck: false,
     });
-    assert.equal(sqlServerDb(failover), "unreachable");
-    const fedAuth = new AggregateError([
-      new ConnectionError("Security token could not be authenticated or authorized.", "EFEDAUTH"),
-      new CredentialUnavailableError("ManagedIdentityCredential: no managed identity endpoint"),
-    ]);
-    assert.equal(sqlServerDb(fedAuth), "refused");
-    assert.equal(sqlServerDb(new ConnectionError("Failed to connect to db:1433", "ESOCKET")), "unreachable");
+    try {
+      await store.ping();
+      assert.fail("the fake server refuses every login");
+    } catch (error) {
+      return error;
+    } finally {
+      await store.close();
+    }
+  }
+
+  it("SQL Server: Azure SQL's 40613 (database not available, a failover) is an outage, after tedious's own retries", async function () {
+    const server = await startFakeTds(
+      40613,
+      "Database 'inbox' on server 'fake' is not currently available. Please retry the connection later.",
+    );
+    try {
+      const error = await loginError(server);
+      // tedious retried the login itself, so the error it finally reports is a bare ELOGIN: no isTransient.
+      assert.ok(server.logins > 1, `logins: ${server.logins}`);
+      assert.equal(databaseStartupFailure(sqlServer)(error), "unreachable");
+    } finally {
+      await server.close();
+    }
   });
 
-  it("PostgreSQL: a bad password or a missing database is a refusal; a refused connection or a server starting up an outage", function () {
+  it("SQL Server: a refused login (18456) is a refusal", async function () {
+    const server = await startFakeTds(18456, "Login failed for user 'app'.");
+    try {
+      const error = await loginError(server);
+      assert.equal(server.logins, 1);
+      assert.equal(databaseStartupFailure(sqlServer)(error), "refused");
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("SQL Server: stopping while the first connect is in progress ends the login and closes the pool", async function () {
+    // A server that accepts the connection and never answers: the login waits for the connect timeout.
+    const silent = net.createServer((socket) => socket.on("error", () => undefined));
+    await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
+    const accepted = new Promise((resolve) => silent.once("connection", resolve));
+    const pool = new mssql.ConnectionPool(
+      poolConfig({
+        server: "127.0.0.1",
+        port: (silent.address() as net.AddressInfo).port,
+        user: "app",
+        password: "secret",
+        options: { encrypt: false },
+      }),
+    );
+    const store = createSqlServerInboxStore({ pool, preCheck: false });
+    try {
+      const ping = store.ping().then(
+        () => "connected",
+        (e: unknown) => e,
+      );
+      await accepted;
+      assert.ok(pool.connecting);
+      // mssql alone refuses: "Cannot close a pool while it is connecting".
+      await closeSqlServerPool(pool);
+      assert.equal(pool.connecting, false);
+      assert.equal(pool.connected, false);
+      assert.notEqual(await ping, "connected");
+    } finally {
+      silent.close();
+    }
+  });
+
+  it("SQL Server: a server that does not answer is an outage", async function () {
+    const port = await closedPort();
+    const store = createSqlServerInboxStore({
+      config: { server: "127.0.0.1", port, user: "app", password: "secret", options: { encrypt: false } },
+      preCheck: false,
+    });
+    try {
+      const error = await store.ping().then(
+        () => assert.fail("nothing listens there"),
+        (e: unknown) => e,
+      );
+      assert.equal(databaseStartupFailure(store)(error), "unreachable");
+    } finally {
+      await store.close();
+    }
+  });
+
+  describe("Entra credentials (real @azure/identity)", function () {
+    const saved = { ...process.env };
+    afterEach(() => {
+      for (const key of Object.keys(process.env)) if (!(key in saved)) delete process.env[key];
+      Object.assign(process.env, saved);
+    });
+
+    /** What tedious raises when the credential throws while it connects. */
+    const asTedious = (error: unknown): AggregateError =>
+      new AggregateError([
+        new ConnectionError("Security token could not be authenticated or authorized.", "EFEDAUTH"),
+        error,
+      ]);
+
+    it("DefaultAzureCredential with no identity configured is a refusal, for Service Bus and SQL Server", async function () {
+      for (const key of Object.keys(process.env))
+        if (/^(AZURE_|IDENTITY_|MSI_)/.test(key)) delete process.env[key];
+      const error = await new DefaultAzureCredential().getToken("https://servicebus.azure.net/.default").then(
+        () => assert.fail("no identity is configured here"),
+        (e: unknown) => e,
+      );
+      // Not an AggregateError: its CredentialUnavailableErrors are only in its `errors`.
+      assert.equal((error as Error).name, "AggregateAuthenticationError");
+      assert.equal(serviceBusStartupFailure(error), "refused");
+      assert.equal(databaseStartupFailure(sqlServer)(asTedious(error)), "refused");
+    });
+
+    it("an identity endpoint that does not answer is an outage", async function () {
+      const port = await closedPort();
+      // In a child process: msal-node picks the managed identity source once per process, from the environment.
+      const script = `
+        import { ManagedIdentityCredential } from "@azure/identity";
+        import { ConnectionError } from "tedious";
+        import { databaseStartupFailure, serviceBusStartupFailure } from ${JSON.stringify(new URL("../../src/app/startup-classify.ts", import.meta.url).href)};
+        const error = await new ManagedIdentityCredential()
+          .getToken("https://servicebus.azure.net/.default")
+          .then(() => new Error("got a token"), (e) => e);
+        const tedious = new AggregateError([new ConnectionError("token", "EFEDAUTH"), error]);
+        const store = { classify: () => "unavailable" };
+        console.log(JSON.stringify([error.name, serviceBusStartupFailure(error), databaseStartupFailure(store)(tedious)]));
+      `;
+      const { stdout } = await execFileAsync(process.execPath, ["--input-type=module", "-e", script], {
+        cwd: fileURLToPath(new URL("../..", import.meta.url)),
+        env: {
+          ...process.env,
+          IDENTITY_ENDPOINT: `http://127.0.0.1:${port}/msi/token`,
+          IDENTITY_HEADER: "x",
+        },
+      });
+      assert.deepEqual(JSON.parse(stdout), ["CredentialUnavailableError", "unreachable", "unreachable"]);
+    });
+  });
+
+  it("PostgreSQL: a bad password or a missing database is a refusal; a refused connection an outage", async function () {
     const database = databaseStartupFailure(postgres);
     const server = (code: string): pg.DatabaseError =>
       Object.assign(new pg.DatabaseError("x", 1, "error"), { code });
     assert.equal(database(server("28P01")), "refused");
     assert.equal(database(server("3D000")), "refused");
-    assert.equal(database(server("57P03")), "unreachable");
-    assert.equal(
-      database(Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" })),
-      "unreachable",
-    );
+    // The store counts only its own driver's errors as an outage, so this one comes from a real connect.
+    const port = await closedPort();
+    const store = createPostgresInboxStore({
+      pool: new pg.Pool({ host: "127.0.0.1", port, max: 1 }),
+      preCheck: false,
+    });
+    try {
+      const error = await store.ping().then(
+        () => assert.fail("nothing listens there"),
+        (e: unknown) => e,
+      );
+      assert.equal(databaseStartupFailure(store)(error), "unreachable");
+    } finally {
+      await store.close();
+    }
   });
 
   it("Service Bus: a missing or disabled entity, no access or no credential is a refusal; anything else an outage", function () {

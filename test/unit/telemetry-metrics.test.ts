@@ -1,4 +1,6 @@
 import assert from "node:assert/strict";
+import { retryStartupStep, type StartupState } from "../../src/app/startup.ts";
+import { createLogger } from "../../src/telemetry/logger.ts";
 import { workerMetrics } from "../../src/telemetry/metrics.ts";
 import { Attr, Metric } from "../../src/telemetry/names.ts";
 import {
@@ -83,6 +85,50 @@ describe("telemetry: the worker's metrics", () => {
     const after = await telemetry().collect();
     const points = after.find((d) => d.descriptor.name === Metric.openClaims)?.dataPoints ?? [];
     assert.equal(points.length, 0);
+  });
+});
+
+describe("telemetry: the start-up wait", () => {
+  const telemetry = useTelemetryCapture();
+
+  it("reports each waiting step's time so far and its state, and nothing once the step is through", async () => {
+    let failed!: () => void;
+    const failedOnce = new Promise<void>((resolve) => (failed = resolve));
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let attempts = 0;
+    const waiting = retryStartupStep(
+      {
+        name: "serviceBus",
+        attempt: async () => {
+          attempts += 1;
+          if (attempts === 1) throw new Error("getaddrinfo ENOTFOUND");
+          await released;
+        },
+        classify: () => "unreachable",
+      },
+      {
+        backoffMinMs: 1,
+        backoffMaxMs: 1,
+        refusedLimitMs: 0,
+        logger: createLogger({ level: "error", write: () => undefined }),
+        onState: (_, state: StartupState) => state === "unreachable" && failed(),
+      },
+    );
+    await failedOnce;
+    const points = (await telemetry().collect()).find(
+      (d) => d.descriptor.name === Metric.startupWait,
+    )?.dataPoints;
+    assert.equal(points?.length, 1);
+    assert.deepEqual(points[0]!.attributes, {
+      [Attr.startupStep]: "serviceBus",
+      [Attr.startupState]: "unreachable",
+    });
+    assert.ok((points[0]!.value as number) >= 0);
+    release();
+    await waiting;
+    const after = (await telemetry().collect()).find((d) => d.descriptor.name === Metric.startupWait);
+    assert.equal(after?.dataPoints.length ?? 0, 0);
   });
 });
 

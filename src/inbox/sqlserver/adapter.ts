@@ -1,5 +1,6 @@
 import { fileURLToPath } from "node:url";
 import mssql from "mssql";
+import type { Connection as TediousConnection } from "tedious";
 import type { ErrorClass } from "../../domain/outcome.ts";
 import type { SqlResult } from "../../domain/sql.ts";
 import type { InboxDriver, InboxStoreOptions, InboxTransaction, StatementOrigin } from "../core.ts";
@@ -68,6 +69,8 @@ export function poolConfig(
   timeouts: DatabaseTimeouts = DEFAULT_DATABASE_TIMEOUTS,
 ): mssql.config {
   const base = typeof config === "string" ? mssql.ConnectionPool.parseConnectionString(config) : config;
+  const given = base.beforeConnect;
+  const pending = new Set<TediousConnection>();
   // Every wait bounded (a value the caller gives wins): connecting, a free pooled connection, each request.
   // A timed-out request is cancelled (tedious's cancelTimeout bounds that too) and fails with ETIMEOUT.
   return {
@@ -80,7 +83,54 @@ export function poolConfig(
       cancelTimeout: clientGraceMs(timeouts.statementMs),
       ...base.options,
     },
-  };
+    beforeConnect: (connection) => {
+      pending.add(connection);
+      connection.once("connect", () => pending.delete(connection));
+      connection.once("end", () => pending.delete(connection));
+      keepLoginErrorNumber(connection);
+      given?.(connection);
+    },
+    [PENDING_CONNECTS]: pending,
+  } as mssql.config;
+}
+
+/** The tedious connections of a pool (built from poolConfig) still logging in: see closeSqlServerPool. */
+const PENDING_CONNECTS = Symbol("sbinbox.pendingConnects");
+
+/**
+ * Closes a pool even while it is connecting. mssql refuses that ("Cannot close a pool while it is connecting")
+ * and a connect can take the whole connect timeout, times tedious's own login retries: a worker stopped while
+ * it waits for the database at start-up would keep the pool open until the shutdown backstop kills it. So the
+ * logins in progress are ended (the pending connect then fails at once) before the pool is closed.
+ */
+export async function closeSqlServerPool(pool: mssql.ConnectionPool): Promise<void> {
+  if (pool.connecting) {
+    const { config } = pool as unknown as { config: { [PENDING_CONNECTS]?: Set<TediousConnection> } };
+    const pending = config[PENDING_CONNECTS];
+    for (const connection of pending ?? []) connection.close();
+    // Joins the connect in progress: it settles once the ended login is reported.
+    await pool.connect().catch(() => undefined);
+  }
+  await pool.close();
+}
+
+/**
+ * Puts the server's error number on a failed login's error. tedious retries a transient login error (40613
+ * during an Azure SQL failover) itself and marks the error `isTransient` only while retries remain, so the
+ * error it finally reports is a bare ELOGIN with no number, indistinguishable from a refused password except
+ * by its text. The number is in the ERROR token, which tedious emits as `errorMessage` before it fails the
+ * connect; the `connect` listener runs in the same tick, before anyone can classify the error.
+ */
+function keepLoginErrorNumber(connection: TediousConnection): void {
+  let lastNumber: number | undefined;
+  connection.on("errorMessage", (token: { number?: unknown }) => {
+    if (typeof token.number === "number") lastNumber = token.number;
+  });
+  connection.on("connect", (error?: Error) => {
+    if (error && lastNumber !== undefined && (error as { number?: unknown }).number === undefined) {
+      (error as { number?: number }).number = lastNumber;
+    }
+  });
 }
 
 function sqlTypeOf(value: unknown): mssql.ISqlType {
@@ -259,7 +309,7 @@ export class SqlServerDriver implements InboxDriver {
   }
 
   async close(): Promise<void> {
-    if (this.ownsPool) await this.pool.close();
+    if (this.ownsPool) await closeSqlServerPool(this.pool);
   }
 
   private async tagged<T>(call: () => Promise<T>): Promise<T> {

@@ -9,7 +9,8 @@ interface Node {
  * Every error object inside what `mssql` and `tedious` raised: mssql's RequestError keeps the driver's error
  * as `originalError` (with the server's token as `info` on one path) and earlier errors of the same request as
  * `precedingErrors`; tedious raises an AggregateError when one request gets several error tokens, and for
- * connection attempts to several addresses.
+ * connection attempts to several addresses. Any `errors` array is walked, not only an AggregateError's:
+ * @azure/identity's AggregateAuthenticationError (from DefaultAzureCredential) is a plain Error with one.
  */
 export function sqlServerErrorChain(error: unknown): object[] {
   const seen = new Set<object>();
@@ -23,7 +24,7 @@ export function sqlServerErrorChain(error: unknown): object[] {
     const record = e as Record<string, unknown>;
     const children: unknown[] = [record.originalError, record.info, record.cause];
     if (Array.isArray(record.precedingErrors)) children.push(...(record.precedingErrors as unknown[]));
-    if (e instanceof AggregateError) children.push(...(e.errors as unknown[]));
+    if (Array.isArray(record.errors)) children.push(...(record.errors as unknown[]));
     for (const child of children) {
       if (typeof child === "object" && child !== null) stack.push({ error: child, depth: depth + 1 });
     }
