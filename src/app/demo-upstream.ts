@@ -111,7 +111,9 @@ export async function startUpstream(stack: LocalStack, options: UpstreamOptions)
           SBINBOX_LOG_LEVEL: "error",
           PORT: String(port),
           SBINBOX_QUEUE_DUPLICATE_WINDOW_MS: String(stack.queue.duplicateDetectionWindowMs),
-          SBINBOX_OUTBOX_LEASE_MS: "2000",
+          // Short, so that a relay killed mid-send frees its rows quickly; a send must fit inside the lease.
+          SBINBOX_OUTBOX_LEASE_MS: "4000",
+          SBINBOX_OUTBOX_SEND_TIMEOUT_MS: "3000",
           SBINBOX_OUTBOX_POLL_INTERVAL_MS: "200",
           ...options.relayEnv,
         },

@@ -39,7 +39,7 @@ export function databaseStartupFailure(store: InboxStore): (error: unknown) => S
     const credential = credentialFailure(error);
     if (credential) return credential;
     if (sqlServerErrorNumbers(error).some((n) => UNAVAILABLE_LOGIN_NUMBERS.has(n))) return "unreachable";
-    if (refusedSqlServerLogin(error)) return "refused";
+    if (refusedSqlServerLogin(error) || refusedPostgres(error)) return "refused";
     return store.classify(error) === "permanent" ? "refused" : "unreachable";
   };
 }
@@ -85,7 +85,17 @@ const REFUSING_POSTGRES_CODES = new Set(["28P01", "28000", "3D000", "42501"]);
 
 /** A database error at the relay's start-up (it has no inbox store to ask): a refusal, or an outage. */
 export function outboxDatabaseStartupFailure(error: unknown): StartupFailureKind {
-  if (refusedSqlServerLogin(error) || credentialError(error)) return "refused";
+  const credential = credentialFailure(error);
+  if (credential) return credential;
+  if (sqlServerErrorNumbers(error).some((n) => UNAVAILABLE_LOGIN_NUMBERS.has(n))) return "unreachable";
+  return refusedSqlServerLogin(error) || refusedPostgres(error) ? "refused" : "unreachable";
+}
+
+/**
+ * The inbox store counts a refused login as `unavailable` (for a running worker it is an outage to wait out); at
+ * start-up it is a refusal, retried only up to SBINBOX_STARTUP_LIMIT_MS.
+ */
+function refusedPostgres(error: unknown): boolean {
   const code = (error as { code?: unknown } | undefined)?.code;
-  return typeof code === "string" && REFUSING_POSTGRES_CODES.has(code) ? "refused" : "unreachable";
+  return typeof code === "string" && REFUSING_POSTGRES_CODES.has(code);
 }

@@ -13,6 +13,7 @@ import { createLogger } from "../../src/telemetry/logger.ts";
 import { useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { startCli } from "../helpers/cli.ts";
 import { createTestDatabase } from "../helpers/postgres.ts";
+import { exampleDatabase } from "../helpers/worker.ts";
 import { countCredits } from "../helpers/worker.ts";
 
 const QUEUE = "sbinbox";
@@ -70,6 +71,13 @@ function capturingLogger(): {
   };
 }
 
+/** The database as `sbinbox migrate` leaves it: the worker only checks its schema. */
+async function migrated(url: string): Promise<string> {
+  const db = await exampleDatabase("", url);
+  await db.close();
+  return url;
+}
+
 describe("worker start-up waits for its database and Service Bus", function () {
   this.timeout(90_000);
 
@@ -81,6 +89,7 @@ describe("worker start-up waits for its database and Service Bus", function () {
     before(async () => {
       pgServer = await EmbeddedPostgresServer.create();
       url = await pgServer.createDatabase("startup_db_down");
+      await migrated(url);
       await pgServer.stop();
     });
     after(async () => {
@@ -185,7 +194,7 @@ describe("worker start-up waits for its database and Service Bus", function () {
     it("stays up with readyz 503 (serviceBus unreachable), gets ready within one back-off step of the broker starting, then processes an event", async function () {
       const brokerPort = await freePort();
       const port = await freePort();
-      const url = await createTestDatabase("startup_broker_down");
+      const url = await migrated(await createTestDatabase("startup_broker_down"));
       const { logger, lines } = capturingLogger();
       const connectionString = `Endpoint=sb://localhost:${brokerPort};SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true`;
       const config = loadConfig({
@@ -244,7 +253,7 @@ describe("worker start-up waits for its database and Service Bus", function () {
     const fixture = useLocalBroker();
 
     it("a queue that does not exist is a refusal: with SBINBOX_STARTUP_LIMIT_MS=0 start-up fails at once, naming Service Bus and the entity", async function () {
-      const url = await createTestDatabase("startup_no_queue");
+      const url = await migrated(await createTestDatabase("startup_no_queue"));
       const config = loadConfig({
         env: env(
           {
