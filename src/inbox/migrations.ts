@@ -1,5 +1,7 @@
 import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
+import type { SqlResult } from "../domain/sql.ts";
+import type { ModuleMigrations } from "./store.ts";
 
 /** One forward-only migration: `NNNN_name.sql`, applied once, in order, inside a transaction. */
 export interface Migration {
@@ -52,4 +54,39 @@ export function notApplied(all: readonly Migration[], applied: ReadonlySet<numbe
 /** How a module's applied migrations are named in results and errors: `module:0001_name`. */
 export function modulePrefix(module: string): string {
   return `${module}:`;
+}
+
+/** What a store reads the applied versions with: its own statements, through its own pool. */
+export interface VersionReader {
+  query<R = Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>>;
+  readonly versionSql: {
+    readonly SELECT_VERSION_TABLES: string;
+    readonly SELECT_APPLIED_VERSIONS: string;
+    readonly SELECT_MODULE_VERSIONS: string;
+  };
+}
+
+/**
+ * The migrations in `dir` (the inbox's) and of the module that are not applied yet, read-only: what the worker
+ * checks at start, since its database user has data rights alone.
+ */
+export async function pendingMigrationNames(
+  db: VersionReader,
+  dir: string,
+  module?: ModuleMigrations,
+): Promise<string[]> {
+  const sql = db.versionSql;
+  const migrations = await loadMigrations(dir);
+  const tables = (await db.query<{ inbox: unknown; module: unknown }>(sql.SELECT_VERSION_TABLES)).rows[0];
+  const versions = async (text: string, params?: readonly unknown[]) =>
+    new Set((await db.query<{ version: number }>(text, params)).rows.map((r) => r.version));
+  const applied = tables?.inbox ? await versions(sql.SELECT_APPLIED_VERSIONS) : new Set<number>();
+  const pending = notApplied(migrations, applied);
+  if (module) {
+    const done = tables?.module
+      ? await versions(sql.SELECT_MODULE_VERSIONS, [module.module])
+      : new Set<number>();
+    pending.push(...notApplied(module.migrations, done, modulePrefix(module.module)));
+  }
+  return pending;
 }

@@ -5,7 +5,7 @@ import type { SqlResult } from "../../domain/sql.ts";
 import type { InboxDriver, InboxStoreOptions, InboxTransaction, StatementOrigin } from "../core.ts";
 import { InboxCore } from "../core.ts";
 import { traceInboxDriver, traceInboxStore } from "../../telemetry/inbox-tracing.ts";
-import { loadMigrations, modulePrefix, notApplied, type MigrationSet } from "../migrations.ts";
+import { loadMigrations, modulePrefix, pendingMigrationNames, type MigrationSet } from "../migrations.ts";
 import type { MigrationResult, ModuleMigrations } from "../store.ts";
 import type { DatabaseTimeouts } from "../timeouts.ts";
 import { classifyPostgresError } from "./classify.ts";
@@ -250,29 +250,12 @@ export class PostgresDriver implements InboxDriver {
     }
   }
 
-  async pendingMigrations(module?: ModuleMigrations): Promise<string[]> {
-    const migrations = await loadMigrations(POSTGRES_MIGRATIONS_DIR);
-    const tables = (await this.query<{ inbox: boolean; module: boolean }>(this.sql.SELECT_VERSION_TABLES))
-      .rows[0];
-    const applied = tables?.inbox
-      ? new Set(
-          (await this.query<{ version: number }>(this.sql.SELECT_APPLIED_VERSIONS)).rows.map(
-            (r) => r.version,
-          ),
-        )
-      : new Set<number>();
-    const pending = notApplied(migrations, applied);
-    if (module) {
-      const done = tables?.module
-        ? new Set(
-            (
-              await this.query<{ version: number }>(this.sql.SELECT_MODULE_VERSIONS, [module.module])
-            ).rows.map((r) => r.version),
-          )
-        : new Set<number>();
-      pending.push(...notApplied(module.migrations, done, modulePrefix(module.module)));
-    }
-    return pending;
+  pendingMigrations(module?: ModuleMigrations): Promise<string[]> {
+    return pendingMigrationNames(
+      { query: (t, p) => this.query(t, p), versionSql: this.sql },
+      POSTGRES_MIGRATIONS_DIR,
+      module,
+    );
   }
 
   async close(): Promise<void> {

@@ -6,7 +6,7 @@ import type { SqlResult } from "../../domain/sql.ts";
 import type { InboxDriver, InboxStoreOptions, InboxTransaction, StatementOrigin } from "../core.ts";
 import { InboxCore } from "../core.ts";
 import { traceInboxDriver, traceInboxStore } from "../../telemetry/inbox-tracing.ts";
-import { loadMigrations, modulePrefix, notApplied, type MigrationSet } from "../migrations.ts";
+import { loadMigrations, modulePrefix, pendingMigrationNames, type MigrationSet } from "../migrations.ts";
 import type { MigrationResult, ModuleMigrations } from "../store.ts";
 import { clientGraceMs, DEFAULT_DATABASE_TIMEOUTS, type DatabaseTimeouts } from "../timeouts.ts";
 import { classifySqlServerError } from "./classify.ts";
@@ -283,29 +283,12 @@ export class SqlServerDriver implements InboxDriver {
     }
   }
 
-  async pendingMigrations(module?: ModuleMigrations): Promise<string[]> {
-    const migrations = await loadMigrations(SQLSERVER_MIGRATIONS_DIR);
-    const tables = (await this.query<{ inbox: number; module: number }>(this.sql.SELECT_VERSION_TABLES))
-      .rows[0];
-    const applied = tables?.inbox
-      ? new Set(
-          (await this.query<{ version: number }>(this.sql.SELECT_APPLIED_VERSIONS)).rows.map(
-            (r) => r.version,
-          ),
-        )
-      : new Set<number>();
-    const pending = notApplied(migrations, applied);
-    if (module) {
-      const done = tables?.module
-        ? new Set(
-            (
-              await this.query<{ version: number }>(this.sql.SELECT_MODULE_VERSIONS, [module.module])
-            ).rows.map((r) => r.version),
-          )
-        : new Set<number>();
-      pending.push(...notApplied(module.migrations, done, modulePrefix(module.module)));
-    }
-    return pending;
+  pendingMigrations(module?: ModuleMigrations): Promise<string[]> {
+    return pendingMigrationNames(
+      { query: (t, p) => this.query(t, p), versionSql: this.sql },
+      SQLSERVER_MIGRATIONS_DIR,
+      module,
+    );
   }
 
   async close(): Promise<void> {
