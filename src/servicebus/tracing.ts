@@ -138,15 +138,7 @@ export async function traceRetryScheduled<T>(
     },
     parent,
   );
-  try {
-    return await fn();
-  } catch (error) {
-    span.setAttribute(Attr.errorType, errorType(error));
-    span.setStatus({ code: SpanStatusCode.ERROR });
-    throw error;
-  } finally {
-    span.end();
-  }
+  return await endedAfter(span, fn);
 }
 
 /** Records what became of the message on its process span and ends it. */
@@ -192,15 +184,7 @@ export async function traceSettlement<T>(
     },
     parent,
   );
-  try {
-    return await fn();
-  } catch (error) {
-    span.setAttribute(Attr.errorType, errorType(error));
-    span.setStatus({ code: SpanStatusCode.ERROR });
-    throw error;
-  } finally {
-    span.end();
-  }
+  return await endedAfter(span, fn);
 }
 
 /** The PRODUCER span of one send; `inject` writes its context into a message's application properties. */
@@ -290,4 +274,17 @@ export function errorType(error: unknown): string {
     if (typeof e.name === "string" && e.name !== "") return e.name;
   }
   return "Error";
+}
+
+/** Runs `fn` inside `span`: a failure is recorded on it, and it ends either way. */
+async function endedAfter<T>(span: Span, fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (error) {
+    span.setAttribute(Attr.errorType, errorType(error));
+    span.setStatus({ code: SpanStatusCode.ERROR });
+    throw error;
+  } finally {
+    span.end();
+  }
 }
