@@ -1,3 +1,4 @@
+import pg from "pg";
 import { EmbeddedPostgresServer } from "../../src/embedded/postgres.ts";
 
 let shared: Promise<EmbeddedPostgresServer> | undefined;
@@ -25,4 +26,39 @@ export async function stopSharedPostgres(): Promise<void> {
   const server = await shared;
   shared = undefined;
   await server.dispose();
+}
+
+/**
+ * A database owned by a login role "app" on a server of the test's own, and an admin session that can take the
+ * role's logins away (`refuseLogins`) and give them back: PostgreSQL refusing logins, as in a failover or a
+ * credential rotation gone wrong.
+ */
+export async function appRoleDatabase(
+  server: EmbeddedPostgresServer,
+  name: string,
+): Promise<{
+  admin: pg.Client;
+  appUrl: string;
+  refuseLogins(): Promise<void>;
+  allowLogins(): Promise<void>;
+}> {
+  const adminUrl = await server.createDatabase(name);
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  await admin.query(`CREATE ROLE app LOGIN PASSWORD 'app'`);
+  await admin.query(`ALTER DATABASE ${name} OWNER TO app`);
+  const url = new URL(adminUrl);
+  url.username = "app";
+  url.password = "app";
+  return {
+    admin,
+    appUrl: url.toString(),
+    async refuseLogins() {
+      await admin.query(`ALTER ROLE app NOLOGIN`);
+      await admin.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'app'`);
+    },
+    async allowLogins() {
+      await admin.query(`ALTER ROLE app LOGIN`);
+    },
+  };
 }

@@ -1,6 +1,5 @@
 import { defaultRetryPolicy } from "../../src/worker/retry-policy.ts";
 import assert from "node:assert/strict";
-import pg from "pg";
 import { z } from "zod";
 import { openDatabase, type Database } from "../../src/app/database.ts";
 import type { MessageHandler } from "../../src/domain/handler.ts";
@@ -12,7 +11,7 @@ import { exampleModule } from "../../src/example/module.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
 import type { Worker } from "../../src/worker/worker.ts";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
-import { createTestDatabase } from "../helpers/postgres.ts";
+import { appRoleDatabase, createTestDatabase } from "../helpers/postgres.ts";
 import { StallProxy } from "../helpers/stall-proxy.ts";
 import { createPostgresInboxStore } from "../../src/inbox/postgres/adapter.ts";
 import type { InboxStore } from "../../src/inbox/store.ts";
@@ -97,26 +96,19 @@ describe("worker: a handler's own network error is its failure, not a database o
 describe("worker: PostgreSQL refusing logins pauses receiving; nothing is dead-lettered", function () {
   const fixture = useLocalBroker(queueConfig());
   let server: EmbeddedPostgresServer;
-  let admin: pg.Client;
+  let logins: Awaited<ReturnType<typeof appRoleDatabase>> | undefined;
   let db: Database | undefined;
   let worker: Worker | undefined;
 
   before(async () => {
     server = await EmbeddedPostgresServer.create();
-    const adminUrl = await server.createDatabase("logins");
-    admin = new pg.Client({ connectionString: adminUrl });
-    await admin.connect();
-    await admin.query(`CREATE ROLE app LOGIN PASSWORD 'app'`);
-    await admin.query(`ALTER DATABASE logins OWNER TO app`);
-    const url = new URL(adminUrl);
-    url.username = "app";
-    url.password = "app";
-    db = await openAndPrepare(url.toString());
+    logins = await appRoleDatabase(server, "logins");
+    db = await openAndPrepare(logins.appUrl);
   });
   after(async () => {
     await worker?.stop();
     await db?.close();
-    await admin?.end();
+    await logins?.admin.end();
     await server?.dispose();
   });
 
@@ -131,8 +123,7 @@ describe("worker: PostgreSQL refusing logins pauses receiving; nothing is dead-l
     const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
     await publisher.publishBatch(Array.from({ length: 5 }, (_, i) => demoEvent("before", i)));
     await waitUntil(() => worker!.stats.committed === 5, "the first messages commit", 15_000);
-    await admin.query(`ALTER ROLE app NOLOGIN`);
-    await admin.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'app'`);
+    await logins!.refuseLogins();
     await publisher.publishBatch(Array.from({ length: 20 }, (_, i) => demoEvent("refused", i)));
     await waitUntil(() => worker!.paused, "the worker pauses receiving", 15_000);
     // Longer than lock duration x max delivery count, so a burned delivery would show as a dead letter.
@@ -142,7 +133,7 @@ describe("worker: PostgreSQL refusing logins pauses receiving; nothing is dead-l
       0,
       "nothing dead-lettered while logins are refused",
     );
-    await admin.query(`ALTER ROLE app LOGIN`);
+    await logins!.allowLogins();
     await waitUntil(
       () => worker!.stats.committed + worker!.stats.duplicate >= 25,
       "everything applies",

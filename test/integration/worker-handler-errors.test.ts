@@ -1,5 +1,4 @@
 import assert from "node:assert/strict";
-import pg from "pg";
 import { z } from "zod";
 import { openDatabase, type Database } from "../../src/app/database.ts";
 import type { MessageHandler } from "../../src/domain/handler.ts";
@@ -8,7 +7,7 @@ import { createPublisher } from "../../src/servicebus/publisher.ts";
 import { defaultRetryPolicy } from "../../src/worker/retry-policy.ts";
 import type { Worker } from "../../src/worker/worker.ts";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
-import { createTestDatabase } from "../helpers/postgres.ts";
+import { appRoleDatabase, createTestDatabase } from "../helpers/postgres.ts";
 import { startTestWorker } from "../helpers/worker.ts";
 
 const QUEUE = "sbinbox";
@@ -31,23 +30,16 @@ async function effectsPerMessage(sql: Database["sql"]): Promise<number[]> {
 describe("worker: a handler that wraps its transaction's error when PostgreSQL refuses logins", function () {
   const fixture = useLocalBroker(queueConfig());
   let server: EmbeddedPostgresServer;
-  let admin: pg.Client;
+  let logins: Awaited<ReturnType<typeof appRoleDatabase>> | undefined;
   let db: Database | undefined;
   let worker: Worker | undefined;
 
   before(async () => {
     server = await EmbeddedPostgresServer.create();
-    const adminUrl = await server.createDatabase("wrapped_logins");
-    admin = new pg.Client({ connectionString: adminUrl });
-    await admin.connect();
-    await admin.query(`CREATE ROLE app LOGIN PASSWORD 'app'`);
-    await admin.query(`ALTER DATABASE wrapped_logins OWNER TO app`);
-    const url = new URL(adminUrl);
-    url.username = "app";
-    url.password = "app";
+    logins = await appRoleDatabase(server, "wrapped_logins");
     // A statement timeout well above the handler's sleep: the session is ended by the test, not by the timeout.
     db = await openDatabase(
-      { kind: "postgres", url: url.toString() },
+      { kind: "postgres", url: logins.appUrl },
       {
         preCheck: true,
         maxConnections: 4,
@@ -60,7 +52,7 @@ describe("worker: a handler that wraps its transaction's error when PostgreSQL r
   after(async () => {
     await worker?.stop();
     await db?.close();
-    await admin?.end();
+    await logins?.admin.end();
     await server?.dispose();
   });
 
@@ -91,11 +83,10 @@ describe("worker: a handler that wraps its transaction's error when PostgreSQL r
     const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
     await publisher.publish("WrapsErrors", "w-1", { n: 1 });
     await inside;
-    await admin.query(`ALTER ROLE app NOLOGIN`);
-    await admin.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'app'`);
+    await logins!.refuseLogins();
     await waitUntil(() => worker!.paused, "the worker pauses receiving", 15_000);
     assert.equal(worker.stats.retriesWaited + worker.stats.retriesScheduled, 0, "the outage spent no retry");
-    await admin.query(`ALTER ROLE app LOGIN`);
+    await logins!.allowLogins();
     await waitUntil(() => worker!.stats.committed === 1, "the message applies once logins return", 30_000);
     await publisher.close();
     assert.equal(fixture.broker.counts(QUEUE).deadLettered, 0);
