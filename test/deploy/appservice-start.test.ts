@@ -22,6 +22,7 @@ import { createPublisher } from "../../src/servicebus/publisher.ts";
 import { brokerConfig, useLocalBroker } from "../helpers/broker.ts";
 import { cleanEnv } from "../helpers/cli.ts";
 import { createTestDatabase } from "../helpers/postgres.ts";
+import { waitUntilAsync } from "../helpers/http.ts";
 import {
   compileTemplate,
   evaluateInteger,
@@ -336,15 +337,3 @@ describe("the deployed worker, started as App Service starts it", function () {
     assert.match(result.stderr, /0001_inbox, notes:0001_notes not applied\. Run `sbinbox migrate`/);
   });
 });
-
-async function waitUntilAsync(
-  condition: () => Promise<boolean>,
-  what: string,
-  timeoutMs: number,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}

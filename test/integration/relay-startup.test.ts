@@ -8,30 +8,9 @@ import { brokerConfig, useLocalBroker } from "../helpers/broker.ts";
 import { startCli } from "../helpers/cli.ts";
 import { createTestDatabase } from "../helpers/postgres.ts";
 
+import { getJson, waitUntilAsync } from "../helpers/http.ts";
+
 const QUEUE = "sbinbox";
-
-interface Probe {
-  status: number;
-  body: Record<string, unknown>;
-}
-
-async function getJson(port: number, path: string): Promise<Probe | undefined> {
-  try {
-    const response = await fetch(`http://127.0.0.1:${port}${path}`);
-    return { status: response.status, body: (await response.json()) as Record<string, unknown> };
-  } catch {
-    return undefined; // not listening yet
-  }
-}
-
-/** Polls an async condition (an HTTP probe) every 50 ms until it holds. */
-async function waitFor(condition: () => Promise<boolean>, what: string, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 function env(extra: Record<string, string>, port: number): Record<string, string> {
   return {
@@ -69,7 +48,7 @@ describe("sbinbox relay start-up waits for its database and Service Bus", functi
         ),
       );
       try {
-        await waitFor(
+        await waitUntilAsync(
           async () => (await getJson(port, "/readyz"))?.body[down] === "unreachable",
           `readyz reports ${down} unreachable`,
           30_000,
@@ -103,13 +82,13 @@ describe("sbinbox relay start-up waits for its database and Service Bus", functi
       ),
     );
     try {
-      await waitFor(
+      await waitUntilAsync(
         async () => (await getJson(port, "/readyz"))?.body.database === "unreachable",
         "readyz reports the database unreachable",
         30_000,
       );
       await server.start();
-      await waitFor(async () => (await getJson(port, "/readyz"))?.status === 200, "ready", 30_000);
+      await waitUntilAsync(async () => (await getJson(port, "/readyz"))?.status === 200, "ready", 30_000);
       const pool = new pg.Pool({ connectionString: url, max: 1 });
       try {
         const client = await pool.connect();
@@ -153,7 +132,7 @@ describe("sbinbox relay killed between send and mark (a process, SIGKILL)", func
     };
     const messageId = deriveMessageId("RelayKilled", "1");
     const first = startCli(["relay"], env({ ...base, SBINBOX_FAULT_KILL_AFTER_SEND: messageId }, port));
-    await waitFor(
+    await waitUntilAsync(
       async () => (await getJson(port, "/readyz"))?.status === 200,
       "the first relay ready",
       30_000,
@@ -169,7 +148,7 @@ describe("sbinbox relay killed between send and mark (a process, SIGKILL)", func
       assert.equal(killed.signal, "SIGKILL", killed.stderr.slice(-2000));
       const second = startCli(["relay"], env(base, await freePort()));
       try {
-        await waitFor(
+        await waitUntilAsync(
           async () =>
             (
               await pool.query<{ n: number }>(

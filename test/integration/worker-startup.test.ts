@@ -16,22 +16,10 @@ import { createTestDatabase } from "../helpers/postgres.ts";
 import { exampleDatabase } from "../helpers/worker.ts";
 import { countCredits } from "../helpers/worker.ts";
 
+import { getJson, type Probe } from "../helpers/http.ts";
+
 const QUEUE = "sbinbox";
 const BACKOFF_MAX_MS = 400;
-
-interface Probe {
-  status: number;
-  body: Record<string, unknown>;
-}
-
-async function getJson(port: number, path: string): Promise<Probe | undefined> {
-  try {
-    const response = await fetch(`http://127.0.0.1:${port}${path}`);
-    return { status: response.status, body: (await response.json()) as Record<string, unknown> };
-  } catch {
-    return undefined; // not listening yet
-  }
-}
 
 /** Keeps fetching /readyz until stopped, so waitUntil can look at the latest answer. */
 function pollReadyz(port: number): { latest(): Probe | undefined; stop(): void } {
