@@ -169,6 +169,8 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
       maxConcurrentCalls: config.maxConcurrentCalls,
       maxAutoLockRenewalMs: config.maxAutoLockRenewalMs,
       maxMessageBytes: config.maxMessageBytes,
+      batchSize: config.batchSize,
+      batchWaitMs: config.batchWaitMs,
       gracePeriodMs: config.gracePeriodMs,
       claimTimeoutMs: config.claimTimeoutMs,
       sweepIntervalMs: config.sweepIntervalMs,

@@ -29,6 +29,8 @@ export interface Config {
   readonly maxConcurrentCalls: number;
   readonly maxAutoLockRenewalMs: number;
   readonly precheck: boolean;
+  readonly batchSize: number;
+  readonly batchWaitMs: number;
   readonly maxMessageBytes: number;
   readonly gracePeriodMs: number;
   readonly retentionMs: number;
@@ -96,6 +98,8 @@ export function loadConfig(options: LoadOptions = {}): Config {
     maxConcurrentCalls: s.SBINBOX_MAX_CONCURRENT_CALLS,
     maxAutoLockRenewalMs: s.SBINBOX_MAX_AUTO_LOCK_RENEWAL_MS,
     precheck: s.SBINBOX_PRECHECK,
+    batchSize: batchSize(s),
+    batchWaitMs: s.SBINBOX_BATCH_WAIT_MS,
     maxMessageBytes: s.SBINBOX_MAX_MESSAGE_BYTES,
     gracePeriodMs: s.SBINBOX_GRACE_PERIOD_MS,
     retentionMs: retention(s),
@@ -192,6 +196,17 @@ function parseAll(raw: Partial<Record<SettingName, string>>): RawSettings {
     out[name] = result.data;
   }
   return out as RawSettings;
+}
+
+/** A batch forms from messages in flight at once, so it can never be larger than SBINBOX_MAX_CONCURRENT_CALLS. */
+function batchSize(s: RawSettings): number {
+  if (s.SBINBOX_BATCH_SIZE > s.SBINBOX_MAX_CONCURRENT_CALLS) {
+    throw new ConfigError(
+      "SBINBOX_BATCH_SIZE",
+      `must be at most SBINBOX_MAX_CONCURRENT_CALLS (${s.SBINBOX_MAX_CONCURRENT_CALLS}): a batch is made of messages in flight at once (got ${s.SBINBOX_BATCH_SIZE})`,
+    );
+  }
+  return s.SBINBOX_BATCH_SIZE;
 }
 
 function serviceBusConnection(s: RawSettings): ServiceBusConnection {

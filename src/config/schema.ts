@@ -22,6 +22,9 @@ export const settings = {
   SBINBOX_INBOX_SCHEMA: "schema of the inbox's tables (default dbo on SQL Server, public on PostgreSQL)",
   SBINBOX_MAX_CONCURRENT_CALLS: "messages handled at once",
   SBINBOX_MAX_AUTO_LOCK_RENEWAL_MS: "how long the SDK keeps renewing a message lock (0 turns renewal off)",
+  SBINBOX_BATCH_SIZE:
+    "most messages per inbox transaction (group commit, docs/batching.md); 1 is one transaction per message",
+  SBINBOX_BATCH_WAIT_MS: "how long a batch's first message waits for more before the batch runs",
   SBINBOX_PRECHECK: "read the inbox before the transaction to skip late redeliveries cheaply (true/false)",
   SBINBOX_MAX_MESSAGE_BYTES: "bodies larger than this are dead-lettered as MessageTooLarge",
   SBINBOX_GRACE_PERIOD_MS: "how long a stop waits for in-flight messages",
@@ -159,6 +162,9 @@ export const parsers = {
     .optional(),
   SBINBOX_MAX_CONCURRENT_CALLS: int(1, 1000).default(16),
   SBINBOX_MAX_AUTO_LOCK_RENEWAL_MS: ms(0).default(300_000),
+  // 1,000: SQL Server's VALUES list limit (and 1,001 parameters, under its 2,100).
+  SBINBOX_BATCH_SIZE: int(1, 1000).default(1),
+  SBINBOX_BATCH_WAIT_MS: ms(0, 1000).default(2),
   SBINBOX_PRECHECK: bool.default(true),
   SBINBOX_MAX_MESSAGE_BYTES: int(1).default(262_144),
   SBINBOX_GRACE_PERIOD_MS: ms(0).default(20_000),

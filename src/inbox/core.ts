@@ -44,6 +44,26 @@ export interface InboxStatements {
   readonly ping: string;
 }
 
+/**
+ * The statements of a batch of messages, built for its size. Parameters: [consumer, messageId...], except where
+ * `arrays` is set: then [messageIds as one array, consumer].
+ */
+export interface InboxBatchStatements {
+  /** The most messages one batch statement may carry (SQL Server: 1,000 rows in a VALUES list). */
+  readonly maxRows: number;
+  /** True when the parameters are [ids[], consumer] (PostgreSQL's arrays); false for [consumer, id1..idn]. */
+  readonly arrays: boolean;
+  /** Returns { id } for each of the messages whose processed marker exists. */
+  isProcessed(rows: number): string;
+  /** Inserts processed markers for all of them. */
+  insertMarkers(rows: number): string;
+  /**
+   * True when `insertMarkers` skips the rows whose key exists and returns { id } for those it inserted (so the
+   * others are duplicates); false when a unique violation fails the whole statement.
+   */
+  readonly returnsInserted: boolean;
+}
+
 /** Which statement raised an error: only the marker insert's unique violation can mean "duplicate". */
 export type StatementOrigin = "marker" | "other";
 
@@ -58,6 +78,8 @@ export interface InboxTransaction {
 export interface InboxDriver {
   readonly dialect: Dialect;
   readonly statements: InboxStatements;
+  /** Absent: the driver has no batch statements, and every batch goes message by message. */
+  readonly batchStatements?: InboxBatchStatements;
   /** One statement in its own (auto-commit) transaction. */
   query<R = Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>>;
   begin(): Promise<InboxTransaction>;
@@ -75,6 +97,25 @@ export interface InboxStoreOptions {
   readonly preCheck?: boolean;
   /** Rows per cleanup batch when the caller gives none (default 500, below SQL Server's lock escalation). */
   readonly cleanupBatchSize?: number;
+}
+
+/** One message of a batch: its inbox key's MessageId and its handler's work. */
+export interface InboxBatchItem {
+  readonly messageId: string;
+  readonly work: (tx: SqlExecutor) => Promise<void>;
+}
+
+/**
+ * What became of one message of a batch: committed with the others, a duplicate, or `single` when the batch
+ * could not decide it (a handler failed, a statement failed, a key collided on SQL Server) and the caller must
+ * process it alone, on the single-message path, which decides it with its own transaction.
+ */
+export type InboxBatchOutcome = { readonly kind: "committed" | "duplicate" } | { readonly kind: "single" };
+
+export interface InboxBatchResult {
+  readonly outcomes: readonly InboxBatchOutcome[];
+  /** Why the batch's transaction did not commit, when it did not. */
+  readonly failure?: unknown;
 }
 
 type Failed = Extract<ProcessOutcome, { kind: "failed" }>;
@@ -150,6 +191,85 @@ export class InboxCore implements InboxStore {
       await tx.rollback();
       return this.failed(error, "other");
     }
+  }
+
+  /**
+   * Several messages of one consumer in one transaction: one read for markers that exist, one insert of the
+   * others' markers, each handler in turn, one commit. Any failure rolls the whole batch back; its undecided
+   * messages come back as `single`. Keys must be distinct.
+   */
+  async processBatch(consumer: string, items: readonly InboxBatchItem[]): Promise<InboxBatchResult> {
+    const batch = this.driver.batchStatements;
+    const outcomes: InboxBatchOutcome[] = items.map(() => ({ kind: "single" }));
+    if (batch === undefined || items.length === 0) return { outcomes };
+    if (items.length > batch.maxRows || new Set(items.map((i) => i.messageId)).size !== items.length)
+      throw new RangeError(`a batch takes 1 to ${batch.maxRows} messages with distinct MessageIds`);
+    const params = (ids: readonly string[]): unknown[] =>
+      batch.arrays ? [ids, consumer] : [consumer, ...ids];
+    let open = items.map((_, i) => i);
+    if (this.preCheck) {
+      try {
+        const found = await this.driver.query<{ id: string }>(
+          batch.isProcessed(items.length),
+          params(items.map((i) => i.messageId)),
+        );
+        const done = new Set(found.rows.map((r) => r.id));
+        open = open.filter((i) => !done.has(items[i]!.messageId));
+        for (let i = 0; i < items.length; i += 1) if (done.has(items[i]!.messageId)) outcomes[i] = DUPLICATE;
+      } catch (failure) {
+        return { outcomes, failure };
+      }
+      if (open.length === 0) return { outcomes };
+    }
+    let tx: InboxTransaction;
+    try {
+      tx = await this.driver.begin();
+    } catch (failure) {
+      return { outcomes, failure };
+    }
+    const undecided = (failure: unknown): InboxBatchResult => ({
+      outcomes: outcomes.map((o) => (o.kind === "duplicate" ? o : SINGLE)),
+      failure,
+    });
+    try {
+      const inserted = await tx.query<{ id: string }>(
+        batch.insertMarkers(open.length),
+        params(open.map((i) => items[i]!.messageId)),
+      );
+      if (batch.returnsInserted) {
+        // Decided from the keys the database returns, never from an error's text.
+        const fresh = new Set(inserted.rows.map((r) => r.id));
+        for (const i of open) if (!fresh.has(items[i]!.messageId)) outcomes[i] = DUPLICATE;
+        open = open.filter((i) => fresh.has(items[i]!.messageId));
+      }
+    } catch (failure) {
+      await tx.rollback();
+      return undecided(failure);
+    }
+    for (const i of open) {
+      const handle = new TransactionHandle(this.dialect, tx);
+      try {
+        await items[i]!.work(handle.executor);
+      } catch (failure) {
+        await handle.end();
+        await tx.rollback();
+        return undecided(failure);
+      }
+      const problem = await handle.end();
+      if (problem !== undefined) {
+        await tx.rollback();
+        return undecided(problem);
+      }
+    }
+    try {
+      await tx.commit();
+    } catch (failure) {
+      // Committed or not, the single path decides each one: a marker that made it makes that one a duplicate.
+      await tx.rollback();
+      return undecided(failure);
+    }
+    for (const i of open) outcomes[i] = COMMITTED;
+    return { outcomes };
   }
 
   async isProcessed(key: InboxKey): Promise<boolean> {
@@ -282,6 +402,10 @@ export class InboxCore implements InboxStore {
     return { kind: "failed", error, errorClass: errorClass === "duplicate" ? "permanent" : errorClass };
   }
 }
+
+const SINGLE: InboxBatchOutcome = { kind: "single" };
+const DUPLICATE: InboxBatchOutcome = { kind: "duplicate" };
+const COMMITTED: InboxBatchOutcome = { kind: "committed" };
 
 /**
  * The handler's only handle: bound to the transaction, and dead once the transaction ends. Its statements run

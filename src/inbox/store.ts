@@ -1,5 +1,6 @@
 import type { ClaimOutcome, ErrorClass, ProcessOutcome } from "../domain/outcome.ts";
 import type { Dialect, SqlExecutor } from "../domain/sql.ts";
+import type { InboxBatchItem, InboxBatchResult } from "./core.ts";
 import type { Migration } from "./migrations.ts";
 
 /** The inbox's identity for one handling of one message. */
@@ -61,6 +62,13 @@ export interface InboxStore {
    * any other error rolls back and yields `failed`.
    */
   process(key: InboxKey, work: (tx: SqlExecutor) => Promise<void>): Promise<ProcessOutcome>;
+
+  /**
+   * Several messages of one consumer in one transaction (distinct MessageIds): each comes back committed,
+   * duplicate, or `single` when the batch could not decide it and it must go through `process` alone. Optional:
+   * a store without it processes every message alone.
+   */
+  processBatch?(consumer: string, items: readonly InboxBatchItem[]): Promise<InboxBatchResult>;
 
   /** The fast-path read: a marker for this key exists and is processed. Correctness never depends on it. */
   isProcessed(key: InboxKey): Promise<boolean>;

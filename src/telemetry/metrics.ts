@@ -43,6 +43,8 @@ export interface WorkerMetrics {
   recordOutagePause(durationMs: number): void;
   /** One failed attempt's retry: waited out in place, scheduled as a copy, or exhausted (dead-lettered). */
   recordRetry(queue: string, outcome: RetryOutcome, errorClass: string): void;
+  /** One batch transaction: its size, and whether it committed or rolled back to the single-message path. */
+  recordBatch(size: number, committed: boolean): void;
   /**
    * Reports open two-phase claims on each collection from `read` (e.g. `store.countOpenClaims`).
    * A failing read reports nothing for that collection. Returns a function that stops reporting.
@@ -60,10 +62,12 @@ interface Instruments {
   readonly settlementFailures: Counter;
   readonly outagePause: Histogram;
   readonly retries: Counter;
+  readonly batchSize: Histogram;
 }
 
 // The semantic conventions' buckets for messaging durations, in seconds.
 const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10];
+const BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000];
 const PAUSE_BUCKETS = [1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600];
 
 type ClaimSource = { read: () => number | Promise<number>; attributes: Attributes };
@@ -119,6 +123,11 @@ function instruments(): Instruments {
       description: "Retries of failed attempts by outcome: waited (in place), scheduled (a copy), exhausted.",
       unit: "{retry}",
     }),
+    batchSize: meter.createHistogram(Metric.batchSize, {
+      description: "Messages per group-commit transaction (SBINBOX_BATCH_SIZE above 1).",
+      unit: "{message}",
+      advice: { explicitBucketBoundaries: BATCH_BUCKETS },
+    }),
   };
   return current;
 }
@@ -169,6 +178,9 @@ const api: WorkerMetrics = {
       [Attr.retryOutcome]: outcome,
       [Attr.errorType]: errorClass,
     });
+  },
+  recordBatch(size, committed) {
+    instruments().batchSize.record(size, { [Attr.batchOutcome]: committed });
   },
   observeOpenClaims(read, attributes = {}) {
     instruments();

@@ -34,6 +34,10 @@ export const Attr = {
   replayOf: "sbinbox.replay.of",
   /** Which of the inbox's own statements a database span is (insertProcessedMarker, isProcessed, ...). */
   inboxStatement: "sbinbox.inbox.statement",
+  /** How many messages of a batch its transaction committed (the rest were duplicates or went alone). */
+  batchCommitted: "sbinbox.batch.committed",
+  /** Whether a batch's transaction committed (true) or rolled back and sent its messages alone (false). */
+  batchOutcome: "sbinbox.batch.committed_whole",
   /** A start-up step (database, serviceBus) and its state while it waits (waiting, unreachable, refused). */
   startupStep: "sbinbox.startup.step",
   startupState: "sbinbox.startup.state",
@@ -59,6 +63,8 @@ export const SpanName = {
   process: (queue: string) => `process ${queue}`,
   settle: (disposition: Disposition, queue: string) => `${disposition} ${queue}`,
   inboxTransaction: "inbox.transaction",
+  /** One transaction for several messages (group commit); their process spans link to it. */
+  inboxBatch: "inbox.batch",
   inboxInsert: "inbox.insert_marker",
   inboxClaim: "inbox.claim",
   inboxMarkProcessed: "inbox.mark_processed",
@@ -84,6 +90,7 @@ export const Metric = {
   openClaims: "sbinbox.inbox.open_claims",
   outagePause: "sbinbox.database.outage_pause.duration",
   retries: "sbinbox.retries",
+  batchSize: "sbinbox.inbox.batch.size",
   outboxLag: "sbinbox.outbox.lag",
   outboxSent: "sbinbox.outbox.sent",
   outboxSetAside: "sbinbox.outbox.set_aside",

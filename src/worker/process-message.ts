@@ -7,15 +7,18 @@ import {
 } from "../domain/envelope.ts";
 import { PoisonMessageError } from "../domain/errors.ts";
 import type { MessageContext } from "../domain/handler.ts";
-import type { ErrorClass } from "../domain/outcome.ts";
+import type { ErrorClass, ProcessOutcome } from "../domain/outcome.ts";
+import type { SqlExecutor } from "../domain/sql.ts";
 import type { Decision } from "../domain/settlement.ts";
-import type { InboxStore } from "../inbox/store.ts";
+import type { InboxKey, InboxStore } from "../inbox/store.ts";
 
 export interface ProcessMessageDeps {
   readonly store: InboxStore;
   readonly registry: HandlerRegistry;
   readonly consumer: string;
   readonly maxMessageBytes: number;
+  /** Runs a transactional handler's work in place of `store.process` (the batcher); same contract. */
+  readonly process?: (key: InboxKey, work: (tx: SqlExecutor) => Promise<void>) => Promise<ProcessOutcome>;
 }
 
 /** A claim another claimant holds open: not an error of this message, so it is retried later. */
@@ -94,7 +97,8 @@ export async function processMessage(
   };
   const { handler, body, type } = decoded;
   if (handler.kind === "transactional") {
-    const outcome = await deps.store.process(key, (tx) => handler.handle(body, tx, context));
+    const work = (tx: SqlExecutor) => handler.handle(body, tx, context);
+    const outcome = await (deps.process ? deps.process(key, work) : deps.store.process(key, work));
     if (outcome.kind === "failed") return { ...failed(outcome.error, outcome.errorClass), messageType: type };
     return { disposition: "complete", outcome: outcome.kind, messageType: type };
   }

@@ -67,6 +67,7 @@ export function createPostgresInboxStore(options: PostgresInboxOptions): InboxCo
 export class PostgresDriver implements InboxDriver {
   readonly dialect = "postgres" as const;
   readonly statements: ReturnType<typeof postgresSql>["statements"];
+  readonly batchStatements: ReturnType<typeof postgresSql>["batchStatements"];
   private readonly sql: ReturnType<typeof postgresSql>;
   private readonly schema: string;
   private readonly pool: pg.Pool;
@@ -78,6 +79,7 @@ export class PostgresDriver implements InboxDriver {
     this.schema = options.schema ?? DEFAULT_INBOX_SCHEMA.postgres;
     this.sql = postgresSql(this.schema);
     this.statements = this.sql.statements;
+    this.batchStatements = this.sql.batchStatements;
     if (options.pool) {
       this.pool = options.pool;
       this.ownsPool = false;

@@ -1,4 +1,4 @@
-import type { InboxStatements } from "../core.ts";
+import type { InboxBatchStatements, InboxStatements } from "../core.ts";
 import { checkSchemaName, DEFAULT_INBOX_SCHEMA } from "../schema-name.ts";
 
 /** Every statement the PostgreSQL adapter sends, except the migration files themselves. */
@@ -79,7 +79,23 @@ WHERE "ProcessedUtc" IS NULL
 )`,
       ping: "SELECT 1 AS ok",
     } satisfies InboxStatements,
+    // A batch's statements take the ids as one array, so one text serves every size. ON CONFLICT DO NOTHING
+    // skips a key that exists and RETURNING names the rows inserted: the others are duplicates, decided without
+    // an error. A concurrent insert of the same key not yet committed makes this wait for its end, as the
+    // single-row insert does: it then skips (committed) or inserts (rolled back).
+    batchStatements: {
+      maxRows: 1000,
+      arrays: true,
+      returnsInserted: true,
+      isProcessed: () => `SELECT "MessageId" AS id FROM ${s}."Inbox"
+WHERE "MessageId" = ANY($1::varchar[]) AND "Consumer" = $2 AND "ProcessedUtc" IS NOT NULL`,
+      // ORDER BY: batches that share keys take their key locks in one order, so they cannot deadlock on them.
+      insertMarkers: () => `INSERT INTO ${s}."Inbox" ("MessageId", "Consumer", "ProcessedUtc")
+SELECT m, $2, now() FROM unnest($1::varchar[]) AS m ORDER BY m
+ON CONFLICT ("MessageId", "Consumer") DO NOTHING RETURNING "MessageId" AS id`,
+    } satisfies InboxBatchStatements,
   };
 }
 
-export const { CREATE_VERSION_TABLE, SELECT_APPLIED_VERSIONS, RECORD_VERSION, statements } = postgresSql();
+export const { CREATE_VERSION_TABLE, SELECT_APPLIED_VERSIONS, RECORD_VERSION, statements, batchStatements } =
+  postgresSql();

@@ -158,6 +158,7 @@ function toResult<R>(result: mssql.IResult<unknown>): SqlResult<R> {
 export class SqlServerDriver implements InboxDriver {
   readonly dialect = "sqlserver" as const;
   readonly statements: ReturnType<typeof sqlServerSql>["statements"];
+  readonly batchStatements: ReturnType<typeof sqlServerSql>["batchStatements"];
   private readonly sql: ReturnType<typeof sqlServerSql>;
   private readonly schema: string;
   private readonly pool: mssql.ConnectionPool;
@@ -170,6 +171,7 @@ export class SqlServerDriver implements InboxDriver {
     this.schema = options.schema ?? DEFAULT_INBOX_SCHEMA.sqlserver;
     this.sql = sqlServerSql(this.schema);
     this.statements = this.sql.statements;
+    this.batchStatements = this.sql.batchStatements;
     if (options.pool) {
       this.pool = options.pool;
       this.ownsPool = false;

@@ -1,4 +1,4 @@
-import type { InboxStatements } from "../core.ts";
+import type { InboxBatchStatements, InboxStatements } from "../core.ts";
 import { checkSchemaName, DEFAULT_INBOX_SCHEMA } from "../schema-name.ts";
 
 /**
@@ -83,7 +83,28 @@ WHERE ProcessedUtc IS NULL
     ping: "SELECT 1 AS ok;",
   };
 
+  const ids = (rows: number): string => {
+    if (!Number.isInteger(rows) || rows < 1 || rows > SQLSERVER_BATCH_MAX_ROWS)
+      throw new RangeError(`a batch statement takes 1 to ${SQLSERVER_BATCH_MAX_ROWS} rows, not ${rows}`);
+    return Array.from({ length: rows }, (_, i) => `@p${i + 2}`).join(", ");
+  };
+  // [consumer, id1..idn]: n + 1 parameters, far under the 2,100 limit at the 1,000 rows a VALUES list allows.
+  // No MERGE or IGNORE_DUP_KEY: a key that exists fails the whole insert (2601/2627), and the batch's messages
+  // are then processed one by one, where each marker insert decides its own message.
+  const batchStatements: InboxBatchStatements = {
+    maxRows: SQLSERVER_BATCH_MAX_ROWS,
+    arrays: false,
+    returnsInserted: false,
+    isProcessed: (rows) => `SELECT MessageId AS id FROM ${s}.Inbox
+WHERE Consumer = @p1 AND ProcessedUtc IS NOT NULL AND MessageId IN (${ids(rows)});`,
+    insertMarkers: (rows) => `INSERT INTO ${s}.Inbox (MessageId, Consumer, ProcessedUtc) VALUES ${ids(rows)
+      .split(", ")
+      .map((id) => `(${id}, @p1, SYSUTCDATETIME())`)
+      .join(", ")};`,
+  };
+
   return {
+    batchStatements,
     CREATE_VERSION_TABLE,
     SELECT_APPLIED_VERSIONS,
     RECORD_VERSION,
@@ -96,6 +117,9 @@ WHERE ProcessedUtc IS NULL
   };
 }
 
+/** A table value constructor takes at most 1,000 rows (error 10738); 1,001 parameters stay under 2,100. */
+export const SQLSERVER_BATCH_MAX_ROWS = 1000;
+
 /** The default schema's statements, which `npm run check:tsql` parses (it also parses another schema's). */
 export const {
   CREATE_VERSION_TABLE,
@@ -106,4 +130,11 @@ export const {
   RECORD_MODULE_VERSION,
   SELECT_VERSION_TABLES,
   statements,
+  batchStatements,
 } = sqlServerSql();
+
+/** The batch statements at one, two and the most rows, so that `npm run check:tsql` parses what is sent. */
+export const BATCH_STATEMENT_SAMPLES = [1, 2, SQLSERVER_BATCH_MAX_ROWS].map((rows) => ({
+  isProcessed: batchStatements.isProcessed(rows),
+  insertMarkers: batchStatements.insertMarkers(rows),
+}));

@@ -1,0 +1,142 @@
+import { context, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Context, type Link } from "@opentelemetry/api";
+import type { ProcessOutcome } from "../domain/outcome.ts";
+import type { SqlExecutor } from "../domain/sql.ts";
+import type { InboxBatchItem, InboxBatchResult } from "../inbox/core.ts";
+import type { InboxKey, InboxStore } from "../inbox/store.ts";
+import { Attr, SpanName, TRACER_NAME } from "../telemetry/names.ts";
+
+export interface BatcherOptions {
+  readonly store: InboxStore;
+  readonly consumer: string;
+  /** The most messages per transaction (at least 2; a batch of 1 is the single-message path). */
+  readonly maxSize: number;
+  /** How long the first message of a batch waits for more before the batch runs. */
+  readonly waitMs: number;
+  /** Each batch that ran, with its size and whether its transaction committed (metrics). */
+  readonly onBatch?: (size: number, committed: boolean) => void;
+}
+
+interface Entry {
+  readonly key: InboxKey;
+  readonly work: (tx: SqlExecutor) => Promise<void>;
+  readonly ctx: Context;
+  readonly resolve: (outcome: ProcessOutcome) => void;
+}
+
+/**
+ * Group commit for transactional handlers. The messages whose SDK callbacks are pending (so the SDK keeps renewing
+ * their locks) join a batch; the batch runs as one transaction, and each message's promise settles with its own
+ * outcome. A message the batch could not decide (a handler or statement failed, so the batch rolled back) goes
+ * through the store's single-message `process`, as if there were no batch: its outcome, retries and outage
+ * handling are exactly today's. No outcome is ever taken from another message.
+ */
+export class Batcher {
+  private readonly options: BatcherOptions;
+  private pending: Entry[] = [];
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(options: BatcherOptions) {
+    if (!Number.isInteger(options.maxSize) || options.maxSize < 2)
+      throw new RangeError("a batcher's maxSize must be a whole number of at least 2");
+    this.options = options;
+  }
+
+  /** Processes one message's transactional work, in a batch with others when there are any. */
+  process(key: InboxKey, work: (tx: SqlExecutor) => Promise<void>): Promise<ProcessOutcome> {
+    // The same key twice (an original and its scheduled copy) goes alone: its marker insert waits for the batch's.
+    if (key.consumer !== this.options.consumer || this.pending.some((e) => e.key.messageId === key.messageId))
+      return this.options.store.process(key, work);
+    return new Promise<ProcessOutcome>((resolve) => {
+      this.pending.push({ key, work, ctx: context.active(), resolve });
+      if (this.pending.length >= this.options.maxSize) this.flush();
+      else this.timer ??= setTimeout(() => this.flush(), this.options.waitMs);
+    });
+  }
+
+  /** Runs what is pending now instead of waiting (a stop). */
+  flush(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    const entries = this.pending;
+    this.pending = [];
+    if (entries.length === 0) return;
+    void this.run(entries);
+  }
+
+  private async run(entries: readonly Entry[]): Promise<void> {
+    const { store } = this.options;
+    if (entries.length === 1 || store.processBatch === undefined) {
+      for (const entry of entries) this.alone(entry);
+      return;
+    }
+    let result: InboxBatchResult;
+    try {
+      result = await this.transaction(entries);
+    } catch {
+      // processBatch does not throw for database or handler failures; anything else still leaves no one behind.
+      result = { outcomes: entries.map(() => ({ kind: "single" })) };
+    }
+    this.options.onBatch?.(entries.length, result.failure === undefined);
+    entries.forEach((entry, i) => {
+      const outcome = result.outcomes[i]!;
+      if (outcome.kind === "single") this.alone(entry);
+      else entry.resolve(outcome);
+    });
+  }
+
+  /** The batch's transaction: one span, linked from each message's process span and linking to each. */
+  private transaction(entries: readonly Entry[]): Promise<InboxBatchResult> {
+    const links: Link[] = [];
+    for (const entry of entries) {
+      const span = trace.getSpan(entry.ctx);
+      if (span?.isRecording()) links.push({ context: span.spanContext() });
+    }
+    const span = trace.getTracer(TRACER_NAME).startSpan(
+      SpanName.inboxBatch,
+      { kind: SpanKind.INTERNAL, links, attributes: { [Attr.batchMessageCount]: entries.length } },
+      ROOT_CONTEXT,
+    );
+    for (const entry of entries) trace.getSpan(entry.ctx)?.addLink({ context: span.spanContext() });
+    const items: InboxBatchItem[] = entries.map((entry) => ({
+      messageId: entry.key.messageId,
+      // Each handler runs in its own message's context, so its log lines and spans belong to that message.
+      work: (tx) => context.with(entry.ctx, () => entry.work(tx)),
+    }));
+    return context
+      .with(trace.setSpan(ROOT_CONTEXT, span), () => this.options.store.processBatch!(this.options.consumer, items))
+      .then(
+        (result) => {
+          const committed = result.outcomes.filter((o) => o.kind === "committed").length;
+          span.setAttribute(Attr.batchCommitted, committed);
+          if (result.failure !== undefined) {
+            span.setAttribute(Attr.errorType, errorName(result.failure));
+            span.setStatus({ code: SpanStatusCode.ERROR });
+          }
+          span.end();
+          return result;
+        },
+        (error: unknown) => {
+          span.setStatus({ code: SpanStatusCode.ERROR });
+          span.end();
+          throw error;
+        },
+      );
+  }
+
+  private alone(entry: Entry): void {
+    context
+      .with(entry.ctx, () => this.options.store.process(entry.key, entry.work))
+      .then(entry.resolve, (error: unknown) =>
+        entry.resolve({ kind: "failed", error, errorClass: "permanent" }),
+      );
+  }
+}
+
+function errorName(error: unknown): string {
+  if (typeof error === "object" && error !== null) {
+    const { code, name } = error as { code?: unknown; name?: unknown };
+    if (typeof code === "string" && code !== "") return code;
+    if (typeof name === "string" && name !== "") return name;
+  }
+  return "Error";
+}
