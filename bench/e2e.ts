@@ -47,6 +47,12 @@ const BIN =
  * The NODE_OPTIONS of the memory runs, comma-separated (an empty item is Node's defaults): by default Node's
  * defaults and the young-generation size `npm start` and App Service pass.
  */
+/** The batched rows' SBINBOX_BATCH_SIZE at concurrency c (default c / 2: two batches in flight) and wait. */
+const batchSizeAt = (c: number): number =>
+  Number(process.env.SBINBOX_BENCH_BATCH_SIZE ?? 0) || Math.max(1, Math.floor(c / 2));
+const BATCH_WAIT_MS = Number(process.env.SBINBOX_BENCH_BATCH_WAIT_MS ?? 2);
+/** The memory runs' SBINBOX_BATCH_SIZE (1: one transaction per message). */
+const MEMORY_BATCH = process.env.SBINBOX_BENCH_MEMORY_BATCH ?? "8";
 const MEMORY_NODE_OPTIONS = (process.env.SBINBOX_BENCH_NODE_OPTIONS ?? ",--max-semi-space-size=4").split(",");
 const NAIVE_TABLES = `
 CREATE TABLE naive_inbox (id bigserial PRIMARY KEY, message_id varchar(128) NOT NULL,
@@ -90,6 +96,16 @@ function observed(store: InboxStore, onOutcome: (messageId: string, kind: string
           const outcome = await target.process(...args);
           onOutcome(args[0].messageId, outcome.kind);
           return outcome;
+        };
+      }
+      if (prop === "processBatch") {
+        // A batch's undecided messages come back `single` and go through `process`, observed there.
+        return async (...args: Parameters<NonNullable<InboxStore["processBatch"]>>) => {
+          const result = await target.processBatch!(...args);
+          result.outcomes.forEach((o, i) => {
+            if (o.kind !== "single") onOutcome(args[1][i]!.messageId, o.kind);
+          });
+          return result;
         };
       }
       const value: unknown = Reflect.get(target, prop, target);
@@ -137,6 +153,7 @@ async function startWorker(
   h: Harness,
   c: number,
   onOutcome: (id: string, kind: string) => void,
+  batchSize = 1,
 ): Promise<{ worker: Worker; db: Database }> {
   const db = await openDatabase({ kind: "postgres", url: h.url }, { preCheck: true, maxConnections: c + 4 });
   const worker = createWorker({
@@ -146,6 +163,8 @@ async function startWorker(
     queue: QUEUE,
     consumer: CONSUMER,
     maxConcurrentCalls: c,
+    batchSize,
+    batchWaitMs: BATCH_WAIT_MS,
     sweepIntervalMs: 0,
   });
   worker.start();
@@ -163,15 +182,21 @@ async function drainWithWorker(
   c: number,
   events: readonly PublishEvent[],
   kind: string,
+  batchSize = 1,
 ): Promise<number> {
   await prefill(h, events);
   let done = 0;
   let first = 0;
-  const w = await startWorker(h, c, (_, k) => {
-    if (k !== kind) return;
-    if (done === 0) first = performance.now();
-    done += 1;
-  });
+  const w = await startWorker(
+    h,
+    c,
+    (_, k) => {
+      if (k !== kind) return;
+      if (done === 0) first = performance.now();
+      done += 1;
+    },
+    batchSize,
+  );
   await waitFor(() => done >= events.length, `${events.length} ${kind}`);
   // Steady state: from the first outcome to the last, so attaching the link is not counted.
   const rate = (events.length - 1) / ((performance.now() - first) / 1000);
@@ -189,15 +214,25 @@ async function settledQueue(h: Harness): Promise<void> {
 }
 
 /** Latency publisher -> committed effect, publishing at `rate` msgs/s in small batches while the worker runs. */
-async function latency(h: Harness, c: number, rate: number): Promise<{ p50: number; p99: number }> {
+async function latency(
+  h: Harness,
+  c: number,
+  rate: number,
+  batchSize = 1,
+): Promise<{ p50: number; p99: number }> {
   const count = Math.max(200, Math.min(3000, Math.round(rate * 6)));
   const events = freshEvents(count);
   const sentAt = new Map<string, number>();
   const latencies: number[] = [];
-  const w = await startWorker(h, c, (id, kind) => {
-    const t = sentAt.get(id);
-    if (kind === "committed" && t !== undefined) latencies.push(performance.now() - t);
-  });
+  const w = await startWorker(
+    h,
+    c,
+    (id, kind) => {
+      const t = sentAt.get(id);
+      if (kind === "committed" && t !== undefined) latencies.push(performance.now() - t);
+    },
+    batchSize,
+  );
   // Its own connection, as an upstream service would have: the publisher's sends do not queue behind the receiver.
   const client = new ServiceBusClient(h.connectionString);
   const publisher = createPublisher({ client, queue: QUEUE });
@@ -327,6 +362,7 @@ async function memory(h: Harness, connectionString: string, nodeOptions: string)
       SBINBOX_QUEUE: RSS_QUEUE,
       SBINBOX_CONSUMER: "rss",
       SBINBOX_LOG_LEVEL: "error",
+      SBINBOX_BATCH_SIZE: MEMORY_BATCH,
       SBINBOX_HTTP_HOST: "127.0.0.1",
       PORT: String(await freePort()),
       NODE_OPTIONS: nodeOptions,
@@ -356,7 +392,7 @@ async function memory(h: Harness, connectionString: string, nodeOptions: string)
     `  ${label.padEnd(6)} ${s.rss.toFixed(1).padStart(6)} MB  after ${String(s.done).padStart(6)} messages, ${s.t.toFixed(1)} s`;
   const quarter = at(0.25);
   return [
-    `memory: RSS of one sbinbox worker process (maxConcurrentCalls 16, NODE_OPTIONS "${nodeOptions}") ` +
+    `memory: RSS of one sbinbox worker process (maxConcurrentCalls 16, batch size ${MEMORY_BATCH}, NODE_OPTIONS "${nodeOptions}") ` +
       `draining ${BACKLOG} messages` +
       ` (${(BACKLOG / end.t).toFixed(0)} msgs/s)` +
       (process.env.SBINBOX_BENCH_WORKER_BIN ? `, running ${BIN}` : ""),
@@ -406,21 +442,35 @@ async function main(): Promise<void> {
       await naive(h, 8, 500);
     }
 
-    if (/^e2e\d+$/.test(ONLY)) {
+    if (/^(e2e|batch)\d+$/.test(ONLY)) {
       // For a profile (node --cpu-prof): the worker's fresh path alone, at the given concurrency.
-      const c = Number(ONLY.slice(3));
+      const c = Number(/\d+$/.exec(ONLY)![0]);
       const fresh = freshEvents(MESSAGES);
-      const rate = await drainWithWorker(h, c, fresh, "committed");
-      const dup = await drainWithWorker(h, c, fresh, "duplicate");
-      process.stdout.write(`at ${c}: fresh ${rate.toFixed(0)} msgs/s, duplicate ${dup.toFixed(0)} msgs/s\n`);
+      const b = ONLY.startsWith("batch") ? batchSizeAt(c) : 1;
+      const rate = await drainWithWorker(h, c, fresh, "committed", b);
+      const dup = await drainWithWorker(h, c, fresh, "duplicate", b);
+      process.stdout.write(
+        `at ${c}, batch ${b}: fresh ${rate.toFixed(0)} msgs/s, duplicate ${dup.toFixed(0)} msgs/s\n`,
+      );
       return;
     }
     const rows: string[][] = [];
+    const batchedRows: string[][] = [];
+    const spread: string[] = [];
+    const range = (xs: number[]) => `${Math.min(...xs).toFixed(0)}-${Math.max(...xs).toFixed(0)}`;
     for (const c of ONLY === "memory" || ONLY === "relay" ? [] : CONCURRENCY) {
       process.stdout.write(`concurrency ${c} ...\n`);
       // The rows that the targets compare run in several rounds, taking turns, and the median is reported: the
       // machine is shared, and one noisy stretch should not decide a ratio.
-      const runs = { e2e: [] as number[], db: [] as number[], naive: [] as number[], dup: [] as number[] };
+      const b = batchSizeAt(c);
+      const runs = {
+        e2e: [] as number[],
+        db: [] as number[],
+        naive: [] as number[],
+        dup: [] as number[],
+        batched: [] as number[],
+        batchedDup: [] as number[],
+      };
       for (let round = 0; round < ROUNDS; round += 1) {
         const steps = [
           async () => {
@@ -428,15 +478,44 @@ async function main(): Promise<void> {
             runs.e2e.push(await drainWithWorker(h, c, fresh, "committed"));
             runs.dup.push(await drainWithWorker(h, c, fresh, "duplicate"));
           },
+          async () => {
+            const fresh = freshEvents(MESSAGES);
+            runs.batched.push(await drainWithWorker(h, c, fresh, "committed", b));
+            runs.batchedDup.push(await drainWithWorker(h, c, fresh, "duplicate", b));
+          },
           async () => void runs.db.push(await databaseCeiling(h, c, MESSAGES)),
           async () => void runs.naive.push(await naive(h, c, MESSAGES)),
         ];
         for (const step of round % 2 === 0 ? steps : steps.reverse()) await step();
       }
-      const [e2e, dbCeiling, naiveRate, duplicate] = [runs.e2e, runs.db, runs.naive, runs.dup].map(
-        median,
-      ) as [number, number, number, number];
+      const [e2e, dbCeiling, naiveRate, duplicate, batched, batchedDup] = [
+        runs.e2e,
+        runs.db,
+        runs.naive,
+        runs.dup,
+        runs.batched,
+        runs.batchedDup,
+      ].map(median) as [number, number, number, number, number, number];
+      spread.push(
+        `  conc ${c}: e2e ${range(runs.e2e)}, batched ${range(runs.batched)}, db ${range(runs.db)}, ` +
+          `naive ${range(runs.naive)}, dup ${range(runs.dup)}, batched dup ${range(runs.batchedDup)}`,
+      );
       const lat = await latency(h, c, e2e * 0.3);
+      // At 30% of the single path's rate, so both rows carry the same load.
+      const batchedLat = await latency(h, c, e2e * 0.3, b);
+      batchedRows.push([
+        String(c),
+        String(b),
+        batched.toFixed(0),
+        batchedLat.p50.toFixed(1),
+        batchedLat.p99.toFixed(1),
+        batchedDup.toFixed(0),
+        (batched / dbCeiling).toFixed(2),
+        (batched / naiveRate).toFixed(2),
+        (batched / e2e).toFixed(2),
+        (batchedLat.p99 / lat.p99).toFixed(2),
+        (batchedDup / batched).toFixed(2),
+      ]);
       const brokerCeiling = await receiveLoop(h, c, MESSAGES, () => Promise.resolve());
       rows.push([
         String(c),
@@ -485,6 +564,28 @@ async function main(): Promise<void> {
           `latency: publishing at 30% of the e2e rate, publisher to commit`,
         ...table,
         "targets: e2e/db >= 0.90; e2e/naive >= 1.00; dup/e2e >= 3.00",
+        "",
+        `batched (group commit, SBINBOX_BATCH_SIZE as given, SBINBOX_BATCH_WAIT_MS ${BATCH_WAIT_MS}); ` +
+          `ratios against the per-message rows above; latency at the same load (30% of the single e2e rate)`,
+        ...formatTable(
+          [
+            "conc",
+            "batch",
+            "batched/s",
+            "p50 ms",
+            "p99 ms",
+            "dup/s",
+            "b/db",
+            "b/naive",
+            "b/e2e",
+            "p99 b/e2e",
+            "dup/b",
+          ],
+          batchedRows,
+        ),
+        "targets: b/db >= 1.50 at 32 and >= 1.00 at 8; b/naive >= 2.00 at 8 and 32; p99 b/e2e <= 2.00",
+        `spread over ${ROUNDS} rounds (min-max msgs/s):`,
+        ...spread,
         "",
         ...memoryLines,
         `load average at the end ${loadavg()

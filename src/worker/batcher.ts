@@ -1,4 +1,12 @@
-import { context, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Context, type Link } from "@opentelemetry/api";
+import {
+  context,
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Context,
+  type Link,
+} from "@opentelemetry/api";
 import type { ProcessOutcome } from "../domain/outcome.ts";
 import type { SqlExecutor } from "../domain/sql.ts";
 import type { InboxBatchItem, InboxBatchResult } from "../inbox/core.ts";
@@ -91,11 +99,13 @@ export class Batcher {
       const span = trace.getSpan(entry.ctx);
       if (span?.isRecording()) links.push({ context: span.spanContext() });
     }
-    const span = trace.getTracer(TRACER_NAME).startSpan(
-      SpanName.inboxBatch,
-      { kind: SpanKind.INTERNAL, links, attributes: { [Attr.batchMessageCount]: entries.length } },
-      ROOT_CONTEXT,
-    );
+    const span = trace
+      .getTracer(TRACER_NAME)
+      .startSpan(
+        SpanName.inboxBatch,
+        { kind: SpanKind.INTERNAL, links, attributes: { [Attr.batchMessageCount]: entries.length } },
+        ROOT_CONTEXT,
+      );
     for (const entry of entries) trace.getSpan(entry.ctx)?.addLink({ context: span.spanContext() });
     const items: InboxBatchItem[] = entries.map((entry) => ({
       messageId: entry.key.messageId,
@@ -103,7 +113,9 @@ export class Batcher {
       work: (tx) => context.with(entry.ctx, () => entry.work(tx)),
     }));
     return context
-      .with(trace.setSpan(ROOT_CONTEXT, span), () => this.options.store.processBatch!(this.options.consumer, items))
+      .with(trace.setSpan(ROOT_CONTEXT, span), () =>
+        this.options.store.processBatch!(this.options.consumer, items),
+      )
       .then(
         (result) => {
           const committed = result.outcomes.filter((o) => o.kind === "committed").length;

@@ -469,13 +469,13 @@ export function inboxConformance(backend: Backend): void {
         const prechecking = db.createStore({ preCheck: true });
         const result = await prechecking.processBatch!(
           "billing",
-          batchOf(keys, () => () => Promise.resolve()),
+          batchOf(keys, () => () => Promise.resolve(undefined)),
         );
         assert.equal(result.failure, undefined, String(result.failure));
         assert.equal(result.outcomes.filter((o) => o.kind === "committed").length, 1000);
         const again = await prechecking.processBatch!(
           "billing",
-          batchOf(keys, () => () => Promise.resolve()),
+          batchOf(keys, () => () => Promise.resolve(undefined)),
         );
         assert.equal(again.outcomes.filter((o) => o.kind === "duplicate").length, 1000);
       });

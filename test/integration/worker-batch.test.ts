@@ -3,7 +3,7 @@ import type { ServiceBusReceivedMessage } from "@azure/service-bus";
 import pg from "pg";
 import { z } from "zod";
 import type { Database } from "../../src/app/database.ts";
-import type { MessageHandler } from "../../src/domain/handler.ts";
+import type { MessageHandler, TransactionalHandler } from "../../src/domain/handler.ts";
 import { ACCOUNT_CREDITED, accountCreditedHandler } from "../../src/example/index.ts";
 import type { InboxBatchItem } from "../../src/inbox/core.ts";
 import type { InboxStore } from "../../src/inbox/store.ts";
@@ -132,10 +132,11 @@ describe("worker with group commit (SBINBOX_BATCH_SIZE > 1; real SDK, local brok
   it("one failing handler: the others commit exactly once, the failing one is retried per the retry policy", async function () {
     const FLAKY = "BatchFlaky";
     let failures = 0;
-    const flaky: MessageHandler = {
+    const flakySchema = z.object({ n: z.number(), fail: z.boolean() });
+    const flaky: TransactionalHandler<z.infer<typeof flakySchema>> = {
       kind: "transactional",
       type: FLAKY,
-      schema: z.object({ n: z.number(), fail: z.boolean() }),
+      schema: flakySchema,
       async handle(body, tx, context) {
         await tx.query("INSERT INTO example_credits (account_id, amount, message_id) VALUES ($1, $2, $3)", [
           "flaky",
@@ -158,7 +159,7 @@ describe("worker with group commit (SBINBOX_BATCH_SIZE > 1; real SDK, local brok
     await publisher.close();
     const { store, sizes } = recordingBatches(db.store);
     const worker = start(store, {
-      handlers: [flaky, accountCreditedHandler()],
+      handlers: [flaky as MessageHandler, accountCreditedHandler()],
       retryPolicy: {
         transientDelaysMs: [20, 20],
         permanentDelaysMs: [20, 20],

@@ -97,10 +97,11 @@ WHERE ProcessedUtc IS NULL
     returnsInserted: false,
     isProcessed: (rows) => `SELECT MessageId AS id FROM ${s}.Inbox
 WHERE Consumer = @p1 AND ProcessedUtc IS NOT NULL AND MessageId IN (${ids(rows)});`,
-    insertMarkers: (rows) => `INSERT INTO ${s}.Inbox (MessageId, Consumer, ProcessedUtc) VALUES ${ids(rows)
-      .split(", ")
-      .map((id) => `(${id}, @p1, SYSUTCDATETIME())`)
-      .join(", ")};`,
+    insertMarkers: (rows) =>
+      `INSERT INTO ${s}.Inbox (MessageId, Consumer, ProcessedUtc) VALUES ${ids(rows)
+        .split(", ")
+        .map((id) => `(${id}, @p1, SYSUTCDATETIME())`)
+        .join(", ")};`,
   };
 
   return {
