@@ -224,6 +224,9 @@ async function main(o: Options): Promise<number> {
         // under the lock, the later ones go through scheduled copies.
         SBINBOX_RETRY_DELAYS_MS: "500,1000,2000,4000,8000,16000",
         SBINBOX_RETRY_MAX_WAIT_MS: "1500",
+        // Group commit on (docs/batching.md): the random kills then land inside batches, their commits included,
+        // and the kill-after-commit switch fires with the victim's whole batch committed and none of it settled.
+        SBINBOX_BATCH_SIZE: process.env.SBINBOX_BATCH_SIZE ?? "8",
       },
       // The first generation also carries the kill-between-commit-and-complete switch for one early event, so
       // that exact moment is hit for certain (unless its worker was already killed), not only by chance.

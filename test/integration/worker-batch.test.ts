@@ -3,7 +3,7 @@ import type { ServiceBusReceivedMessage } from "@azure/service-bus";
 import pg from "pg";
 import { z } from "zod";
 import type { Database } from "../../src/app/database.ts";
-import type { MessageHandler, TransactionalHandler } from "../../src/domain/handler.ts";
+import type { TransactionalHandler } from "../../src/domain/handler.ts";
 import { ACCOUNT_CREDITED, accountCreditedHandler } from "../../src/example/index.ts";
 import type { InboxBatchItem } from "../../src/inbox/core.ts";
 import type { InboxStore } from "../../src/inbox/store.ts";
@@ -159,7 +159,7 @@ describe("worker with group commit (SBINBOX_BATCH_SIZE > 1; real SDK, local brok
     await publisher.close();
     const { store, sizes } = recordingBatches(db.store);
     const worker = start(store, {
-      handlers: [flaky as MessageHandler, accountCreditedHandler()],
+      handlers: [flaky, accountCreditedHandler()],
       retryPolicy: {
         transientDelaysMs: [20, 20],
         permanentDelaysMs: [20, 20],
