@@ -30,7 +30,10 @@ import { createPublisher, type Publisher, type PublishEvent } from "../src/servi
 import { createWorker, type Worker } from "../src/worker/worker.ts";
 
 const onlyFlag = process.argv.indexOf("--only");
-/** One part alone: `--only memory`, `--only publisher`, or `--only e2e8` for a profile (also SBINBOX_BENCH_ONLY). */
+/**
+ * One part alone: `--only memory`, `--only publisher`, `--only worker` (the worker's table and memory, without the
+ * publisher and relay parts), or `--only e2e8` / `--only batch8` for a profile (also SBINBOX_BENCH_ONLY).
+ */
 const ONLY = process.env.SBINBOX_BENCH_ONLY ?? (onlyFlag >= 0 ? process.argv[onlyFlag + 1] : undefined) ?? "";
 const MESSAGES = Number(process.env.SBINBOX_BENCH_MESSAGES ?? 2000);
 const BACKLOG = Number(process.env.SBINBOX_BENCH_BACKLOG ?? 50_000);
