@@ -58,9 +58,20 @@ export function traceInboxStore<S extends InboxStore>(store: S): S {
 /** The driver with a CLIENT span per statement: BEGIN, each query, COMMIT, ROLLBACK. */
 export function traceInboxDriver<D extends InboxDriver>(driver: D): D {
   const roles = statementRoles(driver.statements);
+  const batch = driver.batchStatements;
+  // A batch statement's text depends on its size (SQL Server): its role is known by the shape at that size.
+  const roleOf = (sql: string): string | undefined => {
+    const role = roles.get(sql);
+    if (role !== undefined || batch === undefined) return role;
+    const rows = batch.arrays ? 1 : new Set(sql.match(/@p\d+/g) ?? []).size - 1;
+    if (rows < 1 || rows > batch.maxRows) return undefined;
+    if (sql === batch.insertMarkers(rows)) return "batchInsertMarkers";
+    if (sql === batch.isProcessed(rows)) return "batchIsProcessed";
+    return undefined;
+  };
   const attributes = (sql: string): { name: string; attributes: Attributes } => {
     const operation = firstKeyword(sql);
-    const role = roles.get(sql);
+    const role = roleOf(sql);
     // The inbox's own statements name their table; a ping or a cutoff query touches none.
     const table = role && /\bInbox\b/.test(sql) ? "Inbox" : undefined;
     return {

@@ -1,0 +1,76 @@
+import assert from "node:assert/strict";
+import type { Database } from "../../src/app/database.ts";
+import { createPublisher } from "../../src/servicebus/publisher.ts";
+import { Attr, Metric, SpanName } from "../../src/telemetry/names.ts";
+import { useLocalBroker, waitUntil } from "../helpers/broker.ts";
+import { metricTotal, useTelemetryCapture } from "../helpers/telemetry.ts";
+import { exampleDatabase, startTestWorker } from "../helpers/worker.ts";
+
+const QUEUE = "sbinbox";
+
+describe("group commit telemetry: one inbox.batch span, linked both ways, and the batch-size metric", function () {
+  const fixture = useLocalBroker();
+  const telemetry = useTelemetryCapture();
+  let db: Database;
+  before(async () => {
+    db = await exampleDatabase("telemetry_batch");
+  });
+  after(async () => {
+    await db.close();
+  });
+
+  it("each message keeps its process span; the batch's transaction is one span they link to", async function () {
+    const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
+    for (let i = 0; i < 8; i += 1)
+      await publisher.publish("AccountCredited", `batch-traced-${i}`, { accountId: "a", amount: 1 });
+    await publisher.close();
+    const worker = startTestWorker({ client: fixture.client, db, batchSize: 4, batchWaitMs: 100 });
+    try {
+      await waitUntil(() => worker.stats.settled === 8, "all are settled");
+    } finally {
+      await worker.stop();
+    }
+    const processes = telemetry().spansNamed(`process ${QUEUE}`);
+    const batches = telemetry().spansNamed(SpanName.inboxBatch);
+    assert.equal(processes.length, 8, "one process span per message");
+    assert.ok(batches.length >= 1, "at least one batch ran");
+    const sizes = batches.map((b) => Number(b.attributes[Attr.batchMessageCount]));
+    assert.ok(
+      sizes.every((n) => n >= 2 && n <= 4),
+      `batch sizes ${sizes.join(",")}`,
+    );
+    const batchIds = new Set(batches.map((b) => b.spanContext().spanId));
+    const processIds = new Set(processes.map((p) => p.spanContext().spanId));
+    let batched = 0;
+    for (const p of processes) {
+      const toBatch = p.links.filter((l) => batchIds.has(l.context.spanId));
+      assert.ok(toBatch.length <= 1, "a process span links to at most one batch");
+      batched += toBatch.length;
+    }
+    assert.equal(
+      batched,
+      sizes.reduce((a, b) => a + b, 0),
+      "every batched message's process span links to its batch",
+    );
+    for (const b of batches) {
+      assert.equal(b.parentSpanContext, undefined, "the batch span is a root: it belongs to no one message");
+      assert.equal(b.links.length, Number(b.attributes[Attr.batchMessageCount]));
+      assert.ok(
+        b.links.every((l) => processIds.has(l.context.spanId)),
+        "it links to its messages' spans",
+      );
+      assert.equal(b.attributes[Attr.batchCommitted], b.links.length);
+    }
+    // The batch's statements are its children: its marker insert among them.
+    const batchChildren = telemetry()
+      .spans()
+      .filter((s) => s.parentSpanContext && batchIds.has(s.parentSpanContext.spanId));
+    assert.ok(
+      batchChildren.some((s) => s.name === "INSERT Inbox"),
+      "the multi-row marker insert is under the batch",
+    );
+    const data = await telemetry().collect();
+    assert.equal(metricTotal(data, Metric.batchSize), batches.length, "one batch-size point per batch");
+    assert.equal(metricTotal(data, Metric.batchSize, { [Attr.batchOutcome]: true }), batches.length);
+  });
+});

@@ -1,0 +1,49 @@
+import assert from "node:assert/strict";
+import { loadConfig } from "../../src/config/index.ts";
+import { ConfigError } from "../../src/domain/errors.ts";
+
+function configError(fn: () => unknown): ConfigError {
+  try {
+    fn();
+  } catch (error) {
+    if (error instanceof ConfigError) return error;
+    throw error;
+  }
+  return assert.fail("expected a ConfigError");
+}
+
+describe("config: group commit settings", function () {
+  it("defaults to one transaction per message, with a 2 ms wait", function () {
+    const config = loadConfig({ env: {} });
+    assert.equal(config.batchSize, 1);
+    assert.equal(config.batchWaitMs, 2);
+  });
+
+  it("takes a batch size up to SBINBOX_MAX_CONCURRENT_CALLS", function () {
+    const config = loadConfig({
+      env: { SBINBOX_BATCH_SIZE: "16", SBINBOX_MAX_CONCURRENT_CALLS: "32", SBINBOX_BATCH_WAIT_MS: "0" },
+    });
+    assert.equal(config.batchSize, 16);
+    assert.equal(config.batchWaitMs, 0);
+  });
+
+  it("errors name the bad setting", function () {
+    const cases: [NodeJS.ProcessEnv, string, RegExp][] = [
+      [{ SBINBOX_BATCH_SIZE: "0" }, "SBINBOX_BATCH_SIZE", /at least 1/],
+      [{ SBINBOX_BATCH_SIZE: "eight" }, "SBINBOX_BATCH_SIZE", /whole number/],
+      [
+        { SBINBOX_BATCH_SIZE: "1001", SBINBOX_MAX_CONCURRENT_CALLS: "1000" },
+        "SBINBOX_BATCH_SIZE",
+        /at most 1000/,
+      ],
+      [{ SBINBOX_BATCH_SIZE: "17" }, "SBINBOX_BATCH_SIZE", /at most SBINBOX_MAX_CONCURRENT_CALLS \(16\)/],
+      [{ SBINBOX_BATCH_WAIT_MS: "1001" }, "SBINBOX_BATCH_WAIT_MS", /at most 1000/],
+      [{ SBINBOX_BATCH_WAIT_MS: "-1" }, "SBINBOX_BATCH_WAIT_MS", /whole number/],
+    ];
+    for (const [env, setting, problem] of cases) {
+      const error = configError(() => loadConfig({ env }));
+      assert.equal(error.setting, setting, JSON.stringify(env));
+      assert.match(error.message, problem);
+    }
+  });
+});
