@@ -168,6 +168,7 @@ async function startWorker(
     maxConcurrentCalls: c,
     batchSize,
     batchWaitMs: BATCH_WAIT_MS,
+    batchMaxInFlight: Number(process.env.SBINBOX_BENCH_BATCH_IN_FLIGHT ?? 0) || undefined,
     sweepIntervalMs: 0,
   });
   worker.start();

@@ -20,6 +20,11 @@ export interface BatcherOptions {
   readonly maxSize: number;
   /** How long the first message of a batch waits for more before the batch runs. */
   readonly waitMs: number;
+  /**
+   * Most batch transactions running at once (default unlimited). 1 keeps one worker's batches from deadlocking each
+   * other on rows their handlers share; the next batch fills while one runs.
+   */
+  readonly maxInFlight?: number;
   /** Each batch that ran, with its size and whether its transaction committed (metrics). */
   readonly onBatch?: (size: number, committed: boolean) => void;
 }
@@ -42,6 +47,8 @@ export class Batcher {
   private readonly options: BatcherOptions;
   private pending: Entry[] = [];
   private timer: NodeJS.Timeout | undefined;
+  private readonly ready: Entry[][] = [];
+  private running = 0;
 
   constructor(options: BatcherOptions) {
     if (!Number.isInteger(options.maxSize) || options.maxSize < 2)
@@ -67,8 +74,19 @@ export class Batcher {
     this.timer = undefined;
     const entries = this.pending;
     this.pending = [];
-    if (entries.length === 0) return;
-    void this.run(entries);
+    if (entries.length > 0) this.ready.push(entries);
+    this.next();
+  }
+
+  private next(): void {
+    while (this.ready.length > 0 && this.running < (this.options.maxInFlight ?? Infinity)) {
+      const entries = this.ready.shift()!;
+      this.running += 1;
+      void this.run(entries).finally(() => {
+        this.running -= 1;
+        this.next();
+      });
+    }
   }
 
   private async run(entries: readonly Entry[]): Promise<void> {

@@ -27,6 +27,8 @@ export interface WorkerOptions {
   readonly batchSize?: number;
   /** How long a batch's first message waits for more before the batch runs. */
   readonly batchWaitMs?: number;
+  /** Most batch transactions at once (default unlimited; the benchmark's experiments). */
+  readonly batchMaxInFlight?: number;
   readonly gracePeriodMs?: number;
   readonly claimTimeoutMs?: number;
   readonly sweepIntervalMs?: number;
@@ -432,6 +434,7 @@ function createBatcher(
     consumer: options.consumer,
     maxSize: size,
     waitMs: options.batchWaitMs ?? 2,
+    maxInFlight: options.batchMaxInFlight,
     onBatch,
   });
 }
