@@ -1,0 +1,101 @@
+import assert from "node:assert/strict";
+import mssql from "mssql";
+import type { SqlResult } from "../../src/domain/sql.ts";
+import { InboxCore, type InboxDriver, type InboxTransaction } from "../../src/inbox/core.ts";
+import { classifySqlServerError } from "../../src/inbox/sqlserver/classify.ts";
+import { batchStatements, statements } from "../../src/inbox/sqlserver/statements.ts";
+
+/** A 2627 as mssql raises it: what the multi-row marker insert meets when one of its keys exists. */
+function uniqueViolation(): mssql.RequestError {
+  const info = {
+    number: 2627,
+    state: 1,
+    class: 14,
+    message: "Violation of UNIQUE KEY constraint",
+    serverName: "s",
+    procName: "",
+    lineNumber: 1,
+  };
+  return new mssql.RequestError(Object.assign(new Error(info.message), { info }), "EREQUEST");
+}
+
+/**
+ * InboxCore with the SQL Server statements over a scripted transaction (no SQL Server here; the conformance suite
+ * runs the same on a real one with SBINBOX_TEST_MSSQL): what the batch sends, with which parameters, and what it
+ * makes of a 2627 on its marker insert.
+ */
+function store(insertFails: boolean, found: string[] = []) {
+  const log: { sql: string; params: readonly unknown[] }[] = [];
+  const tx: InboxTransaction = {
+    query<R>(sql: string, params: readonly unknown[] = []): Promise<SqlResult<R>> {
+      log.push({ sql, params });
+      if (insertFails && sql.startsWith("INSERT INTO [dbo].Inbox")) return Promise.reject(uniqueViolation());
+      return Promise.resolve({ rows: [], rowCount: 1 });
+    },
+    commit: () => Promise.resolve(void log.push({ sql: "COMMIT", params: [] })),
+    rollback: () => Promise.resolve(void log.push({ sql: "ROLLBACK", params: [] })),
+  };
+  const driver: InboxDriver = {
+    dialect: "sqlserver",
+    statements,
+    batchStatements,
+    query: <R>(sql: string, params: readonly unknown[] = []) => {
+      log.push({ sql, params });
+      return Promise.resolve({ rows: found.map((id) => ({ id })) as R[], rowCount: found.length });
+    },
+    begin: () => Promise.resolve(tx),
+    classify: classifySqlServerError,
+    migrate: () => Promise.reject(new Error("not used")),
+    pendingMigrations: () => Promise.reject(new Error("not used")),
+    close: () => Promise.resolve(),
+  };
+  return { store: new InboxCore(driver, { preCheck: true }), log };
+}
+
+describe("SQL Server batch: statements, parameters, and a 2627 on the multi-row marker insert", function () {
+  const items = (ids: string[], ran: string[]) =>
+    ids.map((id) => ({
+      messageId: id,
+      work: () => {
+        ran.push(id);
+        return Promise.resolve();
+      },
+    }));
+
+  it("sends [consumer, ids...] to the pre-check and the insert; commits once", async function () {
+    const ran: string[] = [];
+    const { store: s, log } = store(false, ["b"]);
+    const result = await s.processBatch("billing", items(["a", "b", "c"], ran));
+    assert.deepEqual(
+      result.outcomes.map((o) => o.kind),
+      ["committed", "duplicate", "committed"],
+    );
+    assert.deepEqual(ran, ["a", "c"]);
+    assert.equal(log[0]!.sql, batchStatements.isProcessed(3));
+    assert.deepEqual(log[0]!.params, ["billing", "a", "b", "c"]);
+    assert.equal(log[1]!.sql, batchStatements.insertMarkers(2));
+    assert.deepEqual(log[1]!.params, ["billing", "a", "c"]);
+    assert.equal(log.filter((l) => l.sql === "COMMIT").length, 1);
+  });
+
+  it("a 2627 on the insert: rolled back, no handler ran, every undecided message goes alone", async function () {
+    const ran: string[] = [];
+    const { store: s, log } = store(true, ["b"]);
+    const result = await s.processBatch("billing", items(["a", "b", "c"], ran));
+    assert.deepEqual(
+      result.outcomes.map((o) => o.kind),
+      ["single", "duplicate", "single"],
+    );
+    assert.deepEqual(ran, []);
+    assert.ok(result.failure instanceof mssql.RequestError);
+    assert.deepEqual(log.map((l) => l.sql).slice(-1), ["ROLLBACK"]);
+  });
+
+  it("the largest batch stays within SQL Server's limits: 1,000 rows, 1,001 parameters", function () {
+    const insert = batchStatements.insertMarkers(1000);
+    assert.equal(insert.match(/\(@p\d+, @p1, SYSUTCDATETIME\(\)\)/g)?.length, 1000);
+    assert.equal(new Set(insert.match(/@p\d+/g)).size, 1001);
+    assert.ok(new Set(batchStatements.isProcessed(1000).match(/@p\d+/g)).size <= 2100);
+    assert.throws(() => batchStatements.insertMarkers(1001), /1 to 1000 rows/);
+  });
+});
