@@ -1,5 +1,14 @@
 import assert from "node:assert/strict";
-import { deriveMessageId, replayMessageId, retryMessageId } from "../../src/servicebus/message-id.ts";
+import fc from "fast-check";
+import * as uuid from "uuid";
+import {
+  DNS_NAMESPACE,
+  MESSAGE_ID_NAMESPACE,
+  deriveMessageId,
+  replayMessageId,
+  retryMessageId,
+  uuidV5,
+} from "../../src/servicebus/message-id.ts";
 
 // MessageIds are persisted identities (inbox keys, the broker's duplicate detection): these were computed with the
 // `uuid` package's v5 before the derivation was rewritten, and any implementation must keep producing them.
@@ -42,5 +51,34 @@ describe("MessageId fixed vectors (ids computed before the derivation was rewrit
 
   it("a key with a lone surrogate (not encodable as UTF-8) is refused, never given an id", function () {
     assert.throws(() => deriveMessageId("T", "lone\uD800"));
+  });
+});
+
+describe("MessageId derivation against the uuid package's v5", function () {
+  it("the same id for any well-formed name, short or past the reused buffer, in either namespace", function () {
+    fc.assert(
+      fc.property(
+        fc.oneof(
+          fc.string({ unit: "binary" }),
+          fc.string({ unit: "binary", minLength: 1000, maxLength: 1500 }),
+        ),
+        fc.constantFrom(MESSAGE_ID_NAMESPACE, DNS_NAMESPACE),
+        (name, namespace) => {
+          assert.equal(uuidV5(name, namespace), uuid.v5(name, namespace));
+        },
+      ),
+      { numRuns: 500 },
+    );
+  });
+
+  it("a name given as bytes", function () {
+    const bytes = new Uint8Array([0, 0xff, 0x80, 0x41]);
+    assert.equal(uuidV5(bytes, MESSAGE_ID_NAMESPACE), uuid.v5(bytes, MESSAGE_ID_NAMESPACE));
+  });
+
+  it("a lone surrogate is refused with the part named", function () {
+    assert.throws(() => deriveMessageId("T", "lone\uD800"), /business key has a lone surrogate/);
+    assert.throws(() => deriveMessageId("\uDC00T", "1"), /event type has a lone surrogate/);
+    assert.throws(() => retryMessageId("T:\uD800", 0, 1), /lone surrogate/);
   });
 });
