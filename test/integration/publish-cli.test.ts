@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { deriveMessageId } from "../../src/servicebus/message-id.ts";
 import { useLocalBroker } from "../helpers/broker.ts";
 import { spawn } from "node:child_process";
@@ -68,6 +69,8 @@ describe("sbinbox publish (streaming, in flight)", function () {
         /:501: event type "Account:Credited" must not contain ":"/,
       ],
       [`{"type":"AccountCredited","key":"k","body":`, /:501: not JSON/],
+      // A JSON escape that parses to a lone surrogate: no UTF-8, so no MessageId.
+      [`{"type":"AccountCredited","key":"k\\ud800","body":1}`, /:501: business key has a lone surrogate/],
     ];
     for (const [bad, message] of cases) {
       const file = join(dir, "bad.jsonl");
@@ -157,5 +160,41 @@ describe("sbinbox publish (streaming, in flight)", function () {
     assert.equal(result.code, 2, result.stderr);
     assert.match(result.stderr, /large\.jsonl:201 is larger than a batch may be \(262144 bytes\)/);
     assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent");
+  });
+
+  it("loads only what publishing needs: no zod, OpenTelemetry, database driver or worker module", async function () {
+    const hook = join(dir, "record-modules.mjs");
+    const out = join(dir, "modules.json");
+    await writeFile(
+      hook,
+      `import { registerHooks } from "node:module";
+       import { writeFileSync } from "node:fs";
+       const seen = new Set();
+       registerHooks({ resolve(specifier, context, next) { const r = next(specifier, context); seen.add(r.url); return r; } });
+       process.on("exit", () => writeFileSync(${JSON.stringify(out)}, JSON.stringify([...seen])));`,
+    );
+    const result = await runCli(["publish", "--count", "1"], {
+      ...env(),
+      NODE_OPTIONS: `--import=${pathToFileURL(hook).href}`,
+    });
+    assert.equal(result.code, 0, result.stderr);
+    const loaded = JSON.parse(await readFile(out, "utf8")) as string[];
+    assert.ok(
+      loaded.some((u) => u.includes("/node_modules/@azure/service-bus/")),
+      "the probe must see packages",
+    );
+    assert.ok(
+      loaded.some((u) => u.endsWith("/src/cli/publish.ts")),
+      "the probe must see the repo's modules",
+    );
+    const unwanted = loaded.filter(
+      (u) =>
+        /\/node_modules\/(zod|@opentelemetry|pg|mssql|tedious|@azure\/identity|@azure\/monitor-opentelemetry-exporter)\//.test(
+          u,
+        ) ||
+        /\/src\/(worker|inbox|localbroker|app|embedded|outbox)\//.test(u) ||
+        /\/src\/config\/(load|schema)\.ts$/.test(u),
+    );
+    assert.deepEqual(unwanted, []);
   });
 });
