@@ -5,7 +5,9 @@ import {
   type ServiceBusMessageBatch,
   type ServiceBusSender,
 } from "@azure/service-bus";
+import type * as OtelApi from "@opentelemetry/api";
 import { Attr } from "../telemetry/names.ts";
+import type * as SpanHelpers from "./tracing.ts";
 import { deriveMessageId } from "./message-id.ts";
 import { createServiceBusClient, type ServiceBusTarget } from "./client.ts";
 
@@ -17,7 +19,7 @@ import { createServiceBusClient, type ServiceBusTarget } from "./client.ts";
  * registered after this module loaded is still used.
  */
 const OTEL_API_GLOBAL = Symbol.for("opentelemetry.js.api.1");
-type Tracing = [typeof import("@opentelemetry/api"), typeof import("./tracing.ts")];
+type Tracing = [typeof OtelApi, typeof SpanHelpers];
 let tracing: Promise<Tracing> | undefined;
 function tracingIfRegistered(): Promise<Tracing> | undefined {
   if (tracing === undefined && (globalThis as Record<symbol, unknown>)[OTEL_API_GLOBAL] === undefined) {
