@@ -88,14 +88,14 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(`no events in ${args.file}: nothing published\n`);
     return 0;
   }
-  // The configuration (zod) and the SDK load only once the arguments are known to be good.
-  const [{ loadConfig }, { createPublisher }] = await Promise.all([
-    import("../config/load.ts"),
+  // The SDK loads only once the arguments are known to be good; the settings are read without zod (publish.ts).
+  const [{ loadPublishConfig }, { createPublisher }] = await Promise.all([
+    import("../config/publish.ts"),
     import("../servicebus/publisher.ts"),
   ]);
   let config;
   try {
-    config = loadConfig({ purpose: "publish" });
+    config = await loadPublishConfig();
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
     process.stderr.write(`sbinbox publish: configuration error: ${error.message}\n`);
@@ -108,7 +108,7 @@ export async function run(argv: string[]): Promise<number> {
     connection:
       sb.kind === "namespace"
         ? { fullyQualifiedNamespace: sb.fullyQualifiedNamespace }
-        : { connectionString: (sb as { connectionString: string }).connectionString },
+        : { connectionString: sb.connectionString },
   });
   const progress = createProgress("publish", total);
   const started = performance.now();

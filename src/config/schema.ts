@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { INBOX_SCHEMA_PATTERN } from "../inbox/schema-name.ts";
+import { serviceBusRules as sb } from "./publish.ts";
 
 /**
  * Every setting the worker and the CLI read, by its environment variable name. The optional JSON file named by
@@ -136,13 +137,12 @@ const fraction = z
 
 /** One parser per setting, each with its default; raw values are strings, as the environment gives them. */
 export const parsers = {
+  // The rules `sbinbox publish` also applies without zod (publish.ts).
   SBINBOX_SERVICEBUS_CONNECTION_STRING: text
-    .refine((v) => /(^|;)\s*Endpoint\s*=\s*sb:\/\//i.test(v), "must contain Endpoint=sb://...")
+    .refine(sb.connectionString.test, sb.connectionString.message)
     .optional(),
-  SBINBOX_SERVICEBUS_NAMESPACE: text
-    .refine((v) => /^[a-z0-9.-]+$/i.test(v) && v.includes("."), "must be a fully qualified host name")
-    .optional(),
-  SBINBOX_QUEUE: text.max(260).default("sbinbox"),
+  SBINBOX_SERVICEBUS_NAMESPACE: text.refine(sb.namespace.test, sb.namespace.message).optional(),
+  SBINBOX_QUEUE: text.max(sb.queue.max, sb.queue.message).default("sbinbox"),
   SBINBOX_CONSUMER: text.max(200).default("sbinbox"),
   SBINBOX_DATABASE: z.enum(["postgres", "sqlserver"], "must be postgres or sqlserver").optional(),
   SBINBOX_POSTGRES_URL: text

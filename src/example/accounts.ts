@@ -1,12 +1,13 @@
 import { z } from "zod";
 import type { TransactionalHandler } from "../domain/handler.ts";
 import type { DialectSql } from "../domain/sql.ts";
+import { ACCOUNT_CREDITED } from "./event-types.ts";
 
 /**
  * The seeds' example: crediting an account. Each credit is a row of its own, with no unique constraint, so a
  * doubled effect would show as two rows: only the inbox stands between a redelivery and a second credit.
  */
-export const ACCOUNT_CREDITED = "AccountCredited";
+export { ACCOUNT_CREDITED };
 
 export const accountCreditedSchema = z.object({
   accountId: z.string().min(1).max(100),

@@ -1,5 +1,5 @@
 import type { PublishEvent } from "../servicebus/publisher.ts";
-import { ACCOUNT_CREDITED } from "./accounts.ts";
+import { ACCOUNT_CREDITED } from "./event-types.ts";
 
 /** The n-th demo event of a run: a credit to one of 50 accounts, keyed by run and index. */
 export function demoEvent(runId: string, index: number): PublishEvent {

@@ -5,11 +5,28 @@ import {
   type ServiceBusMessageBatch,
   type ServiceBusSender,
 } from "@azure/service-bus";
-import { context } from "@opentelemetry/api";
+import type * as OtelApi from "@opentelemetry/api";
 import { Attr } from "../telemetry/names.ts";
+import type * as SpanHelpers from "./tracing.ts";
 import { deriveMessageId } from "./message-id.ts";
 import { createServiceBusClient, type ServiceBusTarget } from "./client.ts";
-import { endSpan, injectTraceContext, startSendSpan } from "./tracing.ts";
+
+/**
+ * Where @opentelemetry/api (major version 1) keeps what an OpenTelemetry SDK registers (tracer provider,
+ * propagator, context manager): `Symbol.for("opentelemetry.js.api.1")` on globalThis, set by the first
+ * registration. Without it every span is a no-op and no trace context exists, so the API and the span helpers are
+ * not loaded at all: about 30 ms of a short-lived publisher's start-up. Looked at on every call, so an SDK
+ * registered after this module loaded is still used.
+ */
+const OTEL_API_GLOBAL = Symbol.for("opentelemetry.js.api.1");
+type Tracing = [typeof OtelApi, typeof SpanHelpers];
+let tracing: Promise<Tracing> | undefined;
+function tracingIfRegistered(): Promise<Tracing> | undefined {
+  if (tracing === undefined && (globalThis as Record<symbol, unknown>)[OTEL_API_GLOBAL] === undefined) {
+    return undefined;
+  }
+  return (tracing ??= Promise.all([import("@opentelemetry/api"), import("./tracing.ts")]));
+}
 
 /** One event: its type (the message's subject), its business key, and a JSON-serialisable body. */
 export interface PublishEvent {
@@ -124,39 +141,50 @@ export function createPublisher(options: PublisherOptions): Publisher {
     }
   }
 
+  /** Sends in order, one message alone or in batches filled to the size limit; resolves with the number sent. */
+  async function send(
+    messages: Iterable<ServiceBusMessage> | AsyncIterable<ServiceBusMessage>,
+    known: { count: number },
+    onSent?: (count: number) => void,
+  ): Promise<number> {
+    if (known.count === 1) {
+      const [message] = messages as ServiceBusMessage[];
+      await withResend(() => sender.sendMessages(message!));
+      return 1;
+    }
+    return sendInBatches(sender, messages, {
+      maxInFlight,
+      onSent,
+      send: (batch) => withResend(() => sender.sendMessages(batch)),
+    });
+  }
+
   /**
    * One PRODUCER span per call; its context goes into every message of the call. The trace properties are built
-   * once and copied into each message, not injected through the propagator per message.
+   * once and copied into each message, not injected through the propagator per message. With no OpenTelemetry SDK
+   * registered there is no span and nothing to copy.
    */
   async function sendTraced(
     messages: Iterable<ServiceBusMessage> | AsyncIterable<ServiceBusMessage>,
     known: { count: number; messageId?: string },
     onSent?: (count: number) => void,
   ): Promise<number> {
+    const otel = tracingIfRegistered();
+    if (otel === undefined) return send(messages, known, onSent);
+    const [{ context }, { endSpan, injectTraceContext, startSendSpan }] = await otel;
     const { span, ctx } = startSendSpan(options.queue, known.count, known.messageId);
     const trace: Record<string, string> = {};
     injectTraceContext(ctx, trace);
-    const traced = Object.keys(trace).length > 0;
-    const stamp = (m: ServiceBusMessage): ServiceBusMessage => {
-      if (traced) m.applicationProperties = { ...m.applicationProperties, ...trace };
-      return m;
-    };
+    const stamped =
+      Object.keys(trace).length > 0
+        ? mapEach(messages, (m) => {
+            m.applicationProperties = { ...m.applicationProperties, ...trace };
+            return m;
+          })
+        : messages;
     try {
-      let sent: number;
-      if (known.count === 1) {
-        const [message] = messages as ServiceBusMessage[];
-        await context.with(ctx, () => withResend(() => sender.sendMessages(stamp(message!))));
-        sent = 1;
-      } else {
-        sent = await context.with(ctx, () =>
-          sendInBatches(sender, mapEach(messages, stamp), {
-            maxInFlight,
-            onSent,
-            send: (batch) => withResend(() => sender.sendMessages(batch)),
-          }),
-        );
-        if (known.count === 0 && sent > 1) span.setAttribute(Attr.batchMessageCount, sent);
-      }
+      const sent = await context.with(ctx, () => send(stamped, known, onSent));
+      if (known.count === 0 && sent > 1) span.setAttribute(Attr.batchMessageCount, sent);
       endSpan(span);
       return sent;
     } catch (error) {

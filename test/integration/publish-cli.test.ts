@@ -1,11 +1,12 @@
 import assert from "node:assert/strict";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { deriveMessageId } from "../../src/servicebus/message-id.ts";
-import { useLocalBroker } from "../helpers/broker.ts";
+import { useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { spawn } from "node:child_process";
-import { BIN, cleanEnv, runCli } from "../helpers/cli.ts";
+import { BIN, cleanEnv, runCli, startCli } from "../helpers/cli.ts";
 
 const QUEUE = "sbinbox";
 
@@ -68,6 +69,8 @@ describe("sbinbox publish (streaming, in flight)", function () {
         /:501: event type "Account:Credited" must not contain ":"/,
       ],
       [`{"type":"AccountCredited","key":"k","body":`, /:501: not JSON/],
+      // A JSON escape that parses to a lone surrogate: no UTF-8, so no MessageId.
+      [`{"type":"AccountCredited","key":"k\\ud800","body":1}`, /:501: business key has a lone surrogate/],
     ];
     for (const [bad, message] of cases) {
       const file = join(dir, "bad.jsonl");
@@ -158,4 +161,125 @@ describe("sbinbox publish (streaming, in flight)", function () {
     assert.match(result.stderr, /large\.jsonl:201 is larger than a batch may be \(262144 bytes\)/);
     assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent");
   });
+
+  it("loads only what publishing needs: no zod, OpenTelemetry, database driver or worker module", async function () {
+    const hook = join(dir, "record-modules.mjs");
+    const out = join(dir, "modules.json");
+    await writeFile(
+      hook,
+      `import { registerHooks } from "node:module";
+       import { writeFileSync } from "node:fs";
+       const seen = new Set();
+       registerHooks({ resolve(specifier, context, next) { const r = next(specifier, context); seen.add(r.url); return r; } });
+       process.on("exit", () => writeFileSync(${JSON.stringify(out)}, JSON.stringify([...seen])));`,
+    );
+    const result = await runCli(["publish", "--count", "1"], {
+      ...env(),
+      NODE_OPTIONS: `--import=${pathToFileURL(hook).href}`,
+    });
+    assert.equal(result.code, 0, result.stderr);
+    const loaded = JSON.parse(await readFile(out, "utf8")) as string[];
+    assert.ok(
+      loaded.some((u) => u.includes("/node_modules/@azure/service-bus/")),
+      "the probe must see packages",
+    );
+    assert.ok(
+      loaded.some((u) => u.endsWith("/src/cli/publish.ts")),
+      "the probe must see the repo's modules",
+    );
+    const unwanted = loaded.filter(
+      (u) =>
+        /\/node_modules\/(zod|@opentelemetry|pg|mssql|tedious|@azure\/identity|@azure\/monitor-opentelemetry-exporter)\//.test(
+          u,
+        ) ||
+        /\/src\/(worker|inbox|localbroker|app|embedded|outbox)\//.test(u) ||
+        /\/src\/config\/(load|schema)\.ts$/.test(u),
+    );
+    assert.deepEqual(unwanted, []);
+  });
+
+  describe("--file runs itself again with a 4 MB semi-space", function () {
+    /** A preload that appends each process's pid, parent and V8 flags to `out`, one JSON line each. */
+    async function recorder(): Promise<{ nodeOptions: string; processes: () => Promise<ProcessSeen[]> }> {
+      const hook = join(dir, "record-flags.mjs");
+      const out = join(dir, `flags-${Date.now()}.jsonl`);
+      await writeFile(
+        hook,
+        `import { appendFileSync } from "node:fs";
+         appendFileSync(${JSON.stringify(out)}, JSON.stringify({ pid: process.pid, ppid: process.ppid, execArgv: process.execArgv }) + "\\n");`,
+      );
+      return {
+        nodeOptions: `--import=${pathToFileURL(hook).href}`,
+        processes: async () =>
+          (await readFile(out, "utf8"))
+            .trim()
+            .split("\n")
+            .map((l) => JSON.parse(l) as ProcessSeen),
+      };
+    }
+    interface ProcessSeen {
+      pid: number;
+      ppid: number;
+      execArgv: string[];
+    }
+
+    it("publishes through a child with the flag, and exits with its code", async function () {
+      const { nodeOptions, processes } = await recorder();
+      const file = join(dir, "small.jsonl");
+      await writeFile(file, [line("semi-1"), line("semi-2")].join("\n"));
+      const result = await runCli(["publish", "--file", file], { ...env(), NODE_OPTIONS: nodeOptions });
+      assert.equal(result.code, 0, result.stderr);
+      assert.match(result.stdout, /published 2 events/);
+      const [parent, child, ...rest] = await processes();
+      assert.deepEqual(rest, []);
+      assert.ok(!parent!.execArgv.some((a) => a.startsWith("--max-semi-space-size")));
+      assert.equal(child!.ppid, parent!.pid);
+      assert.ok(child!.execArgv.includes("--max-semi-space-size=4"), JSON.stringify(child));
+      // A bad file: the child's exit code 2 is the command's.
+      await writeFile(file, "not json\n");
+      const bad = await runCli(["publish", "--file", file], env());
+      assert.equal(bad.code, 2);
+      assert.match(bad.stderr, /:1: not JSON/);
+    });
+
+    it("leaves a semi-space given in NODE_OPTIONS alone, and --count runs in one process", async function () {
+      const { nodeOptions, processes } = await recorder();
+      const file = join(dir, "given.jsonl");
+      await writeFile(file, line("semi-3"));
+      const given = await runCli(["publish", "--file", file], {
+        ...env(),
+        NODE_OPTIONS: `${nodeOptions} --max-semi-space-size=8`,
+      });
+      assert.equal(given.code, 0, given.stderr);
+      const count = await runCli(["publish", "--count", "1"], { ...env(), NODE_OPTIONS: nodeOptions });
+      assert.equal(count.code, 0, count.stderr);
+      assert.equal((await processes()).length, 2, "one process for each command");
+    });
+
+    it("SIGTERM to the command ends the child too, and the command dies of it", async function () {
+      const { nodeOptions, processes } = await recorder();
+      const file = join(dir, "long.jsonl");
+      await writeFile(file, Array.from({ length: 40_000 }, (_, i) => line(`term-${i}`)).join("\n"));
+      const before = fixture.broker.counts(QUEUE).active;
+      const { child, done } = startCli(["publish", "--file", file], { ...env(), NODE_OPTIONS: nodeOptions });
+      await waitUntil(() => fixture.broker.counts(QUEUE).active > before, "the first batch arrived", 30_000);
+      child.kill("SIGTERM");
+      const result = await done;
+      assert.equal(result.signal, "SIGTERM", `exited with ${result.code}: ${result.stderr}`);
+      const publisher = (await processes()).find((p) => p.ppid === child.pid);
+      assert.ok(publisher, "no child was started");
+      await waitUntil(() => !alive(publisher.pid), "the child ended", 10_000);
+      assert.ok(fixture.broker.counts(QUEUE).active - before < 40_000, "the child stopped before the end");
+      await drain(fixture.broker.counts(QUEUE).active);
+    });
+  });
 });
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}

@@ -38,7 +38,7 @@ const DRIVERS = ["pg", "mssql", "tedious", "@azure/identity", "@azure/msal-node"
 describe("modules are loaded only for the configuration that uses them", function () {
   this.timeout(30_000);
 
-  it("the publisher entry loads no worker, database driver, local broker or @azure/identity", async () => {
+  it("the publisher entry loads no worker, database driver, local broker, @azure/identity or zod", async () => {
     const loaded = await modulesLoadedBy(`
       const p = await import(${JSON.stringify(src("publisher.ts"))});
       if (typeof p.createPublisher !== "function") throw new Error("no createPublisher");
@@ -48,8 +48,40 @@ describe("modules are loaded only for the configuration that uses them", functio
     assert.ok(loaded.has("src/servicebus/publisher.ts"), "the probe must see the repo's modules");
     assert.ok(loaded.has("@azure/service-bus"));
     for (const name of DRIVERS) assert.ok(!loaded.has(name), `${name} loaded`);
+    assert.ok(!loaded.has("zod"), "zod loaded");
     const app = [...loaded].filter((m) => /^src\/(worker|localbroker|inbox|app|embedded)\//.test(m));
     assert.deepEqual(app, []);
+  });
+
+  it("the publisher loads the OpenTelemetry API only once an SDK is registered", async () => {
+    const loaded = await modulesLoadedBy(`
+      const { createPublisher } = await import(${JSON.stringify(src("servicebus/publisher.ts"))});
+      const { ServiceBusClient } = await import("@azure/service-bus");
+      // Port 1 refuses at once and no retry waits: the send fails after deciding whether to trace.
+      const client = new ServiceBusClient("Endpoint=sb://127.0.0.1:1/;SharedAccessKeyName=k;SharedAccessKey=v", { retryOptions: { maxRetries: 0 } });
+      const publisher = createPublisher({ queue: "q", client });
+      await publisher.publishAll([]).catch(() => {});
+      await publisher.close();
+      await client.close();
+    `);
+    assert.ok(loaded.has("src/servicebus/publisher.ts"), "the probe must see the repo's modules");
+    assert.ok(!loaded.has("@opentelemetry/api"), "@opentelemetry/api loaded");
+    const registered = await modulesLoadedBy(`
+      const { createPublisher } = await import(${JSON.stringify(src("servicebus/publisher.ts"))});
+      const { trace } = await import("@opentelemetry/api");
+      trace.setGlobalTracerProvider(new (await import("@opentelemetry/api")).ProxyTracerProvider());
+      const { ServiceBusClient } = await import("@azure/service-bus");
+      // Port 1 refuses at once and no retry waits: the send fails after deciding whether to trace.
+      const client = new ServiceBusClient("Endpoint=sb://127.0.0.1:1/;SharedAccessKeyName=k;SharedAccessKey=v", { retryOptions: { maxRetries: 0 } });
+      const publisher = createPublisher({ queue: "q", client });
+      await publisher.publishAll([]).catch(() => {});
+      await publisher.close();
+      await client.close();
+    `);
+    assert.ok(
+      registered.has("src/servicebus/tracing.ts"),
+      "the span helpers were not loaded with an SDK registered",
+    );
   });
 
   it("the app on PostgreSQL loads pg but not mssql, tedious, @azure/identity or the local broker", async () => {

@@ -1,0 +1,81 @@
+import { ConfigError } from "../domain/errors.ts";
+import type { ServiceBusConnection } from "./load.ts";
+
+/**
+ * The settings `sbinbox publish` reads, checked without zod. Loading zod and the full schema cost about 100 ms of a
+ * publish's start-up (more than a third of the SDK's own), for three settings. The rules are the ones schema.ts
+ * applies to the same settings (its parsers call these predicates), and test/unit/config-publish.test.ts checks
+ * both readers give the same values and errors. With SBINBOX_CONFIG_FILE the full loader reads the file, so a file
+ * shared with the worker is checked as a whole, as before.
+ */
+export interface PublishConfig {
+  readonly serviceBus: Exclude<ServiceBusConnection, { kind: "embedded" }>;
+  readonly queue: string;
+}
+
+export const serviceBusRules = {
+  connectionString: {
+    test: (v: string) => /(^|;)\s*Endpoint\s*=\s*sb:\/\//i.test(v),
+    message: "must contain Endpoint=sb://...",
+  },
+  namespace: {
+    test: (v: string) => /^[a-z0-9.-]+$/i.test(v) && v.includes("."),
+    message: "must be a fully qualified host name",
+  },
+  queue: { max: 260, message: "must be at most 260 characters" },
+} as const;
+
+const DEFAULT_QUEUE = "sbinbox";
+
+export async function loadPublishConfig(env: NodeJS.ProcessEnv = process.env): Promise<PublishConfig> {
+  if (env.SBINBOX_CONFIG_FILE !== undefined && env.SBINBOX_CONFIG_FILE.trim() !== "") {
+    const { loadConfig } = await import("./load.ts");
+    const config = loadConfig({ env, purpose: "publish" });
+    return { serviceBus: config.serviceBus as PublishConfig["serviceBus"], queue: config.queue };
+  }
+  // An empty variable means "not set", as in the full loader.
+  const read = (name: string): string | undefined => {
+    const value = env[name]?.trim();
+    return value === undefined || value === "" ? undefined : value;
+  };
+  const check = (name: string, ok: boolean, message: string): void => {
+    if (!ok) throw new ConfigError(name, `${message} (got ${JSON.stringify(env[name])})`);
+  };
+  const cs = read("SBINBOX_SERVICEBUS_CONNECTION_STRING");
+  const ns = read("SBINBOX_SERVICEBUS_NAMESPACE");
+  const queue = read("SBINBOX_QUEUE") ?? DEFAULT_QUEUE;
+  if (cs !== undefined) {
+    check(
+      "SBINBOX_SERVICEBUS_CONNECTION_STRING",
+      serviceBusRules.connectionString.test(cs),
+      serviceBusRules.connectionString.message,
+    );
+  }
+  if (ns !== undefined) {
+    check(
+      "SBINBOX_SERVICEBUS_NAMESPACE",
+      serviceBusRules.namespace.test(ns),
+      serviceBusRules.namespace.message,
+    );
+  }
+  check("SBINBOX_QUEUE", queue.length <= serviceBusRules.queue.max, serviceBusRules.queue.message);
+  if (cs === undefined && ns === undefined) {
+    throw new ConfigError(
+      "SBINBOX_SERVICEBUS_CONNECTION_STRING",
+      "required to publish (or SBINBOX_SERVICEBUS_NAMESPACE); a worker on embedded defaults logs the one to use",
+    );
+  }
+  if (cs !== undefined && ns !== undefined) {
+    throw new ConfigError(
+      "SBINBOX_SERVICEBUS_NAMESPACE",
+      "set either it or SBINBOX_SERVICEBUS_CONNECTION_STRING, not both",
+    );
+  }
+  return {
+    serviceBus:
+      cs !== undefined
+        ? { kind: "connection-string", connectionString: cs }
+        : { kind: "namespace", fullyQualifiedNamespace: ns! },
+    queue,
+  };
+}
