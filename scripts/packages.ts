@@ -51,9 +51,6 @@ export async function packAll(destination: string): Promise<Record<PackageName, 
 
 /** Installs the tarballs into `dir`, an empty folder, as production dependencies; offline (see above). */
 export async function installInto(dir: string, tarballs: string[]): Promise<void> {
-  const lock = JSON.parse(await readFile(join(repoRoot, "package-lock.json"), "utf8")) as {
-    packages: Record<string, { link?: boolean }>;
-  };
   const dependencies: Record<string, string> = {};
   for (const tarball of tarballs) {
     const name = /([^/]+)-\d+\.\d+\.\d+[^/]*\.tgz$/.exec(tarball)?.[1];
@@ -61,14 +58,29 @@ export async function installInto(dir: string, tarballs: string[]): Promise<void
     dependencies[name] = `file:${tarball}`;
   }
   const manifest = { name: "empty-project", version: "1.0.0", private: true, type: "module", dependencies };
+  await installProduction(dir, manifest, ["--offline"]);
+}
+
+/**
+ * Writes `manifest` into `dir` with this repository's locked versions as its lock, and installs its production
+ * dependencies without install scripts (npm 11 runs none a project has not approved in allowScripts, and these
+ * projects approve none). npm keeps what the manifest needs and prunes the rest.
+ */
+export async function installProduction(
+  dir: string,
+  manifest: { dependencies?: Record<string, string> },
+  flags: string[],
+): Promise<void> {
+  const lock = JSON.parse(await readFile(join(repoRoot, "package-lock.json"), "utf8")) as {
+    packages: Record<string, { link?: boolean }>;
+  };
   const packages: Record<string, unknown> = { "": manifest };
   for (const [path, entry] of Object.entries(lock.packages)) {
     if (path.startsWith("node_modules/") && !entry.link) packages[path] = entry;
   }
-  await writeFile(join(dir, "package.json"), JSON.stringify(manifest, null, 2));
+  await writeFile(join(dir, "package.json"), JSON.stringify(manifest, null, 2) + "\n");
   await writeFile(join(dir, "package-lock.json"), JSON.stringify({ lockfileVersion: 3, packages }, null, 2));
-  // No install scripts: npm 11 runs none a project has not approved (allowScripts), and an empty project has not.
-  await npm(["install", "--offline", "--omit=dev", "--ignore-scripts"], dir);
+  await npm(["install", ...flags, "--omit=dev", "--omit=optional", "--omit=peer", "--ignore-scripts"], dir);
 }
 
 interface LsNode {
