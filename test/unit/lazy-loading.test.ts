@@ -50,7 +50,7 @@ describe("modules are loaded only for the configuration that uses them", functio
     for (const name of DRIVERS) assert.ok(!loaded.has(name), `${name} loaded`);
     // What sbinbox-publisher does not depend on (test/packages/packed.test.ts holds its installed tree).
     const heavy = [...loaded].filter((m) =>
-      /^(zod|pino|rhea$|sbinbox-dev|@grpc\/|@azure\/monitor-|@opentelemetry\/(?!api$))/.test(m),
+      /^(zod|pino|sbinbox-dev|@grpc\/|@azure\/monitor-|@opentelemetry\/(?!api$))/.test(m),
     );
     assert.deepEqual(heavy, []);
     const app = [...loaded].filter((m) => /^src\/(worker|localbroker|inbox|app|embedded|config)\//.test(m));
