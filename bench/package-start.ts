@@ -20,7 +20,9 @@ import { LocalBroker } from "../src/localbroker/broker.ts";
 
 const stage = process.argv[2] ? resolve(process.argv[2]) : undefined;
 if (!stage) {
-  process.stderr.write("usage: node bench/package-start.ts <stage folder built by scripts/package-worker.sh>\n");
+  process.stderr.write(
+    "usage: node bench/package-start.ts <stage folder built by scripts/package-worker.sh>\n",
+  );
   process.exit(2);
 }
 const RUNS = Number(process.env.SBINBOX_BENCH_RUNS ?? 6);
@@ -42,7 +44,13 @@ async function runOnce(cwd: string, handlers: string, env: Record<string, string
   const started = performance.now();
   const child = spawn(process.execPath, ["--max-semi-space-size=4", "bin/sbinbox.js", "worker"], {
     cwd,
-    env: { PATH: process.env.PATH!, ...env, SBINBOX_HANDLERS: handlers, PORT: String(port), NODE_COMPILE_CACHE: cacheDir },
+    env: {
+      PATH: process.env.PATH!,
+      ...env,
+      SBINBOX_HANDLERS: handlers,
+      PORT: String(port),
+      NODE_COMPILE_CACHE: cacheDir,
+    },
     stdio: ["ignore", "ignore", "inherit"],
   });
   try {
@@ -97,8 +105,12 @@ try {
     results[label] = median(warm.map((r) => r.seconds));
     process.stdout.write(
       `${label.padEnd(30)}${runs[0]!.seconds.toFixed(2).padStart(6)}` +
-        `${median(warm.map((r) => r.seconds)).toFixed(2).padStart(9)}` +
-        `${median(runs.map((r) => r.rss)).toFixed(0).padStart(20)}` +
+        `${median(warm.map((r) => r.seconds))
+          .toFixed(2)
+          .padStart(9)}` +
+        `${median(runs.map((r) => r.rss))
+          .toFixed(0)
+          .padStart(20)}` +
         `   (${runs.map((r) => r.rss.toFixed(0)).join(", ")})\n`,
     );
   }

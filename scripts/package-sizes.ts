@@ -6,7 +6,15 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { diskBytes, installInto, megabytes, packAll, PACKAGES, productionTree, type PackageName } from "./packages.ts";
+import {
+  diskBytes,
+  installInto,
+  megabytes,
+  packAll,
+  PACKAGES,
+  productionTree,
+  type PackageName,
+} from "./packages.ts";
 
 const work = await mkdtemp(join(tmpdir(), "sbinbox-sizes-"));
 try {

@@ -42,7 +42,10 @@ export async function packAll(destination: string): Promise<Record<PackageName, 
   const tarballs = {} as Record<PackageName, string>;
   for (const [name, workspace] of Object.entries(PACKAGES) as [PackageName, string][]) {
     const where = workspace ? ["--workspace", workspace] : [];
-    const out = await npm(["pack", ...where, "--ignore-scripts", "--json", "--pack-destination", destination], repoRoot);
+    const out = await npm(
+      ["pack", ...where, "--ignore-scripts", "--json", "--pack-destination", destination],
+      repoRoot,
+    );
     const [packed] = JSON.parse(out) as { filename: string }[];
     tarballs[name] = join(destination, packed!.filename);
   }

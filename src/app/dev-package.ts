@@ -1,7 +1,9 @@
+import type * as Dev from "sbinbox-dev";
+
 /** The package name the worker loads its development tools from; see src/dev.ts. */
 export const DEV_PACKAGE = "sbinbox-dev";
 
-type DevPackage = typeof import("sbinbox-dev");
+type DevPackage = typeof Dev;
 
 /**
  * Loads the development package on first use. `feature` names what needed it, so a worker installed without it

@@ -33,8 +33,9 @@ export async function startLocalStack(
   options: LocalStackOptions,
   cleanups: (() => Promise<void>)[],
 ): Promise<LocalStack> {
-  const { EmbeddedPostgresServer, LocalBroker, defaultConfig, queueDefaults } =
-    await loadDevPackage("the local stack (demo, chaos run)");
+  const { EmbeddedPostgresServer, LocalBroker, defaultConfig, queueDefaults } = await loadDevPackage(
+    "the local stack (demo, chaos run)",
+  );
   const queue: QueueSettings = { ...queueDefaults, ...options.queue };
   const config = defaultConfig();
   config.queues = [queue];

@@ -18,7 +18,9 @@ import { cleanEnv } from "../helpers/cli.ts";
 
 const run = promisify(execFile);
 const allowed = (
-  JSON.parse(await readFile(new URL("./publisher-allowed.json", import.meta.url), "utf8")) as { packages: string[] }
+  JSON.parse(await readFile(new URL("./publisher-allowed.json", import.meta.url), "utf8")) as {
+    packages: string[];
+  }
 ).packages;
 const nameOf = (id: string): string => id.slice(0, id.lastIndexOf("@"));
 
@@ -56,7 +58,7 @@ describe("the packed packages, installed into an empty project", function () {
     ]);
   });
 
-  it("sbinbox-publisher ships compiled code and declarations only", async () => {
+  it("sbinbox-publisher ships compiled code and declarations only", () => {
     const dist = join(publisherProject(), "node_modules/sbinbox-publisher/dist");
     assert.ok(existsSync(join(dist, "publisher.js")) && existsSync(join(dist, "publisher.d.ts")));
     for (const part of ["worker", "inbox", "localbroker", "config", "app"]) {
