@@ -83,7 +83,7 @@ export async function installProduction(
   }
   await writeFile(join(dir, "package.json"), JSON.stringify(manifest, null, 2) + "\n");
   await writeFile(join(dir, "package-lock.json"), JSON.stringify({ lockfileVersion: 3, packages }, null, 2));
-  await npm(["install", ...flags, "--omit=dev", "--omit=optional", "--omit=peer", "--ignore-scripts"], dir);
+  await npm(["install", ...flags, "--omit=dev", "--ignore-scripts"], dir);
 }
 
 interface LsNode {

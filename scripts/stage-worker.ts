@@ -35,4 +35,4 @@ cpSync(join(repoRoot, "dist-handlers"), join(stage, "dist-handlers"), { recursiv
 const manifest = JSON.parse(readFileSync(join(stage, "package.json"), "utf8")) as Record<string, unknown>;
 for (const key of ["workspaces", "devDependencies", "scripts"]) delete manifest[key];
 // Offline when the cache has every tarball (it does after `npm ci`), else from the registry.
-await installProduction(stage, manifest, ["--prefer-offline"]);
+await installProduction(stage, manifest, ["--prefer-offline", "--omit=optional", "--omit=peer"]);
