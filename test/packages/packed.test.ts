@@ -85,21 +85,32 @@ describe("the packed packages, installed into an empty project", function () {
       assert.ok(!existsSync(join(workerProject(), "node_modules/sbinbox/src")), "sources shipped");
     });
 
-    it("without sbinbox-dev, `sbinbox broker` names the package to install and exits 2", async () => {
+    it("without sbinbox-dev, `sbinbox broker`, `demo` and the embedded defaults name the package to install", async () => {
       const dev = join(workerProject(), "node_modules/sbinbox-dev");
       const hidden = join(workerProject(), "sbinbox-dev.hidden");
       await rename(dev, hidden);
-      try {
-        const result = await run(process.execPath, [bin(), "broker", "--port", "0"], {
-          cwd: workerProject(),
-          env: cleanEnv({}),
-        }).then(
-          () => assert.fail("sbinbox broker ran without sbinbox-dev"),
-          (error: { code: number; stderr: string }) => error,
+      const failing = (args: string[]) =>
+        run(process.execPath, [bin(), ...args], { cwd: workerProject(), env: cleanEnv({ PORT: "0" }) }).then(
+          () => assert.fail(`sbinbox ${args[0]} ran without sbinbox-dev`),
+          (error: { code: number; stdout: string; stderr: string }) => error,
         );
-        assert.equal(result.code, 2);
-        assert.match(result.stderr, /sbinbox broker needs the development package sbinbox-dev/);
-        assert.match(result.stderr, /npm install --save-dev sbinbox-dev/);
+      try {
+        for (const command of ["broker", "demo"]) {
+          const result = await failing([command]);
+          assert.equal(result.code, 2, command);
+          assert.match(
+            result.stderr,
+            new RegExp(`sbinbox ${command} needs the development package sbinbox-dev`),
+          );
+          assert.match(result.stderr, /npm install --save-dev sbinbox-dev/);
+        }
+        // No Service Bus and no database configured: the worker's embedded defaults.
+        const worker = await failing(["worker"]);
+        assert.equal(worker.code, 1);
+        assert.match(
+          worker.stdout + worker.stderr,
+          /embedded defaults needs the development package sbinbox-dev/,
+        );
       } finally {
         await rename(hidden, dev);
       }
