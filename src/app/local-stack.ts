@@ -1,9 +1,8 @@
-import { EmbeddedPostgresServer } from "../embedded/postgres.ts";
+import type { EmbeddedPostgresServer, LocalBroker, QueueSettings } from "sbinbox-dev";
 import { exampleModule } from "../example/module.ts";
 import type { MigrationResult } from "../inbox/store.ts";
-import { LocalBroker } from "../localbroker/broker.ts";
-import { defaultConfig, queueDefaults, type QueueSettings } from "../localbroker/config.ts";
 import { openDatabase, type Database } from "./database.ts";
+import { loadDevPackage } from "./dev-package.ts";
 import { moduleMigrations } from "./handler-module.ts";
 
 export interface LocalStack {
@@ -34,6 +33,9 @@ export async function startLocalStack(
   options: LocalStackOptions,
   cleanups: (() => Promise<void>)[],
 ): Promise<LocalStack> {
+  const { EmbeddedPostgresServer, LocalBroker, defaultConfig, queueDefaults } = await loadDevPackage(
+    "the local stack (demo, chaos run)",
+  );
   const queue: QueueSettings = { ...queueDefaults, ...options.queue };
   const config = defaultConfig();
   config.queues = [queue];

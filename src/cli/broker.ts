@@ -1,12 +1,6 @@
 import { parseArgs } from "node:util";
-import { LocalBroker } from "../localbroker/broker.ts";
-import {
-  BrokerConfigError,
-  defaultConfig,
-  loadConfigFile,
-  type BrokerConfig,
-} from "../localbroker/config.ts";
-import { consoleLogger } from "../localbroker/logger.ts";
+import type { BrokerConfig, LocalBroker } from "sbinbox-dev";
+import { DevPackageMissingError, loadDevPackage } from "../app/dev-package.ts";
 
 const usage = `usage: sbinbox broker [--port 5672] [--host 127.0.0.1] [--config Config.json] [--verbose]
 
@@ -37,6 +31,15 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(usage);
     return 0;
   }
+  let dev;
+  try {
+    dev = await loadDevPackage("sbinbox broker");
+  } catch (error) {
+    if (!(error instanceof DevPackageMissingError)) throw error;
+    process.stderr.write(`sbinbox broker: ${error.message}\n`);
+    return 2;
+  }
+  const { BrokerConfigError, LocalBroker, consoleLogger, defaultConfig, loadConfigFile } = dev;
   const port = Number(values.port);
   if (!Number.isInteger(port) || port < 0 || port > 65535) {
     process.stderr.write(

