@@ -54,7 +54,6 @@ describe("the packed packages, installed into an empty project", function () {
       "@azure/identity",
       "@azure/service-bus",
       "@opentelemetry/api",
-      "uuid",
     ]);
   });
 
