@@ -1,5 +1,6 @@
 import { LocalBroker } from "../localbroker/broker.ts";
-import { defaultConfig, queueDefaults } from "../localbroker/config.ts";
+import { parseEntity } from "../domain/entity.ts";
+import { defaultConfig, queueDefaults, sbinboxTopic } from "../localbroker/config.ts";
 
 export interface EmbeddedBroker {
   readonly connectionString: string;
@@ -11,9 +12,14 @@ export interface EmbeddedBroker {
  * The local broker in this process, for embedded defaults: on 127.0.0.1:5672 when free (so other commands find it),
  * else on any free port. Never the production path: the worker otherwise talks only to the configured broker.
  */
-export async function startEmbeddedBroker(queue: string, port = 5672): Promise<EmbeddedBroker> {
+export async function startEmbeddedBroker(path: string, port = 5672): Promise<EmbeddedBroker> {
   const config = defaultConfig();
-  config.queues = [{ ...queueDefaults, name: queue }];
+  const entity = parseEntity(path);
+  if (entity.kind === "queue") config.queues = [{ ...queueDefaults, name: entity.queue }];
+  else {
+    config.queues = [];
+    config.topics = [sbinboxTopic(entity.topic, [entity.subscription])];
+  }
   let broker: LocalBroker;
   try {
     broker = await LocalBroker.start({ port, config });

@@ -83,7 +83,7 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
   }
   let config;
   try {
-    config = loadConfig({ purpose: "publish" });
+    config = loadConfig({ purpose: "dlq" });
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
     return fail(`configuration error: ${error.message}`);
