@@ -145,11 +145,11 @@ export const parsers = {
     .optional(),
   SBINBOX_QUEUE: text.max(260).optional(),
   SBINBOX_TOPIC: text
-    .max(260)
+    .max(260, "must be at most 260 characters (Service Bus's limit)")
     .regex(/^[A-Za-z0-9][A-Za-z0-9._/-]*$/, "must be a topic name (letters, digits, '.', '_', '-', '/')")
     .optional(),
   SBINBOX_SUBSCRIPTION: text
-    .max(50)
+    .max(50, "must be at most 50 characters (Service Bus's limit)")
     .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, "must be a subscription name (letters, digits, '.', '_', '-')")
     .optional(),
   SBINBOX_CONSUMER: text.max(200).optional(),
