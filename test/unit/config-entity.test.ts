@@ -81,3 +81,17 @@ describe("config: a queue, or a topic and its subscription", function () {
     assert.equal(filter.matches(read({ "sbinbox-subscription": "ledger" })), false);
   });
 });
+
+describe("copy MessageIds on a topic", function () {
+  it("differ per subscription, so the topic's shared duplicate detection never drops one service's copy as another's", async function () {
+    const { retryMessageId, replayMessageId } = await import("../../src/servicebus/message-id.ts");
+    assert.notEqual(retryMessageId("m1", 0, 2, "billing"), retryMessageId("m1", 0, 2, "ledger"));
+    assert.notEqual(replayMessageId("m1", 1, "billing"), replayMessageId("m1", 1, "ledger"));
+    assert.equal(retryMessageId("m1", 0, 2, "billing"), retryMessageId("m1", 0, 2, "billing"), "stable");
+    assert.notEqual(
+      retryMessageId("m1", 0, 2, "billing"),
+      retryMessageId("m1", 0, 2),
+      "and apart from a queue's",
+    );
+  });
+});
