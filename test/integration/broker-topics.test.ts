@@ -56,7 +56,7 @@ describe("local broker: topics and subscriptions through the SDK", () => {
   async function receiveAll(
     subscription: string,
     max: number,
-    waitMs = 1000,
+    waitMs = 300,
   ): Promise<ServiceBusReceivedMessage[]> {
     const receiver = fixture.client.createReceiver("events", subscription);
     const received: ServiceBusReceivedMessage[] = [];
