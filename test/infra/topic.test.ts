@@ -25,9 +25,9 @@ describe("infra: the optional topic, compiled to ARM JSON by the pinned Bicep CL
     assert.match(JSON.stringify(subscription.raw.copy), /subscriptionNames/);
   });
 
-  it("replaces each subscription's $Default rule with the sbinbox rule the local broker evaluates the same way", function () {
+  it("gives each subscription the sbinbox rule, the one the local broker evaluates the same way", function () {
     const rule = single(main, "Microsoft.ServiceBus/namespaces/topics/subscriptions/rules");
-    assert.match(rule.name, /\$Default/);
+    assert.match(rule.name, /'sbinbox'/);
     const p = props(rule);
     assert.equal(p.filterType, "SqlFilter");
     const expression = str(obj(p.sqlFilter, "sqlFilter").sqlExpression, "sqlExpression");

@@ -56,7 +56,7 @@ param deadLetteringOnMessageExpiration bool = true
 @maxLength(260)
 param topicName string?
 
-@description('Optional. One subscription per consuming service on the topic (its name is the service\'s consumer name). Each gets the sbinbox rule, which admits every event and only its own scheduled retries and replays.')
+@description('Optional. One subscription per consuming service on the topic (its name is the service\'s consumer name). Each gets the rule sbinbox, which admits every event and only its own scheduled retries and replays.')
 param subscriptionNames string[] = []
 
 @description('Optional. Name of the Log Analytics workspace, in this resource group, that receives the namespace\'s logs and metrics.')
@@ -125,12 +125,14 @@ resource subscriptions 'Microsoft.ServiceBus/namespaces/topics/subscriptions@202
   }
 ]
 
-// Replaces the $Default true filter: a retry or replay is sent to the topic with the application property
-// sbinbox-subscription naming its subscription, and must not reach the others (src/domain/entity.ts).
+// A retry or replay is sent to the topic with the application property sbinbox-subscription naming its subscription,
+// and must not reach the others (src/domain/entity.ts). Adding a rule through ARM removes the $Default true filter
+// Service Bus creates with the subscription (hashicorp/terraform-provider-azurerm#20718); until then the worker
+// itself completes a copy addressed elsewhere without an effect.
 resource subscriptionRules 'Microsoft.ServiceBus/namespaces/topics/subscriptions/rules@2026-01-01' = [
   for (subscriptionName, index) in subscriptionNames: if (topicName != null) {
     parent: subscriptions[index]
-    name: '$Default'
+    name: 'sbinbox'
     properties: {
       filterType: 'SqlFilter'
       sqlFilter: {
