@@ -45,8 +45,14 @@ param serviceBusSkuName string = 'Standard'
 @description('Optional. Name of the queue.')
 param queueName string = 'notes'
 
-@description('Optional. Name the worker records as the consumer in the inbox.')
+@description('Optional. Name the worker records as the consumer in the inbox; with a topic, also the name of the worker\'s subscription.')
 param consumerName string = 'notes-worker'
+
+@description('Optional. A topic (duplicate detection on) for events several services consume: the worker then receives from its subscription, named consumerName, instead of the queue, and publishers get Data Sender on the topic.')
+param topicName string?
+
+@description('Optional. Subscriptions of the other consuming services on the topic, one per service (the worker\'s own, consumerName, is always created). Each service\'s own deployment grants its identity Data Receiver on its subscription.')
+param otherSubscriptionNames string[] = []
 
 @description('Optional. Duplicate-detection window of the queue (ISO 8601 duration).')
 param duplicateDetectionHistoryTimeWindow string = 'PT10M'
@@ -120,6 +126,7 @@ var tags = {
 }
 // The worker refuses to start unless an inbox row outlives every redelivery (design: lock x deliveries + TTL + margin).
 var inboxRetentionHours = messageTimeToLiveHours + (lockDurationSeconds * maxDeliveryCount) / 3600 + 1 + inboxRetentionMarginHours
+var subscriptionNames = topicName == null ? [] : union([consumerName], otherSubscriptionNames)
 var appName = 'app-sbinbox-${resourceToken}'
 var sqlServerName = 'sql-sbinbox-${resourceToken}'
 var sqlDatabaseName = 'sbinbox'
@@ -150,6 +157,8 @@ module serviceBus '../bicep/modules/servicebus/main.bicep' = {
     tags: tags
     skuName: serviceBusSkuName
     queueName: queueName
+    topicName: topicName
+    subscriptionNames: subscriptionNames
     duplicateDetectionHistoryTimeWindow: duplicateDetectionHistoryTimeWindow
     lockDuration: 'PT${lockDurationSeconds}S'
     maxDeliveryCount: maxDeliveryCount
@@ -186,7 +195,10 @@ module worker '../bicep/modules/appservice/main.bicep' = {
     applicationInsightsName: applicationInsightsName
     appSettings: {
       SBINBOX_SERVICEBUS_NAMESPACE: serviceBus.outputs.fullyQualifiedNamespace
-      SBINBOX_QUEUE: serviceBus.outputs.queueName
+      // The queue, or the worker's subscription of the topic: exclusive settings, and an empty one counts as unset.
+      SBINBOX_QUEUE: topicName == null ? serviceBus.outputs.queueName : ''
+      SBINBOX_TOPIC: topicName ?? ''
+      SBINBOX_SUBSCRIPTION: topicName == null ? '' : consumerName
       SBINBOX_CONSUMER: consumerName
       SBINBOX_HANDLERS: handlersModule
       SBINBOX_DATABASE: 'sqlserver'
@@ -232,6 +244,8 @@ module roles '../bicep/modules/identity/main.bicep' = {
   params: {
     namespaceName: serviceBusNamespaceName
     queueName: queueName
+    topicName: topicName
+    subscriptionName: topicName == null ? null : consumerName
     // The identity exists only once the app does, so this is a runtime value by nature; what-if shows the role as
     // "may change" until the first deployment, which is the price of naming it guid(scope, principal, role).
     #disable-next-line what-if-short-circuiting
@@ -253,7 +267,8 @@ module autoscale '../bicep/modules/autoscale/main.bicep' = {
     tags: tags
     planResourceId: worker.outputs.planResourceId
     namespaceResourceId: serviceBus.outputs.resourceId
-    queueName: serviceBus.outputs.queueName
+    // Azure Monitor has ActiveMessages per queue or topic, not per subscription (docs/topics.md).
+    queueName: topicName ?? serviceBus.outputs.queueName
     minimumCapacity: autoscaleMinimumCapacity
     maximumCapacity: autoscaleMaximumCapacity
     defaultCapacity: autoscaleMinimumCapacity

@@ -8,7 +8,7 @@ import { existsSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { LocalBroker } from "../src/localbroker/broker.ts";
-import { parseConfig } from "../src/localbroker/config.ts";
+import { parseConfig, sbinboxTopic } from "../src/localbroker/config.ts";
 import { consoleLogger } from "../src/localbroker/logger.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
@@ -60,6 +60,7 @@ async function main(): Promise<number> {
       ],
     },
   });
+  config.topics = [sbinboxTopic("sbinbox-topic", ["billing", "ledger"])];
   const broker = await LocalBroker.start({
     port: 0,
     host: "127.0.0.1",
@@ -68,7 +69,7 @@ async function main(): Promise<number> {
   });
   try {
     const started = Date.now();
-    const child = spawn(toolBinary, [broker.connectionString, "sbinbox", "sbinbox-capped"], {
+    const child = spawn(toolBinary, [broker.connectionString, "sbinbox", "sbinbox-capped", "sbinbox-topic"], {
       stdio: "inherit",
       env: dotnetEnv,
     });
@@ -84,7 +85,11 @@ async function main(): Promise<number> {
       });
     });
     // The broker's own count, independent of what the client saw: nothing may be left in any state.
-    const leftovers = config.queues.flatMap(({ name }) => {
+    const entities = [
+      ...config.queues.map((q) => q.name),
+      ...config.topics.flatMap((t) => t.subscriptions.map((sub) => sub.queue.name)),
+    ];
+    const leftovers = entities.flatMap((name) => {
       const { active, locked, scheduled, deferred, deadLettered } = broker.counts(name);
       const total = active + locked + scheduled + deferred + deadLettered;
       return total === 0

@@ -18,6 +18,7 @@ export {
   loadConfigFile,
   parseConfig,
   queueDefaults,
+  sbinboxTopic,
   type BrokerConfig,
   type QueueSettings,
 } from "./localbroker/config.ts";

@@ -22,4 +22,5 @@ export const {
   parseConfig,
   queueDefaults,
   quietLogger,
+  sbinboxTopic,
 } = dev;

@@ -33,7 +33,7 @@ const RESEND_EVERY = 20;
 /** The upstream half: one in this many upstream transactions rolls back. */
 const ROLLBACK_EVERY = 10;
 
-interface WorkerProcess {
+export interface WorkerProcess {
   readonly name: string;
   readonly child: ChildProcess;
   readonly port: number;
@@ -75,30 +75,8 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     events[flaky] = { ...events[flaky]!, body: { ...(events[flaky]!.body as object), failOnce: true } };
     const expected = new Map(events.map((e) => [deriveMessageId(e.type, e.key), e]));
 
-    const env = (extra: Record<string, string>): NodeJS.ProcessEnv => ({
-      ...withoutSbinboxSettings(process.env),
-      ...localWorkerEnv(stack, CONSUMER),
-      // Info, for the final "stopped" line that carries the counters the report shows.
-      SBINBOX_LOG_LEVEL: "info",
-      ...extra,
-    });
     const startWorker = async (name: string, extra: Record<string, string>): Promise<WorkerProcess> => {
-      const port = await freePort();
-      const child = spawn(process.execPath, [BIN, "worker"], {
-        env: env({ PORT: String(port), ...extra }),
-        // With OTEL_TRACES_EXPORTER=console the workers' spans are the point: pass their stdout through.
-        stdio: ["ignore", writesTelemetryToConsole() ? "inherit" : "ignore", "pipe"],
-      });
-      const worker: WorkerProcess = {
-        name,
-        child,
-        port,
-        stderrTail: "",
-        exited: new Promise((resolve) => child.on("exit", (code, signal) => resolve({ code, signal }))),
-      };
-      child.stderr
-        .setEncoding("utf8")
-        .on("data", (d: string) => (worker.stderrTail = (worker.stderrTail + d).slice(-4000)));
+      const worker = await spawnWorker(name, { ...localWorkerEnv(stack, CONSUMER), ...extra });
       workers.push(worker);
       return worker;
     };
@@ -295,6 +273,33 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
       }
     }
   }
+}
+
+/** A `sbinbox worker` process on a free port with these settings, its stderr's tail kept for its counters. */
+export async function spawnWorker(name: string, settings: Record<string, string>): Promise<WorkerProcess> {
+  const port = await freePort();
+  const child = spawn(process.execPath, [BIN, "worker"], {
+    env: {
+      ...withoutSbinboxSettings(process.env),
+      ...settings,
+      // Info, for the final "stopped" line that carries the counters the report shows.
+      SBINBOX_LOG_LEVEL: "info",
+      PORT: String(port),
+    },
+    // With OTEL_TRACES_EXPORTER=console the workers' spans are the point: pass their stdout through.
+    stdio: ["ignore", writesTelemetryToConsole() ? "inherit" : "ignore", "pipe"],
+  });
+  const worker: WorkerProcess = {
+    name,
+    child,
+    port,
+    stderrTail: "",
+    exited: new Promise((resolve) => child.on("exit", (code, signal) => resolve({ code, signal }))),
+  };
+  child.stderr
+    .setEncoding("utf8")
+    .on("data", (d: string) => (worker.stderrTail = (worker.stderrTail + d).slice(-4000)));
+  return worker;
 }
 
 export function withoutSbinboxSettings(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {

@@ -1,4 +1,5 @@
 import type { LocalBroker } from "sbinbox-dev";
+import { parseEntity } from "../domain/entity.ts";
 import { loadDevPackage } from "./dev-package.ts";
 
 export interface EmbeddedBroker {
@@ -11,10 +12,16 @@ export interface EmbeddedBroker {
  * The local broker in this process, for embedded defaults: on 127.0.0.1:5672 when free (so other commands find it),
  * else on any free port. Never the production path: the worker otherwise talks only to the configured broker.
  */
-export async function startEmbeddedBroker(queue: string, port = 5672): Promise<EmbeddedBroker> {
-  const { LocalBroker, defaultConfig, queueDefaults } = await loadDevPackage("embedded defaults");
+export async function startEmbeddedBroker(path: string, port = 5672): Promise<EmbeddedBroker> {
+  const { LocalBroker, defaultConfig, queueDefaults, sbinboxTopic } =
+    await loadDevPackage("embedded defaults");
   const config = defaultConfig();
-  config.queues = [{ ...queueDefaults, name: queue }];
+  const entity = parseEntity(path);
+  if (entity.kind === "queue") config.queues = [{ ...queueDefaults, name: entity.queue }];
+  else {
+    config.queues = [];
+    config.topics = [sbinboxTopic(entity.topic, [entity.subscription])];
+  }
   let broker: LocalBroker;
   try {
     broker = await LocalBroker.start({ port, config });

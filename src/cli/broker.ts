@@ -75,7 +75,10 @@ export async function run(argv: string[]): Promise<number> {
   process.stdout.write(
     [
       `Local Service Bus broker (in memory, for development and tests) on ${values.host}:${broker.port}`,
-      `Queues: ${broker.queueNames.join(", ")}`,
+      `Queues: ${broker.queueNames.join(", ") || "(none)"}`,
+      ...config.topics.map(
+        (t) => `Topic ${t.name}: subscriptions ${t.subscriptions.map((s) => s.name).join(", ")}`,
+      ),
       `Connection string:`,
       broker.connectionString,
       "",

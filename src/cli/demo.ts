@@ -1,11 +1,14 @@
 import { parseArgs } from "node:util";
 
-const usage = `usage: sbinbox demo [--count N] [--timeout SECONDS]
+const usage = `usage: sbinbox demo [--count N] [--timeout SECONDS] [--topic]
 
 Runs the whole system on embedded defaults: a local broker and an embedded PostgreSQL, two worker processes
 competing on one queue, N events (default 2000) with trouble mixed in (resends, a worker killed between commit
 and complete, poison messages, a transient failure), then a report. Exit code 0 only if exactly-once held.
 The last line is machine-readable: RESULT distinct=... lost=... doubled=...
+
+  --topic   publish to a topic instead, consumed by two services (billing, two workers; ledger, one), each on its
+            own subscription with its own database; the RESULT line reports each consumer: billing.effects=...
 `;
 
 export async function run(argv: string[]): Promise<number> {
@@ -16,6 +19,7 @@ export async function run(argv: string[]): Promise<number> {
       options: {
         count: { type: "string", default: "2000" },
         timeout: { type: "string", default: "120" },
+        topic: { type: "boolean", default: false },
         help: { type: "boolean", short: "h" },
       },
     }).values;
@@ -62,9 +66,11 @@ export async function run(argv: string[]): Promise<number> {
     process.stderr.write(`sbinbox demo: ${error.message}\n`);
     return 2;
   }
-  const { runDemo } = await import("../app/demo.ts");
+  const run = values.topic
+    ? (await import("../app/demo-topic.ts")).runTopicDemo
+    : (await import("../app/demo.ts")).runDemo;
   const started = Date.now();
-  const { ok, result } = await runDemo({ count, timeoutMs: timeout * 1000, out, status });
+  const { ok, result } = await run({ count, timeoutMs: timeout * 1000, out, status });
   out(`  took                      ${((Date.now() - started) / 1000).toFixed(1)} s`);
   process.stdout.write(result + "\n");
   // Pools and sockets of the children's broker are closed; a backstop so nothing lingering delays the exit.

@@ -18,7 +18,7 @@ const usage = `usage: sbinbox publish (--file EVENTS.jsonl | --count N) [--run-i
                  resend; above 1 a resent batch can land after later ones)
 
 Batches are filled to the queue's size limit. Service Bus from SBINBOX_SERVICEBUS_CONNECTION_STRING or
-SBINBOX_SERVICEBUS_NAMESPACE, queue SBINBOX_QUEUE.
+SBINBOX_SERVICEBUS_NAMESPACE, queue SBINBOX_QUEUE or topic SBINBOX_TOPIC (every subscription gets its copy).
 `;
 
 export async function run(argv: string[]): Promise<number> {

@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import { subscriptionPath } from "../domain/entity.ts";
 import { ConfigError } from "../domain/errors.ts";
 import { checkRelaySettings, type RelaySettings } from "../outbox/settings.ts";
 import { parsers, settings, type RawSettings, type SettingName } from "./schema.ts";
@@ -22,6 +23,10 @@ export interface Config {
   readonly database: DatabaseConnection;
   /** The schema of the inbox's tables; undefined: the dialect's default (dbo, public). */
   readonly inboxSchema?: string;
+  /**
+   * The entity path (src/domain/entity.ts): what the worker and `sbinbox dlq` receive from (a queue, or
+   * "<topic>/Subscriptions/<subscription>"), and for `publish` and the relay what they send to (a queue or a topic).
+   */
   readonly queue: string;
   readonly consumer: string;
   /** SBINBOX_HANDLERS: the handler module; the built-in example when absent. */
@@ -73,7 +78,7 @@ export interface RetrySettings {
 export interface LoadOptions {
   env?: NodeJS.ProcessEnv;
   /** `publish` needs Service Bus only: no database settings are required or checked. */
-  purpose?: "worker" | "publish" | "relay";
+  purpose?: "worker" | "publish" | "relay" | "dlq";
   readFile?: (path: string) => string;
 }
 
@@ -87,13 +92,15 @@ export function loadConfig(options: LoadOptions = {}): Config {
   const s = parseAll(raw);
   return {
     serviceBus:
-      options.purpose === "publish" || options.purpose === "relay"
+      options.purpose === "publish" || options.purpose === "relay" || options.purpose === "dlq"
         ? publishConnection(s)
         : serviceBusConnection(s),
-    database: options.purpose === "publish" ? { kind: "embedded" } : databaseConnection(s),
+    database:
+      options.purpose === "publish" || options.purpose === "dlq"
+        ? { kind: "embedded" }
+        : databaseConnection(s),
     inboxSchema: s.SBINBOX_INBOX_SCHEMA,
-    queue: s.SBINBOX_QUEUE,
-    consumer: s.SBINBOX_CONSUMER,
+    ...entitySettings(s, options.purpose ?? "worker"),
     handlersModule: s.SBINBOX_HANDLERS,
     maxConcurrentCalls: s.SBINBOX_MAX_CONCURRENT_CALLS,
     maxAutoLockRenewalMs: s.SBINBOX_MAX_AUTO_LOCK_RENEWAL_MS,
@@ -130,6 +137,37 @@ export function loadConfig(options: LoadOptions = {}): Config {
     applicationInsightsConnectionString: s.APPLICATIONINSIGHTS_CONNECTION_STRING,
     serviceName: s.OTEL_SERVICE_NAME,
     relay: relaySettings(s, options.purpose === "relay"),
+  };
+}
+
+/**
+ * The one place the entity is resolved: SBINBOX_QUEUE, or SBINBOX_TOPIC with SBINBOX_SUBSCRIPTION. Senders (publish,
+ * the relay) need only the topic; receivers (the worker, `sbinbox dlq`) need the subscription too.
+ */
+function entitySettings(
+  s: RawSettings,
+  purpose: NonNullable<LoadOptions["purpose"]>,
+): { queue: string; consumer: string } {
+  const { SBINBOX_QUEUE: queue, SBINBOX_TOPIC: topic, SBINBOX_SUBSCRIPTION: subscription } = s;
+  if (queue !== undefined && topic !== undefined)
+    throw new ConfigError("SBINBOX_TOPIC", "set either it or SBINBOX_QUEUE, not both");
+  if (queue !== undefined && subscription !== undefined)
+    throw new ConfigError(
+      "SBINBOX_SUBSCRIPTION",
+      "names a topic's subscription: set SBINBOX_TOPIC with it instead of SBINBOX_QUEUE",
+    );
+  if (subscription !== undefined && topic === undefined)
+    throw new ConfigError("SBINBOX_TOPIC", "required with SBINBOX_SUBSCRIPTION (the subscription's topic)");
+  const sends = purpose === "publish" || purpose === "relay";
+  if (topic !== undefined && subscription === undefined && !sends)
+    throw new ConfigError(
+      "SBINBOX_SUBSCRIPTION",
+      "required with SBINBOX_TOPIC: the worker receives from one of the topic's subscriptions",
+    );
+  if (topic === undefined) return { queue: queue ?? "sbinbox", consumer: s.SBINBOX_CONSUMER ?? "sbinbox" };
+  return {
+    queue: sends ? topic : subscriptionPath(topic, subscription!),
+    consumer: s.SBINBOX_CONSUMER ?? subscription ?? "sbinbox",
   };
 }
 

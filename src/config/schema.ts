@@ -11,8 +11,12 @@ export const settings = {
     "Service Bus connection string (local broker, official emulator or SAS)",
   SBINBOX_SERVICEBUS_NAMESPACE:
     "fully qualified namespace (x.servicebus.windows.net), signed in with DefaultAzureCredential",
-  SBINBOX_QUEUE: "queue to receive from and publish to",
-  SBINBOX_CONSUMER: "consumer name written into each inbox marker",
+  SBINBOX_QUEUE: "queue to receive from and publish to (default sbinbox; not with SBINBOX_TOPIC)",
+  SBINBOX_TOPIC:
+    "topic to publish to, and whose subscription the worker receives from (instead of SBINBOX_QUEUE)",
+  SBINBOX_SUBSCRIPTION: "the topic's subscription the worker receives from (with SBINBOX_TOPIC)",
+  SBINBOX_CONSUMER:
+    "consumer name written into each inbox marker (default: the subscription's name on a topic, else sbinbox)",
   SBINBOX_DATABASE: "postgres or sqlserver (inferred from the settings given when omitted)",
   SBINBOX_POSTGRES_URL: "PostgreSQL URL",
   SBINBOX_SQLSERVER_CONNECTION_STRING: "SQL Server connection string",
@@ -142,8 +146,16 @@ export const parsers = {
     .refine(sb.connectionString.test, sb.connectionString.message)
     .optional(),
   SBINBOX_SERVICEBUS_NAMESPACE: text.refine(sb.namespace.test, sb.namespace.message).optional(),
-  SBINBOX_QUEUE: text.max(sb.queue.max, sb.queue.message).default("sbinbox"),
-  SBINBOX_CONSUMER: text.max(200).default("sbinbox"),
+  SBINBOX_QUEUE: text.max(sb.queue.max, sb.queue.message).optional(),
+  SBINBOX_TOPIC: text
+    .max(260, "must be at most 260 characters (Service Bus's limit)")
+    .regex(/^[A-Za-z0-9][A-Za-z0-9._/-]*$/, "must be a topic name (letters, digits, '.', '_', '-', '/')")
+    .optional(),
+  SBINBOX_SUBSCRIPTION: text
+    .max(50, "must be at most 50 characters (Service Bus's limit)")
+    .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, "must be a subscription name (letters, digits, '.', '_', '-')")
+    .optional(),
+  SBINBOX_CONSUMER: text.max(200).optional(),
   SBINBOX_DATABASE: z.enum(["postgres", "sqlserver"], "must be postgres or sqlserver").optional(),
   SBINBOX_POSTGRES_URL: text
     .refine((v) => /^postgres(ql)?:\/\//.test(v), "must start with postgres://")

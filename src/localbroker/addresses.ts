@@ -1,6 +1,12 @@
-/** Entity addresses as clients write them: "q", "q/$DeadLetterQueue", "q/$management", or full sb:// URIs. */
+/**
+ * Entity addresses as clients write them: "q", "q/$DeadLetterQueue", "q/$management", a subscription's
+ * "t/Subscriptions/s" with the same suffixes, or full sb:// URIs.
+ */
 export interface EntityAddress {
+  /** The queue's or the topic's name. */
   queue: string;
+  /** The subscription's name, when the address names one of a topic's subscriptions. */
+  subscription?: string;
   deadLetter: boolean;
   management: boolean;
 }
@@ -22,10 +28,12 @@ export function parseEntityAddress(address: string | undefined): EntityAddress |
     segments.pop();
   }
   let deadLetter = false;
-  if (segments.length === 2 && segments[1]!.toLowerCase() === DEAD_LETTER_SUFFIX) {
+  if (segments.length >= 2 && segments[segments.length - 1]!.toLowerCase() === DEAD_LETTER_SUFFIX) {
     deadLetter = true;
     segments.pop();
   }
+  if (segments.length === 3 && segments[1]!.toLowerCase() === "subscriptions")
+    return { queue: segments[0]!, subscription: segments[2]!, deadLetter, management };
   if (segments.length !== 1) return undefined;
   return { queue: segments[0]!, deadLetter, management };
 }

@@ -2,7 +2,8 @@ import type { EntityAddress } from "./addresses.ts";
 import { defaultConfig, type BrokerConfig, type QueueSettings } from "./config.ts";
 import { quietLogger, type BrokerLogger } from "./logger.ts";
 import { Queue, type QueueCounts } from "./queue.ts";
-import { AmqpServer } from "./server.ts";
+import { AmqpServer, type Entity } from "./server.ts";
+import { Topic, type TopicCounts } from "./topic.ts";
 
 export interface LocalBrokerOptions {
   port?: number;
@@ -31,15 +32,25 @@ export class LocalBroker {
   readonly port: number;
   readonly connectionString: string;
   readonly queueNames: string[];
+  readonly topicNames: string[];
   private readonly queues: Map<string, Queue>;
+  private readonly topics: Map<string, Topic>;
   private readonly server: AmqpServer;
   private readonly timer: NodeJS.Timeout;
 
-  private constructor(port: number, queues: Map<string, Queue>, server: AmqpServer, timer: NodeJS.Timeout) {
+  private constructor(
+    port: number,
+    queues: Map<string, Queue>,
+    topics: Map<string, Topic>,
+    server: AmqpServer,
+    timer: NodeJS.Timeout,
+  ) {
     this.port = port;
     this.connectionString = localConnectionString(port);
     this.queues = queues;
+    this.topics = topics;
     this.queueNames = [...queues.values()].map((q) => q.name);
+    this.topicNames = [...topics.values()].map((t) => t.name);
     this.server = server;
     this.timer = timer;
   }
@@ -50,7 +61,16 @@ export class LocalBroker {
     const logger = options.logger ?? quietLogger;
     const queues = new Map<string, Queue>();
     for (const settings of config.queues) queues.set(settings.name.toLowerCase(), createQueue(settings, now));
-    const find = (address: EntityAddress): Queue | undefined => {
+    const topics = new Map<string, Topic>();
+    for (const settings of config.topics ?? [])
+      topics.set(settings.name.toLowerCase(), new Topic(settings, now));
+    const find = (address: EntityAddress): Entity | undefined => {
+      if (address.subscription !== undefined) {
+        const queue = topics.get(address.queue.toLowerCase())?.subscription(address.subscription)?.queue;
+        return address.deadLetter ? queue?.deadLetter : queue;
+      }
+      const topic = topics.get(address.queue.toLowerCase());
+      if (topic) return address.deadLetter ? undefined : topic;
       const queue = queues.get(address.queue.toLowerCase());
       return address.deadLetter ? queue?.deadLetter : queue;
     };
@@ -61,28 +81,46 @@ export class LocalBroker {
     });
     const port = await server.listen(options.port ?? 5672, options.host ?? "127.0.0.1");
     const tick = (): void => {
-      for (const queue of queues.values()) {
+      for (const entity of [...queues.values(), ...topics.values()]) {
         try {
-          queue.tick();
-          queue.deadLetter?.tick();
+          entity.tick();
+          if (entity instanceof Queue) entity.deadLetter?.tick();
         } catch (error) {
-          logger.warn(`timer on ${queue.name} failed: ${(error as Error).stack ?? String(error)}`);
+          logger.warn(`timer on ${entity.name} failed: ${(error as Error).stack ?? String(error)}`);
         }
       }
     };
     const timer = setInterval(tick, options.tickMs ?? 50);
     timer.unref();
+    const subscriptions = [...topics.values()].flatMap((t) => t.subscriptions.map((s) => s.queue.name));
     logger.info(
-      `listening on ${options.host ?? "127.0.0.1"}:${port}; queues: ${[...queues.values()].map((q) => q.name).join(", ")}`,
+      `listening on ${options.host ?? "127.0.0.1"}:${port}; queues: ${[...queues.values()].map((q) => q.name).join(", ") || "(none)"}` +
+        (subscriptions.length > 0 ? `; subscriptions: ${subscriptions.join(", ")}` : ""),
     );
-    return new LocalBroker(port, queues, server, timer);
+    return new LocalBroker(port, queues, topics, server, timer);
   }
 
-  /** Per-queue counts; throws for an unknown queue so a typo in a test fails loudly. */
+  /**
+   * Per-queue counts, or a subscription's as "<topic>/Subscriptions/<name>"; throws for an unknown entity so a typo
+   * in a test fails loudly.
+   */
   counts(queue: string): QueueCounts {
+    const match = /^([^/]+)\/subscriptions\/([^/]+)$/i.exec(queue);
+    if (match) {
+      const counts = this.topics.get(match[1]!.toLowerCase())?.subscriptionCounts(match[2]!);
+      if (!counts) throw new Error(`no subscription named "${queue}"`);
+      return counts;
+    }
     const q = this.queues.get(queue.toLowerCase());
     if (!q) throw new Error(`no queue named "${queue}" (queues: ${this.queueNames.join(", ")})`);
     return q.counts();
+  }
+
+  /** A topic's own counts: duplicates dropped, sends no rule matched, scheduled sends not yet due. */
+  topicCounts(topic: string): TopicCounts {
+    const t = this.topics.get(topic.toLowerCase());
+    if (!t) throw new Error(`no topic named "${topic}" (topics: ${this.topicNames.join(", ")})`);
+    return t.counts();
   }
 
   async stop(): Promise<void> {

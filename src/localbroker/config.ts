@@ -1,5 +1,8 @@
 import { readFile } from "node:fs/promises";
 import { parseIsoDuration } from "./duration.ts";
+import { CORRELATION_FIELDS, correlationRule, DEFAULT_RULE, sqlRule, type Rule } from "./rules.ts";
+import { subscriptionRule } from "../domain/entity.ts";
+import { SqlFilterError, type SystemProperty, type Value } from "./sql-filter.ts";
 
 /** Settings of one queue, in milliseconds and bytes. */
 export interface QueueSettings {
@@ -15,10 +18,29 @@ export interface QueueSettings {
   maxSizeBytes: number;
 }
 
+/** A subscription: a queue of its own (locks, delivery count, dead-letter subqueue) fed by its rules. */
+export interface SubscriptionSettings {
+  name: string;
+  queue: QueueSettings;
+  rules: Rule[];
+}
+
+/** A topic: duplicate detection, size and time to live are the topic's; delivery is the subscriptions'. */
+export interface TopicSettings {
+  name: string;
+  requiresDuplicateDetection: boolean;
+  duplicateDetectionWindowMs: number;
+  defaultTimeToLiveMs: number;
+  maxMessageSizeBytes: number;
+  maxSizeBytes: number;
+  subscriptions: SubscriptionSettings[];
+}
+
 export interface BrokerConfig {
   namespace: string;
   queues: QueueSettings[];
-  /** Parts of the file that were read but are not served (topics); the CLI prints them. */
+  topics: TopicSettings[];
+  /** Parts of the file that were read but are not served; the CLI prints them. */
   warnings: string[];
 }
 
@@ -41,8 +63,41 @@ export function defaultConfig(): BrokerConfig {
   return {
     namespace: "sbinbox-local",
     queues: [{ name: DEFAULT_QUEUE_NAME, ...queueDefaults }],
+    topics: [],
     warnings: [],
   };
+}
+
+/**
+ * A topic as sbinbox deploys it (infra's Bicep does the same): duplicate detection on, one subscription per consuming
+ * service, each with the rule that admits every event and only its own retries and replays (src/domain/entity.ts).
+ */
+export function sbinboxTopic(
+  name: string,
+  subscriptions: readonly string[],
+  subscriptionSettings: Partial<Omit<QueueSettings, "name">> = {},
+): TopicSettings {
+  const topic: TopicSettings = {
+    name,
+    requiresDuplicateDetection: true,
+    duplicateDetectionWindowMs: queueDefaults.duplicateDetectionWindowMs,
+    defaultTimeToLiveMs: queueDefaults.defaultTimeToLiveMs,
+    maxMessageSizeBytes: queueDefaults.maxMessageSizeBytes,
+    maxSizeBytes: queueDefaults.maxSizeBytes,
+    subscriptions: [],
+  };
+  for (const sub of subscriptions)
+    topic.subscriptions.push({
+      name: sub,
+      queue: {
+        ...queueDefaults,
+        ...subscriptionSettings,
+        name: `${name}/Subscriptions/${sub}`,
+        requiresDuplicateDetection: false,
+      },
+      rules: [sqlRule("sbinbox", subscriptionRule(sub))],
+    });
+  return topic;
 }
 
 /** A config error names the JSON path of the bad setting. */
@@ -78,9 +133,9 @@ function isObject(value: unknown): value is Json {
 }
 
 /**
- * Reads the official Service Bus emulator's Config.json shape: UserConfig.Namespaces[].Queues[].Properties.
- * One namespace, as the emulator. Topics are not served: they are reported as warnings rather than refused, so
- * the emulator's own sample file (which declares a topic) still starts the queues it declares.
+ * Reads the official Service Bus emulator's Config.json shape: UserConfig.Namespaces[].Queues[].Properties and
+ * Topics[].Subscriptions[].Rules[]. One namespace, as the emulator. Entity names are unique per namespace, queues
+ * and topics together, as on Service Bus.
  */
 export function parseConfig(json: unknown): BrokerConfig {
   if (!isObject(json)) throw new BrokerConfigError("(root)", "must be a JSON object");
@@ -97,31 +152,213 @@ export function parseConfig(json: unknown): BrokerConfig {
   const name = ns["Name"];
   if (typeof name !== "string" || name === "")
     throw new BrokerConfigError(`${nsPath}.Name`, "must be a non-empty string");
-  const topics = ns["Topics"];
-  if (topics !== undefined && !Array.isArray(topics))
-    throw new BrokerConfigError(`${nsPath}.Topics`, "must be an array");
-  const warnings = (topics ?? []).map(
-    (t: unknown, i) =>
-      `${nsPath}.Topics[${i}] (${isObject(t) ? String(t["Name"]) : "?"}) ignored: the local broker serves queues only`,
-  );
-  const rawQueues = ns["Queues"];
-  if (!Array.isArray(rawQueues) || rawQueues.length === 0)
-    throw new BrokerConfigError(`${nsPath}.Queues`, "must be a non-empty array");
+  const rawTopics = ns["Topics"] ?? [];
+  if (!Array.isArray(rawTopics)) throw new BrokerConfigError(`${nsPath}.Topics`, "must be an array");
+  const rawQueues = ns["Queues"] ?? [];
+  if (!Array.isArray(rawQueues)) throw new BrokerConfigError(`${nsPath}.Queues`, "must be an array");
+  if (rawQueues.length === 0 && rawTopics.length === 0)
+    throw new BrokerConfigError(`${nsPath}.Queues`, "must be a non-empty array (or Topics must be)");
   const queues = rawQueues.map((q: unknown, i) => parseQueue(q, `${nsPath}.Queues[${i}]`));
+  const topics = rawTopics.map((t: unknown, i) => parseTopic(t, `${nsPath}.Topics[${i}]`));
   const seen = new Set<string>();
-  queues.forEach((q, i) => {
-    const key = q.name.toLowerCase();
-    if (seen.has(key))
-      throw new BrokerConfigError(`${nsPath}.Queues[${i}].Name`, `"${q.name}" is declared twice`);
+  const entities = [
+    ...queues.map((q, i) => ({ name: q.name, path: `${nsPath}.Queues[${i}].Name` })),
+    ...topics.map((t, i) => ({ name: t.name, path: `${nsPath}.Topics[${i}].Name` })),
+  ];
+  for (const entity of entities) {
+    const key = entity.name.toLowerCase();
+    if (seen.has(key)) throw new BrokerConfigError(entity.path, `"${entity.name}" is declared twice`);
     seen.add(key);
+  }
+  return { namespace: name, queues, topics, warnings: [] };
+}
+
+const ENTITY_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,259}$/;
+const SUBSCRIPTION_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$/;
+
+function parseTopic(raw: unknown, path: string): TopicSettings {
+  if (!isObject(raw)) throw new BrokerConfigError(path, "must be an object");
+  const name = raw["Name"];
+  if (typeof name !== "string" || !ENTITY_NAME.test(name))
+    throw new BrokerConfigError(`${path}.Name`, "must be a topic name (letters, digits, '.', '_', '-')");
+  const props = raw["Properties"] ?? {};
+  if (!isObject(props)) throw new BrokerConfigError(`${path}.Properties`, "must be an object");
+  const p = `${path}.Properties`;
+  const topic: TopicSettings = {
+    name,
+    requiresDuplicateDetection: boolean(
+      props,
+      "RequiresDuplicateDetection",
+      p,
+      queueDefaults.requiresDuplicateDetection,
+    ),
+    duplicateDetectionWindowMs: duration(
+      props,
+      "DuplicateDetectionHistoryTimeWindow",
+      p,
+      queueDefaults.duplicateDetectionWindowMs,
+    ),
+    defaultTimeToLiveMs: duration(props, "DefaultMessageTimeToLive", p, queueDefaults.defaultTimeToLiveMs),
+    maxMessageSizeBytes:
+      integer(props, "MaxMessageSizeInKilobytes", p, queueDefaults.maxMessageSizeBytes / 1024, 1) * 1024,
+    maxSizeBytes:
+      integer(
+        props,
+        "MaxSizeInMegabytes",
+        p,
+        queueDefaults.maxSizeBytes / (1024 * 1024),
+        1,
+        MAX_SIZE_IN_MEGABYTES,
+      ) *
+      1024 *
+      1024,
+    subscriptions: [],
+  };
+  const rawSubscriptions = raw["Subscriptions"];
+  if (!Array.isArray(rawSubscriptions) || rawSubscriptions.length === 0)
+    throw new BrokerConfigError(`${path}.Subscriptions`, "must be a non-empty array");
+  const seen = new Set<string>();
+  rawSubscriptions.forEach((s: unknown, i) => {
+    const sub = parseSubscription(s, `${path}.Subscriptions[${i}]`, topic);
+    if (seen.has(sub.name.toLowerCase()))
+      throw new BrokerConfigError(`${path}.Subscriptions[${i}].Name`, `"${sub.name}" is declared twice`);
+    seen.add(sub.name.toLowerCase());
+    topic.subscriptions.push(sub);
   });
-  return { namespace: name, queues, warnings };
+  return topic;
+}
+
+function parseSubscription(raw: unknown, path: string, topic: TopicSettings): SubscriptionSettings {
+  if (!isObject(raw)) throw new BrokerConfigError(path, "must be an object");
+  const name = raw["Name"];
+  if (typeof name !== "string" || !SUBSCRIPTION_NAME.test(name))
+    throw new BrokerConfigError(
+      `${path}.Name`,
+      "must be a subscription name (1 to 50 letters, digits, '.', '_', '-')",
+    );
+  const props = raw["Properties"] ?? {};
+  if (!isObject(props)) throw new BrokerConfigError(`${path}.Properties`, "must be an object");
+  const p = `${path}.Properties`;
+  // Duplicate detection is the topic's: the subscription's own queue never drops a copy.
+  const queue: QueueSettings = {
+    ...queueDefaults,
+    name: `${topic.name}/Subscriptions/${name}`,
+    requiresDuplicateDetection: false,
+    maxMessageSizeBytes: topic.maxMessageSizeBytes,
+    maxSizeBytes: topic.maxSizeBytes,
+  };
+  queue.lockDurationMs = duration(props, "LockDuration", p, queue.lockDurationMs);
+  queue.maxDeliveryCount = integer(props, "MaxDeliveryCount", p, queue.maxDeliveryCount, 1);
+  // A subscription's TTL is the smaller of its own and the topic's, as Service Bus applies it.
+  queue.defaultTimeToLiveMs = Math.min(
+    duration(props, "DefaultMessageTimeToLive", p, topic.defaultTimeToLiveMs),
+    topic.defaultTimeToLiveMs,
+  );
+  queue.deadLetteringOnMessageExpiration = boolean(
+    props,
+    "DeadLetteringOnMessageExpiration",
+    p,
+    queue.deadLetteringOnMessageExpiration,
+  );
+  refuseUnsupported(props, p);
+  const rawRules = raw["Rules"] ?? [];
+  if (!Array.isArray(rawRules)) throw new BrokerConfigError(`${path}.Rules`, "must be an array");
+  const rules =
+    rawRules.length === 0
+      ? [DEFAULT_RULE]
+      : rawRules.map((r: unknown, i) => parseRule(r, `${path}.Rules[${i}]`));
+  return { name, queue, rules };
+}
+
+function parseRule(raw: unknown, path: string): Rule {
+  if (!isObject(raw)) throw new BrokerConfigError(path, "must be an object");
+  const name = raw["Name"];
+  if (typeof name !== "string" || name === "" || name.length > 50)
+    throw new BrokerConfigError(`${path}.Name`, "must be a rule name of 1 to 50 characters");
+  const props = raw["Properties"];
+  if (!isObject(props)) throw new BrokerConfigError(`${path}.Properties`, "must be an object");
+  const p = `${path}.Properties`;
+  const action = props["Action"];
+  if (action !== undefined && action !== null) {
+    const expression = isObject(action) ? action["SqlExpression"] : action;
+    if (expression !== undefined && expression !== null && expression !== "")
+      throw new BrokerConfigError(
+        `${p}.Action`,
+        `of rule "${name}" is not supported by the local broker (rule actions change messages); remove it`,
+      );
+  }
+  const rawType = props["FilterType"];
+  const filterType = typeof rawType === "string" ? rawType.toLowerCase() : "";
+  if (filterType === "correlation" || filterType === "correlationfilter") {
+    const filter = props["CorrelationFilter"];
+    if (!isObject(filter)) throw new BrokerConfigError(`${p}.CorrelationFilter`, "must be an object");
+    const system: Partial<Record<SystemProperty, string>> = {};
+    let properties: Record<string, Value> = {};
+    for (const [key, value] of Object.entries(filter)) {
+      if (key === "Properties") {
+        if (!isObject(value))
+          throw new BrokerConfigError(`${p}.CorrelationFilter.Properties`, "must be an object");
+        for (const [prop, v] of Object.entries(value))
+          if (!["string", "number", "boolean"].includes(typeof v))
+            throw new BrokerConfigError(
+              `${p}.CorrelationFilter.Properties.${prop}`,
+              "must be a string, number or boolean",
+            );
+        properties = value as Record<string, Value>;
+        continue;
+      }
+      if (key === "RequiresPreprocessing") continue;
+      const field = CORRELATION_FIELDS[key];
+      if (!field)
+        throw new BrokerConfigError(
+          `${p}.CorrelationFilter.${key}`,
+          `is not a correlation filter field (${Object.keys(CORRELATION_FIELDS).join(", ")}, Properties)`,
+        );
+      if (value === undefined || value === null || value === "") continue;
+      if (typeof value !== "string")
+        throw new BrokerConfigError(`${p}.CorrelationFilter.${key}`, "must be a string");
+      system[field] = value;
+    }
+    if (Object.keys(system).length === 0 && Object.keys(properties).length === 0)
+      throw new BrokerConfigError(`${p}.CorrelationFilter`, `of rule "${name}" must set at least one field`);
+    return correlationRule(name, system, properties);
+  }
+  if (filterType === "sql" || filterType === "sqlfilter") {
+    const filter = props["SqlFilter"];
+    const expression = isObject(filter) ? filter["SqlExpression"] : undefined;
+    if (typeof expression !== "string" || expression.trim() === "")
+      throw new BrokerConfigError(`${p}.SqlFilter.SqlExpression`, "must be a non-empty string");
+    try {
+      return sqlRule(name, expression);
+    } catch (error) {
+      if (error instanceof SqlFilterError)
+        throw new BrokerConfigError(`${p}.SqlFilter.SqlExpression`, `of rule "${name}": ${error.message}`);
+      throw error;
+    }
+  }
+  throw new BrokerConfigError(
+    `${p}.FilterType`,
+    `of rule "${name}" must be "Correlation" or "Sql" (got ${JSON.stringify(props["FilterType"])})`,
+  );
+}
+
+function refuseUnsupported(props: Json, p: string): void {
+  if (boolean(props, "RequiresSession", p, false))
+    throw new BrokerConfigError(
+      `${p}.RequiresSession`,
+      "is not supported by the local broker (sessions); set it to false",
+    );
+  for (const forward of ["ForwardTo", "ForwardDeadLetteredMessagesTo"]) {
+    const value = props[forward];
+    if (value !== undefined && value !== "" && value !== null)
+      throw new BrokerConfigError(`${p}.${forward}`, "is not supported by the local broker; leave it empty");
+  }
 }
 
 function parseQueue(raw: unknown, path: string): QueueSettings {
   if (!isObject(raw)) throw new BrokerConfigError(path, "must be an object");
   const name = raw["Name"];
-  if (typeof name !== "string" || !/^[A-Za-z0-9][A-Za-z0-9._-]{0,259}$/.test(name))
+  if (typeof name !== "string" || !ENTITY_NAME.test(name))
     throw new BrokerConfigError(`${path}.Name`, "must be a queue name (letters, digits, '.', '_', '-')");
   const props = raw["Properties"] ?? {};
   if (!isObject(props)) throw new BrokerConfigError(`${path}.Properties`, "must be an object");
@@ -155,16 +392,7 @@ function parseQueue(raw: unknown, path: string): QueueSettings {
     integer(props, "MaxSizeInMegabytes", p, settings.maxSizeBytes / (1024 * 1024), 1, MAX_SIZE_IN_MEGABYTES) *
     1024 *
     1024;
-  if (boolean(props, "RequiresSession", p, false))
-    throw new BrokerConfigError(
-      `${p}.RequiresSession`,
-      "is not supported by the local broker (sessions); set it to false",
-    );
-  for (const forward of ["ForwardTo", "ForwardDeadLetteredMessagesTo"]) {
-    const value = props[forward];
-    if (value !== undefined && value !== "" && value !== null)
-      throw new BrokerConfigError(`${p}.${forward}`, "is not supported by the local broker; leave it empty");
-  }
+  refuseUnsupported(props, p);
   return settings;
 }
 

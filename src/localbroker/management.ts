@@ -1,6 +1,7 @@
 import { MalformedMessageError, messageIdKey, parseMessage, setMessageId } from "./codec.ts";
 import { newLockToken, tokenFromWire } from "./lock-token.ts";
 import type { Queue, Settlement } from "./queue.ts";
+import { Topic } from "./topic.ts";
 import { encodeStored, longArray, timestampArray, toSequenceNumber, uuidOf } from "./wire.ts";
 
 /** A reply on a request/response link: Service Bus's status code, optional error condition, and body. */
@@ -42,10 +43,40 @@ function lockTokens(body: Body): string[] | undefined {
   return tokens.every((t) => t !== undefined) ? tokens : undefined;
 }
 
-/** Handles one `$management` operation against a queue; unknown operations get an AMQP error, never a crash. */
-export function handleManagement(queue: Queue, operation: unknown, rawBody: unknown): ManagementResponse {
+/** What scheduling needs of an entity: a queue, or a topic (whose subscriptions get the message when due). */
+type Schedulable = Pick<Queue, "quotaExceeded" | "schedule" | "cancelScheduled"> & {
+  settings: { maxMessageSizeBytes: number };
+};
+
+/**
+ * Handles one `$management` operation against a queue, a subscription or a topic; unknown operations get an AMQP
+ * error, never a crash. A topic takes only scheduling, as on Service Bus: locks, peeks and deferred messages are
+ * its subscriptions'.
+ */
+export function handleManagement(
+  entity: Queue | Topic,
+  operation: unknown,
+  rawBody: unknown,
+): ManagementResponse {
   const body: Body =
     typeof rawBody === "object" && rawBody !== null && !Array.isArray(rawBody) ? (rawBody as Body) : {};
+  if (operation === "com.microsoft:schedule-message") return schedule(entity, body);
+  if (operation === "com.microsoft:cancel-scheduled-message") {
+    const seqs = sequenceNumbers(body);
+    if (!seqs) return bad("sequence-numbers must be an array of longs");
+    entity.cancelScheduled(seqs);
+    return { status: 200, body: {} };
+  }
+  if (entity instanceof Topic)
+    return {
+      status: 400,
+      condition: "amqp:not-allowed",
+      description: `The operation ${String(operation)} is not allowed on topic '${entity.name}'; use one of its subscriptions.`,
+    };
+  return queueOperation(entity, operation, body);
+}
+
+function queueOperation(queue: Queue, operation: unknown, body: Body): ManagementResponse {
   switch (operation) {
     case "com.microsoft:renew-lock": {
       const tokens = lockTokens(body);
@@ -69,48 +100,6 @@ export function handleManagement(queue: Queue, operation: unknown, rawBody: unkn
         status: 200,
         body: { messages: messages.map((m) => ({ message: encodeStored(m, undefined) })) },
       };
-    }
-    case "com.microsoft:schedule-message": {
-      const entries = list(body["messages"]);
-      if (!entries) return bad("messages must be a list");
-      const incoming = entries.reduce<number>((sum, e) => {
-        const raw = (e as Body | undefined)?.["message"];
-        return sum + (Buffer.isBuffer(raw) ? raw.length : 0);
-      }, 0);
-      const full = queue.quotaExceeded(incoming);
-      if (full !== undefined)
-        return { status: 403, condition: "amqp:resource-limit-exceeded", description: full };
-      const seqs: number[] = [];
-      for (const entry of entries) {
-        const raw = (entry as Body | undefined)?.["message"];
-        if (!Buffer.isBuffer(raw)) return bad("each scheduled entry needs an encoded message");
-        if (raw.length > queue.settings.maxMessageSizeBytes)
-          return {
-            status: 403,
-            condition: "amqp:link:message-size-exceeded",
-            description: `The message size ${raw.length} exceeds the limit ${queue.settings.maxMessageSizeBytes} bytes.`,
-          };
-        let parts;
-        try {
-          parts = parseMessage(raw);
-        } catch (error) {
-          if (error instanceof MalformedMessageError) return bad(error.message);
-          throw error;
-        }
-        let key = messageIdKey(parts.head.message_id);
-        if (key === undefined) {
-          key = newLockToken().replace(/-/g, "");
-          setMessageId(parts, key);
-        }
-        seqs.push(queue.schedule(parts, key));
-      }
-      return { status: 200, body: { "sequence-numbers": longArray(seqs) } };
-    }
-    case "com.microsoft:cancel-scheduled-message": {
-      const seqs = sequenceNumbers(body);
-      if (!seqs) return bad("sequence-numbers must be an array of longs");
-      queue.cancelScheduled(seqs);
-      return { status: 200, body: {} };
     }
     case "com.microsoft:update-disposition": {
       const tokens = lockTokens(body);
@@ -174,4 +163,41 @@ export function handleManagement(queue: Queue, operation: unknown, rawBody: unkn
         description: `The operation ${String(operation)} is not supported by the local broker.`,
       };
   }
+}
+
+function schedule(entity: Schedulable, body: Body): ManagementResponse {
+  const entries = list(body["messages"]);
+  if (!entries) return bad("messages must be a list");
+  const incoming = entries.reduce<number>((sum, e) => {
+    const raw = (e as Body | undefined)?.["message"];
+    return sum + (Buffer.isBuffer(raw) ? raw.length : 0);
+  }, 0);
+  const full = entity.quotaExceeded(incoming);
+  if (full !== undefined)
+    return { status: 403, condition: "amqp:resource-limit-exceeded", description: full };
+  const seqs: number[] = [];
+  for (const entry of entries) {
+    const raw = (entry as Body | undefined)?.["message"];
+    if (!Buffer.isBuffer(raw)) return bad("each scheduled entry needs an encoded message");
+    if (raw.length > entity.settings.maxMessageSizeBytes)
+      return {
+        status: 403,
+        condition: "amqp:link:message-size-exceeded",
+        description: `The message size ${raw.length} exceeds the limit ${entity.settings.maxMessageSizeBytes} bytes.`,
+      };
+    let parts;
+    try {
+      parts = parseMessage(raw);
+    } catch (error) {
+      if (error instanceof MalformedMessageError) return bad(error.message);
+      throw error;
+    }
+    let key = messageIdKey(parts.head.message_id);
+    if (key === undefined) {
+      key = newLockToken().replace(/-/g, "");
+      setMessageId(parts, key);
+    }
+    seqs.push(entity.schedule(parts, key));
+  }
+  return { status: 200, body: { "sequence-numbers": longArray(seqs) } };
 }

@@ -115,6 +115,11 @@ export class Queue {
     return this.add(parts, now, scheduledAt);
   }
 
+  /** A topic's copy for this subscription: the topic has done duplicate detection and scheduling. */
+  enqueueCopy(parts: MessageParts): number {
+    return this.add(parts, this.now(), 0);
+  }
+
   /** True when duplicate detection drops this MessageId; otherwise records it for the window. */
   private isDuplicate(messageIdKey: string, now: number): boolean {
     if (!this.settings.requiresDuplicateDetection || this.isDeadLetterQueue) return false;

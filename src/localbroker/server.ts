@@ -14,6 +14,7 @@ import { accepted, answerDrainsWithoutCredit, LinkConsumer, rejected } from "./c
 import { newLockToken } from "./lock-token.ts";
 import { handleManagement, type ManagementResponse } from "./management.ts";
 import type { Queue } from "./queue.ts";
+import { Topic } from "./topic.ts";
 import {
   amqp,
   type Connection,
@@ -29,21 +30,24 @@ const CLOSE_GRACE_MS = 250;
 /** Marks a single (non-batch) transfer so rhea hands the broker its bytes instead of a decoded message. */
 const RAW_SINGLE = 0xfffffff0;
 
+/** A queue, a subscription (a Queue of its own), a dead-letter subqueue, or a topic. */
+export type Entity = Queue | Topic;
+
 export interface QueueLookup {
-  find(address: EntityAddress): Queue | undefined;
+  find(address: EntityAddress): Entity | undefined;
 }
 
 type LinkRole =
   | { kind: "consumer"; consumer: LinkConsumer }
-  | { kind: "producer"; queue: Queue }
+  | { kind: "producer"; queue: Entity }
   | { kind: "cbs" }
-  | { kind: "management"; queue: Queue }
+  | { kind: "management"; queue: Entity }
   | { kind: "reply" };
 
 export interface AmqpServerOptions {
   queues: QueueLookup;
   logger: BrokerLogger;
-  maxMessageSizeBytes: (queue: Queue) => number;
+  maxMessageSizeBytes: (entity: Entity) => number;
 }
 
 /** The AMQP side: connections, CBS, links to queues and `$management`, on rhea's server support. */
@@ -241,6 +245,13 @@ export class AmqpServer {
       this.roles.set(link, { kind: "reply" });
       return;
     }
+    if (queue instanceof Topic) {
+      link.close({
+        condition: "amqp:not-allowed",
+        description: `Cannot receive from topic '${queue.name}'; receive from one of its subscriptions, '${queue.name}/Subscriptions/<name>'.`,
+      });
+      return;
+    }
     const filter = link.source?.["filter"];
     if (typeof filter === "object" && filter !== null && "com.microsoft:session-filter" in filter) {
       link.close({
@@ -277,6 +288,13 @@ export class AmqpServer {
       link.close({ condition: "amqp:not-allowed", description: "Cannot send to a dead-letter queue." });
       return;
     }
+    if (address.subscription !== undefined) {
+      link.close({
+        condition: "amqp:not-allowed",
+        description: `Cannot send to a subscription; send to its topic '${address.queue}'.`,
+      });
+      return;
+    }
     link.local.attach["max_message_size"] = this.options.maxMessageSizeBytes(queue);
     this.roles.set(link, { kind: "producer", queue });
   }
@@ -311,7 +329,7 @@ export class AmqpServer {
     delivery.update(true, rejected("amqp:not-allowed", "this link does not accept messages"));
   }
 
-  private onSend(queue: Queue, data: Buffer, format: number | undefined, delivery: Delivery): void {
+  private onSend(queue: Entity, data: Buffer, format: number | undefined, delivery: Delivery): void {
     const limit = this.options.maxMessageSizeBytes(queue);
     if (data.length > limit) {
       delivery.update(

@@ -2,6 +2,8 @@ import type { ServiceBusClient, ServiceBusReceivedMessage, ServiceBusReceiver } 
 import { CopyProperty, retryState } from "../domain/envelope.ts";
 import { Attr } from "../telemetry/names.ts";
 import { copyOf } from "./copy.ts";
+import { createEntityReceiver } from "./entity-receiver.ts";
+import { copyTargetProperties, parseEntity, sendTarget } from "../domain/entity.ts";
 import { replayMessageId } from "./message-id.ts";
 import { toIncoming } from "./receiver.ts";
 import { endSpan, injectTraceContext, startSendSpan } from "./tracing.ts";
@@ -33,7 +35,10 @@ export async function peekDeadLetters(
   queue: string,
   options: { max?: number; bodies?: boolean } = {},
 ): Promise<DeadLetter[]> {
-  const receiver = client.createReceiver(queue, { subQueueType: "deadLetter", skipParsingBodyAsJson: true });
+  const receiver = createEntityReceiver(client, queue, {
+    subQueueType: "deadLetter",
+    skipParsingBodyAsJson: true,
+  });
   const max = options.max ?? Number.MAX_SAFE_INTEGER;
   const out: DeadLetter[] = [];
   try {
@@ -80,16 +85,23 @@ export async function replayDeadLetters(
   select: Selector,
   options: ReplayOptions = {},
 ): Promise<ReplayResult> {
-  const sender = client.createSender(queue);
+  // A subscription's replay goes to its topic, addressed back to that subscription alone (src/domain/entity.ts).
+  const entity = parseEntity(queue);
+  const sender = client.createSender(sendTarget(entity));
   const replayed: ReplayResult["replayed"] = [];
   try {
     await drain(client, queue, select, options, async (receiver, message, info) => {
       const replay = info.replay + 1;
-      const copyId = replayMessageId(info.inboxKey, replay);
+      const copyId = replayMessageId(
+        info.inboxKey,
+        replay,
+        entity.kind === "subscription" ? entity.subscription : undefined,
+      );
       const properties: Record<string, string | number> = {
         [CopyProperty.originalKey]: info.inboxKey,
         [CopyProperty.attempt]: 1,
         [CopyProperty.replay]: replay,
+        ...copyTargetProperties(entity),
       };
       const copy = copyOf(message, copyId, properties);
       // The replay is a send of its own: a PRODUCER span whose context the copy carries to the worker.
@@ -140,7 +152,7 @@ async function drain(
   options: DrainOptions,
   act: (receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage, info: DeadLetter) => Promise<void>,
 ): Promise<void> {
-  const receiver = client.createReceiver(queue, {
+  const receiver = createEntityReceiver(client, queue, {
     subQueueType: "deadLetter",
     receiveMode: "peekLock",
     skipParsingBodyAsJson: true,

@@ -1,5 +1,6 @@
 import { isServiceBusError } from "@azure/service-bus";
 import { createServiceBusClient, type ServiceBusTarget } from "./client.ts";
+import { createEntityReceiver } from "./entity-receiver.ts";
 
 /** Service Bus answered and said no: the entity is missing or disabled, or the identity may not use it. */
 const REFUSING_CODES = new Set(["MessagingEntityNotFound", "MessagingEntityDisabled", "UnauthorizedAccess"]);
@@ -18,7 +19,7 @@ export async function probeQueue(
     retryOptions: { maxRetries: 0, timeoutInMs: options.timeoutMs },
   });
   try {
-    const receiver = client.createReceiver(queue, { receiveMode: "peekLock" });
+    const receiver = createEntityReceiver(client, queue, { receiveMode: "peekLock" });
     await receiver.peekMessages(1, { abortSignal: options.signal });
   } finally {
     await client.close().catch(() => undefined);

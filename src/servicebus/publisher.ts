@@ -81,6 +81,7 @@ export interface PublishFailure {
 }
 
 export interface PublisherOptions {
+  /** The queue, or the topic, to send to: a topic copies each event to every subscription its rules admit. */
   readonly queue: string;
   /** An existing client (not closed by the publisher), or where to connect (closed by `close`). */
   readonly client?: ServiceBusClient;

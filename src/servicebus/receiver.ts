@@ -12,6 +12,8 @@ import type { Decision } from "../domain/settlement.ts";
 import type { Logger } from "../telemetry/logger.ts";
 import type { Disposition } from "../telemetry/names.ts";
 import { copyOf } from "./copy.ts";
+import { createEntityReceiver } from "./entity-receiver.ts";
+import { copyTargetProperties, parseEntity, sendTarget } from "../domain/entity.ts";
 import { SettlementScheduler } from "./settlement.ts";
 import {
   endProcessSpan,
@@ -23,6 +25,7 @@ import {
 
 export interface QueueReceiverOptions {
   readonly client: ServiceBusClient;
+  /** The entity path: a queue's name, or "<topic>/Subscriptions/<subscription>" (src/domain/entity.ts). */
   readonly queue: string;
   readonly maxConcurrentCalls: number;
   readonly maxAutoLockRenewalMs: number;
@@ -86,7 +89,7 @@ export class QueueReceiver {
     if (this.subscription) return;
     const { client, queue, maxConcurrentCalls, maxAutoLockRenewalMs } = this.options;
     this.heldGate = new Promise<void>((resolve) => (this.releaseHeld = resolve));
-    const receiver = client.createReceiver(queue, {
+    const receiver = createEntityReceiver(client, queue, {
       receiveMode: "peekLock",
       maxAutoLockRenewalDurationInMs: maxAutoLockRenewalMs,
       // The worker decodes the body itself, so size and encoding errors are its own to report.
@@ -228,13 +231,13 @@ export class QueueReceiver {
   ): Promise<Settlement> {
     const { copy } = decision;
     try {
-      this.sender ??= this.options.client.createSender(this.options.queue);
+      // On a subscription the copy goes to the topic, addressed back to this subscription alone.
+      const entity = parseEntity(this.options.queue);
+      this.sender ??= this.options.client.createSender(sendTarget(entity));
       const sender = this.sender;
+      const properties = { ...copy.properties, ...copyTargetProperties(entity) };
       await traceRetryScheduled(this.options.queue, ctx, copy, () =>
-        sender.scheduleMessages(
-          copyOf(message, copy.messageId, copy.properties, copy.enqueueAt),
-          copy.enqueueAt,
-        ),
+        sender.scheduleMessages(copyOf(message, copy.messageId, properties, copy.enqueueAt), copy.enqueueAt),
       );
     } catch (error) {
       this.options.logger.warn("scheduling a retry failed; the message is abandoned instead", {

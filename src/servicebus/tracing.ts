@@ -17,6 +17,7 @@ import {
   SpanEvent,
   SpanName,
   TRACER_NAME,
+  destinationAttributes,
   type Disposition,
   type Outcome,
 } from "../telemetry/names.ts";
@@ -79,7 +80,7 @@ export function startProcessSpan(input: ProcessSpanInput): { span: Span; ctx: Co
         [Attr.messagingSystem]: MESSAGING_SYSTEM,
         [Attr.operationName]: "process",
         [Attr.operationType]: "process",
-        [Attr.destinationName]: input.queue,
+        ...destinationAttributes(input.queue),
         [Attr.messageId]: input.messageId,
         // The convention counts attempts, this one included (as the .NET SDK reports it); @azure/service-bus
         // passes on the AMQP header, which counts earlier attempts only (0 on the first delivery).
@@ -130,7 +131,7 @@ export async function traceRetryScheduled<T>(
         [Attr.messagingSystem]: MESSAGING_SYSTEM,
         [Attr.operationName]: "schedule",
         [Attr.operationType]: "send",
-        [Attr.destinationName]: queue,
+        ...destinationAttributes(queue),
         [Attr.messageId]: copy.messageId,
         [Attr.attempt]: copy.attempt,
         [Attr.retryDelay]: delayMs,
@@ -178,7 +179,7 @@ export async function traceSettlement<T>(
         [Attr.messagingSystem]: MESSAGING_SYSTEM,
         [Attr.operationName]: disposition,
         [Attr.operationType]: "settle",
-        [Attr.destinationName]: queue,
+        ...destinationAttributes(queue),
         [Attr.dispositionStatus]: disposition,
       },
     },
@@ -203,7 +204,7 @@ export function startSendSpan(
         [Attr.messagingSystem]: MESSAGING_SYSTEM,
         [Attr.operationName]: "send",
         [Attr.operationType]: "send",
-        [Attr.destinationName]: queue,
+        ...destinationAttributes(queue),
         ...(messageCount > 1 ? { [Attr.batchMessageCount]: messageCount } : {}),
         ...(messageId !== undefined ? { [Attr.messageId]: messageId } : {}),
       },

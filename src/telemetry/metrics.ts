@@ -14,6 +14,7 @@ import {
   type Disposition,
   type Outcome,
   type RetryOutcome,
+  destinationAttributes,
 } from "./names.ts";
 
 export interface ProcessedRecord {
@@ -145,7 +146,7 @@ async function observeClaims(result: ObservableResult): Promise<void> {
 }
 
 function destination(queue: string): Attributes {
-  return { [Attr.messagingSystem]: MESSAGING_SYSTEM, [Attr.destinationName]: queue };
+  return { [Attr.messagingSystem]: MESSAGING_SYSTEM, ...destinationAttributes(queue) };
 }
 
 const api: WorkerMetrics = {

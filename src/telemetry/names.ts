@@ -2,6 +2,8 @@
  * Every span, attribute and metric name the project emits, in one place.
  * Follows the OpenTelemetry messaging semantic conventions for Azure Service Bus.
  */
+import { parseEntity } from "../domain/entity.ts";
+
 export const TRACER_NAME = "sbinbox";
 export const METER_NAME = "sbinbox";
 
@@ -10,6 +12,7 @@ export const Attr = {
   operationName: "messaging.operation.name",
   operationType: "messaging.operation.type",
   destinationName: "messaging.destination.name",
+  subscriptionName: "messaging.destination.subscription.name",
   messageId: "messaging.message.id",
   conversationId: "messaging.message.conversation_id",
   deliveryCount: "messaging.servicebus.message.delivery_count",
@@ -97,3 +100,14 @@ export const Metric = {
   outboxStale: "sbinbox.outbox.stale",
   startupWait: "sbinbox.startup.wait",
 } as const;
+
+/**
+ * The destination attributes of an entity path: a queue's name, or a subscription's topic and subscription names
+ * (the messaging conventions name the topic as the destination and the subscription apart).
+ */
+export function destinationAttributes(path: string): Record<string, string> {
+  const entity = parseEntity(path);
+  return entity.kind === "queue"
+    ? { [Attr.destinationName]: entity.queue }
+    : { [Attr.destinationName]: entity.topic, [Attr.subscriptionName]: entity.subscription };
+}

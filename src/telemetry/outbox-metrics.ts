@@ -1,5 +1,5 @@
 import { metrics, type Counter, type MeterProvider, type ObservableResult } from "@opentelemetry/api";
-import { Attr, MESSAGING_SYSTEM, METER_NAME, Metric } from "./names.ts";
+import { Attr, MESSAGING_SYSTEM, METER_NAME, Metric, destinationAttributes } from "./names.ts";
 
 /** What a relay reports about its outbox: the last status it read (undefined when the read failed). */
 export type OutboxStatusSource = () => { lagMs: number; stale: number } | undefined;
@@ -56,7 +56,7 @@ function instruments(): Instruments {
 }
 
 function destination(queue: string): Record<string, string> {
-  return { [Attr.messagingSystem]: MESSAGING_SYSTEM, [Attr.destinationName]: queue };
+  return { [Attr.messagingSystem]: MESSAGING_SYSTEM, ...destinationAttributes(queue) };
 }
 
 export const relayMetrics = {

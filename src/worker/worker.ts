@@ -11,6 +11,7 @@ import { errorType, recordAttempt, recordRetryWait } from "../servicebus/tracing
 import { retryMessageId } from "../servicebus/message-id.ts";
 import { CopyProperty } from "../domain/envelope.ts";
 import { Batcher } from "./batcher.ts";
+import { parseEntity, TARGET_SUBSCRIPTION_PROPERTY, type Entity } from "../domain/entity.ts";
 import { firstAttempt, processMessage, type Attempt } from "./process-message.ts";
 import { decideRetry, defaultRetryPolicy, retryClass, type RetryPolicy } from "./retry-policy.ts";
 
@@ -18,6 +19,7 @@ export interface WorkerOptions {
   readonly client: ServiceBusClient;
   readonly store: InboxStore;
   readonly handlers: readonly MessageHandler[] | HandlerRegistry;
+  /** The entity path: a queue's name, or "<topic>/Subscriptions/<subscription>" (src/domain/entity.ts). */
   readonly queue: string;
   readonly consumer: string;
   readonly maxConcurrentCalls?: number;
@@ -126,6 +128,7 @@ export function createWorker(options: WorkerOptions): Worker {
   let recovery: Promise<boolean> = Promise.resolve(true);
   let endRecovery: (recovered: boolean) => void = () => undefined;
   const timers: NodeJS.Timeout[] = [];
+  const entity = parseEntity(options.queue);
 
   const receiver = new QueueReceiver({
     client: options.client,
@@ -163,6 +166,16 @@ export function createWorker(options: WorkerOptions): Worker {
     message: IncomingMessage,
     ctx: Context,
   ): Promise<Decision & { messageType?: string }> {
+    if (addressedElsewhere(message, entity)) {
+      // Another subscription's retry or replay, let through by a rule that admits it: that subscription has its
+      // own copy, so this one is completed without an effect (counted as a duplicate).
+      logger.debug("a copy addressed to another subscription completed without processing", {
+        messageId: message.messageId,
+        target: message.applicationProperties[TARGET_SUBSCRIPTION_PROPERTY],
+      });
+      stats.duplicate += 1;
+      return { disposition: "complete", outcome: "duplicate" };
+    }
     const receivedAt = Date.now();
     const attempt = firstAttempt();
     /** How long the latest attempt ran: a retry in place must fit under the lock again. */
@@ -248,7 +261,7 @@ export function createWorker(options: WorkerOptions): Worker {
         outcome: "failed",
         error: decision.error,
         errorClass,
-        copy: scheduledCopy(attempt, verdict.attempt, delayMs),
+        copy: scheduledCopy(attempt, verdict.attempt, delayMs, entity),
         messageType: decision.messageType,
       };
       break;
@@ -447,7 +460,7 @@ const OUTAGE_RETRIES = 3;
  * number and the attempt, so scheduling the same retry twice is dropped by the broker's duplicate detection, while
  * each new attempt (and each replay's attempts) passes it.
  */
-function scheduledCopy(attempt: Attempt, next: number, delayMs: number): ScheduledCopy {
+function scheduledCopy(attempt: Attempt, next: number, delayMs: number, entity: Entity): ScheduledCopy {
   const state = attempt.state!;
   const properties: Record<string, string | number> = {
     [CopyProperty.originalKey]: state.inboxKey,
@@ -456,11 +469,24 @@ function scheduledCopy(attempt: Attempt, next: number, delayMs: number): Schedul
   };
   if (attempt.claimId !== undefined) properties[CopyProperty.claimId] = attempt.claimId;
   return {
-    messageId: retryMessageId(state.inboxKey, state.replay, next),
+    // On a topic, duplicate detection is shared by every subscription: each one's copies need ids of their own.
+    messageId: retryMessageId(
+      state.inboxKey,
+      state.replay,
+      next,
+      entity.kind === "subscription" ? entity.subscription : undefined,
+    ),
     enqueueAt: new Date(Date.now() + delayMs),
     attempt: next,
     properties,
   };
+}
+
+/** A copy sent to the topic for one subscription (a retry, a replay) that reached another. */
+function addressedElsewhere(message: IncomingMessage, entity: Entity): boolean {
+  if (entity.kind !== "subscription") return false;
+  const target = message.applicationProperties[TARGET_SUBSCRIPTION_PROPERTY];
+  return typeof target === "string" && target.toLowerCase() !== entity.subscription.toLowerCase();
 }
 
 function isOutage(decision: Decision): boolean {

@@ -49,6 +49,20 @@ function resolveSetting(main: JsonObject, name: string, value: string): string {
   if (value === "[reference('serviceBus').outputs.queueName.value]") {
     return scalar(parameterDefault(main, "queueName"), name);
   }
+  // The entity settings with topicName unset, its default: the queue as before, the topic's settings empty (unset).
+  const noTopic = parameterDefault(main, "topicName") === undefined;
+  if (
+    noTopic &&
+    value ===
+      "[if(equals(parameters('topicName'), null()), reference('serviceBus').outputs.queueName.value, '')]"
+  )
+    return scalar(parameterDefault(main, "queueName"), name);
+  if (
+    noTopic &&
+    (value === "[coalesce(parameters('topicName'), '')]" ||
+      value === "[if(equals(parameters('topicName'), null()), '', parameters('consumerName'))]")
+  )
+    return "";
   throw new Error(`${name}: no local evaluation for ${value}; add one here (or to the Azure-only list)`);
 }
 

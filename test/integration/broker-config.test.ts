@@ -75,7 +75,7 @@ function rejectsNaming(json: unknown, field: string): void {
 }
 
 describe("local broker: configuration in the emulator's Config.json shape", () => {
-  it("reads the emulator's sample config: its queue with its settings, its topic reported as ignored", () => {
+  it("reads the emulator's sample config: its queue with its settings, its topic with its subscription", () => {
     const config = parseConfig(emulatorSample);
     assert.equal(config.namespace, "sbemulatorns");
     assert.deepEqual(config.queues, [
@@ -91,8 +91,19 @@ describe("local broker: configuration in the emulator's Config.json shape", () =
         maxSizeBytes: 1024 * 1024 * 1024,
       },
     ]);
-    assert.equal(config.warnings.length, 1);
-    assert.match(config.warnings[0]!, /topic\.1/);
+    assert.deepEqual(config.warnings, []);
+    const [topic] = config.topics;
+    assert.equal(topic?.name, "topic.1");
+    assert.equal(topic.requiresDuplicateDetection, false);
+    assert.equal(topic.duplicateDetectionWindowMs, 20_000);
+    const [subscription] = topic.subscriptions;
+    assert.equal(subscription?.queue.name, "topic.1/Subscriptions/subscription.1");
+    assert.equal(subscription.queue.lockDurationMs, 60_000);
+    assert.equal(subscription.queue.maxDeliveryCount, 3);
+    assert.deepEqual(
+      subscription.rules.map((r) => r.name),
+      ["$Default"],
+    );
   });
 
   it("reads the example config shipped in config/", async () => {

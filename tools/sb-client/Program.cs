@@ -4,11 +4,13 @@
 // lock) fails the scenario. Every scenario's message ids start with a prefix of its own, and only those are
 // counted, so a message one failed scenario strands (a locked one cannot be purged until its lock expires) fails
 // that scenario alone. Exits 1 if any scenario fails.
-// usage: sb-client "<connection string>" [queue] [capped-queue]
+// usage: sb-client "<connection string>" [queue] [capped-queue] [topic]
 //   queue: requires duplicate detection, starts empty. capped-queue (optional): MaxSizeInMegabytes 1, empty.
 //   Each prefetch scenario runs on a queue of its own, <queue>-peeklock-<n> and <queue>-receiveanddelete-<n> for
 //   PrefetchCount n in 0, 1, 5, 100 (empty, must exist): the defect they guard strands locked messages, which a
 //   receiver on a shared queue would get once their lock expires, failing later scenarios too.
+//   topic (optional): duplicate detection on, subscriptions "billing" and "ledger" with the sbinbox rule (admits
+//   messages without the application property sbinbox-subscription, and those naming the subscription), empty.
 //   SB_CLIENT_ITERATIONS (default 3): receivers opened per prefetch scenario (the defect it guards is a race).
 using System.Collections.Concurrent;
 using System.Diagnostics;
@@ -16,12 +18,13 @@ using Azure.Messaging.ServiceBus;
 
 if (args.Length < 1)
 {
-    Console.Error.WriteLine("usage: sb-client \"<connection string>\" [queue] [capped-queue]");
+    Console.Error.WriteLine("usage: sb-client \"<connection string>\" [queue] [capped-queue] [topic]");
     return 2;
 }
 var connectionString = args[0];
 var queue = args.Length > 1 ? args[1] : "sbinbox";
-var cappedQueue = args.Length > 2 ? args[2] : null;
+var cappedQueue = args.Length > 2 && args[2] != "" ? args[2] : null;
+var topic = args.Length > 3 ? args[3] : null;
 var iterations = int.TryParse(Environment.GetEnvironmentVariable("SB_CLIENT_ITERATIONS"), out var n) && n > 0 ? n : 3;
 var run = Guid.NewGuid().ToString("N")[..8];
 var failures = 0;
@@ -401,6 +404,59 @@ if (cappedQueue != null)
         await capped.SendMessageAsync(new ServiceBusMessage("fits again") { MessageId = $"{prefix}cap-again" });
         Check((await drain.ReceiveMessageAsync(TimeSpan.FromSeconds(2)))?.MessageId == $"{prefix}cap-again", "the send after draining");
     }, cappedQueue);
+}
+
+if (topic != null)
+{
+    var billingPath = $"{topic}/Subscriptions/billing";
+    await Scenario($"a topic ({topic}): fan-out by rule, duplicate detection on the topic, per-subscription locks, delivery counts and dead-letter queue, scheduling", async () =>
+    {
+        await using var toTopic = client.CreateSender(topic);
+        await using var billing = client.CreateReceiver(topic, "billing");
+        await using var ledger = client.CreateReceiver(topic, "ledger");
+        await using var billingDead = client.CreateReceiver(topic, "billing", new ServiceBusReceiverOptions { SubQueue = SubQueue.DeadLetter });
+        var both = $"{prefix}both";
+        var mine = $"{prefix}billing-only";
+        await toTopic.SendMessageAsync(new ServiceBusMessage(both) { MessageId = both });
+        await toTopic.SendMessageAsync(new ServiceBusMessage(both) { MessageId = both }); // a resend: dropped at the topic
+        var addressed = new ServiceBusMessage(mine) { MessageId = mine };
+        addressed.ApplicationProperties["sbinbox-subscription"] = "billing";
+        await toTopic.SendMessageAsync(addressed);
+
+        var first = await ReceiveOne(billing);
+        Check(first.MessageId == both && first.DeliveryCount == 1, $"billing first {first.MessageId} ({first.DeliveryCount})");
+        var before = first.LockedUntil;
+        await Task.Delay(50);
+        await billing.RenewMessageLockAsync(first);
+        Check(first.LockedUntil > before, "renew-lock on a subscription extends LockedUntil");
+        await billing.AbandonMessageAsync(first);
+        var again = await ReceiveOne(billing);
+        Check(again.MessageId == both && again.DeliveryCount == 2, $"billing again {again.MessageId} ({again.DeliveryCount})");
+        await billing.CompleteMessageAsync(again);
+        var addressedCopy = await ReceiveOne(billing);
+        Check(addressedCopy.MessageId == mine, $"billing addressed {addressedCopy.MessageId}");
+        await billing.DeadLetterMessageAsync(addressedCopy, "DotnetReason", "on a subscription");
+        var dead = await ReceiveOne(billingDead);
+        Check(dead.MessageId == mine && dead.DeadLetterSource == billingPath, $"dead {dead.MessageId} from {dead.DeadLetterSource}");
+        await billingDead.CompleteMessageAsync(dead);
+
+        var ledgerCopy = await ReceiveOne(ledger);
+        Check(ledgerCopy.MessageId == both && ledgerCopy.DeliveryCount == 1, $"ledger {ledgerCopy.MessageId} ({ledgerCopy.DeliveryCount}): its own delivery count");
+        await ledger.CompleteMessageAsync(ledgerCopy);
+        var nothing = await ledger.ReceiveMessageAsync(TimeSpan.FromSeconds(1));
+        Check(nothing == null, $"ledger got {nothing?.MessageId}: the resend or billing's addressed message");
+
+        var later = $"{prefix}scheduled";
+        await toTopic.ScheduleMessageAsync(new ServiceBusMessage(later) { MessageId = later }, DateTimeOffset.UtcNow.AddSeconds(1));
+        foreach (var receiverOf in new[] { billing, ledger })
+        {
+            var due = await ReceiveOne(receiverOf);
+            Check(due.MessageId == later, $"scheduled {due.MessageId}");
+            await receiverOf.CompleteMessageAsync(due);
+        }
+        var ledgerLeft = await Leftovers($"{topic}/Subscriptions/ledger", prefix);
+        Check(ledgerLeft == null, $"left in ledger: {ledgerLeft}");
+    }, billingPath);
 }
 
 Console.WriteLine(failures == 0 ? "all scenarios passed" : $"{failures} scenario(s) failed");

@@ -1,5 +1,5 @@
-metadata name = 'Service Bus namespace and queue'
-metadata description = 'A Service Bus namespace that accepts only Entra ID tokens, and one queue with duplicate detection for the inbox worker.'
+metadata name = 'Service Bus namespace, queue and optional topic'
+metadata description = 'A Service Bus namespace that accepts only Entra ID tokens, one queue with duplicate detection for the inbox worker, and optionally a topic with duplicate detection and one subscription per consuming service.'
 
 @description('Required. Name of the Service Bus namespace (globally unique, 6-50 characters).')
 @minLength(6)
@@ -51,6 +51,14 @@ param defaultMessageTimeToLive string = 'P14D'
 @description('Optional. Move expired messages to the dead-letter queue instead of dropping them.')
 param deadLetteringOnMessageExpiration bool = true
 
+@description('Optional. Name of a topic with duplicate detection, for events with several consuming services; none when omitted.')
+@minLength(1)
+@maxLength(260)
+param topicName string?
+
+@description('Optional. One subscription per consuming service on the topic (its name is the service\'s consumer name). Each gets the rule sbinbox, which admits every event and only its own scheduled retries and replays.')
+param subscriptionNames string[] = []
+
 @description('Optional. Name of the Log Analytics workspace, in this resource group, that receives the namespace\'s logs and metrics.')
 param logAnalyticsWorkspaceName string?
 
@@ -91,6 +99,49 @@ resource queue 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = {
   }
 }
 
+resource topic 'Microsoft.ServiceBus/namespaces/topics@2026-01-01' = if (topicName != null) {
+  parent: namespace
+  name: topicName ?? 'unused'
+  properties: {
+    // As on the queue: the publisher's stable MessageId relies on it, and it cannot be switched on later.
+    requiresDuplicateDetection: true
+    duplicateDetectionHistoryTimeWindow: duplicateDetectionHistoryTimeWindow
+    defaultMessageTimeToLive: defaultMessageTimeToLive
+    enablePartitioning: false
+  }
+}
+
+resource subscriptions 'Microsoft.ServiceBus/namespaces/topics/subscriptions@2026-01-01' = [
+  for subscriptionName in subscriptionNames: if (topicName != null) {
+    parent: topic
+    name: subscriptionName
+    properties: {
+      lockDuration: lockDuration
+      maxDeliveryCount: maxDeliveryCount
+      defaultMessageTimeToLive: defaultMessageTimeToLive
+      deadLetteringOnMessageExpiration: deadLetteringOnMessageExpiration
+      requiresSession: false
+    }
+  }
+]
+
+// A retry or replay is sent to the topic with the application property sbinbox-subscription naming its subscription,
+// and must not reach the others (src/domain/entity.ts). Adding a rule through ARM removes the $Default true filter
+// Service Bus creates with the subscription (hashicorp/terraform-provider-azurerm#20718); until then the worker
+// itself completes a copy addressed elsewhere without an effect.
+resource subscriptionRules 'Microsoft.ServiceBus/namespaces/topics/subscriptions/rules@2026-01-01' = [
+  for (subscriptionName, index) in subscriptionNames: if (topicName != null) {
+    parent: subscriptions[index]
+    name: 'sbinbox'
+    properties: {
+      filterType: 'SqlFilter'
+      sqlFilter: {
+        sqlExpression: 'NOT EXISTS([sbinbox-subscription]) OR [sbinbox-subscription] = \'${replace(subscriptionName, '\'', '\'\'')}\''
+      }
+    }
+  }
+]
+
 // The newest version of the type; the only GA one (2016-09-01) predates category groups.
 #disable-next-line use-recent-api-versions
 resource diagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' = if (logAnalyticsWorkspaceName != null) {
@@ -128,3 +179,9 @@ output queueName string = queue.name
 
 @description('The resource ID of the queue.')
 output queueResourceId string = queue.id
+
+@description('The name of the topic, when one was asked for.')
+output topicName string? = topicName != null ? topic.name : null
+
+@description('The resource ID of the topic, when one was asked for.')
+output topicResourceId string? = topicName != null ? topic.id : null

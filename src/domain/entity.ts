@@ -1,0 +1,48 @@
+/**
+ * Where the worker receives and where copies go: a queue, or a topic's subscription. Everything that needs to know
+ * which (the receive link, scheduled retries, replays, telemetry) reads it here, from the entity path the config
+ * resolves: "<queue>" or "<topic>/Subscriptions/<subscription>", the path Service Bus itself uses.
+ */
+export type Entity =
+  | { readonly kind: "queue"; readonly path: string; readonly queue: string }
+  | {
+      readonly kind: "subscription";
+      readonly path: string;
+      readonly topic: string;
+      readonly subscription: string;
+    };
+
+const SUBSCRIPTION_PATH = /^(.+)\/subscriptions\/([^/]+)$/i;
+
+export function parseEntity(path: string): Entity {
+  const match = SUBSCRIPTION_PATH.exec(path);
+  if (match) return { kind: "subscription", path, topic: match[1]!, subscription: match[2]! };
+  return { kind: "queue", path, queue: path };
+}
+
+export function subscriptionPath(topic: string, subscription: string): string {
+  return `${topic}/Subscriptions/${subscription}`;
+}
+
+/** The entity a copy of a received message is sent to: the queue itself, or the subscription's topic. */
+export function sendTarget(entity: Entity): string {
+  return entity.kind === "queue" ? entity.queue : entity.topic;
+}
+
+/**
+ * The application property that addresses a copy sent to a topic (a scheduled retry, a replay) to one subscription.
+ * A copy sent to a topic reaches every subscription whose rules match it; each sbinbox subscription's rule admits
+ * messages without this property and those naming it, so only the subscription that made the copy receives it
+ * (docs/topics.md).
+ */
+export const TARGET_SUBSCRIPTION_PROPERTY = "sbinbox-subscription";
+
+/** The rule each consuming subscription needs, in Service Bus's SQL filter syntax. */
+export function subscriptionRule(subscription: string): string {
+  return `NOT EXISTS([${TARGET_SUBSCRIPTION_PROPERTY}]) OR [${TARGET_SUBSCRIPTION_PROPERTY}] = '${subscription.replace(/'/g, "''")}'`;
+}
+
+/** Properties that keep a copy to this entity: none on a queue, the subscription's name on a topic. */
+export function copyTargetProperties(entity: Entity): Record<string, string> {
+  return entity.kind === "subscription" ? { [TARGET_SUBSCRIPTION_PROPERTY]: entity.subscription } : {};
+}

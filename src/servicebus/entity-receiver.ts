@@ -1,0 +1,14 @@
+import type { ServiceBusClient, ServiceBusReceiver, ServiceBusReceiverOptions } from "@azure/service-bus";
+import { parseEntity } from "../domain/entity.ts";
+
+/** A receiver on an entity path: a queue, or a topic's subscription (the SDK takes the two names apart). */
+export function createEntityReceiver(
+  client: ServiceBusClient,
+  path: string,
+  options: ServiceBusReceiverOptions,
+): ServiceBusReceiver {
+  const entity = parseEntity(path);
+  return entity.kind === "queue"
+    ? client.createReceiver(entity.queue, options)
+    : client.createReceiver(entity.topic, entity.subscription, options);
+}
