@@ -10,6 +10,7 @@ import type { ServiceBusConnection } from "./load.ts";
  */
 export interface PublishConfig {
   readonly serviceBus: Exclude<ServiceBusConnection, { kind: "embedded" }>;
+  /** The entity sent to: SBINBOX_QUEUE, or SBINBOX_TOPIC (every matching subscription gets its copy). */
   readonly queue: string;
 }
 
@@ -23,6 +24,18 @@ export const serviceBusRules = {
     message: "must be a fully qualified host name",
   },
   queue: { max: 260, message: "must be at most 260 characters" },
+  topic: {
+    max: 260,
+    maxMessage: "must be at most 260 characters (Service Bus's limit)",
+    pattern: /^[A-Za-z0-9][A-Za-z0-9._/-]*$/,
+    message: "must be a topic name (letters, digits, '.', '_', '-', '/')",
+  },
+  subscription: {
+    max: 50,
+    maxMessage: "must be at most 50 characters (Service Bus's limit)",
+    pattern: /^[A-Za-z0-9][A-Za-z0-9._-]*$/,
+    message: "must be a subscription name (letters, digits, '.', '_', '-')",
+  },
 } as const;
 
 const DEFAULT_QUEUE = "sbinbox";
@@ -43,7 +56,10 @@ export async function loadPublishConfig(env: NodeJS.ProcessEnv = process.env): P
   };
   const cs = read("SBINBOX_SERVICEBUS_CONNECTION_STRING");
   const ns = read("SBINBOX_SERVICEBUS_NAMESPACE");
-  const queue = read("SBINBOX_QUEUE") ?? DEFAULT_QUEUE;
+  const queueSetting = read("SBINBOX_QUEUE");
+  const topic = read("SBINBOX_TOPIC");
+  const subscription = read("SBINBOX_SUBSCRIPTION");
+  const queue = queueSetting ?? DEFAULT_QUEUE;
   if (cs !== undefined) {
     check(
       "SBINBOX_SERVICEBUS_CONNECTION_STRING",
@@ -59,6 +75,14 @@ export async function loadPublishConfig(env: NodeJS.ProcessEnv = process.env): P
     );
   }
   check("SBINBOX_QUEUE", queue.length <= serviceBusRules.queue.max, serviceBusRules.queue.message);
+  for (const [name, value, rule] of [
+    ["SBINBOX_TOPIC", topic, serviceBusRules.topic],
+    ["SBINBOX_SUBSCRIPTION", subscription, serviceBusRules.subscription],
+  ] as const) {
+    if (value === undefined) continue;
+    check(name, value.length <= rule.max, rule.maxMessage);
+    check(name, rule.pattern.test(value), rule.message);
+  }
   if (cs === undefined && ns === undefined) {
     throw new ConfigError(
       "SBINBOX_SERVICEBUS_CONNECTION_STRING",
@@ -71,11 +95,21 @@ export async function loadPublishConfig(env: NodeJS.ProcessEnv = process.env): P
       "set either it or SBINBOX_SERVICEBUS_CONNECTION_STRING, not both",
     );
   }
+  // The same conflicts as the full loader's entitySettings; a sender needs the topic only.
+  if (queueSetting !== undefined && topic !== undefined)
+    throw new ConfigError("SBINBOX_TOPIC", "set either it or SBINBOX_QUEUE, not both");
+  if (queueSetting !== undefined && subscription !== undefined)
+    throw new ConfigError(
+      "SBINBOX_SUBSCRIPTION",
+      "names a topic's subscription: set SBINBOX_TOPIC with it instead of SBINBOX_QUEUE",
+    );
+  if (subscription !== undefined && topic === undefined)
+    throw new ConfigError("SBINBOX_TOPIC", "required with SBINBOX_SUBSCRIPTION (the subscription's topic)");
   return {
     serviceBus:
       cs !== undefined
         ? { kind: "connection-string", connectionString: cs }
         : { kind: "namespace", fullyQualifiedNamespace: ns! },
-    queue,
+    queue: topic ?? queue,
   };
 }

@@ -148,12 +148,12 @@ export const parsers = {
   SBINBOX_SERVICEBUS_NAMESPACE: text.refine(sb.namespace.test, sb.namespace.message).optional(),
   SBINBOX_QUEUE: text.max(sb.queue.max, sb.queue.message).optional(),
   SBINBOX_TOPIC: text
-    .max(260, "must be at most 260 characters (Service Bus's limit)")
-    .regex(/^[A-Za-z0-9][A-Za-z0-9._/-]*$/, "must be a topic name (letters, digits, '.', '_', '-', '/')")
+    .max(sb.topic.max, sb.topic.maxMessage)
+    .regex(sb.topic.pattern, sb.topic.message)
     .optional(),
   SBINBOX_SUBSCRIPTION: text
-    .max(50, "must be at most 50 characters (Service Bus's limit)")
-    .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, "must be a subscription name (letters, digits, '.', '_', '-')")
+    .max(sb.subscription.max, sb.subscription.maxMessage)
+    .regex(sb.subscription.pattern, sb.subscription.message)
     .optional(),
   SBINBOX_CONSUMER: text.max(200).optional(),
   SBINBOX_DATABASE: z.enum(["postgres", "sqlserver"], "must be postgres or sqlserver").optional(),

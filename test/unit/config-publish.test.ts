@@ -39,6 +39,29 @@ describe("sbinbox publish's settings, read without zod", function () {
       SBINBOX_SERVICEBUS_CONNECTION_STRING: CS,
       SBINBOX_QUEUE: "q".repeat(261),
     },
+    "a topic": { SBINBOX_SERVICEBUS_CONNECTION_STRING: CS, SBINBOX_TOPIC: " accounts " },
+    "a topic with a subscription": {
+      SBINBOX_SERVICEBUS_CONNECTION_STRING: CS,
+      SBINBOX_TOPIC: "accounts",
+      SBINBOX_SUBSCRIPTION: "billing",
+    },
+    "a queue and a topic": {
+      SBINBOX_SERVICEBUS_CONNECTION_STRING: CS,
+      SBINBOX_QUEUE: "q",
+      SBINBOX_TOPIC: "t",
+    },
+    "a queue and a subscription": {
+      SBINBOX_SERVICEBUS_CONNECTION_STRING: CS,
+      SBINBOX_QUEUE: "q",
+      SBINBOX_SUBSCRIPTION: "s",
+    },
+    "a subscription alone": { SBINBOX_SERVICEBUS_CONNECTION_STRING: CS, SBINBOX_SUBSCRIPTION: "s" },
+    "a topic name with a space": { SBINBOX_SERVICEBUS_CONNECTION_STRING: CS, SBINBOX_TOPIC: "a b" },
+    "a subscription name of 51 characters": {
+      SBINBOX_SERVICEBUS_CONNECTION_STRING: CS,
+      SBINBOX_TOPIC: "t",
+      SBINBOX_SUBSCRIPTION: "s".repeat(51),
+    },
     "a queue name of 260 characters": {
       SBINBOX_SERVICEBUS_CONNECTION_STRING: CS,
       SBINBOX_QUEUE: "q".repeat(260),
