@@ -176,13 +176,13 @@ describe("infra/main.bicep compiled to ARM JSON by the pinned Bicep CLI", functi
   });
 
   describe("role assignments", function () {
-    it("give the worker Data Receiver and publishers Data Sender, on the queue, named guid(scope, principal, role)", function () {
+    it("give the worker Data Receiver and Data Sender (its scheduled retries), publishers Data Sender, on the queue, named guid(scope, principal, role)", function () {
       // The topic's assignments (test/infra/topic.test.ts) are the alternative to the queue's.
       const onTopic = ["subscriptionReceiverRole", "topicRetrySenderRole", "topicSenderRoles"];
       const assignments = ofType(main, "Microsoft.Authorization/roleAssignments").filter(
         (a) => !onTopic.includes(a.symbol),
       );
-      assert.equal(assignments.length, 3);
+      assert.equal(assignments.length, 4);
       const roleIds = obj(assignments[0]!.template.variables, "variables");
       assert.equal(roleIds.dataReceiverRoleId, dataReceiverRole);
       assert.equal(roleIds.dataSenderRoleId, dataSenderRole);
@@ -190,10 +190,14 @@ describe("infra/main.bicep compiled to ARM JSON by the pinned Bicep CLI", functi
         "resourceId('Microsoft.ServiceBus/namespaces/queues', parameters('namespaceName'), parameters('queueName'))";
       const expected = [
         { principal: "parameters('receiverPrincipalId')", role: "dataReceiverRoleId" },
+        { principal: "parameters('receiverPrincipalId')", role: "dataSenderRoleId" },
         { principal: "parameters('senders')[copyIndex()].principalId", role: "dataSenderRoleId" },
       ];
       for (const { principal, role } of expected) {
-        const assignment = assignments.find((a) => str(props(a).roleDefinitionId).includes(role));
+        const assignment = assignments.find(
+          (a) =>
+            str(props(a).roleDefinitionId).includes(role) && str(props(a).principalId).includes(principal),
+        );
         assert.ok(assignment, `no assignment of ${role}`);
         assert.equal(assignment.name, `[guid(${queueScope}, ${principal}, variables('${role}'))]`);
         assert.equal(assignment.raw.scope, `[${queueScope}]`);

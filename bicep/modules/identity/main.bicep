@@ -1,5 +1,5 @@
 metadata name = 'Worker and publisher role assignments'
-metadata description = 'Least-privilege data-plane roles: on one queue, Data Receiver for the worker and Data Sender for each publisher; or, with a topic, Data Receiver on the worker\'s subscription, Data Sender on the topic for the worker (its scheduled retries) and each publisher; optionally Monitoring Metrics Publisher for the worker on an Application Insights component.'
+metadata description = 'Least-privilege data-plane roles: on one queue, Data Receiver and Data Sender (its scheduled retries) for the worker and Data Sender for each publisher; or, with a topic, Data Receiver on the worker\'s subscription, Data Sender on the topic for the worker (its scheduled retries) and each publisher; optionally Monitoring Metrics Publisher for the worker on an Application Insights component.'
 
 @description('Required. Name of the Service Bus namespace that holds the queue.')
 param namespaceName string
@@ -111,6 +111,19 @@ resource receiverRole 'Microsoft.Authorization/roleAssignments@2022-04-01' = if 
     principalType: receiverPrincipalType
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', dataReceiverRoleId)
     description: 'sbinbox worker receives and settles messages on this queue.'
+  }
+}
+
+// A retry that does not fit under the lock, and `sbinbox dlq replay`, are copies scheduled or sent to the queue: sends.
+// Without this role a failure lasting past the in-place waits ends in an Unauthorized send instead of a retry.
+resource queueRetrySenderRole 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!onTopic) {
+  name: guid(namespace::queue.id, receiverPrincipalId, dataSenderRoleId)
+  scope: namespace::queue
+  properties: {
+    principalId: receiverPrincipalId
+    principalType: receiverPrincipalType
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', dataSenderRoleId)
+    description: 'sbinbox worker schedules its retries on this queue.'
   }
 }
 
