@@ -172,7 +172,8 @@ export class WorkerFleet {
     }
     if (signal === "SIGKILL") {
       this.counts.kills += 1;
-      if (!member.killedByUs) this.options.log(`${member.name} killed itself between commit and complete`);
+      if (!member.killedByUs)
+        this.options.log(`${member.name} killed itself (a fault switch: after commit, or after perform)`);
     } else if (
       member.stderrTail.includes("failed to start") &&
       this.options.databaseWasDownBetween(member.startedAt, Date.now())
