@@ -15,11 +15,7 @@ import {
 } from "../src/example/index.ts";
 import { exampleModule } from "../src/example/module.ts";
 
-/**
- * How long one call may take before the handler gives up (a TimeoutError, transient). 10 s: longer than the
- * queue's 5 s lock, so a slow call that still answers in time needs the SDK's lock renewal, and shorter than the
- * run's 15 s claim timeout, so a live worker's claim is never swept while it calls.
- */
+/** How long one call may take before the handler gives up (a TimeoutError, transient); the chaos run sets 6 s. */
 const DEFAULT_TIMEOUT_MS = 10_000;
 
 /** An HTTP answer that is not 2xx; `status` is what the retry policy reads (5xx, 408, 429 transient). */
