@@ -42,15 +42,15 @@ async function call(
   url: string,
   timeoutMs: number,
   init: { method: string; key: string; body?: object },
-): Promise<void> {
+): Promise<unknown> {
   const response = await fetch(url, {
     method: init.method,
     headers: { "idempotency-key": init.key, "content-type": "application/json" },
     body: init.body ? JSON.stringify(init.body) : undefined,
     signal: AbortSignal.timeout(timeoutMs),
   });
-  await response.arrayBuffer();
-  if (response.ok) return;
+  const text = await response.text();
+  if (response.ok) return JSON.parse(text) as unknown;
   const retryAfter = Number(response.headers.get("retry-after"));
   if (response.status === 503 && retryAfter > 0) {
     throw new RetryAfterError(retryAfter * 1000, `downstream answered 503, retry after ${retryAfter} s`);
@@ -59,18 +59,20 @@ async function call(
 }
 
 /**
- * The mail API over HTTP, keyed by the handler's idempotency key. `killAfter` names one key after whose successful
- * call the process SIGKILLs itself: the crash between perform() and markProcessed, hit for certain.
+ * The mail API over HTTP, keyed by the handler's idempotency key. `killAfter` names one key: the process whose call
+ * made that mail (not a repeated call answered from the first) SIGKILLs itself right after, so the crash between
+ * perform() and markProcessed happens exactly once, whichever worker generation gets the message.
  */
 export function httpMailer(url: string, timeoutMs: number, killAfter?: string): Mailer {
   return {
     async send(mail) {
-      await call(`${url}/mail`, timeoutMs, {
+      const answer = await call(`${url}/mail`, timeoutMs, {
         method: "POST",
         key: mail.idempotencyKey,
         body: { to: mail.to, subject: mail.subject },
       });
-      if (mail.idempotencyKey === killAfter) process.kill(process.pid, "SIGKILL");
+      const repeated = (answer as { repeated?: unknown } | undefined)?.repeated;
+      if (mail.idempotencyKey === killAfter && repeated === false) process.kill(process.pid, "SIGKILL");
     },
   };
 }

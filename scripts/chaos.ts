@@ -62,15 +62,14 @@ const WORKER_DB_TIMEOUTS = {
  * the scheduled tail is shortened (40 s and 60 s copies instead of 2, 10, 30 and 60 minutes) so a run ends in
  * minutes. A claim left open by a SIGKILLed worker is swept after 8 s (every 2 s) instead of 5 min, so its
  * redelivery finds it `busy` for seconds, not minutes; 8 s is longer than any call the handlers make (6 s timeout),
- * so a live worker's claim is not swept while it calls. Waiting messages keep their slots (30 s each while the
- * external system is down), so each worker takes 32 messages at once instead of 16, as docs/failure-handling.md
- * advises for long downstream failures.
+ * so a live worker's claim is not swept while it calls. SBINBOX_MAX_CONCURRENT_CALLS stays at its 16: more slots
+ * would keep intake up while the external system is down, but every SIGKILL would cost twice as many messages a
+ * delivery.
  */
 const WORKER_RETRY_SETTINGS = {
   SBINBOX_RETRY_DELAYS_MS: "1000,5000,30000,40000,60000",
   SBINBOX_CLAIM_TIMEOUT_MS: "8000",
   SBINBOX_SWEEP_INTERVAL_MS: "2000",
-  SBINBOX_MAX_CONCURRENT_CALLS: "32",
   // The handlers' own timeout per call: longer than the 5 s lock, shorter than the claim timeout.
   CHAOS_DOWNSTREAM_TIMEOUT_MS: "6000",
 };
@@ -309,14 +308,12 @@ async function main(o: Options): Promise<number> {
         ...WORKER_RETRY_SETTINGS,
         SBINBOX_HANDLERS: HANDLERS,
         CHAOS_DOWNSTREAM_URL: downstream.url,
-      },
-      // The first generation also carries the kill-between-commit-and-complete switch for one early event, and
-      // the kill-between-perform-and-mark switch for one early mail, so those exact moments are hit for certain
-      // (unless their worker was already killed), not only by chance.
-      firstGeneration: () => ({
-        SBINBOX_FAULT_KILL_AFTER_COMMIT: ids[Math.floor(o.events * 0.03)]!,
+        // Every generation: the worker whose call makes this mail SIGKILLs itself before markProcessed (once).
         ...(killAfterPerform ? { CHAOS_KILL_AFTER_PERFORM: killAfterPerform } : {}),
-      }),
+      },
+      // The first generation also carries the kill-between-commit-and-complete switch for one early event, so
+      // that exact moment is hit for certain (unless its worker was already killed), not only by chance.
+      firstGeneration: () => ({ SBINBOX_FAULT_KILL_AFTER_COMMIT: ids[Math.floor(o.events * 0.03)]! }),
       databaseUp: () => dbUp,
       // A margin after the restart: a start-up that began during the outage may report its failure a bit later.
       databaseWasDownBetween: (from, to) => outages.some((x) => x.from <= to && x.to + 2_000 >= from),
@@ -615,9 +612,11 @@ async function main(o: Options): Promise<number> {
       const key = typeof m.originalKey === "string" ? m.originalKey : m.messageId;
       const what = mailIds.has(key)
         ? `mail, ${JSON.stringify(plan.get(key))}`
-        : expected.has(key)
-          ? "credit"
-          : "?";
+        : ids.includes(key)
+          ? `credit #${ids.indexOf(key)}, ${JSON.stringify(events[ids.indexOf(key)]!.body)}`
+          : upstreamIds.includes(key)
+            ? "upstream credit"
+            : "?";
       out(
         `    not poison: ${m.messageId} (${what}, key ${key}, ${downstream.keys.get(key)?.calls ?? 0} calls): ` +
           `${m.reason} after ${m.deliveryCount} deliveries: ${m.description}`,
@@ -635,7 +634,8 @@ async function main(o: Options): Promise<number> {
     );
     out(
       `    killed after perform: the mail whose worker SIGKILLed itself after the call was called ` +
-        `${killedAfterPerform?.calls ?? 0} time(s), ${killedAfterPerform?.effect ? "1 mail" : "no mail"}`,
+        `${killedAfterPerform?.calls ?? 0} time(s), ${killedAfterPerform?.effect ? "1 mail" : "no mail"}` +
+        ` (${fleet.counts.selfKills} worker(s) killed themselves)`,
     );
     out(
       `  worker counts     ${stats.duplicate} duplicates absorbed, ${stats.failed} transient failures (lower bounds)`,
