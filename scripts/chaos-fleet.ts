@@ -36,6 +36,8 @@ interface Member {
 export interface FleetCounts {
   /** Worker processes that died by SIGKILL: ours, and the fault switch's own. */
   kills: number;
+  /** Of those, the ones a fault switch made the worker send itself. */
+  selfKills: number;
   /** Exits while the database was up: each is a failure of the run. */
   crashes: number;
   /** Start-ups that failed because the database was down; retried. */
@@ -49,7 +51,7 @@ export class WorkerFleet {
   private readonly pending = new Set<number>();
   private stopping = false;
   private generation = 0;
-  readonly counts: FleetCounts = { kills: 0, crashes: 0, failedStarts: 0, starts: 0 };
+  readonly counts: FleetCounts = { kills: 0, selfKills: 0, crashes: 0, failedStarts: 0, starts: 0 };
   readonly crashReports: string[] = [];
   /** Duplicates and transient failures reported by workers that have exited, from their "stopped" log line. */
   private readonly stats = { duplicate: 0, failed: 0 };
@@ -172,7 +174,10 @@ export class WorkerFleet {
     }
     if (signal === "SIGKILL") {
       this.counts.kills += 1;
-      if (!member.killedByUs) this.options.log(`${member.name} killed itself between commit and complete`);
+      if (!member.killedByUs) {
+        this.counts.selfKills += 1;
+        this.options.log(`${member.name} killed itself (a fault switch: after commit, or after perform)`);
+      }
     } else if (
       member.stderrTail.includes("failed to start") &&
       this.options.databaseWasDownBetween(member.startedAt, Date.now())

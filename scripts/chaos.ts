@@ -4,13 +4,17 @@
 // few seconds and restarted, the database stopped and started once mid-run, then refusing logins for a few seconds,
 // then silent (a TCP proxy between the workers and PostgreSQL stops forwarding without closing), handlers failing
 // transiently (once per process, or for their first attempts in every process, retried in place and by scheduled
-// copies), poison. Upstream, N/10 transfers commit with their outbox rows (every 10th rolls back) and two
+// copies), poison; N/10 two-phase events whose handler calls an external HTTP API owned by this process
+// (scripts/chaos-downstream.ts), which dedupes by idempotency key, fails or answers slowly for some keys and is down
+// for 30 s once. Upstream, N/10 transfers commit with their outbox rows (every 10th rolls back) and two
 // `sbinbox relay` processes, SIGKILLed now and then, send them. At the end the business tables, the inbox and the
 // broker's queues are compared with what was sent, and the upstream database's rows with the downstream effects.
 // Exit 0 only if nothing is lost, nothing is doubled and only the poison is dead-lettered. The last line is
 // RESULT distinct=.. effects=.. lost=.. doubled=.. deadlettered=.. poison=.. kills=.. db_restarts=.. logins_refused=..
-// db_silent=..
+// db_silent=.. upstream=.. upstream_effects=.. rolled_back_effects=.. relay_kills=.. two_phase=.. external_effects=..
+// external_calls=.. external_lost=.. external_doubled=.. downstream_down=..
 import { randomUUID } from "node:crypto";
+import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import pg from "pg";
 import { balancesMatch, withoutSbinboxSettings } from "../src/app/demo.ts";
@@ -18,12 +22,16 @@ import { startUpstream } from "../src/app/demo-upstream.ts";
 import { localWorkerEnv, startLocalStack } from "../src/app/local-stack.ts";
 import { accountSql } from "../src/example/accounts.ts";
 import { demoEvent } from "../src/example/demo-events.ts";
+import { WELCOME_EMAIL_REQUESTED } from "../src/example/welcome-email.ts";
 import { createServiceBusClient } from "../src/servicebus/client.ts";
 import { deriveMessageId } from "../src/servicebus/message-id.ts";
 import { createPublisher, type PublishEvent } from "../src/servicebus/publisher.ts";
 import { sendRawMessages, type RawMessage } from "../src/servicebus/raw.ts";
 import { StallProxy } from "../test/helpers/stall-proxy.ts";
+import { FakeDownstream, type Behaviour } from "./chaos-downstream.ts";
 import { WorkerFleet } from "./chaos-fleet.ts";
+
+const HANDLERS = fileURLToPath(new URL("./chaos-handlers.ts", import.meta.url));
 
 const QUEUE = "chaos";
 const CONSUMER = "sbinbox-chaos";
@@ -48,13 +56,58 @@ const WORKER_DB_TIMEOUTS = {
   SBINBOX_DB_PROBE_TIMEOUT_MS: "1000",
 };
 
+/**
+ * The retry settings. The waits in place are the shipped defaults (1 s, 5 s, 30 s; SBINBOX_RETRY_MAX_WAIT_MS and
+ * the 20% jitter left at theirs), so the external system's 30 s outage meets what a user gets out of the box; only
+ * the scheduled tail is shortened (40 s and 60 s copies instead of 2, 10, 30 and 60 minutes) so a run ends in
+ * minutes. A claim left open by a SIGKILLed worker is swept after 8 s (every 2 s) instead of 5 min, so its
+ * redelivery finds it `busy` for seconds, not minutes; 8 s is longer than any call the handlers make (6 s timeout),
+ * so a live worker's claim is not swept while it calls. SBINBOX_MAX_CONCURRENT_CALLS stays at its 16: more slots
+ * would keep intake up while the external system is down, but every SIGKILL would cost twice as many messages a
+ * delivery.
+ */
+const WORKER_RETRY_SETTINGS = {
+  SBINBOX_RETRY_DELAYS_MS: "1000,5000,30000,40000,60000",
+  SBINBOX_CLAIM_TIMEOUT_MS: "8000",
+  SBINBOX_SWEEP_INTERVAL_MS: "2000",
+  // The handlers' own timeout per call: longer than the 5 s lock, shorter than the claim timeout.
+  CHAOS_DOWNSTREAM_TIMEOUT_MS: "6000",
+};
+
+/**
+ * What the external system does with the first calls for each key. Two-phase (mail) events, by index j: 503 for
+ * their first 1 or 2 calls; the effect made and the connection reset (the answer lost); an answer after 5.5 s (past
+ * the 5 s lock, so the SDK's renewal must hold it, inside the handlers' 6 s timeout); an answer after 10 s (past the
+ * timeout: the effect is made, the caller gives up and retries with the same key, which gets the first result);
+ * `Retry-After: 35` (over the 30 s in-place limit, so a scheduled copy), for the first 60% only so that no copy is
+ * due long after publishing ends.
+ */
+function mailBehaviour(j: number, count: number): Behaviour {
+  switch (j % 10) {
+    case 1:
+      return { kind: "unavailable", calls: 1 + (Math.floor(j / 10) % 2) };
+    case 3:
+      return { kind: "reset-after-effect" };
+    case 5:
+      return { kind: "slow", ms: 5_500 };
+    case 7:
+      return { kind: "slow", ms: 10_000 };
+    case 9:
+      return j < count * 0.6 ? { kind: "retry-after", seconds: 35 } : { kind: "normal" };
+    default:
+      return { kind: "normal" };
+  }
+}
+
 const usage = `usage: npm run chaos -- [--events N] [--kill-every-ms MS] [--db-down-ms MS] [--logins-refused-ms MS]
-                         [--db-silent-ms MS] [--timeout S] [--seed N]
+                         [--db-silent-ms MS] [--downstream-down-ms MS] [--timeout S] [--seed N]
 
 Exactly-once under faults: 3 worker processes, N distinct events (default 20000), 10% resent, a worker SIGKILLed
 every few seconds and restarted, the database stopped and started once, then refusing logins (ALTER ROLE ...
 NOLOGIN, sessions ended), then silent (a proxy stops forwarding without closing), transient handler failures, poison;
-upstream, N/10 outbox transactions (10% rolled back) sent by two relay processes that are SIGKILLed now and then.
+N/10 two-phase events calling an external HTTP API (deduplicating by idempotency key) that fails, resets, answers
+slowly for some keys and is down for 30 s once; upstream, N/10 outbox transactions (10% rolled back) sent by two
+relay processes that are SIGKILLed now and then.
 Exit code 0 only if nothing is lost, nothing is doubled and only the poison is dead-lettered.
 `;
 
@@ -64,6 +117,7 @@ interface Options {
   dbDownMs: number;
   loginsRefusedMs: number;
   dbSilentMs: number;
+  downstreamDownMs: number;
   timeoutMs: number;
   seed: number;
 }
@@ -79,6 +133,7 @@ function options(argv: string[]): Options | string {
         "db-down-ms": { type: "string", default: "10000" },
         "logins-refused-ms": { type: "string", default: "4000" },
         "db-silent-ms": { type: "string", default: "5000" },
+        "downstream-down-ms": { type: "string", default: "30000" },
         timeout: { type: "string", default: "570" },
         seed: { type: "string", default: String(Date.now() % 1_000_000) },
         help: { type: "boolean", short: "h" },
@@ -94,6 +149,7 @@ function options(argv: string[]): Options | string {
     dbDownMs: Number(values["db-down-ms"]),
     loginsRefusedMs: Number(values["logins-refused-ms"]),
     dbSilentMs: Number(values["db-silent-ms"]),
+    downstreamDownMs: Number(values["downstream-down-ms"]),
     timeoutMs: Number(values.timeout) * 1000,
     seed: Number(values.seed),
   };
@@ -102,6 +158,7 @@ function options(argv: string[]): Options | string {
   if (!(o.dbDownMs >= 0)) return "--db-down-ms must be a number of milliseconds";
   if (!(o.loginsRefusedMs >= 0)) return "--logins-refused-ms must be a number of milliseconds";
   if (!(o.dbSilentMs >= 0)) return "--db-silent-ms must be a number of milliseconds";
+  if (!(o.downstreamDownMs >= 0)) return "--downstream-down-ms must be a number of milliseconds";
   if (!(o.timeoutMs > 0)) return "--timeout must be a positive number of seconds";
   if (!Number.isInteger(o.seed)) return "--seed must be a whole number";
   return o;
@@ -194,19 +251,48 @@ async function main(o: Options): Promise<number> {
     admin.on("error", () => undefined);
 
     const runId = randomUUID().slice(0, 8);
+    const plan = new Map<string, Behaviour>();
     const events: PublishEvent[] = Array.from({ length: o.events }, (_, i) => {
       const e = demoEvent(runId, i);
       // 2% of the handlers fail once in each process that sees them, as a flaky dependency would.
       if (i % 50 === 25) return { ...e, body: { ...(e.body as object), failOnce: true } };
-      // 2% meet a downstream that is down for their first 1 to 5 attempts, in every process: retried in place,
-      // then by scheduled copies, until it recovers.
-      if (i % 50 === 40)
-        return { ...e, body: { ...(e.body as object), failAttempts: 1 + (Math.floor(i / 50) % 5) } };
+      // 2% fail their first attempt, then succeed on the same delivery after 1 s. No more than one: attempts
+      // waited in place are not carried past a SIGKILL (the redelivery starts again from the attempt the message
+      // carries), and with a worker killed every ~9 s a 6 s stretch of failing and waiting (two failures) was killed
+      // about half the time under load: in a 10,000-event run two such messages were killed ten times in a row and
+      // dead-lettered (MaxDeliveryCountExceeded). A downstream that is down for a while is modelled where it lives,
+      // in the external system (its 503 counts and its 30 s outage), which a kill does not reset.
+      if (i % 50 === 40) return { ...e, body: { ...(e.body as object), failAttempts: 1 } };
+      // 2% ask the external system first (a read), which answers 503 to their first 1 or 2 calls: counted by the
+      // external system, so a kill does not start them over.
+      if (i % 50 === 10) {
+        plan.set(deriveMessageId(e.type, e.key), {
+          kind: "unavailable",
+          calls: 1 + (Math.floor(i / 50) % 2),
+        });
+        return { ...e, body: { ...(e.body as object), checkDownstream: true } };
+      }
       return e;
     });
     const ids = events.map((e) => deriveMessageId(e.type, e.key));
     const expected = new Set(ids);
     const poison = poisonMessages(runId);
+    // Two-phase events: a welcome mail each, sent through the external system with the inbox key as its
+    // idempotency key; each recipient must get exactly one mail.
+    const mailCount = Math.floor(o.events / 10);
+    const mails: PublishEvent[] = Array.from({ length: mailCount }, (_, j) => ({
+      type: WELCOME_EMAIL_REQUESTED,
+      key: `${runId}-mail-${j}`,
+      body: { userId: `user-${j}`, email: `user-${j}@chaos.example.com` },
+    }));
+    const mailIds = new Map(
+      mails.map((m, j) => [deriveMessageId(m.type, m.key), `user-${j}@chaos.example.com`]),
+    );
+    [...mailIds.keys()].forEach((id, j) => plan.set(id, mailBehaviour(j, mailCount)));
+    // One mail whose worker SIGKILLs itself right after the call succeeded, before markProcessed.
+    const killAfterPerform = [...mailIds.keys()][Math.floor((mailCount * 0.03) / 10) * 10 + 2];
+    const downstream = await FakeDownstream.start((key) => plan.get(key) ?? { kind: "normal" });
+    cleanups.push(() => downstream.close());
 
     // Outage bookkeeping: restarts wait while the database is down; a start-up that overlapped it may fail.
     const outages: { from: number; to: number }[] = [];
@@ -220,13 +306,14 @@ async function main(o: Options): Promise<number> {
         SBINBOX_MAX_MESSAGE_BYTES: String(MAX_MESSAGE_BYTES),
         SBINBOX_OUTAGE_BACKOFF_MIN_MS: "250",
         SBINBOX_OUTAGE_BACKOFF_MAX_MS: "2000",
-        // Shorter than the defaults so a run sees every path in minutes: the first two retries are waited out
-        // under the lock, the later ones go through scheduled copies.
-        SBINBOX_RETRY_DELAYS_MS: "500,1000,2000,4000,8000,16000",
-        SBINBOX_RETRY_MAX_WAIT_MS: "1500",
+        ...WORKER_RETRY_SETTINGS,
         // Group commit on (docs/batching.md): the random kills then land inside batches, their commits included,
         // and the kill-after-commit switch fires with the victim's whole batch committed and none of it settled.
         SBINBOX_BATCH_SIZE: process.env.SBINBOX_BATCH_SIZE ?? "8",
+        SBINBOX_HANDLERS: HANDLERS,
+        CHAOS_DOWNSTREAM_URL: downstream.url,
+        // Every generation: the worker whose call makes this mail SIGKILLs itself before markProcessed (once).
+        ...(killAfterPerform ? { CHAOS_KILL_AFTER_PERFORM: killAfterPerform } : {}),
       },
       // The first generation also carries the kill-between-commit-and-complete switch for one early event, so
       // that exact moment is hit for certain (unless its worker was already killed), not only by chance.
@@ -278,7 +365,7 @@ async function main(o: Options): Promise<number> {
       // Poison spread through the run, each with a batch boundary of its own.
       const poisonAt = poison.map((_, k) => Math.floor((k * events.length) / poison.length / BATCH) * BATCH);
       for (let i = 0; i < events.length; i += BATCH) {
-        const batch = events.slice(i, i + BATCH);
+        const batch = [...events.slice(i, i + BATCH), ...mails.slice(i / 10, (i + BATCH) / 10)];
         await publisher.publishBatch(batch);
         const sentAt = Date.now();
         published += batch.length;
@@ -290,7 +377,8 @@ async function main(o: Options): Promise<number> {
         if (due.length > 0) await sendRawMessages(client, QUEUE, due);
       }
       out(
-        `published ${published} events and ${earlyResends} early resends; ${poison.length} poison messages`,
+        `published ${published} events (${mailCount} of them two-phase) and ${earlyResends} early resends; ` +
+          `${poison.length} poison messages`,
       );
       for (let k = 0; k < late.length; k += BATCH) {
         const chunk = late.slice(k, k + BATCH);
@@ -327,8 +415,11 @@ async function main(o: Options): Promise<number> {
       }
     })();
 
-    // Watch: progress, the database stopped at 40%, refusing logins at 60%, silent at 80%, the end condition.
+    // Watch: progress, the external system down at 20%, the database stopped at 40%, refusing logins at 60%,
+    // silent at 80%, the end condition.
     let applied = 0;
+    let downstreamPhases = 0;
+    let downstreamDown = false;
     let dbRestarts = 0;
     let loginPhases = 0;
     let silentPhases = 0;
@@ -359,6 +450,19 @@ async function main(o: Options): Promise<number> {
       await fleet.restartPending();
       // Relays are replaced as an orchestrator would, once the database is back (start-up migrates).
       if (dbUp) while (upstream.relays.filter(relayAlive).length < 2) await upstream.startRelay();
+      if (downstreamPhases === 0 && !downstreamDown && applied >= o.events * 0.2) {
+        out(
+          `the external system is down (connections refused) for ${o.downstreamDownMs} ms (${applied} applied)`,
+        );
+        downstreamDown = true;
+        await downstream.goDown();
+        void sleep(o.downstreamDownMs).then(async () => {
+          await downstream.comeUp();
+          downstreamDown = false;
+          downstreamPhases += 1;
+          out(`the external system is back (${downstream.effects} mails sent so far)`);
+        });
+      }
       if (dbRestarts === 0 && dbUp && applied >= o.events * 0.4) {
         out(`stopping the database for ${o.dbDownMs} ms (${applied} applied)`);
         outages.push({ from: Date.now(), to: Infinity });
@@ -408,7 +512,7 @@ async function main(o: Options): Promise<number> {
       if (Date.now() - lastLine >= 2_000) {
         lastLine = Date.now();
         out(
-          `applied ${applied}/${o.events} | queue ${c.active} waiting, ${c.locked} locked, ${c.scheduled} retries ` +
+          `applied ${applied}/${o.events}, mails ${downstream.effects}/${mailCount} | queue ${c.active} waiting, ${c.locked} locked, ${c.scheduled} retries ` +
             `scheduled, ${c.deadLettered} DLQ | workers ${fleet.live}, kills ${fleet.counts.kills}`,
         );
       }
@@ -422,6 +526,7 @@ async function main(o: Options): Promise<number> {
         dbUp &&
         !phaseRunning &&
         silentPhases === 1 &&
+        downstreamPhases === 1 &&
         upstreamSettled !== undefined &&
         applied >= o.events + upstreamSettled &&
         c.active + c.locked + c.scheduled === 0 &&
@@ -465,8 +570,25 @@ async function main(o: Options): Promise<number> {
       `SELECT "MessageId" AS id, "ProcessedUtc" IS NOT NULL AS done FROM "Inbox" WHERE "Consumer" = $1`,
       [CONSUMER],
     );
-    const inboxDone = inbox.rows.filter((r) => r.done && expected.has(r.id)).length;
-    const inboxStray = inbox.rows.filter((r) => !r.done || !expected.has(r.id)).length;
+    const sent = (id: string) => expected.has(id) || mailIds.has(id);
+    const inboxDone = inbox.rows.filter((r) => r.done && sent(r.id)).length;
+    const inboxStray = inbox.rows.filter((r) => !r.done || !sent(r.id)).length;
+    // The external system's record, by idempotency key (the inbox key) and by recipient: a mail sent under two
+    // keys would show as a recipient with two effects, whatever the API's own deduplication did.
+    const mailEffects = [...downstream.keys].filter(([, r]) => r.effect !== undefined);
+    const externalLost = [...mailIds.keys()].filter(
+      (id) => downstream.keys.get(id)?.effect === undefined,
+    ).length;
+    const perRecipient = new Map<string, number>();
+    for (const [, r] of mailEffects)
+      perRecipient.set(r.effect!.to, (perRecipient.get(r.effect!.to) ?? 0) + 1);
+    const externalDoubled = [...perRecipient.values()].filter((n) => n > 1).length;
+    const externalUnexpected = mailEffects.filter(
+      ([key, r]) => !mailIds.has(key) || mailIds.get(key) !== r.effect!.to,
+    ).length;
+    const repeatedKeys = mailEffects.filter(([, r]) => r.calls > 1).length;
+    const checkCalls = [...downstream.checks.values()].reduce((a, b) => a + b, 0);
+    const killedAfterPerform = killAfterPerform ? downstream.keys.get(killAfterPerform) : undefined;
     const counts = broker.counts(QUEUE);
     const dlq = await deadLetters(client);
     const poisonReasons = new Map(poison.map((p) => [p.messageId, p.reason]));
@@ -481,7 +603,7 @@ async function main(o: Options): Promise<number> {
       `  broker            dropped ${counts.duplicatesDropped} resends inside the window; ${counts.active} active, ${counts.locked} locked left`,
     );
     out(
-      `  retries           at most ${mostScheduled} scheduled copies waiting at once (downstream down for 1-5 attempts)`,
+      `  retries           at most ${mostScheduled} scheduled copies waiting at once (Retry-After, an outage past the waits in place)`,
     );
     out(
       `  dead-lettered     ${counts.deadLettered}: ${dlq.map((m) => `${m.messageId.split("-")[1]}=${m.reason}`).join(", ")}`,
@@ -490,10 +612,35 @@ async function main(o: Options): Promise<number> {
       `  faults            ${fleet.counts.kills} SIGKILLs, ${dbRestarts} database restart(s), ${loginPhases} login refusal(s), ` +
         `${silentPhases} silent database phase(s), ${fleet.counts.failedStarts} start-ups refused during an outage`,
     );
+    for (const m of wrongDeadLetters) {
+      const key = typeof m.originalKey === "string" ? m.originalKey : m.messageId;
+      const what = mailIds.has(key)
+        ? `mail, ${JSON.stringify(plan.get(key))}`
+        : ids.includes(key)
+          ? `credit #${ids.indexOf(key)}, ${JSON.stringify(events[ids.indexOf(key)]!.body)}`
+          : upstreamIds.includes(key)
+            ? "upstream credit"
+            : "?";
+      out(
+        `    not poison: ${m.messageId} (${what}, key ${key}, ${downstream.keys.get(key)?.calls ?? 0} calls): ` +
+          `${m.reason} after ${m.deliveryCount} deliveries: ${m.description}`,
+      );
+    }
     out(`  workers           ${fleet.counts.starts} processes started, ${fleet.counts.crashes} crashed`);
     for (const report of fleet.crashReports)
       out(`    crash: ${report.trim().split("\n").slice(-3).join(" | ")}`);
     out(`  inbox             ${inboxDone} processed markers for sent events, ${inboxStray} other rows`);
+    out(
+      `  two-phase         ${mailCount} mail events: ${downstream.effects} mails sent in ${downstream.calls} calls ` +
+        `(${repeatedKeys} keys called more than once, answered from the first call); lost ${externalLost}, ` +
+        `doubled ${externalDoubled}, unexpected ${externalUnexpected}; external system down ` +
+        `${o.downstreamDownMs} ms ${downstreamPhases} time(s); ${checkCalls} checks by credits`,
+    );
+    out(
+      `    killed after perform: the mail whose worker SIGKILLed itself after the call was called ` +
+        `${killedAfterPerform?.calls ?? 0} time(s), ${killedAfterPerform?.effect ? "1 mail" : "no mail"}` +
+        ` (${fleet.counts.selfKills} worker(s) killed themselves)`,
+    );
     out(
       `  worker counts     ${stats.duplicate} duplicates absorbed, ${stats.failed} transient failures (lower bounds)`,
     );
@@ -516,7 +663,12 @@ async function main(o: Options): Promise<number> {
       notCommittedEffects === 0 &&
       relayCrashes === 0 &&
       balances &&
-      inboxDone === expected.size &&
+      inboxDone === expected.size + mailIds.size &&
+      externalLost === 0 &&
+      externalDoubled === 0 &&
+      externalUnexpected === 0 &&
+      downstream.effects === mailIds.size &&
+      downstreamPhases === 1 &&
       inboxStray === 0 &&
       counts.active + counts.locked + counts.scheduled === 0 &&
       counts.deadLettered === poison.length &&
@@ -534,7 +686,9 @@ async function main(o: Options): Promise<number> {
         `deadlettered=${counts.deadLettered} poison=${poison.length} kills=${fleet.counts.kills} db_restarts=${dbRestarts} ` +
         `logins_refused=${loginPhases} db_silent=${silentPhases} ` +
         `upstream=${upstreamIds.length} upstream_effects=${upstreamEffects} rolled_back_effects=${notCommittedEffects} ` +
-        `relay_kills=${relayKills}\n`,
+        `relay_kills=${relayKills} two_phase=${mailIds.size} external_effects=${downstream.effects} ` +
+        `external_calls=${downstream.calls} external_lost=${externalLost} external_doubled=${externalDoubled} ` +
+        `downstream_down=${downstreamPhases}\n`,
     );
     return ok ? 0 : 1;
   } finally {
@@ -553,13 +707,25 @@ async function scalar(
 }
 
 /** The dead-letter queue as the SDK sees it: each message's id and DeadLetterReason. */
-async function deadLetters(
-  client: ReturnType<typeof createServiceBusClient>,
-): Promise<{ messageId: string; reason: string | undefined }[]> {
+async function deadLetters(client: ReturnType<typeof createServiceBusClient>): Promise<
+  {
+    messageId: string;
+    reason: string | undefined;
+    description: string | undefined;
+    deliveryCount: number | undefined;
+    originalKey: unknown;
+  }[]
+> {
   const receiver = client.createReceiver(QUEUE, { subQueueType: "deadLetter" });
   try {
     const messages = await receiver.peekMessages(1000);
-    return messages.map((m) => ({ messageId: String(m.messageId), reason: m.deadLetterReason }));
+    return messages.map((m) => ({
+      messageId: String(m.messageId),
+      reason: m.deadLetterReason,
+      description: m.deadLetterErrorDescription,
+      deliveryCount: m.deliveryCount,
+      originalKey: m.applicationProperties?.["sbinbox-original-key"],
+    }));
   } finally {
     await receiver.close();
   }

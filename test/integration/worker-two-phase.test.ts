@@ -110,4 +110,80 @@ describe("worker: two-phase handler on PostgreSQL", function () {
     assert.equal(worker.stats.committed, 1);
     assert.equal(fixture.broker.counts(SLOW).deadLettered, 0);
   });
+
+  it("an external call slow past the lock: the redelivery finds the claim busy and is retried by scheduled copies, the first delivery's effect is marked, the late completion fails, the retry is a duplicate; one call, one effect", async function () {
+    this.timeout(40_000);
+    const calls: string[] = [];
+    const sent = new Map<string, number>();
+    let inFlight = 0;
+    let maxInFlight = 0;
+    const handler: MessageHandler = {
+      kind: "two-phase",
+      type: "SlowMail",
+      schema: z.object({ to: z.string() }),
+      async perform(_body, context) {
+        calls.push(context.idempotencyKey);
+        inFlight += 1;
+        maxInFlight = Math.max(maxInFlight, inFlight);
+        // An API answering after 6 s: past the 2 s lock and the 1 s of renewal, so the broker redelivers meanwhile.
+        await new Promise((resolve) => setTimeout(resolve, 6_000));
+        inFlight -= 1;
+        // The external system dedupes by key, as a real mail API does.
+        sent.set(context.idempotencyKey, (sent.get(context.idempotencyKey) ?? 0) + 1);
+      },
+    };
+    await sendRawMessages(fixture.client, SLOW, [
+      { messageId: "slow-mail-1", subject: "SlowMail", body: Buffer.from('{"to":"a@example.com"}') },
+    ]);
+    // Two instances, as in production: the redelivery may reach either.
+    const options = {
+      client: fixture.client,
+      db,
+      queue: SLOW,
+      handlers: [handler],
+      maxAutoLockRenewalMs: 1_000,
+      retryPolicy: {
+        ...defaultRetryPolicy,
+        jitter: 0,
+        transientDelaysMs: [1_000, 2_000, 2_000, 2_000, 2_000, 2_000],
+      },
+    };
+    const workers = [startTestWorker(options), startTestWorker(options)];
+    const sum = (pick: (s: (typeof workers)[number]["stats"]) => number) =>
+      workers.reduce((n, w) => n + pick(w.stats), 0);
+    try {
+      await waitUntil(() => sum((s) => s.committed) === 1, "the slow perform is marked processed", 20_000);
+      await waitUntil(() => sum((s) => s.duplicate) >= 1, "the redelivered message is a duplicate", 20_000);
+      await waitUntil(
+        () => {
+          const c = fixture.broker.counts(SLOW);
+          return c.active + c.locked + c.scheduled === 0;
+        },
+        "the message and its retry copies are settled",
+        20_000,
+      );
+    } finally {
+      await Promise.all(workers.map((w) => w.stop()));
+    }
+    assert.deepEqual(calls, ["slow-mail-1"], "the external system was called once, with the inbox key");
+    assert.deepEqual([...sent.entries()], [["slow-mail-1", 1]], "one effect");
+    assert.equal(maxInFlight, 1, "never two performs at once");
+    assert.ok(sum((s) => s.failed) >= 1, "the redelivery met the open claim (busy) at least once");
+    // With 1 s of renewal no wait fits under the lock, so each busy retry is a scheduled copy, not an abandon.
+    assert.equal(
+      sum((s) => s.retriesScheduled),
+      sum((s) => s.failed),
+      "every busy attempt scheduled a retry",
+    );
+    assert.ok(
+      sum((s) => s.settlementFailures) >= 1,
+      "the first delivery's completion came after its lock was lost",
+    );
+    assert.equal(fixture.broker.counts(SLOW).deadLettered, 0, "nothing dead-lettered");
+    const { rows } = await db.sql.query<{ processed: boolean }>(
+      'SELECT "ProcessedUtc" IS NOT NULL AS processed FROM "Inbox" WHERE "MessageId" = $1',
+      ["slow-mail-1"],
+    );
+    assert.deepEqual(rows, [{ processed: true }], "one inbox row, processed");
+  });
 });
