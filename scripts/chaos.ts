@@ -211,6 +211,7 @@ async function main(o: Options): Promise<number> {
     // Outage bookkeeping: restarts wait while the database is down; a start-up that overlapped it may fail.
     const outages: { from: number; to: number }[] = [];
     let dbUp = true;
+    const batchSize = process.env.SBINBOX_BATCH_SIZE ?? "8";
     fleet = new WorkerFleet({
       size: WORKERS,
       env: {
@@ -226,7 +227,7 @@ async function main(o: Options): Promise<number> {
         SBINBOX_RETRY_MAX_WAIT_MS: "1500",
         // Group commit on (docs/batching.md): the random kills then land inside batches, their commits included,
         // and the kill-after-commit switch fires with the victim's whole batch committed and none of it settled.
-        SBINBOX_BATCH_SIZE: process.env.SBINBOX_BATCH_SIZE ?? "8",
+        SBINBOX_BATCH_SIZE: batchSize,
       },
       // The first generation also carries the kill-between-commit-and-complete switch for one early event, so
       // that exact moment is hit for certain (unless its worker was already killed), not only by chance.
@@ -465,6 +466,13 @@ async function main(o: Options): Promise<number> {
       `SELECT "MessageId" AS id, "ProcessedUtc" IS NOT NULL AS done FROM "Inbox" WHERE "Consumer" = $1`,
       [CONSUMER],
     );
+    // Batches that committed: markers sharing one transaction id (xmin). Only a batch writes several markers in one
+    // transaction, so this shows batching happened (batches rolled back leave no rows to count).
+    const batches = await scalar(
+      db.sql,
+      `SELECT count(*)::int AS n FROM (SELECT xmin::text FROM "Inbox" WHERE "Consumer" = '${CONSUMER}'
+       AND "ProcessedUtc" IS NOT NULL GROUP BY 1 HAVING count(*) > 1) AS b`,
+    );
     const inboxDone = inbox.rows.filter((r) => r.done && expected.has(r.id)).length;
     const inboxStray = inbox.rows.filter((r) => !r.done || !expected.has(r.id)).length;
     const counts = broker.counts(QUEUE);
@@ -494,6 +502,9 @@ async function main(o: Options): Promise<number> {
     for (const report of fleet.crashReports)
       out(`    crash: ${report.trim().split("\n").slice(-3).join(" | ")}`);
     out(`  inbox             ${inboxDone} processed markers for sent events, ${inboxStray} other rows`);
+    out(
+      `  batches           ${batches} committed with two or more messages (SBINBOX_BATCH_SIZE ${batchSize})`,
+    );
     out(
       `  worker counts     ${stats.duplicate} duplicates absorbed, ${stats.failed} transient failures (lower bounds)`,
     );
@@ -534,7 +545,7 @@ async function main(o: Options): Promise<number> {
         `deadlettered=${counts.deadLettered} poison=${poison.length} kills=${fleet.counts.kills} db_restarts=${dbRestarts} ` +
         `logins_refused=${loginPhases} db_silent=${silentPhases} ` +
         `upstream=${upstreamIds.length} upstream_effects=${upstreamEffects} rolled_back_effects=${notCommittedEffects} ` +
-        `relay_kills=${relayKills}\n`,
+        `relay_kills=${relayKills} batches=${batches}\n`,
     );
     return ok ? 0 : 1;
   } finally {
