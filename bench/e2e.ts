@@ -28,6 +28,7 @@ import { defaultConfig, queueDefaults } from "../src/localbroker/config.ts";
 import { deriveMessageId } from "../src/servicebus/message-id.ts";
 import { createPublisher, type Publisher, type PublishEvent } from "../src/servicebus/publisher.ts";
 import { createWorker, type Worker } from "../src/worker/worker.ts";
+import { median } from "./median.ts";
 
 const onlyFlag = process.argv.indexOf("--only");
 /**
@@ -39,7 +40,6 @@ const MESSAGES = Number(process.env.SBINBOX_BENCH_MESSAGES ?? 2000);
 const BACKLOG = Number(process.env.SBINBOX_BENCH_BACKLOG ?? 50_000);
 const CONCURRENCY = [1, 8, 32];
 const ROUNDS = Number(process.env.SBINBOX_BENCH_ROUNDS ?? 3);
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const QUEUE = "bench";
 const RSS_QUEUE = "rss";
 const CONSUMER = "bench";
@@ -50,7 +50,7 @@ const BIN =
  * The NODE_OPTIONS of the memory runs, comma-separated (an empty item is Node's defaults): by default Node's
  * defaults and the young-generation size `npm start` and App Service pass.
  */
-/** The batched rows' SBINBOX_BATCH_SIZE at concurrency c (default c / 2: two batches in flight) and wait. */
+/** The batched rows' SBINBOX_BATCH_SIZE at concurrency c (default c / 2: the next batch fills while one runs) and wait. */
 const batchSizeAt = (c: number): number =>
   Number(process.env.SBINBOX_BENCH_BATCH_SIZE ?? 0) || Math.max(1, Math.floor(c / 2));
 const BATCH_WAIT_MS = Number(process.env.SBINBOX_BENCH_BATCH_WAIT_MS ?? 2);

@@ -9,6 +9,7 @@ import { createPostgresInboxStore, PostgresDriver } from "../src/inbox/postgres/
 import { statements } from "../src/inbox/postgres/statements.ts";
 import { formatTable, inBareTransaction } from "./common.ts";
 import type { SqlExecutor } from "../src/domain/sql.ts";
+import { median } from "./median.ts";
 
 const MESSAGES = Number(process.env.SBINBOX_BENCH_MESSAGES ?? 3000);
 const CONCURRENCY = [1, 16];
@@ -74,7 +75,6 @@ async function main(): Promise<void> {
 
     // Several rounds per cell, the store and the bare loop taking turns, and the median reported: the machine is
     // shared, and one noisy stretch should not decide a ratio.
-    const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
     const rows: string[][] = [];
     for (const c of CONCURRENCY) {
       const runs = {

@@ -17,6 +17,7 @@ import { fileURLToPath } from "node:url";
 import { EmbeddedPostgresServer } from "../src/embedded/postgres.ts";
 import { freePort } from "../src/embedded/free-port.ts";
 import { LocalBroker } from "../src/localbroker/broker.ts";
+import { median } from "./median.ts";
 
 const stage = process.argv[2] ? resolve(process.argv[2]) : undefined;
 if (!stage) {
@@ -65,8 +66,6 @@ async function runOnce(cwd: string, handlers: string, env: Record<string, string
     await new Promise((r) => child.once("exit", r));
   }
 }
-
-const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 const work = await mkdtemp(join(tmpdir(), "sbinbox-start-"));
 const broker = await LocalBroker.start({ port: 0 });

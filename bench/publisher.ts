@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { formatTable } from "./common.ts";
 import { freePort } from "../src/embedded/free-port.ts";
+import { median } from "./median.ts";
 
 const COUNT = Number(process.env.SBINBOX_BENCH_PUBLISH_COUNT ?? 60_000);
 const ROUNDS = Number(process.env.SBINBOX_BENCH_PUBLISH_ROUNDS ?? 3);
@@ -34,7 +35,6 @@ interface Sample {
   rate: number;
 }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const spread = (xs: number[], digits: number) =>
   `${median(xs).toFixed(digits)} (${Math.min(...xs).toFixed(digits)}-${Math.max(...xs).toFixed(digits)})`;
 

@@ -297,6 +297,7 @@ async function main(o: Options): Promise<number> {
     // Outage bookkeeping: restarts wait while the database is down; a start-up that overlapped it may fail.
     const outages: { from: number; to: number }[] = [];
     let dbUp = true;
+    const batchSize = process.env.SBINBOX_BATCH_SIZE ?? "8";
     fleet = new WorkerFleet({
       size: WORKERS,
       env: {
@@ -309,7 +310,7 @@ async function main(o: Options): Promise<number> {
         ...WORKER_RETRY_SETTINGS,
         // Group commit on (docs/batching.md): the random kills then land inside batches, their commits included,
         // and the kill-after-commit switch fires with the victim's whole batch committed and none of it settled.
-        SBINBOX_BATCH_SIZE: process.env.SBINBOX_BATCH_SIZE ?? "8",
+        SBINBOX_BATCH_SIZE: batchSize,
         SBINBOX_HANDLERS: HANDLERS,
         CHAOS_DOWNSTREAM_URL: downstream.url,
         // Every generation: the worker whose call makes this mail SIGKILLs itself before markProcessed (once).
@@ -570,6 +571,13 @@ async function main(o: Options): Promise<number> {
       `SELECT "MessageId" AS id, "ProcessedUtc" IS NOT NULL AS done FROM "Inbox" WHERE "Consumer" = $1`,
       [CONSUMER],
     );
+    // Batches that committed: markers sharing one transaction id (xmin). Only a batch writes several markers in one
+    // transaction, so this shows batching happened (batches rolled back leave no rows to count).
+    const batches = await scalar(
+      db.sql,
+      `SELECT count(*)::int AS n FROM (SELECT xmin::text FROM "Inbox" WHERE "Consumer" = '${CONSUMER}'
+       AND "ProcessedUtc" IS NOT NULL GROUP BY 1 HAVING count(*) > 1) AS b`,
+    );
     const sent = (id: string) => expected.has(id) || mailIds.has(id);
     const inboxDone = inbox.rows.filter((r) => r.done && sent(r.id)).length;
     const inboxStray = inbox.rows.filter((r) => !r.done || !sent(r.id)).length;
@@ -642,6 +650,9 @@ async function main(o: Options): Promise<number> {
         ` (${fleet.counts.selfKills} worker(s) killed themselves)`,
     );
     out(
+      `  batches           ${batches} committed with two or more messages (SBINBOX_BATCH_SIZE ${batchSize})`,
+    );
+    out(
       `  worker counts     ${stats.duplicate} duplicates absorbed, ${stats.failed} transient failures (lower bounds)`,
     );
     out(
@@ -688,7 +699,7 @@ async function main(o: Options): Promise<number> {
         `upstream=${upstreamIds.length} upstream_effects=${upstreamEffects} rolled_back_effects=${notCommittedEffects} ` +
         `relay_kills=${relayKills} two_phase=${mailIds.size} external_effects=${downstream.effects} ` +
         `external_calls=${downstream.calls} external_lost=${externalLost} external_doubled=${externalDoubled} ` +
-        `downstream_down=${downstreamPhases}\n`,
+        `downstream_down=${downstreamPhases} batches=${batches}\n`,
     );
     return ok ? 0 : 1;
   } finally {

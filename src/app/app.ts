@@ -172,6 +172,7 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
       maxMessageBytes: config.maxMessageBytes,
       batchSize: config.batchSize,
       batchWaitMs: config.batchWaitMs,
+      batchMaxInFlight: config.batchMaxInFlight,
       gracePeriodMs: config.gracePeriodMs,
       claimTimeoutMs: config.claimTimeoutMs,
       sweepIntervalMs: config.sweepIntervalMs,

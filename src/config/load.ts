@@ -36,6 +36,7 @@ export interface Config {
   readonly precheck: boolean;
   readonly batchSize: number;
   readonly batchWaitMs: number;
+  readonly batchMaxInFlight: number;
   readonly maxMessageBytes: number;
   readonly gracePeriodMs: number;
   readonly retentionMs: number;
@@ -107,6 +108,7 @@ export function loadConfig(options: LoadOptions = {}): Config {
     precheck: s.SBINBOX_PRECHECK,
     batchSize: batchSize(s),
     batchWaitMs: s.SBINBOX_BATCH_WAIT_MS,
+    batchMaxInFlight: s.SBINBOX_BATCH_MAX_IN_FLIGHT,
     maxMessageBytes: s.SBINBOX_MAX_MESSAGE_BYTES,
     gracePeriodMs: s.SBINBOX_GRACE_PERIOD_MS,
     retentionMs: retention(s),

@@ -30,6 +30,8 @@ export const settings = {
   SBINBOX_BATCH_SIZE:
     "most messages per inbox transaction (group commit, docs/batching.md); 1 is one transaction per message",
   SBINBOX_BATCH_WAIT_MS: "how long a batch's first message waits for more before the batch runs",
+  SBINBOX_BATCH_MAX_IN_FLIGHT:
+    "most batch transactions of one worker at once; 1 keeps its batches from deadlocking each other (docs/batching.md)",
   SBINBOX_PRECHECK: "read the inbox before the transaction to skip late redeliveries cheaply (true/false)",
   SBINBOX_MAX_MESSAGE_BYTES: "bodies larger than this are dead-lettered as MessageTooLarge",
   SBINBOX_GRACE_PERIOD_MS: "how long a stop waits for in-flight messages",
@@ -177,6 +179,7 @@ export const parsers = {
   // 1,000: SQL Server's VALUES list limit (and 1,001 parameters, under its 2,100).
   SBINBOX_BATCH_SIZE: int(1, 1000).default(1),
   SBINBOX_BATCH_WAIT_MS: ms(0, 1000).default(2),
+  SBINBOX_BATCH_MAX_IN_FLIGHT: int(1, 1000).default(1),
   SBINBOX_PRECHECK: bool.default(true),
   SBINBOX_MAX_MESSAGE_BYTES: int(1).default(262_144),
   SBINBOX_GRACE_PERIOD_MS: ms(0).default(20_000),

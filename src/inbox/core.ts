@@ -84,6 +84,11 @@ export interface InboxDriver {
   query<R = Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>>;
   begin(): Promise<InboxTransaction>;
   classify(error: unknown, origin: StatementOrigin): ErrorClass;
+  /**
+   * True when the error (or one it wraps) is the database choosing this transaction as a deadlock's victim, by
+   * its structured number (PostgreSQL 40P01, SQL Server 1205). Only counts why batches fail (the metric).
+   */
+  isDeadlock?(error: unknown): boolean;
   migrate(module?: ModuleMigrations): Promise<MigrationResult>;
   pendingMigrations(module?: ModuleMigrations): Promise<string[]>;
   close(): Promise<void>;
@@ -112,10 +117,21 @@ export interface InboxBatchItem {
  */
 export type InboxBatchOutcome = { readonly kind: "committed" | "duplicate" } | { readonly kind: "single" };
 
+/**
+ * Why a batch's transaction did not commit, for the metric: the database chose it as a deadlock's victim, a
+ * handler (or one of its statements) failed, its marker insert met a key that exists (SQL Server), or anything
+ * else (the pre-check, BEGIN, COMMIT, a lost connection).
+ */
+export type BatchFailureReason = "deadlock" | "handler_error" | "duplicate" | "other";
+
 export interface InboxBatchResult {
   readonly outcomes: readonly InboxBatchOutcome[];
   /** Why the batch's transaction did not commit, when it did not. */
   readonly failure?: unknown;
+  /** The failure's reason (set with `failure`). */
+  readonly reason?: BatchFailureReason;
+  /** True when no transaction was opened: the pre-check found every message's marker (all duplicates). */
+  readonly noTransaction?: boolean;
 }
 
 type Failed = Extract<ProcessOutcome, { kind: "failed" }>;
@@ -217,24 +233,29 @@ export class InboxCore implements InboxStore {
         open = open.filter((i) => !done.has(items[i]!.messageId));
         for (let i = 0; i < items.length; i += 1) if (done.has(items[i]!.messageId)) outcomes[i] = DUPLICATE;
       } catch (failure) {
-        return { outcomes, failure };
+        return { outcomes, failure, reason: this.batchFailure(failure, "other") };
       }
-      if (open.length === 0) return { outcomes };
+      // Nothing left to write: no transaction opened, so none committed (the metric says so).
+      if (open.length === 0) return { outcomes, noTransaction: true };
     }
     let tx: InboxTransaction;
     try {
       tx = await this.driver.begin();
     } catch (failure) {
-      return { outcomes, failure };
+      return { outcomes, failure, reason: this.batchFailure(failure, "other") };
     }
-    const undecided = (failure: unknown): InboxBatchResult => ({
+    const undecided = (failure: unknown, reason: BatchFailureReason): InboxBatchResult => ({
       outcomes: outcomes.map((o) => (o.kind === "duplicate" ? o : SINGLE)),
       failure,
+      reason: this.batchFailure(failure, reason),
     });
     try {
+      // The keys in one order (code-unit order; any fixed order does), so two batches sharing keys take their key
+      // locks in that order and cannot deadlock on them: SQL Server's VALUES rows go in as given, PostgreSQL's
+      // statement sorts them again itself (ORDER BY m). The handlers still run in arrival order.
       const inserted = await tx.query<{ id: string }>(
         batch.insertMarkers(open.length),
-        params(open.map((i) => items[i]!.messageId)),
+        params(open.map((i) => items[i]!.messageId).sort()),
       );
       if (batch.returnsInserted) {
         // Decided from the keys the database returns, never from an error's text.
@@ -244,7 +265,10 @@ export class InboxCore implements InboxStore {
       }
     } catch (failure) {
       await tx.rollback();
-      return undecided(failure);
+      return undecided(
+        failure,
+        this.driver.classify(failure, "marker") === "duplicate" ? "duplicate" : "other",
+      );
     }
     for (const i of open) {
       const handle = new TransactionHandle(this.dialect, tx);
@@ -253,12 +277,16 @@ export class InboxCore implements InboxStore {
       } catch (failure) {
         await handle.end();
         await tx.rollback();
-        return undecided(failure);
+        // A handler that caught its statement's deadlock and threw its own error still failed by the deadlock.
+        return undecided(
+          failure,
+          this.driver.isDeadlock?.(handle.statementFailure) ? "deadlock" : "handler_error",
+        );
       }
       const problem = await handle.end();
       if (problem !== undefined) {
         await tx.rollback();
-        return undecided(problem);
+        return undecided(problem, "handler_error");
       }
     }
     try {
@@ -266,10 +294,15 @@ export class InboxCore implements InboxStore {
     } catch (failure) {
       // Committed or not, the single path decides each one: a marker that made it makes that one a duplicate.
       await tx.rollback();
-      return undecided(failure);
+      return undecided(failure, "other");
     }
     for (const i of open) outcomes[i] = COMMITTED;
     return { outcomes };
+  }
+
+  /** A deadlock wherever it happened, else the reason the failing step gives. */
+  private batchFailure(failure: unknown, otherwise: BatchFailureReason): BatchFailureReason {
+    return this.driver.isDeadlock?.(failure) ? "deadlock" : otherwise;
   }
 
   async isProcessed(key: InboxKey): Promise<boolean> {

@@ -44,8 +44,11 @@ export interface WorkerMetrics {
   recordOutagePause(durationMs: number): void;
   /** One failed attempt's retry: waited out in place, scheduled as a copy, or exhausted (dead-lettered). */
   recordRetry(queue: string, outcome: RetryOutcome, errorClass: string): void;
-  /** One batch transaction: its size, and whether it committed or rolled back to the single-message path. */
-  recordBatch(size: number, committed: boolean): void;
+  /**
+   * One batch: its size and how it ended (committed; all_duplicate, no transaction needed; or why it rolled back
+   * to the single-message path: deadlock, handler_error, duplicate, other).
+   */
+  recordBatch(size: number, outcome: string): void;
   /**
    * Reports open two-phase claims on each collection from `read` (e.g. `store.countOpenClaims`).
    * A failing read reports nothing for that collection. Returns a function that stops reporting.
@@ -180,8 +183,11 @@ const api: WorkerMetrics = {
       [Attr.errorType]: errorClass,
     });
   },
-  recordBatch(size, committed) {
-    instruments().batchSize.record(size, { [Attr.batchOutcome]: committed });
+  recordBatch(size, outcome) {
+    instruments().batchSize.record(size, {
+      [Attr.batchOutcome]: outcome === "committed",
+      [Attr.batchResult]: outcome,
+    });
   },
   observeOpenClaims(read, attributes = {}) {
     instruments();

@@ -39,8 +39,10 @@ export const Attr = {
   inboxStatement: "sbinbox.inbox.statement",
   /** How many messages of a batch its transaction committed (the rest were duplicates or went alone). */
   batchCommitted: "sbinbox.batch.committed",
-  /** Whether a batch's transaction committed (true) or rolled back and sent its messages alone (false). */
+  /** Whether a batch's transaction committed (true), or not: none was needed, or it rolled back (false). */
   batchOutcome: "sbinbox.batch.committed_whole",
+  /** How a batch ended: committed, all_duplicate, or its failure's reason (deadlock, handler_error, duplicate, other). */
+  batchResult: "sbinbox.batch.outcome",
   /** A start-up step (database, serviceBus) and its state while it waits (waiting, unreachable, refused). */
   startupStep: "sbinbox.startup.step",
   startupState: "sbinbox.startup.state",

@@ -9,7 +9,7 @@ import {
 } from "@opentelemetry/api";
 import type { ProcessOutcome } from "../domain/outcome.ts";
 import type { SqlExecutor } from "../domain/sql.ts";
-import type { InboxBatchItem, InboxBatchResult } from "../inbox/core.ts";
+import type { BatchFailureReason, InboxBatchItem, InboxBatchResult } from "../inbox/core.ts";
 import type { InboxKey, InboxStore } from "../inbox/store.ts";
 import { Attr, SpanName, TRACER_NAME } from "../telemetry/names.ts";
 
@@ -21,13 +21,21 @@ export interface BatcherOptions {
   /** How long the first message of a batch waits for more before the batch runs. */
   readonly waitMs: number;
   /**
-   * Most batch transactions running at once (default unlimited). 1 keeps one worker's batches from deadlocking each
-   * other on rows their handlers share; the next batch fills while one runs.
+   * Most batch transactions running at once (default 1). Two batches whose handlers touch the same rows in
+   * different orders deadlock, which a message-at-a-time worker's short transactions rarely do: the victim waits
+   * out the database's deadlock timeout, rolls back and reruns its messages alone. With 1, the next batch fills
+   * while one runs and this worker's batches never meet each other.
    */
   readonly maxInFlight?: number;
-  /** Each batch that ran, with its size and whether its transaction committed (metrics). */
-  readonly onBatch?: (size: number, committed: boolean) => void;
+  /** Each batch that ran, with its size and how it ended (metrics). */
+  readonly onBatch?: (size: number, outcome: BatchOutcome) => void;
 }
+
+/**
+ * How a batch ended: its transaction committed; no transaction was needed (the pre-check found every message's
+ * marker); or why its transaction failed, when its messages went on alone.
+ */
+export type BatchOutcome = "committed" | "all_duplicate" | BatchFailureReason;
 
 interface Entry {
   readonly key: InboxKey;
@@ -49,11 +57,21 @@ export class Batcher {
   private timer: NodeJS.Timeout | undefined;
   private readonly ready: Entry[][] = [];
   private running = 0;
+  private readonly maxInFlight: number;
 
   constructor(options: BatcherOptions) {
     if (!Number.isInteger(options.maxSize) || options.maxSize < 2)
       throw new RangeError("a batcher's maxSize must be a whole number of at least 2");
+    const inFlight = options.maxInFlight ?? 1;
+    if (!Number.isInteger(inFlight) || inFlight < 1)
+      throw new RangeError("a batcher's maxInFlight must be a whole number of at least 1");
     this.options = options;
+    this.maxInFlight = inFlight;
+  }
+
+  /** Formed batches waiting for one in flight to end. */
+  get queued(): number {
+    return this.ready.length;
   }
 
   /** Processes one message's transactional work, in a batch with others when there are any. */
@@ -79,7 +97,7 @@ export class Batcher {
   }
 
   private next(): void {
-    while (this.ready.length > 0 && this.running < (this.options.maxInFlight ?? Infinity)) {
+    while (this.ready.length > 0 && this.running < this.maxInFlight) {
       const entries = this.ready.shift()!;
       this.running += 1;
       void this.run(entries).finally(() => {
@@ -100,9 +118,9 @@ export class Batcher {
       result = await this.transaction(entries);
     } catch {
       // processBatch does not throw for database or handler failures; anything else still leaves no one behind.
-      result = { outcomes: entries.map(() => ({ kind: "single" })) };
+      result = { outcomes: entries.map(() => ({ kind: "single" })), failure: true, reason: "other" };
     }
-    this.options.onBatch?.(entries.length, result.failure === undefined);
+    this.options.onBatch?.(entries.length, outcomeOf(result));
     entries.forEach((entry, i) => {
       const outcome = result.outcomes[i]!;
       if (outcome.kind === "single") this.alone(entry);
@@ -160,6 +178,11 @@ export class Batcher {
         entry.resolve({ kind: "failed", error, errorClass: "permanent" }),
       );
   }
+}
+
+function outcomeOf(result: InboxBatchResult): BatchOutcome {
+  if (result.failure !== undefined) return result.reason ?? "other";
+  return result.noTransaction ? "all_duplicate" : "committed";
 }
 
 function errorName(error: unknown): string {

@@ -10,7 +10,7 @@ import { silentLogger, type Logger } from "../telemetry/logger.ts";
 import { errorType, recordAttempt, recordRetryWait } from "../servicebus/tracing.ts";
 import { retryMessageId } from "../servicebus/message-id.ts";
 import { CopyProperty } from "../domain/envelope.ts";
-import { Batcher } from "./batcher.ts";
+import { Batcher, type BatchOutcome } from "./batcher.ts";
 import { parseEntity, TARGET_SUBSCRIPTION_PROPERTY, type Entity } from "../domain/entity.ts";
 import { firstAttempt, processMessage, type Attempt } from "./process-message.ts";
 import { decideRetry, defaultRetryPolicy, retryClass, type RetryPolicy } from "./retry-policy.ts";
@@ -29,7 +29,10 @@ export interface WorkerOptions {
   readonly batchSize?: number;
   /** How long a batch's first message waits for more before the batch runs. */
   readonly batchWaitMs?: number;
-  /** Most batch transactions at once (default unlimited; the benchmark's experiments). */
+  /**
+   * Most batch transactions at once (default 1: this worker's batches never deadlock each other; more only for
+   * handlers that touch shared rows in one stable order, docs/batching.md).
+   */
   readonly batchMaxInFlight?: number;
   readonly gracePeriodMs?: number;
   readonly claimTimeoutMs?: number;
@@ -117,7 +120,7 @@ export function createWorker(options: WorkerOptions): Worker {
   const waits = new Set<() => void>();
   const telemetry = workerMetrics();
   let stopObservingClaims: (() => void) | undefined;
-  const batcher = createBatcher(options, (size, committed) => telemetry.recordBatch(size, committed));
+  const batcher = createBatcher(options, (size, outcome) => telemetry.recordBatch(size, outcome));
 
   let started = false;
   let stopping = false;
@@ -438,7 +441,7 @@ export function createWorker(options: WorkerOptions): Worker {
 /** The batcher when batches are on (batchSize above 1 and a store that can run them). */
 function createBatcher(
   options: WorkerOptions,
-  onBatch: (size: number, committed: boolean) => void,
+  onBatch: (size: number, outcome: BatchOutcome) => void,
 ): Batcher | undefined {
   const size = options.batchSize ?? 1;
   if (size <= 1 || options.store.processBatch === undefined) return undefined;

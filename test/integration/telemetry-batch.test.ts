@@ -72,5 +72,10 @@ describe("group commit telemetry: one inbox.batch span, linked both ways, and th
     const data = await telemetry().collect();
     assert.equal(metricTotal(data, Metric.batchSize), batches.length, "one batch-size point per batch");
     assert.equal(metricTotal(data, Metric.batchSize, { [Attr.batchOutcome]: true }), batches.length);
+    assert.equal(
+      metricTotal(data, Metric.batchSize, { [Attr.batchResult]: "committed" }),
+      batches.length,
+      "each batch counted by how it ended",
+    );
   });
 });

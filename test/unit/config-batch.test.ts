@@ -17,14 +17,21 @@ describe("config: group commit settings", function () {
     const config = loadConfig({ env: {} });
     assert.equal(config.batchSize, 1);
     assert.equal(config.batchWaitMs, 2);
+    assert.equal(config.batchMaxInFlight, 1, "one batch transaction at a time: no deadlocks between batches");
   });
 
   it("takes a batch size up to SBINBOX_MAX_CONCURRENT_CALLS", function () {
     const config = loadConfig({
-      env: { SBINBOX_BATCH_SIZE: "16", SBINBOX_MAX_CONCURRENT_CALLS: "32", SBINBOX_BATCH_WAIT_MS: "0" },
+      env: {
+        SBINBOX_BATCH_SIZE: "16",
+        SBINBOX_MAX_CONCURRENT_CALLS: "32",
+        SBINBOX_BATCH_WAIT_MS: "0",
+        SBINBOX_BATCH_MAX_IN_FLIGHT: "2",
+      },
     });
     assert.equal(config.batchSize, 16);
     assert.equal(config.batchWaitMs, 0);
+    assert.equal(config.batchMaxInFlight, 2);
   });
 
   it("errors name the bad setting", function () {
@@ -39,6 +46,8 @@ describe("config: group commit settings", function () {
       [{ SBINBOX_BATCH_SIZE: "17" }, "SBINBOX_BATCH_SIZE", /at most SBINBOX_MAX_CONCURRENT_CALLS \(16\)/],
       [{ SBINBOX_BATCH_WAIT_MS: "1001" }, "SBINBOX_BATCH_WAIT_MS", /at most 1000/],
       [{ SBINBOX_BATCH_WAIT_MS: "-1" }, "SBINBOX_BATCH_WAIT_MS", /whole number/],
+      [{ SBINBOX_BATCH_MAX_IN_FLIGHT: "0" }, "SBINBOX_BATCH_MAX_IN_FLIGHT", /at least 1/],
+      [{ SBINBOX_BATCH_MAX_IN_FLIGHT: "two" }, "SBINBOX_BATCH_MAX_IN_FLIGHT", /whole number/],
     ];
     for (const [env, setting, problem] of cases) {
       const error = configError(() => loadConfig({ env }));

@@ -78,6 +78,16 @@ describe("SQL Server batch: statements, parameters, and a 2627 on the multi-row 
     assert.equal(log.filter((l) => l.sql === "COMMIT").length, 1);
   });
 
+  it("sends the marker rows sorted by MessageId (batches sharing keys lock them in one order); handlers run as they came", async function () {
+    const ran: string[] = [];
+    const { store: s, log } = store(false);
+    const result = await s.processBatch("billing", items(["m-3", "m-1", "m-2"], ran));
+    assert.equal(result.failure, undefined);
+    const insert = log.find((l) => l.sql === batchStatements.insertMarkers(3));
+    assert.deepEqual(insert?.params, ["billing", "m-1", "m-2", "m-3"]);
+    assert.deepEqual(ran, ["m-3", "m-1", "m-2"]);
+  });
+
   it("a 2627 on the insert: rolled back, no handler ran, every undecided message goes alone", async function () {
     const ran: string[] = [];
     const { store: s, log } = store(true, ["b"]);
@@ -88,6 +98,7 @@ describe("SQL Server batch: statements, parameters, and a 2627 on the multi-row 
     );
     assert.deepEqual(ran, []);
     assert.ok(result.failure instanceof mssql.RequestError);
+    assert.equal(result.reason, "duplicate", "counted as a duplicate key, from its number");
     assert.deepEqual(log.map((l) => l.sql).slice(-1), ["ROLLBACK"]);
   });
 

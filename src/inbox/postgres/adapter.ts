@@ -64,6 +64,9 @@ export function createPostgresInboxStore(options: PostgresInboxOptions): InboxCo
 }
 
 /** The inbox on PostgreSQL through `pg`. */
+/** SQLSTATE deadlock_detected: this transaction was the deadlock's victim. */
+const DEADLOCK_DETECTED = "40P01";
+
 export class PostgresDriver implements InboxDriver {
   readonly dialect = "postgres" as const;
   readonly statements: ReturnType<typeof postgresSql>["statements"];
@@ -184,6 +187,13 @@ export class PostgresDriver implements InboxDriver {
         }
       },
     };
+  }
+
+  isDeadlock(error: unknown): boolean {
+    return (
+      driverErrorInChain(error, (e) => e instanceof pg.DatabaseError && e.code === DEADLOCK_DETECTED) !==
+      undefined
+    );
   }
 
   classify(error: unknown, origin: StatementOrigin): ErrorClass {

@@ -10,6 +10,7 @@ import { loadMigrations, modulePrefix, pendingMigrationNames, type MigrationSet 
 import type { MigrationResult, ModuleMigrations } from "../store.ts";
 import { clientGraceMs, DEFAULT_DATABASE_TIMEOUTS, type DatabaseTimeouts } from "../timeouts.ts";
 import { classifySqlServerError } from "./classify.ts";
+import { sqlServerErrorNumbers } from "./error-chain.ts";
 import { ACQUIRE_MIGRATION_LOCK, CREATE_SCHEMA, sqlServerSql } from "./statements.ts";
 import { DEFAULT_INBOX_SCHEMA } from "../schema-name.ts";
 import { driverErrorInChain } from "../error-links.ts";
@@ -155,6 +156,9 @@ function toResult<R>(result: mssql.IResult<unknown>): SqlResult<R> {
 }
 
 /** The inbox on SQL Server / Azure SQL through `mssql` (tedious). */
+/** Error 1205: this transaction was chosen as a deadlock's victim. */
+const DEADLOCK_VICTIM = 1205;
+
 export class SqlServerDriver implements InboxDriver {
   readonly dialect = "sqlserver" as const;
   readonly statements: ReturnType<typeof sqlServerSql>["statements"];
@@ -211,6 +215,10 @@ export class SqlServerDriver implements InboxDriver {
         await rollbackOrDiscard(this.pool, tx, connection);
       },
     };
+  }
+
+  isDeadlock(error: unknown): boolean {
+    return sqlServerErrorNumbers(error).includes(DEADLOCK_VICTIM);
   }
 
   classify(error: unknown, origin: StatementOrigin): ErrorClass {
