@@ -102,6 +102,8 @@ describe("the packed packages, installed into an empty project", function () {
             new RegExp(`sbinbox ${command} needs the development package sbinbox-dev`),
           );
           assert.match(result.stderr, /npm install --save-dev sbinbox-dev/);
+          // Configuring Service Bus and a database would not run the local broker or the demo.
+          assert.doesNotMatch(result.stderr, /configure Service Bus/);
         }
         // No Service Bus and no database configured: the worker's embedded defaults.
         const worker = await failing(["worker"]);
@@ -110,6 +112,7 @@ describe("the packed packages, installed into an empty project", function () {
           worker.stdout + worker.stderr,
           /embedded defaults needs the development package sbinbox-dev/,
         );
+        assert.match(worker.stdout + worker.stderr, /or configure Service Bus and a database/);
       } finally {
         await rename(hidden, dev);
       }
