@@ -106,13 +106,23 @@ export async function productionTree(dir: string): Promise<Set<string>> {
   return found;
 }
 
-/** Bytes under `path`: the sizes of its files, links not followed (as `du -sb` counts them). */
-export async function diskBytes(path: string): Promise<number> {
+/**
+ * The apparent size of `path`: the sum of its files' sizes, links not followed (as `du -sb` counts them). What
+ * the files hold, not what the disk gives them: node_modules is thousands of small files, each taking whole
+ * blocks, so its disk usage (`diskUsage`) is far larger.
+ */
+export async function apparentBytes(path: string): Promise<number> {
   const info = await lstat(path);
   if (!info.isDirectory()) return info.size;
   let total = 0;
-  for (const entry of await readdir(path)) total += await diskBytes(join(path, entry));
+  for (const entry of await readdir(path)) total += await apparentBytes(join(path, entry));
   return total;
+}
+
+/** The disk space `path` takes, in bytes, as `du -sk` reports it (blocks allocated; the file system's choice). */
+export async function diskUsage(path: string): Promise<number> {
+  const { stdout } = await exec("du", ["-sk", path]);
+  return Number.parseInt(stdout, 10) * 1024;
 }
 
 export const megabytes = (bytes: number): string => (bytes / 1024 / 1024).toFixed(1);

@@ -14,7 +14,7 @@ import { defaultRetryPolicy } from "../worker/retry-policy.ts";
 import { openDatabase, type Database } from "./database.ts";
 import { loadHandlerModule, moduleMigrations, SchemaNotMigratedError } from "./handler-module.ts";
 import type { EmbeddedBroker } from "./embedded-broker.ts";
-import { loadDevPackage } from "./dev-package.ts";
+import { EMBEDDED_DEFAULTS, loadDevPackage } from "./dev-package.ts";
 import { databaseStartupFailure, serviceBusStartupFailure } from "./startup-classify.ts";
 import { startWhenReachable, type StartupState } from "./startup.ts";
 
@@ -85,7 +85,7 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
     let serviceBus = config.serviceBus;
     const embedded = serviceBus.kind === "embedded" || connection.kind === "embedded";
     if (serviceBus.kind === "embedded" || connection.kind === "embedded") {
-      const { EmbeddedPostgresServer } = await loadDevPackage("embedded defaults");
+      const { EmbeddedPostgresServer } = await loadDevPackage(EMBEDDED_DEFAULTS);
       const pgServer = await EmbeddedPostgresServer.create();
       cleanups.push(() => pgServer.dispose());
       connection = { kind: "postgres", url: pgServer.url() };

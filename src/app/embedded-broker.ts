@@ -1,6 +1,6 @@
 import type { LocalBroker } from "sbinbox-dev";
 import { parseEntity } from "../domain/entity.ts";
-import { loadDevPackage } from "./dev-package.ts";
+import { EMBEDDED_DEFAULTS, loadDevPackage } from "./dev-package.ts";
 
 export interface EmbeddedBroker {
   readonly connectionString: string;
@@ -13,8 +13,7 @@ export interface EmbeddedBroker {
  * else on any free port. Never the production path: the worker otherwise talks only to the configured broker.
  */
 export async function startEmbeddedBroker(path: string, port = 5672): Promise<EmbeddedBroker> {
-  const { LocalBroker, defaultConfig, queueDefaults, sbinboxTopic } =
-    await loadDevPackage("embedded defaults");
+  const { LocalBroker, defaultConfig, queueDefaults, sbinboxTopic } = await loadDevPackage(EMBEDDED_DEFAULTS);
   const config = defaultConfig();
   const entity = parseEntity(path);
   if (entity.kind === "queue") config.queues = [{ ...queueDefaults, name: entity.queue }];

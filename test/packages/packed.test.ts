@@ -7,13 +7,13 @@
 import assert from "node:assert/strict";
 import { execFile, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, readFile, rename, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { ServiceBusClient } from "@azure/service-bus";
 import { deriveMessageId } from "../../src/servicebus/message-id.ts";
-import { installInto, packAll, productionTree, type PackageName } from "../../scripts/packages.ts";
+import { installInto, packAll, productionTree, repoRoot, type PackageName } from "../../scripts/packages.ts";
 import { cleanEnv } from "../helpers/cli.ts";
 
 const run = promisify(execFile);
@@ -102,6 +102,8 @@ describe("the packed packages, installed into an empty project", function () {
             new RegExp(`sbinbox ${command} needs the development package sbinbox-dev`),
           );
           assert.match(result.stderr, /npm install --save-dev sbinbox-dev/);
+          // Configuring Service Bus and a database would not run the local broker or the demo.
+          assert.doesNotMatch(result.stderr, /configure Service Bus/);
         }
         // No Service Bus and no database configured: the worker's embedded defaults.
         const worker = await failing(["worker"]);
@@ -109,6 +111,34 @@ describe("the packed packages, installed into an empty project", function () {
         assert.match(
           worker.stdout + worker.stderr,
           /embedded defaults needs the development package sbinbox-dev/,
+        );
+        assert.match(worker.stdout + worker.stderr, /or configure Service Bus and a database/);
+      } finally {
+        await rename(hidden, dev);
+      }
+    });
+
+    it("a strict TypeScript project compiles imports of sbinbox and sbinbox/publisher, without sbinbox-dev", async () => {
+      // The worker's declarations name pg's and mssql's types (its pools, its SQL Server transaction), so a
+      // TypeScript user needs @types/pg and @types/mssql: without them, tsc --strict stops at TS7016.
+      const dev = join(workerProject(), "node_modules/sbinbox-dev");
+      const hidden = join(workerProject(), "sbinbox-dev.hidden");
+      const compilerOptions = { strict: true, module: "nodenext", target: "es2022", noEmit: true };
+      await writeFile(
+        join(workerProject(), "tsconfig.json"),
+        JSON.stringify({ compilerOptions, files: ["use.ts"] }),
+      );
+      await writeFile(
+        join(workerProject(), "use.ts"),
+        'import * as sbinbox from "sbinbox";\n' +
+          'import { deriveMessageId } from "sbinbox/publisher";\n' +
+          'export const names: string[] = [...Object.keys(sbinbox), deriveMessageId("NoteCreated", "42")];\n',
+      );
+      await rename(dev, hidden);
+      try {
+        const tsc = join(repoRoot, "node_modules/typescript/bin/tsc");
+        await run(process.execPath, [tsc, "-p", workerProject()], { cwd: workerProject() }).catch(
+          (error: { stdout: string }) => assert.fail(`tsc failed:\n${error.stdout}`),
         );
       } finally {
         await rename(hidden, dev);
