@@ -97,6 +97,10 @@ export async function productionTree(dir: string): Promise<Set<string>> {
   const found = new Set<string>();
   const walk = (deps: Record<string, LsNode> | undefined): void => {
     for (const [name, node] of Object.entries(deps ?? {})) {
+      // An optional peer dependency nobody installed (sbinbox-publisher's pg, mssql, tedious) is listed as `{}`,
+      // with no version: npm 11 does not install optional peers, so it is not in the tree (a missing required
+      // dependency makes `npm ls` exit non-zero, and this throws).
+      if (node.version === undefined) continue;
       // npm lists a package's dependencies under one of its places only (the others say "deduped"): walk all.
       found.add(`${name}@${node.version}`);
       walk(node.dependencies);
