@@ -97,6 +97,10 @@ export async function productionTree(dir: string): Promise<Set<string>> {
   const found = new Set<string>();
   const walk = (deps: Record<string, LsNode> | undefined): void => {
     for (const [name, node] of Object.entries(deps ?? {})) {
+      // An optional dependency or optional peer that is not installed (another platform's binary, pg's pg-native,
+      // sbinbox-publisher's pg, mssql, tedious: npm 11 installs no optional peer) is listed as `{}`, with no
+      // version: it is not in the tree. A missing required one makes `npm ls` exit non-zero, and this throws.
+      if (node.version === undefined) continue;
       // npm lists a package's dependencies under one of its places only (the others say "deduped"): walk all.
       found.add(`${name}@${node.version}`);
       walk(node.dependencies);

@@ -13,8 +13,17 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { ServiceBusClient } from "@azure/service-bus";
 import { deriveMessageId } from "../../src/servicebus/message-id.ts";
-import { installInto, packAll, productionTree, repoRoot, type PackageName } from "../../scripts/packages.ts";
+import {
+  installInto,
+  installProduction,
+  packAll,
+  productionTree,
+  repoRoot,
+  type PackageName,
+} from "../../scripts/packages.ts";
+import { brokerConfig, useLocalBroker } from "../helpers/broker.ts";
 import { cleanEnv } from "../helpers/cli.ts";
+import { createTestDatabase } from "../helpers/postgres.ts";
 
 const run = promisify(execFile);
 const allowed = (
@@ -49,20 +58,128 @@ describe("the packed packages, installed into an empty project", function () {
     assert.deepEqual(outside, [], "packages outside test/packages/publisher-allowed.json");
     const manifest = JSON.parse(
       await readFile(join(publisherProject(), "node_modules/sbinbox-publisher/package.json"), "utf8"),
-    ) as { dependencies: Record<string, string> };
+    ) as {
+      dependencies: Record<string, string>;
+      peerDependencies: Record<string, string>;
+      peerDependenciesMeta: Record<string, { optional?: boolean }>;
+    };
     assert.deepEqual(Object.keys(manifest.dependencies).sort(), [
       "@azure/identity",
       "@azure/service-bus",
       "@opentelemetry/api",
     ]);
+    // The relay's drivers are optional peers, which npm 11 does not install: not on disk, and `npm ls` (above)
+    // lists them without a version and without a problem. A service that runs the relay installs its own.
+    const peers = Object.keys(manifest.peerDependencies).sort();
+    assert.deepEqual(peers, ["mssql", "pg", "tedious"]);
+    for (const peer of peers) {
+      assert.equal(manifest.peerDependenciesMeta[peer]?.optional, true, `${peer} is not an optional peer`);
+      assert.ok(!existsSync(join(publisherProject(), "node_modules", peer)), `${peer} installed`);
+    }
   });
 
   it("sbinbox-publisher ships compiled code and declarations only", () => {
     const dist = join(publisherProject(), "node_modules/sbinbox-publisher/dist");
     assert.ok(existsSync(join(dist, "publisher.js")) && existsSync(join(dist, "publisher.d.ts")));
-    for (const part of ["worker", "inbox", "localbroker", "config", "app"]) {
+    assert.ok(existsSync(join(dist, "publisher-relay.js")) && existsSync(join(dist, "publisher-relay.d.ts")));
+    assert.ok(
+      existsSync(join(dist, "outbox/postgres/migrations/0001_outbox.sql")),
+      "outbox migrations missing",
+    );
+    for (const part of ["worker", "localbroker", "config", "app", "cli", "embedded", "example"]) {
       assert.ok(!existsSync(join(dist, part)), `dist/${part} shipped`);
     }
+    // The relay's stores run on the inbox's drivers and migrations runner; the inbox's own migrations stay out.
+    for (const dialect of ["postgres", "sqlserver"])
+      assert.ok(
+        !existsSync(join(dist, `inbox/${dialect}/migrations`)),
+        `inbox ${dialect} migrations shipped`,
+      );
+  });
+
+  it("sbinbox-publisher/relay without pg names the package to install", async () => {
+    const script = `
+      import { openPostgresOutboxStore } from "sbinbox-publisher/relay";
+      await openPostgresOutboxStore({ url: "postgres://nobody@127.0.0.1:1/none" });
+    `;
+    const failed = await run(process.execPath, ["--input-type=module", "-e", script], {
+      cwd: publisherProject(),
+      env: cleanEnv({}),
+    }).then(
+      () => assert.fail("the PostgreSQL store opened without pg"),
+      (error: { stderr: string }) => error,
+    );
+    assert.match(failed.stderr, /the PostgreSQL outbox store needs the pg package, and pg is not installed/);
+    assert.match(failed.stderr, /npm install pg/);
+  });
+
+  describe("sbinbox-publisher/relay with pg, on embedded PostgreSQL and the local broker", () => {
+    const QUEUE = "outbox";
+    const fixture = useLocalBroker(brokerConfig({ [QUEUE]: { RequiresDuplicateDetection: true } }));
+    const relayProject = (): string => join(work, "relay-user");
+    before(async () => {
+      await mkdir(relayProject());
+      // The service's own pg beside the publisher, as docs/packages.md tells it to install it.
+      await installProduction(
+        relayProject(),
+        {
+          dependencies: { "sbinbox-publisher": `file:${tarballs["sbinbox-publisher"]}`, pg: "^8.23.1" },
+        },
+        ["--offline"],
+      );
+    });
+
+    it("the installed relay sends an enqueued row once, with its derived MessageId", async () => {
+      const database = await createTestDatabase("packed relay");
+      // The upstream service's process: migrate, enqueue in its own transaction, run the relay until the send.
+      const script = `
+        import pg from "pg";
+        import { enqueue } from "sbinbox-publisher";
+        import { createOutboxSender, openPostgresOutboxStore, startRelay } from "sbinbox-publisher/relay";
+        const store = await openPostgresOutboxStore({ url: process.env.DB });
+        await store.migrate();
+        const client = new pg.Client({ connectionString: process.env.DB });
+        await client.connect();
+        await client.query("BEGIN");
+        await enqueue(client, { type: "NoteCreated", key: "7", body: { noteId: 7 } });
+        await client.query("COMMIT");
+        const sender = createOutboxSender({ queue: process.env.QUEUE, connection: { connectionString: process.env.CS } });
+        let sent;
+        const sentOnce = new Promise((resolve) => (sent = resolve));
+        const relay = await startRelay({ store, sender, afterSend: (ids) => { if (ids.length > 0) sent(); } });
+        await sentOnce;
+        await relay.stop();
+        const { rows } = await client.query('SELECT count(*)::int AS n FROM "Outbox" WHERE "SentUtc" IS NOT NULL');
+        await client.end();
+        await sender.close();
+        await store.close();
+        process.stdout.write(JSON.stringify({ counters: relay.counters, markedSent: rows[0].n }));
+      `;
+      const { stdout } = await run(process.execPath, ["--input-type=module", "-e", script], {
+        cwd: relayProject(),
+        env: cleanEnv({ DB: database, CS: fixture.broker.connectionString, QUEUE }),
+      });
+      const result = JSON.parse(stdout) as { counters: { sent: number }; markedSent: number };
+      assert.deepEqual(
+        { sent: result.counters.sent, markedSent: result.markedSent },
+        { sent: 1, markedSent: 1 },
+      );
+
+      const receiver = fixture.client.createReceiver(QUEUE, {
+        receiveMode: "receiveAndDelete",
+        skipParsingBodyAsJson: true,
+      });
+      try {
+        const [message] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 10_000 });
+        assert.ok(message, "no message reached the broker");
+        assert.equal(message.messageId, deriveMessageId("NoteCreated", "7"));
+        assert.deepEqual(JSON.parse(Buffer.from(message.body as Uint8Array).toString("utf8")), { noteId: 7 });
+        // The relay stopped after its send, so nothing else is on its way: the queue is empty now.
+        assert.deepEqual(await receiver.peekMessages(10), [], "more than one copy arrived");
+      } finally {
+        await receiver.close();
+      }
+    });
   });
 
   describe("sbinbox (the worker) with and without sbinbox-dev", () => {

@@ -57,6 +57,70 @@ describe("modules are loaded only for the configuration that uses them", functio
     assert.deepEqual(app, []);
   });
 
+  // sbinbox-publisher/relay: what an upstream service runs in its own process. Its driver is an optional peer.
+  const HEAVY = /^(zod|pino|sbinbox-dev|@grpc\/|@azure\/monitor-|@opentelemetry\/(?!api$))/;
+  const WORKER = /^src\/(worker|localbroker|app|embedded|config|cli|example)\//;
+
+  it("the relay entry loads no driver, inbox, worker, zod or OpenTelemetry SDK until a store is opened", async () => {
+    const loaded = await modulesLoadedBy(`
+      const r = await import(${JSON.stringify(src("publisher-relay.ts"))});
+      for (const name of ["startRelay", "openPostgresOutboxStore", "openSqlServerOutboxStore", "createOutboxSender", "outboxMigrationsDir"])
+        if (typeof r[name] !== "function") throw new Error("no " + name);
+      const client = r.createServiceBusClient({ fullyQualifiedNamespace: "sb-x.servicebus.windows.net" });
+      const sender = r.createOutboxSender({ client, queue: "q" });
+      await sender.close();
+      await client.close();
+    `);
+    assert.ok(loaded.has("src/outbox/relay.ts"), "the probe must see the repo's modules");
+    for (const name of DRIVERS) assert.ok(!loaded.has(name), `${name} loaded`);
+    assert.deepEqual(
+      [...loaded].filter((m) => HEAVY.test(m)),
+      [],
+    );
+    assert.deepEqual(
+      [...loaded].filter((m) => WORKER.test(m) || m.startsWith("src/inbox/")),
+      [],
+    );
+  });
+
+  it("the relay entry's PostgreSQL store loads pg and the shared driver code, not mssql, zod or the worker", async () => {
+    const loaded = await modulesLoadedBy(`
+      const r = await import(${JSON.stringify(src("publisher-relay.ts"))});
+      const store = await r.openPostgresOutboxStore({ url: "postgres://nobody@127.0.0.1:1/none" });
+      if (store.dialect !== "postgres") throw new Error(store.dialect);
+      await store.close();
+    `);
+    assert.ok(loaded.has("pg") && loaded.has("src/inbox/postgres/adapter.ts"));
+    for (const name of DRIVERS.filter((n) => n !== "pg")) assert.ok(!loaded.has(name), `${name} loaded`);
+    assert.deepEqual(
+      [...loaded].filter((m) => HEAVY.test(m)),
+      [],
+    );
+    assert.deepEqual(
+      [...loaded].filter((m) => WORKER.test(m) || /^src\/inbox\/sqlserver\/(adapter|classify)/.test(m)),
+      [],
+    );
+  });
+
+  it("the relay entry's SQL Server store loads mssql, not pg, zod or the worker", async () => {
+    const loaded = await modulesLoadedBy(`
+      const r = await import(${JSON.stringify(src("publisher-relay.ts"))});
+      const store = await r.openSqlServerOutboxStore({ config: "Server=127.0.0.1,1;Database=none;User Id=x;Password=y" });
+      if (store.dialect !== "sqlserver") throw new Error(store.dialect);
+      await store.close();
+    `);
+    assert.ok(loaded.has("mssql") && loaded.has("tedious"));
+    assert.ok(!loaded.has("pg"), "pg loaded");
+    assert.deepEqual(
+      [...loaded].filter((m) => HEAVY.test(m)),
+      [],
+    );
+    assert.deepEqual(
+      [...loaded].filter((m) => WORKER.test(m) || /^src\/inbox\/postgres\/(adapter|classify)/.test(m)),
+      [],
+    );
+  });
+
   it("the publisher loads the OpenTelemetry API only once an SDK is registered", async () => {
     const loaded = await modulesLoadedBy(`
       const { createPublisher } = await import(${JSON.stringify(src("servicebus/publisher.ts"))});
