@@ -78,6 +78,12 @@ export interface Publisher {
 export interface PublishFailure {
   acknowledged: number;
   acknowledgedPrefix: number;
+  /**
+   * Events in batches that were sent and failed: the broker may still hold some of them (it stored a batch, and
+   * its acknowledgement was lost with the connection), so the broker has from `acknowledged` to `acknowledged` +
+   * `unconfirmed` of the call's events.
+   */
+  unconfirmed: number;
 }
 
 export interface PublisherOptions {
@@ -131,6 +137,36 @@ export function createPublisher(options: PublisherOptions): Publisher {
   const delayMs = options.resendDelayMs ?? 500;
   const sleep = options.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
 
+  /**
+   * One send, abandoned when its connection drops. The SDK leaves a delivery in flight on a dropped connection
+   * unsettled until rhea-promise's send timer fires (the operation timeout, a minute by default), and in
+   * rhea-promise 3.0.3 that timer then reads the closed link's address and throws out of the timer: an uncaught
+   * exception (amqp/rhea-promise#109, fixed by #119, which no release has yet). Aborting the send clears that
+   * timer, so the failure comes at once, as a transient error the resend below handles like any other (safe: the
+   * MessageId is derived). The connection is the SDK's internal one (no public event says it dropped); an SDK
+   * without it only loses the early abort.
+   */
+  async function sendOnce(message: ServiceBusMessage | ServiceBusMessageBatch): Promise<void> {
+    const connection = currentConnection(client);
+    if (connection === undefined) return sender.sendMessages(message);
+    const abort = new AbortController();
+    const dropped = () => abort.abort();
+    connection.once("disconnected", dropped);
+    try {
+      return await sender.sendMessages(message, { abortSignal: abort.signal });
+    } catch (error) {
+      if (!abort.signal.aborted) throw error;
+      throw Object.assign(
+        new Error("the connection to Service Bus dropped with this send in flight", { cause: error }),
+        {
+          code: "ECONNRESET",
+        },
+      );
+    } finally {
+      connection.removeListener("disconnected", dropped);
+    }
+  }
+
   async function withResend(send: () => Promise<void>): Promise<void> {
     for (let attempt = 0; ; attempt++) {
       try {
@@ -150,13 +186,13 @@ export function createPublisher(options: PublisherOptions): Publisher {
   ): Promise<number> {
     if (known.count === 1) {
       const [message] = messages as ServiceBusMessage[];
-      await withResend(() => sender.sendMessages(message!));
+      await withResend(() => sendOnce(message!));
       return 1;
     }
     return sendInBatches(sender, messages, {
       maxInFlight,
       onSent,
-      send: (batch) => withResend(() => sender.sendMessages(batch)),
+      send: (batch) => withResend(() => sendOnce(batch)),
     });
   }
 
@@ -273,19 +309,22 @@ export async function sendInBatches(
 ): Promise<number> {
   const maxInFlight = options.maxInFlight ?? 1;
   const send = options.send ?? ((batch: ServiceBusMessageBatch) => sender.sendMessages(batch));
-  const inFlight: Promise<number>[] = [];
+  const inFlight: { pending: Promise<void>; count: number }[] = [];
   let sent = 0;
   // Events acknowledged from the start with no failed batch before them; with maxInFlight > 1 a batch after a
   // failed one may still be acknowledged, and counts in `sent` but not here.
   let prefix = 0;
   let failed = false;
+  // Events of sent batches that failed: maybe on the broker, never acknowledged.
+  let unconfirmed = 0;
   const settle = async (keep: number): Promise<void> => {
     while (inFlight.length > keep) {
-      let count: number;
+      const { pending, count } = inFlight.shift()!;
       try {
-        count = await inFlight.shift()!;
+        await pending;
       } catch (error) {
         failed = true;
+        unconfirmed += count;
         throw error;
       }
       sent += count;
@@ -295,10 +334,10 @@ export async function sendInBatches(
   };
   const dispatch = async (batch: ServiceBusMessageBatch): Promise<void> => {
     await settle(maxInFlight - 1);
-    const pending = send(batch).then(() => batch.count);
+    const pending = send(batch);
     // Awaited in order by `settle`; this only keeps a failure from counting as unhandled until then.
     pending.catch(() => {});
-    inFlight.push(pending);
+    inFlight.push({ pending, count: batch.count });
     // One turn of the event loop lets the SDK put the batch on the wire before the next is filled, so the
     // broker works on it while this process encodes.
     await new Promise<void>((resolve) => setImmediate(resolve));
@@ -326,16 +365,35 @@ export async function sendInBatches(
     await settle(0);
   } catch (error) {
     // Whatever is already on its way is waited for, so `onSent` reports exactly what the broker acknowledged.
-    await Promise.allSettled(inFlight);
+    await Promise.allSettled(inFlight.map((f) => f.pending));
     // Every remaining batch is settled, past a failed one too, so `acknowledged` is the broker's whole count.
     while (inFlight.length > 0) await settle(0).catch(() => {});
     if (error !== null && typeof error === "object") {
-      const failure: PublishFailure = { acknowledged: sent, acknowledgedPrefix: prefix };
+      const failure: PublishFailure = { acknowledged: sent, acknowledgedPrefix: prefix, unconfirmed };
       Object.assign(error, failure);
     }
     throw error;
   }
   return sent;
+}
+
+/** What `sendOnce` needs of the SDK's AMQP connection (rhea-promise's, which re-emits rhea's events). */
+interface DroppableConnection {
+  once(event: "disconnected", listener: () => void): unknown;
+  removeListener(event: "disconnected", listener: () => void): unknown;
+}
+
+/**
+ * The client's current AMQP connection: `_connectionContext.connection` in @azure/service-bus 7 (replaced by a new
+ * one after a drop, so read per send). Undefined if the SDK's internals differ.
+ */
+function currentConnection(client: ServiceBusClient): DroppableConnection | undefined {
+  const connection = (
+    client as unknown as { _connectionContext?: { connection?: Partial<DroppableConnection> } }
+  )._connectionContext?.connection;
+  return typeof connection?.once === "function" && typeof connection.removeListener === "function"
+    ? (connection as DroppableConnection)
+    : undefined;
 }
 
 function tooLarge(message: ServiceBusMessage, where?: string, limit?: number): RangeError {
