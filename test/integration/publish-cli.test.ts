@@ -82,6 +82,22 @@ describe("sbinbox publish (streaming, in flight)", function () {
     assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent from a bad file");
   });
 
+  it("a connection string without a key: a configuration error naming the setting, not the SDK's TypeError", async function () {
+    for (const command of [["publish", "--count", "1"], ["dlq", "list"], ["relay"], ["worker"]]) {
+      const result = await runCli(command, {
+        SBINBOX_SERVICEBUS_CONNECTION_STRING: "Endpoint=sb://localhost:25672",
+        SBINBOX_POSTGRES_URL: "postgres://127.0.0.1:1/none",
+      });
+      assert.equal(result.code, 2, `${command.join(" ")}: ${result.stderr}`);
+      assert.match(
+        result.stderr,
+        /configuration error: SBINBOX_SERVICEBUS_CONNECTION_STRING: has no SharedAccessKeyName=/,
+        command.join(" "),
+      );
+      assert.doesNotMatch(result.stderr, /TypeError|\n\s+at /, command.join(" "));
+    }
+  });
+
   it("refuses bad options with the reason, and publishes nothing from an empty file", async function () {
     const empty = join(dir, "empty.jsonl");
     await writeFile(empty, "\n\n");
