@@ -17,9 +17,9 @@ const ROUNDS = Number(process.env.SBINBOX_BENCH_PUBLISH_ROUNDS ?? 3);
 const STARTS = Number(process.env.SBINBOX_BENCH_PUBLISH_STARTS ?? 9);
 const FILE_SIZES = [COUNT, COUNT * 4];
 /**
- * `sbinbox publish --file` runs itself again with a 4 MB semi-space unless one is given (bin/sbinbox.js);
- * `--max-semi-space-size=0` asks for V8's own sizing, to show what that re-run is for. GNU time reports the
- * larger of the two processes' peaks (Linux's wait4), i.e. the child's.
+ * `sbinbox publish --file` replaces itself (process.execve) with a 4 MB semi-space unless one is given
+ * (bin/sbinbox.js); `--max-semi-space-size=0` asks for V8's own sizing, to show what that is for. One process, so
+ * GNU time's peak is the whole command's.
  */
 const FILE_NODE_OPTIONS = ["", "--max-semi-space-size=0"];
 const QUEUE = "sbinbox";
