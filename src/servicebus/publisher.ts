@@ -10,6 +10,7 @@ import { Attr } from "../telemetry/names.ts";
 import type * as SpanHelpers from "./tracing.ts";
 import { deriveMessageId } from "./message-id.ts";
 import { createServiceBusClient, type ServiceBusTarget } from "./client.ts";
+import { sendUnlessDropped } from "./connection-drop.ts";
 
 /**
  * Where @opentelemetry/api (major version 1) keeps what an OpenTelemetry SDK registers (tracer provider,
@@ -139,35 +140,9 @@ export function createPublisher(options: PublisherOptions): Publisher {
   const delayMs = options.resendDelayMs ?? 500;
   const sleep = options.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
 
-  /**
-   * One send, abandoned when its connection drops. The SDK leaves a delivery in flight on a dropped connection
-   * unsettled until rhea-promise's send timer fires (the operation timeout, a minute by default), and in
-   * rhea-promise 3.0.3 that timer then reads the closed link's address and throws out of the timer: an uncaught
-   * exception (amqp/rhea-promise#109, fixed by #119, which no release has yet). Aborting the send clears that
-   * timer, so the failure comes at once, as a transient error the resend below handles like any other (safe: the
-   * MessageId is derived). The connection is the SDK's internal one (no public event says it dropped); an SDK
-   * without it only loses the early abort.
-   */
-  async function sendOnce(message: ServiceBusMessage | ServiceBusMessageBatch): Promise<void> {
-    const connection = currentConnection(client);
-    if (connection === undefined) return sender.sendMessages(message);
-    const abort = new AbortController();
-    const dropped = () => abort.abort();
-    connection.once("disconnected", dropped);
-    try {
-      return await sender.sendMessages(message, { abortSignal: abort.signal });
-    } catch (error) {
-      if (!abort.signal.aborted) throw error;
-      throw Object.assign(
-        new Error("the connection to Service Bus dropped with this send in flight", { cause: error }),
-        {
-          code: "ECONNRESET",
-        },
-      );
-    } finally {
-      connection.removeListener("disconnected", dropped);
-    }
-  }
+  /** One send, failing at once (transient) if its connection drops: see `sendUnlessDropped`. */
+  const sendOnce = (message: ServiceBusMessage | ServiceBusMessageBatch): Promise<void> =>
+    sendUnlessDropped(client, sender, message);
 
   async function withResend(send: () => Promise<void>): Promise<void> {
     for (let attempt = 0; ; attempt++) {
@@ -397,25 +372,6 @@ async function sendBuilt<T>(
     throw error;
   }
   return sent;
-}
-
-/** What `sendOnce` needs of the SDK's AMQP connection (rhea-promise's, which re-emits rhea's events). */
-interface DroppableConnection {
-  once(event: "disconnected", listener: () => void): unknown;
-  removeListener(event: "disconnected", listener: () => void): unknown;
-}
-
-/**
- * The client's current AMQP connection: `_connectionContext.connection` in @azure/service-bus 7 (replaced by a new
- * one after a drop, so read per send). Undefined if the SDK's internals differ.
- */
-function currentConnection(client: ServiceBusClient): DroppableConnection | undefined {
-  const connection = (
-    client as unknown as { _connectionContext?: { connection?: Partial<DroppableConnection> } }
-  )._connectionContext?.connection;
-  return typeof connection?.once === "function" && typeof connection.removeListener === "function"
-    ? (connection as DroppableConnection)
-    : undefined;
 }
 
 function tooLarge(message: ServiceBusMessage, where?: string, limit?: number): RangeError {
