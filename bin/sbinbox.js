@@ -10,32 +10,28 @@ import module from "node:module";
 // started again does not parse and compile its modules anew; NODE_DISABLE_COMPILE_CACHE=1 turns it off.
 module.enableCompileCache?.();
 
-// `sbinbox publish --file` streams a file of any size. With V8's default young generation the heap's committed
-// size grows with the file though little is live (docs/publisher.md, "Memory"), and V8 sizes the young generation
-// only at start-up, so that command runs itself again, once, with a 4 MB semi-space (as `npm start` runs the
-// worker). A semi-space flag already given (on the command line or in NODE_OPTIONS) is left as it is.
+// `sbinbox publish --file` streams a file of any size. With V8's default young generation the heap's committed size
+// grows with the file though little is live (docs/publisher.md, "Memory"), and V8 sizes the young generation
+// only at start-up, so that command replaces itself, once, with the same command under a 4 MB semi-space (as
+// `npm start` runs the worker). process.execve keeps the process: its pid, stdio and signals stay, no parent waits
+// beside it (a child process cost a waiting parent of about 46 MB), and an --inspect port is free again for the new
+// image (exec closes the old one's socket). Windows has no execve: there it runs as it is, with V8's sizing. A
+// semi-space flag already given (on the command line or in NODE_OPTIONS) is left as it is.
 const argv = process.argv.slice(2);
 const SEMI_SPACE = "--max-semi-space-size";
 if (
+  typeof process.execve === "function" &&
   argv[0] === "publish" &&
   argv.some((a) => a === "--file" || a.startsWith("--file=")) &&
   ![...process.execArgv, ...(process.env.NODE_OPTIONS ?? "").split(/\s+/)].some((a) =>
     a.startsWith(SEMI_SPACE),
   )
 ) {
-  const { spawn } = await import("node:child_process");
-  const child = spawn(process.execPath, [...process.execArgv, `${SEMI_SPACE}=4`, process.argv[1], ...argv], {
-    stdio: "inherit",
-  });
-  // A terminal's Ctrl-C reaches both processes; a signal sent to this one alone is passed on.
-  const forward = (signal) => child.kill(signal);
-  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) process.on(signal, forward);
-  const [code, signal] = await new Promise((resolve) => child.on("exit", (c, s) => resolve([c, s])));
-  if (signal) {
-    for (const s of ["SIGINT", "SIGTERM", "SIGHUP"]) process.removeListener(s, forward);
-    process.kill(process.pid, signal);
-  }
-  process.exit(code ?? 1);
+  process.execve(
+    process.execPath,
+    [process.execPath, ...process.execArgv, `${SEMI_SPACE}=4`, process.argv[1], ...argv],
+    process.env,
+  );
 }
 
 const fromSource = existsSync(new URL("../src/cli/main.ts", import.meta.url));

@@ -136,11 +136,15 @@ export async function run(argv: string[]): Promise<number> {
     );
     return 0;
   } catch (error) {
-    const { acknowledgedPrefix } = error as Partial<PublishFailure>;
-    const prefix =
-      acknowledgedPrefix !== undefined && acknowledgedPrefix !== done
-        ? ` (the first ${acknowledgedPrefix} in order; later batches were in flight)`
-        : "";
+    const { acknowledgedPrefix, unconfirmed } = error as Partial<PublishFailure>;
+    const notes = [];
+    if (acknowledgedPrefix !== undefined && acknowledgedPrefix !== done) {
+      notes.push(`the first ${acknowledgedPrefix} in order; later batches were in flight`);
+    }
+    // A batch the broker stored but whose acknowledgement was lost with the connection.
+    if (unconfirmed)
+      notes.push(`up to ${unconfirmed} more were sent unacknowledged and may be on the broker`);
+    const prefix = notes.length > 0 ? ` (${notes.join("; ")})` : "";
     process.stderr.write(
       `\nsbinbox publish: failed after ${done} events acknowledged${prefix}: ${describeError(error)}\n` +
         rerunAdvice(argv, args.file, args["run-id"], runId),
@@ -207,7 +211,13 @@ async function checkSizes(
 
 /** The events of a JSON-lines file, read as a stream; a bad line is an error naming the file and line. */
 export async function* readEventFile(path: string): AsyncGenerator<PublishEvent> {
-  for await (const { event } of readNumberedEvents(path)) yield event;
+  // Its own loop rather than a generator over readNumberedEvents': one generator step a line on the send pass.
+  const lines = createInterface({ input: createReadStream(path, "utf8"), crlfDelay: Infinity });
+  let number = 0;
+  for await (const line of lines) {
+    number += 1;
+    if (line.trim() !== "") yield parseEventLine(line, `${path}:${number}`);
+  }
 }
 
 async function* readNumberedEvents(

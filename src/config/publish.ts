@@ -16,7 +16,9 @@ export interface PublishConfig {
 
 export const serviceBusRules = {
   connectionString: {
-    test: (v: string) => /(^|;)\s*Endpoint\s*=\s*sb:\/\//i.test(v),
+    test: (v: string) => connectionStringGap(v) === undefined,
+    /** What the string lacks, as the message of its error; undefined when nothing is missing. */
+    gap: (v: string) => connectionStringGap(v),
     message: "must contain Endpoint=sb://...",
   },
   namespace: {
@@ -37,6 +39,27 @@ export const serviceBusRules = {
     message: "must be a subscription name (letters, digits, '.', '_', '-')",
   },
 } as const;
+
+/**
+ * The SDK's own check of a connection string happens only when the client is built, as a TypeError with a stack
+ * ("Missing 'sharedAccessKeyName' in configuration"); the same parts are checked here, so a bad setting is a
+ * configuration error naming it. A SharedAccessSignature stands in for the key name and key, as in the SDK.
+ */
+function connectionStringGap(v: string): string | undefined {
+  const parts = new Map<string, string>();
+  for (const part of v.split(";")) {
+    const eq = part.indexOf("=");
+    if (eq > 0) parts.set(part.slice(0, eq).trim().toLowerCase(), part.slice(eq + 1).trim());
+  }
+  if (!/^sb:\/\/./i.test(parts.get("endpoint") ?? "")) return "must contain Endpoint=sb://...";
+  if (parts.get("sharedaccesssignature")) return undefined;
+  for (const name of ["SharedAccessKeyName", "SharedAccessKey"]) {
+    if (!parts.get(name.toLowerCase())) {
+      return `has no ${name}=... (a Shared Access key's name and key, or a SharedAccessSignature=..., are needed; the local broker and the emulator accept any)`;
+    }
+  }
+  return undefined;
+}
 
 const DEFAULT_QUEUE = "sbinbox";
 
@@ -61,11 +84,8 @@ export async function loadPublishConfig(env: NodeJS.ProcessEnv = process.env): P
   const subscription = read("SBINBOX_SUBSCRIPTION");
   const queue = queueSetting ?? DEFAULT_QUEUE;
   if (cs !== undefined) {
-    check(
-      "SBINBOX_SERVICEBUS_CONNECTION_STRING",
-      serviceBusRules.connectionString.test(cs),
-      serviceBusRules.connectionString.message,
-    );
+    const gap = serviceBusRules.connectionString.gap(cs);
+    check("SBINBOX_SERVICEBUS_CONNECTION_STRING", gap === undefined, gap ?? "");
   }
   if (ns !== undefined) {
     check(

@@ -145,7 +145,10 @@ const fraction = z
 export const parsers = {
   // The rules `sbinbox publish` also applies without zod (publish.ts).
   SBINBOX_SERVICEBUS_CONNECTION_STRING: text
-    .refine(sb.connectionString.test, sb.connectionString.message)
+    .superRefine((v, ctx) => {
+      const gap = sb.connectionString.gap(v);
+      if (gap !== undefined) ctx.addIssue({ code: "custom", message: gap });
+    })
     .optional(),
   SBINBOX_SERVICEBUS_NAMESPACE: text.refine(sb.namespace.test, sb.namespace.message).optional(),
   SBINBOX_QUEUE: text.max(sb.queue.max, sb.queue.message).optional(),

@@ -7,6 +7,7 @@ import {
 } from "@azure/service-bus";
 import { ROOT_CONTEXT, trace, type Span } from "@opentelemetry/api";
 import { createServiceBusClient, type ServiceBusTarget } from "./client.ts";
+import { sendUnlessDropped } from "./connection-drop.ts";
 import { endSpan, injectTraceContext, producerContext, startSendSpan } from "./tracing.ts";
 
 /** One outbox row as the relay hands it to the sender. */
@@ -146,7 +147,7 @@ export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
 
   async function sendOne(entry: Entry, report: Mutable<SendReport>): Promise<boolean> {
     try {
-      await sender.sendMessages(entry.message);
+      await sendUnlessDropped(client, sender, entry.message);
       endSpan(entry.span);
       report.sent.push(entry.row.id);
       return true;
@@ -211,7 +212,8 @@ export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
             continue;
           }
           try {
-            await sender.sendMessages(batch, { abortSignal: abort.signal });
+            // Failing at once if the connection drops, not by a throw from rhea-promise's timer (connection-drop.ts).
+            await sendUnlessDropped(client, sender, batch, abort.signal);
             for (const entry of inBatch) {
               endSpan(entry.span);
               report.sent.push(entry.row.id);

@@ -10,6 +10,7 @@ import { Attr } from "../telemetry/names.ts";
 import type * as SpanHelpers from "./tracing.ts";
 import { deriveMessageId } from "./message-id.ts";
 import { createServiceBusClient, type ServiceBusTarget } from "./client.ts";
+import { sendUnlessDropped } from "./connection-drop.ts";
 
 /**
  * Where @opentelemetry/api (major version 1) keeps what an OpenTelemetry SDK registers (tracer provider,
@@ -78,6 +79,12 @@ export interface Publisher {
 export interface PublishFailure {
   acknowledged: number;
   acknowledgedPrefix: number;
+  /**
+   * Events in batches that were sent and failed: the broker may still hold some of them (it stored a batch, and
+   * its acknowledgement was lost with the connection), so the broker has from `acknowledged` to `acknowledged` +
+   * `unconfirmed` of the call's events.
+   */
+  unconfirmed: number;
 }
 
 export interface PublisherOptions {
@@ -106,16 +113,18 @@ export function toServiceBusMessage(event: PublishEvent): ServiceBusMessage {
   const json = JSON.stringify(event.body);
   if (json === undefined)
     throw new TypeError(`the body of ${event.type}:${event.key} is not JSON-serialisable`);
-  return {
+  const message: ServiceBusMessage = {
     messageId: deriveMessageId(event.type, event.key),
     subject: event.type,
     contentType: "application/json",
     // Bytes (an AMQP data section), as the .NET and Python clients send them, so every consumer reads the same.
     body: Buffer.from(json, "utf8"),
-    // Absent rather than empty: an empty map is still encoded, per message, by the SDK.
-    ...(event.correlationId !== undefined ? { correlationId: event.correlationId } : {}),
-    ...(event.properties ? { applicationProperties: { ...event.properties } } : {}),
   };
+  // Set only when given (assigned, not spread from a temporary object per message): absent rather than empty, since
+  // the SDK encodes even an empty map, per message.
+  if (event.correlationId !== undefined) message.correlationId = event.correlationId;
+  if (event.properties) message.applicationProperties = { ...event.properties };
+  return message;
 }
 
 export function createPublisher(options: PublisherOptions): Publisher {
@@ -131,6 +140,10 @@ export function createPublisher(options: PublisherOptions): Publisher {
   const delayMs = options.resendDelayMs ?? 500;
   const sleep = options.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
 
+  /** One send, failing at once (transient) if its connection drops: see `sendUnlessDropped`. */
+  const sendOnce = (message: ServiceBusMessage | ServiceBusMessageBatch): Promise<void> =>
+    sendUnlessDropped(client, sender, message);
+
   async function withResend(send: () => Promise<void>): Promise<void> {
     for (let attempt = 0; ; attempt++) {
       try {
@@ -143,20 +156,21 @@ export function createPublisher(options: PublisherOptions): Publisher {
   }
 
   /** Sends in order, one message alone or in batches filled to the size limit; resolves with the number sent. */
-  async function send(
-    messages: Iterable<ServiceBusMessage> | AsyncIterable<ServiceBusMessage>,
+  async function send<T>(
+    items: Iterable<T> | AsyncIterable<T>,
+    build: (item: T) => ServiceBusMessage,
     known: { count: number },
     onSent?: (count: number) => void,
   ): Promise<number> {
     if (known.count === 1) {
-      const [message] = messages as ServiceBusMessage[];
-      await withResend(() => sender.sendMessages(message!));
+      const message = build((items as T[])[0]!);
+      await withResend(() => sendOnce(message));
       return 1;
     }
-    return sendInBatches(sender, messages, {
+    return sendBuilt(sender, items, build, {
       maxInFlight,
       onSent,
-      send: (batch) => withResend(() => sender.sendMessages(batch)),
+      send: (batch) => withResend(() => sendOnce(batch)),
     });
   }
 
@@ -165,26 +179,29 @@ export function createPublisher(options: PublisherOptions): Publisher {
    * once and copied into each message, not injected through the propagator per message. With no OpenTelemetry SDK
    * registered there is no span and nothing to copy.
    */
-  async function sendTraced(
-    messages: Iterable<ServiceBusMessage> | AsyncIterable<ServiceBusMessage>,
+  async function sendTraced<T>(
+    items: Iterable<T> | AsyncIterable<T>,
+    build: (item: T) => ServiceBusMessage,
     known: { count: number; messageId?: string },
     onSent?: (count: number) => void,
   ): Promise<number> {
     const otel = tracingIfRegistered();
-    if (otel === undefined) return send(messages, known, onSent);
+    if (otel === undefined) return send(items, build, known, onSent);
     const [{ context }, { endSpan, injectTraceContext, startSendSpan }] = await otel;
     const { span, ctx } = startSendSpan(options.queue, known.count, known.messageId);
     const trace: Record<string, string> = {};
     injectTraceContext(ctx, trace);
+    // Stamped as each message is built: no wrapper around the source, so nothing more per message than the copy.
     const stamped =
       Object.keys(trace).length > 0
-        ? mapEach(messages, (m) => {
+        ? (item: T) => {
+            const m = build(item);
             m.applicationProperties = { ...m.applicationProperties, ...trace };
             return m;
-          })
-        : messages;
+          }
+        : build;
     try {
-      const sent = await context.with(ctx, () => send(stamped, known, onSent));
+      const sent = await context.with(ctx, () => send(items, stamped, known, onSent));
       if (known.count === 0 && sent > 1) span.setAttribute(Attr.batchMessageCount, sent);
       endSpan(span);
       return sent;
@@ -221,7 +238,7 @@ export function createPublisher(options: PublisherOptions): Publisher {
     queue: options.queue,
     async publish(type, key, body, extra = {}) {
       const message = toServiceBusMessage({ ...extra, type, key, body });
-      await sendTraced([message], { count: 1, messageId: String(message.messageId) });
+      await sendTraced([message], same, { count: 1, messageId: String(message.messageId) });
       return { messageId: String(message.messageId) };
     },
     async publishBatch(events) {
@@ -233,7 +250,9 @@ export function createPublisher(options: PublisherOptions): Publisher {
         for (const [i, m] of messages.entries()) await fits(m, `event ${i} (${String(m.messageId)})`);
       }
       const only = messages.length === 1 ? String(messages[0]!.messageId) : undefined;
-      if (messages.length > 0) await sendTraced(messages, { count: messages.length, messageId: only });
+      if (messages.length > 0) {
+        await sendTraced(messages, same, { count: messages.length, messageId: only });
+      }
       return messages.map((m) => ({ messageId: String(m.messageId) }));
     },
     async sizeCheck() {
@@ -241,7 +260,9 @@ export function createPublisher(options: PublisherOptions): Publisher {
       return (event, where) => fits(toServiceBusMessage(event), where);
     },
     publishAll(events, opts = {}) {
-      return sendTraced(mapEach(events, toServiceBusMessage), { count: 0 }, opts.onSent);
+      // Each event becomes its message as its batch takes it, inside the send loop (no generator wrapped around the
+      // source: per message that was a second generator step, measurable against the plain SDK's loop).
+      return sendTraced(events, toServiceBusMessage, { count: 0 }, opts.onSent);
     },
     async close() {
       await sender.close();
@@ -266,26 +287,39 @@ export interface SendInBatchesOptions {
  * A message too large for an empty batch is an error. Resolves with the number of messages sent. A failure's error
  * carries `acknowledged` and `acknowledgedPrefix` (`PublishFailure`).
  */
-export async function sendInBatches(
+export function sendInBatches(
   sender: Pick<ServiceBusSender, "createMessageBatch" | "sendMessages">,
   messages: Iterable<ServiceBusMessage> | AsyncIterable<ServiceBusMessage>,
   options: SendInBatchesOptions = {},
 ): Promise<number> {
+  return sendBuilt(sender, messages, same, options);
+}
+
+/** `sendInBatches` over items that `build` turns into messages one at a time, as the batch takes them. */
+async function sendBuilt<T>(
+  sender: Pick<ServiceBusSender, "createMessageBatch" | "sendMessages">,
+  items: Iterable<T> | AsyncIterable<T>,
+  build: (item: T) => ServiceBusMessage,
+  options: SendInBatchesOptions = {},
+): Promise<number> {
   const maxInFlight = options.maxInFlight ?? 1;
   const send = options.send ?? ((batch: ServiceBusMessageBatch) => sender.sendMessages(batch));
-  const inFlight: Promise<number>[] = [];
+  const inFlight: { pending: Promise<void>; count: number }[] = [];
   let sent = 0;
   // Events acknowledged from the start with no failed batch before them; with maxInFlight > 1 a batch after a
   // failed one may still be acknowledged, and counts in `sent` but not here.
   let prefix = 0;
   let failed = false;
+  // Events of sent batches that failed: maybe on the broker, never acknowledged.
+  let unconfirmed = 0;
   const settle = async (keep: number): Promise<void> => {
     while (inFlight.length > keep) {
-      let count: number;
+      const { pending, count } = inFlight.shift()!;
       try {
-        count = await inFlight.shift()!;
+        await pending;
       } catch (error) {
         failed = true;
+        unconfirmed += count;
         throw error;
       }
       sent += count;
@@ -295,10 +329,10 @@ export async function sendInBatches(
   };
   const dispatch = async (batch: ServiceBusMessageBatch): Promise<void> => {
     await settle(maxInFlight - 1);
-    const pending = send(batch).then(() => batch.count);
+    const pending = send(batch);
     // Awaited in order by `settle`; this only keeps a failure from counting as unhandled until then.
     pending.catch(() => {});
-    inFlight.push(pending);
+    inFlight.push({ pending, count: batch.count });
     // One turn of the event loop lets the SDK put the batch on the wire before the next is filled, so the
     // broker works on it while this process encodes.
     await new Promise<void>((resolve) => setImmediate(resolve));
@@ -313,12 +347,14 @@ export async function sendInBatches(
   try {
     batch = await sender.createMessageBatch();
     // Two loops so a plain array costs no promise per message; only a full batch makes the loop wait.
-    if (Symbol.asyncIterator in messages) {
-      for await (const message of messages) {
+    if (Symbol.asyncIterator in items) {
+      for await (const item of items) {
+        const message = build(item);
         if (!batch.tryAddMessage(message)) await rollOver(message);
       }
     } else {
-      for (const message of messages) {
+      for (const item of items) {
+        const message = build(item);
         if (!batch.tryAddMessage(message)) await rollOver(message);
       }
     }
@@ -326,11 +362,11 @@ export async function sendInBatches(
     await settle(0);
   } catch (error) {
     // Whatever is already on its way is waited for, so `onSent` reports exactly what the broker acknowledged.
-    await Promise.allSettled(inFlight);
+    await Promise.allSettled(inFlight.map((f) => f.pending));
     // Every remaining batch is settled, past a failed one too, so `acknowledged` is the broker's whole count.
     while (inFlight.length > 0) await settle(0).catch(() => {});
     if (error !== null && typeof error === "object") {
-      const failure: PublishFailure = { acknowledged: sent, acknowledgedPrefix: prefix };
+      const failure: PublishFailure = { acknowledged: sent, acknowledgedPrefix: prefix, unconfirmed };
       Object.assign(error, failure);
     }
     throw error;
@@ -370,20 +406,7 @@ function surelyFits(message: ServiceBusMessage, limit: number): boolean {
   return body.length + 2 * strings + 4096 <= limit;
 }
 
-/** A lazy map over a stream; a plain array stays synchronous (no promise per element). */
-function mapEach<A, B>(
-  items: Iterable<A> | AsyncIterable<A>,
-  fn: (item: A) => B,
-): Iterable<B> | AsyncIterable<B> {
-  if (Symbol.asyncIterator in items) {
-    return (async function* () {
-      for await (const item of items) yield fn(item);
-    })();
-  }
-  return (function* () {
-    for (const item of items) yield fn(item);
-  })();
-}
+const same = <T>(x: T): T => x;
 
 /**
  * Whether a resend may succeed. A connection that cannot be opened reaches us from the SDK as Node's

@@ -94,7 +94,7 @@ describe("the inbox's schema (SBINBOX_INBOX_SCHEMA)", function () {
   it("the worker's config carries the schema, and leaves it to the dialect's default when unset", function () {
     const base = {
       SBINBOX_POSTGRES_URL: "postgres://h/db",
-      SBINBOX_SERVICEBUS_CONNECTION_STRING: "Endpoint=sb://x/",
+      SBINBOX_SERVICEBUS_CONNECTION_STRING: "Endpoint=sb://x/;SharedAccessKeyName=k;SharedAccessKey=v",
     };
     assert.equal(loadConfig({ env: { ...base, SBINBOX_INBOX_SCHEMA: "inbox" } }).inboxSchema, "inbox");
     assert.equal(loadConfig({ env: base }).inboxSchema, undefined);

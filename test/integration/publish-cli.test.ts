@@ -6,6 +6,7 @@ import { pathToFileURL } from "node:url";
 import { deriveMessageId } from "../../src/servicebus/message-id.ts";
 import { useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { spawn } from "node:child_process";
+import { createServer, type AddressInfo } from "node:net";
 import { BIN, cleanEnv, runCli, startCli } from "../helpers/cli.ts";
 
 const QUEUE = "sbinbox";
@@ -80,6 +81,22 @@ describe("sbinbox publish (streaming, in flight)", function () {
       assert.match(result.stderr, message);
     }
     assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent from a bad file");
+  });
+
+  it("a connection string without a key: a configuration error naming the setting, not the SDK's TypeError", async function () {
+    for (const command of [["publish", "--count", "1"], ["dlq", "list"], ["relay"], ["worker"]]) {
+      const result = await runCli(command, {
+        SBINBOX_SERVICEBUS_CONNECTION_STRING: "Endpoint=sb://localhost:25672",
+        SBINBOX_POSTGRES_URL: "postgres://127.0.0.1:1/none",
+      });
+      assert.equal(result.code, 2, `${command.join(" ")}: ${result.stderr}`);
+      assert.match(
+        result.stderr,
+        /configuration error: SBINBOX_SERVICEBUS_CONNECTION_STRING: has no SharedAccessKeyName=/,
+        command.join(" "),
+      );
+      assert.doesNotMatch(result.stderr, /TypeError|\n\s+at /, command.join(" "));
+    }
   });
 
   it("refuses bad options with the reason, and publishes nothing from an empty file", async function () {
@@ -198,7 +215,7 @@ describe("sbinbox publish (streaming, in flight)", function () {
     assert.deepEqual(unwanted, []);
   });
 
-  describe("--file runs itself again with a 4 MB semi-space", function () {
+  describe("--file replaces itself with a 4 MB semi-space", function () {
     /** A preload that appends each process's pid, parent and V8 flags to `out`, one JSON line each. */
     async function recorder(): Promise<{ nodeOptions: string; processes: () => Promise<ProcessSeen[]> }> {
       const hook = join(dir, "record-flags.mjs");
@@ -223,23 +240,50 @@ describe("sbinbox publish (streaming, in flight)", function () {
       execArgv: string[];
     }
 
-    it("publishes through a child with the flag, and exits with its code", async function () {
+    it("replaces itself with the flag, in the same process, and exits with its code", async function () {
       const { nodeOptions, processes } = await recorder();
       const file = join(dir, "small.jsonl");
       await writeFile(file, [line("semi-1"), line("semi-2")].join("\n"));
-      const result = await runCli(["publish", "--file", file], { ...env(), NODE_OPTIONS: nodeOptions });
+      const { child, done } = startCli(["publish", "--file", file], { ...env(), NODE_OPTIONS: nodeOptions });
+      const result = await done;
       assert.equal(result.code, 0, result.stderr);
       assert.match(result.stdout, /published 2 events/);
-      const [parent, child, ...rest] = await processes();
+      // Two images of one process: no parent left waiting beside the publisher.
+      const [first, second, ...rest] = await processes();
       assert.deepEqual(rest, []);
-      assert.ok(!parent!.execArgv.some((a) => a.startsWith("--max-semi-space-size")));
-      assert.equal(child!.ppid, parent!.pid);
-      assert.ok(child!.execArgv.includes("--max-semi-space-size=4"), JSON.stringify(child));
-      // A bad file: the child's exit code 2 is the command's.
+      assert.equal(first!.pid, child.pid);
+      assert.equal(second!.pid, child.pid);
+      assert.ok(!first!.execArgv.some((a) => a.startsWith("--max-semi-space-size")));
+      assert.ok(second!.execArgv.includes("--max-semi-space-size=4"), JSON.stringify(second));
+      // A bad file: exit code 2 as from any other command.
       await writeFile(file, "not json\n");
       const bad = await runCli(["publish", "--file", file], env());
       assert.equal(bad.code, 2);
       assert.match(bad.stderr, /:1: not JSON/);
+    });
+
+    it("--inspect on a fixed port: the publishing image gets the port, not 'address already in use'", async function () {
+      const file = join(dir, "inspect.jsonl");
+      await writeFile(file, line("inspect-1"));
+      const port = await freePort();
+      const command = spawn(
+        process.execPath,
+        [`--inspect=127.0.0.1:${port}`, BIN, "publish", "--file", file],
+        {
+          env: cleanEnv(env()),
+          stdio: ["ignore", "pipe", "pipe"],
+        },
+      );
+      let stderr = "";
+      command.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
+      const code = await new Promise((resolve) => command.on("close", resolve));
+      assert.equal(code, 0, stderr);
+      assert.doesNotMatch(stderr, /address already in use|failed/);
+      assert.equal(
+        stderr.match(new RegExp(`Debugger listening on ws://127\\.0\\.0\\.1:${port}/`, "g"))?.length,
+        2,
+        stderr,
+      );
     });
 
     it("leaves a semi-space given in NODE_OPTIONS alone, and --count runs in one process", async function () {
@@ -256,7 +300,7 @@ describe("sbinbox publish (streaming, in flight)", function () {
       assert.equal((await processes()).length, 2, "one process for each command");
     });
 
-    it("SIGTERM to the command ends the child too, and the command dies of it", async function () {
+    it("SIGTERM to the command ends it: one process, which dies of the signal", async function () {
       const { nodeOptions, processes } = await recorder();
       const file = join(dir, "long.jsonl");
       await writeFile(file, Array.from({ length: 40_000 }, (_, i) => line(`term-${i}`)).join("\n"));
@@ -266,20 +310,23 @@ describe("sbinbox publish (streaming, in flight)", function () {
       child.kill("SIGTERM");
       const result = await done;
       assert.equal(result.signal, "SIGTERM", `exited with ${result.code}: ${result.stderr}`);
-      const publisher = (await processes()).find((p) => p.ppid === child.pid);
-      assert.ok(publisher, "no child was started");
-      await waitUntil(() => !alive(publisher.pid), "the child ended", 10_000);
-      assert.ok(fixture.broker.counts(QUEUE).active - before < 40_000, "the child stopped before the end");
+      assert.deepEqual(
+        (await processes()).map((p) => p.pid),
+        [child.pid, child.pid],
+      );
+      assert.ok(fixture.broker.counts(QUEUE).active - before < 40_000, "it stopped before the end");
       await drain(fixture.broker.counts(QUEUE).active);
     });
   });
 });
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.on("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
 }

@@ -7,7 +7,14 @@ import { destinationAttributes } from "../../src/telemetry/names.ts";
 
 function refusal(env: NodeJS.ProcessEnv, purpose?: "publish" | "dlq"): ConfigError {
   try {
-    loadConfig({ env: { SBINBOX_SERVICEBUS_CONNECTION_STRING: "Endpoint=sb://localhost", ...env }, purpose });
+    loadConfig({
+      env: {
+        SBINBOX_SERVICEBUS_CONNECTION_STRING:
+          "Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=v",
+        ...env,
+      },
+      purpose,
+    });
   } catch (error) {
     if (error instanceof ConfigError) return error;
     throw error;
@@ -28,7 +35,7 @@ describe("config: a queue, or a topic and its subscription", function () {
 
   it("publish and the relay send to the topic; sbinbox dlq reads the subscription", function () {
     const env = {
-      SBINBOX_SERVICEBUS_CONNECTION_STRING: "Endpoint=sb://localhost",
+      SBINBOX_SERVICEBUS_CONNECTION_STRING: "Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=v",
       SBINBOX_TOPIC: "accounts",
     };
     assert.equal(loadConfig({ env, purpose: "publish" }).queue, "accounts");

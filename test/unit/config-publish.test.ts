@@ -30,6 +30,17 @@ describe("sbinbox publish's settings, read without zod", function () {
     "only blanks": { SBINBOX_SERVICEBUS_CONNECTION_STRING: "  ", SBINBOX_QUEUE: "" },
     "both set": { SBINBOX_SERVICEBUS_CONNECTION_STRING: CS, SBINBOX_SERVICEBUS_NAMESPACE: "a.b" },
     "a connection string without Endpoint": { SBINBOX_SERVICEBUS_CONNECTION_STRING: "Server=x" },
+    "a connection string without a key name": {
+      SBINBOX_SERVICEBUS_CONNECTION_STRING: "Endpoint=sb://localhost:25672",
+    },
+    "a connection string with a key name and no key": {
+      SBINBOX_SERVICEBUS_CONNECTION_STRING:
+        "Endpoint=sb://x.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=",
+    },
+    "a connection string with a shared access signature": {
+      SBINBOX_SERVICEBUS_CONNECTION_STRING:
+        "Endpoint=sb://x.servicebus.windows.net/;SharedAccessSignature=SharedAccessSignature sr=x&sig=y&se=1&skn=k",
+    },
     "a namespace that is no host name": { SBINBOX_SERVICEBUS_NAMESPACE: "sb-x" },
     "a bad namespace beside a connection string": {
       SBINBOX_SERVICEBUS_CONNECTION_STRING: CS,
