@@ -353,7 +353,15 @@ async function main(o: Options): Promise<number> {
       runId,
       rollbackEvery: 10,
       env: withoutSbinboxSettings(process.env),
-      relayEnv: { SBINBOX_OUTBOX_WINDOW_MARGIN_MS: String(RELAY_WINDOW_MARGIN_MS) },
+      relayEnv: {
+        SBINBOX_OUTBOX_WINDOW_MARGIN_MS: String(RELAY_WINDOW_MARGIN_MS),
+        // A batch is started only if its send can end inside the lease, so the claim must return within lease less
+        // send timeout; the demo's 4 s and 3 s leave 1 s, which a claim on a loaded machine overruns, and a row that
+        // was tried before then ages towards stale on every claim. 2 s here; lease, poll and retry delay still fit
+        // twice in 20 s less the margin, so --duplicate-window-ms 20000 starts too.
+        SBINBOX_OUTBOX_LEASE_MS: "6000",
+        SBINBOX_OUTBOX_SEND_TIMEOUT_MS: "4000",
+      },
     });
     cleanups.push(() => upstream.close());
     const upstreamCount = Math.max(20, Math.floor(o.events / 10));
