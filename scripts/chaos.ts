@@ -577,6 +577,8 @@ async function main(o: Options): Promise<number> {
     await killer;
     await upstreamRun;
     const upstreamOutcome = await upstream.outcome();
+    // Still in the outbox at the end (stale ones included): tells a relay-side stall from a slow downstream.
+    const upstreamUnsent = await upstream.unsent().catch(() => -1);
     const upstreamIds = upstreamOutcome.committed.map((e) => deriveMessageId(e.type, e.key));
     // A stale row is an operator's case, not a loss: expected downstream only if a copy got there before it went
     // stale (the operator's check, docs/outbox.md), and reported by name below either way.
@@ -690,7 +692,8 @@ async function main(o: Options): Promise<number> {
     out(
       `  upstream          ${upstreamOutcome.committed.length} committed, ${upstreamOutcome.rolledBack} rolled back, ` +
         `${upstreamFailed} failed by the outage; ${upstreamEffects} downstream effects for the committed, ` +
-        `${notCommittedEffects} for the rest; ${relayKills} relay SIGKILLs, ${relayCrashes} relay crashes`,
+        `${notCommittedEffects} for the rest; ${upstreamUnsent} left unsent in the outbox (${staleRows.length} stale); ` +
+        `${relayKills} relay SIGKILLs, ${relayCrashes} relay crashes`,
     );
     if (staleRows.length > 0) {
       out(
