@@ -49,13 +49,15 @@ const MAX_DELIVERY_COUNT = 10;
 /**
  * The queue's duplicate detection window: late resends wait it out and reach the inbox. The relays use it too, and
  * send no row first tried longer ago than the window less their margin (a stale row, docs/outbox.md). Azure's
- * smallest, 20 s, left the relays 15 s: a claim just before the database stopped (about 12 s under load), a relay
- * SIGKILLed with rows leased, and the relays' doubling back-off (1, 2, 4, 8 s) outlast that. A 10,000-event run
- * with it was left with one batch (100 rows) unsent from its database restart on, and waited for its timeout:
- * stale rows by every sign (the relays log errors only, so their stale warning was not seen). 60 s leaves 55 s, more
- * than a 12 s outage plus the back-off's next tries (up to 31 s after the first failure) plus a lease; the late
- * resends then go out a minute after publishing, inside the time a CI run takes anyway. --duplicate-window-ms
- * 20000 runs it as before.
+ * smallest, 20 s, left the relays 15 s from a row's first try, which a loaded machine outlasts several ways: relays
+ * SIGKILLed one after the other while holding a batch's lease (kills come every few seconds, a Node start-up takes
+ * seconds), claims slower than the 1 s the lease left for them (a batch not started is claimed again, its first
+ * try kept), the database restart (about 12 s) and the relays' doubling back-off (1, 2, 4, 8 s). A 10,000-event
+ * run with it was left with one batch (100 rows) never applied and waited for its timeout: stale rows by every
+ * sign (the relays log errors only, so their stale warning was not seen). 60 s leaves 55 s, more than a 12 s outage
+ * plus the back-off's next tries (up to 31 s after the first failure) plus a lease, or several relays in a row
+ * killed holding the rows (6 s leases, below); the late resends then go out a minute after publishing, inside the
+ * time a CI run takes anyway. --duplicate-window-ms 20000 runs it as before.
  */
 const DEFAULT_DUPLICATE_WINDOW_MS = 60_000;
 /** The part of the window the relays keep back (SBINBOX_OUTBOX_WINDOW_MARGIN_MS), not their default minute. */
