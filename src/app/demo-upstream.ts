@@ -34,6 +34,13 @@ export interface Upstream {
   readonly exits: { code: number | null; signal: NodeJS.Signals | null; at: number }[];
   /** Rows committed to the outbox and not yet marked sent. */
   unsent(): Promise<number>;
+  /**
+   * Unsent rows first tried longer ago than `windowMs` (the duplicate window less the relay's margin): stale, which
+   * no relay sends again until an operator decides (docs/outbox.md). The same test as the relay's status statement.
+   */
+  stale(
+    windowMs: number,
+  ): Promise<{ id: string; messageId: string; attempts: number; firstTriedAgoMs: number }[]>;
   close(): Promise<void>;
 }
 
@@ -128,6 +135,22 @@ export async function startUpstream(stack: LocalStack, options: UpstreamOptions)
         `SELECT count(*)::int AS n FROM "Outbox" WHERE "SentUtc" IS NULL AND "SetAsideUtc" IS NULL`,
       );
       return rows[0]!.n;
+    },
+    async stale(windowMs) {
+      const { rows } = await pool.query<{
+        id: string;
+        messageId: string;
+        attempts: number;
+        firstTriedAgoMs: number;
+      }>(
+        `SELECT "Id"::text AS id, "MessageId" AS "messageId", "Attempts" AS attempts,
+           (extract(epoch FROM now() - "FirstAttemptUtc") * 1000)::int AS "firstTriedAgoMs"
+         FROM "Outbox" WHERE "SentUtc" IS NULL AND "SetAsideUtc" IS NULL
+           AND "FirstAttemptUtc" <= now() - make_interval(secs => $1::bigint / 1000.0)
+         ORDER BY "Id"`,
+        [windowMs],
+      );
+      return rows;
     },
     async close() {
       for (const r of relays) if (r.exitCode === null && r.signalCode === null) r.kill("SIGKILL");
