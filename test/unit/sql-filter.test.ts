@@ -29,6 +29,22 @@ describe("SQL filter (Service Bus subset)", () => {
     assert.equal(matches("a * 2 + 1 = 7 AND b % 4 = 1 AND -c = 2", { a: 3, b: 9, c: -2 }), true);
   });
 
+  it("divides integers as C# does (truncating), and decimals as decimals", () => {
+    assert.equal(matches("qty / 4 = 2", { qty: 10 }), true, "10 / 4 is 2 between integers");
+    assert.equal(matches("qty / 4 = 2.5", { qty: 10 }), false);
+    assert.equal(matches("-qty / 4 = -2", { qty: 10 }), true, "truncated toward zero");
+    assert.equal(
+      matches("qty / 4.0 = 2.5", { qty: 10 }),
+      true,
+      "a decimal literal makes it a double division",
+    );
+    assert.equal(
+      matches("price / 2 = 1.25", { price: 2.5 }),
+      true,
+      "a non-integral value divides as a double",
+    );
+  });
+
   it("supports IS [NOT] NULL, EXISTS, [NOT] IN, [NOT] LIKE with ESCAPE, sys. and user. scopes, [names]", () => {
     assert.equal(matches("missing IS NULL AND present IS NOT NULL", { present: 1 }), true);
     assert.equal(matches("EXISTS(present) AND NOT EXISTS(missing)", { present: 1 }), true);
