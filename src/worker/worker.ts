@@ -11,7 +11,12 @@ import { errorType, recordAttempt, recordRetryWait } from "../servicebus/tracing
 import { retryMessageId } from "../servicebus/message-id.ts";
 import { CopyProperty } from "../domain/envelope.ts";
 import { Batcher } from "./batcher.ts";
-import { parseEntity, TARGET_SUBSCRIPTION_PROPERTY, type Entity } from "../domain/entity.ts";
+import {
+  canonicalSubscription,
+  parseEntity,
+  TARGET_SUBSCRIPTION_PROPERTY,
+  type Entity,
+} from "../domain/entity.ts";
 import { firstAttempt, processMessage, type Attempt } from "./process-message.ts";
 import { decideRetry, defaultRetryPolicy, retryClass, type RetryPolicy } from "./retry-policy.ts";
 
@@ -474,7 +479,7 @@ function scheduledCopy(attempt: Attempt, next: number, delayMs: number, entity: 
       state.inboxKey,
       state.replay,
       next,
-      entity.kind === "subscription" ? entity.subscription : undefined,
+      entity.kind === "subscription" ? canonicalSubscription(entity.subscription) : undefined,
     ),
     enqueueAt: new Date(Date.now() + delayMs),
     attempt: next,

@@ -233,4 +233,44 @@ describe("worker on a topic subscription: each consuming service applies each ev
       "ledger's copy waits for ledger",
     );
   });
+
+  it("a subscription name typed in another case: the copy, the rule and the consumer share one lowercase name", async function () {
+    // The reviewer's case: the worker is configured with "Billing", the subscription's rule says 'billing'. Service
+    // Bus finds the subscription either way; a copy naming "Billing" met no rule and was dropped after the original
+    // was completed, so the event was lost.
+    let failures = 0;
+    const flaky: MessageHandler = {
+      kind: "transactional",
+      type: "Credit",
+      schema: z.object({ amount: z.number() }),
+      async handle(b, tx, context) {
+        if (failures++ === 0) throw new Error("ECONNREFUSED downstream");
+        await tx.query(accountSql.insertCredit[tx.dialect], [
+          context.messageId,
+          "acct",
+          (b as { amount: number }).amount,
+        ]);
+      },
+    };
+    const policy = { ...defaultRetryPolicy, jitter: 0, transientDelaysMs: [300], maxInProcessWaitMs: 0 };
+    await sendRawMessages(fixture.client, TOPIC, [
+      { messageId: "case-1", subject: "Credit", body: body({ amount: 7 }) },
+    ]);
+    const billing = startTestWorker({
+      client: fixture.client,
+      db: billingDb,
+      queue: `${TOPIC}/Subscriptions/Billing`,
+      consumer: "billing",
+      handlers: [flaky],
+      retryPolicy: policy,
+    });
+    try {
+      await waitUntil(() => billing.stats.committed === 1, "the retry copy applied", 20_000);
+    } finally {
+      await billing.stop();
+    }
+    assert.equal(billing.stats.retriesScheduled, 1);
+    assert.equal((await creditsPerMessage(billingDb)).get("case-1"), 1);
+    assert.equal(fixture.broker.counts(`${TOPIC}/Subscriptions/billing`).active, 0);
+  });
 });

@@ -136,7 +136,7 @@ resource subscriptionRules 'Microsoft.ServiceBus/namespaces/topics/subscriptions
     properties: {
       filterType: 'SqlFilter'
       sqlFilter: {
-        sqlExpression: 'NOT EXISTS([sbinbox-subscription]) OR [sbinbox-subscription] = \'${replace(subscriptionName, '\'', '\'\'')}\''
+        sqlExpression: 'NOT EXISTS([sbinbox-subscription]) OR [sbinbox-subscription] = \'${replace(toLower(subscriptionName), '\'', '\'\'')}\''
       }
     }
   }
