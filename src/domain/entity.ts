@@ -55,6 +55,15 @@ export function subscriptionRule(subscription: string): string {
   return `NOT EXISTS([${TARGET_SUBSCRIPTION_PROPERTY}]) OR [${TARGET_SUBSCRIPTION_PROPERTY}] = '${canonicalSubscription(subscription).replace(/'/g, "''")}'`;
 }
 
+/**
+ * What every OTHER subscription on the topic (a service that does not run sbinbox: MassTransit, NServiceBus, the
+ * Functions trigger, a plain SDK receiver) must AND into its filter. Service Bus cannot send to one subscription, so
+ * sbinbox's retry and replay copies go to the topic with a fresh MessageId; a subscription whose filter does not
+ * exclude them receives each one as a new event and its service applies it twice. A correlation filter cannot say
+ * "absent": such a subscription needs a SQL filter, e.g. `sys.Label = 'Credit' AND NOT EXISTS([sbinbox-subscription])`.
+ */
+export const OTHER_SUBSCRIPTION_FILTER = `NOT EXISTS([${TARGET_SUBSCRIPTION_PROPERTY}])`;
+
 /** Properties that keep a copy to this entity: none on a queue, the subscription's canonical name on a topic. */
 export function copyTargetProperties(entity: Entity): Record<string, string> {
   return entity.kind === "subscription"

@@ -13,7 +13,9 @@ import { CopyProperty } from "../domain/envelope.ts";
 import { Batcher } from "./batcher.ts";
 import {
   canonicalSubscription,
+  OTHER_SUBSCRIPTION_FILTER,
   parseEntity,
+  subscriptionRule,
   TARGET_SUBSCRIPTION_PROPERTY,
   type Entity,
 } from "../domain/entity.ts";
@@ -408,6 +410,18 @@ export function createWorker(options: WorkerOptions): Worker {
         consumer: options.consumer,
         types: registry.types,
       });
+      // Said at every start, since nothing the worker can read tells it the other subscriptions' rules: its retry
+      // and replay copies go to the whole topic, and only sbinbox workers and the sbinbox rule drop copies
+      // addressed elsewhere (docs/topics.md, Limits).
+      if (entity.kind === "subscription")
+        logger.warn(
+          "on a topic: every other subscription on it must exclude this worker's retry and replay copies, or its service applies them as new events",
+          {
+            topic: entity.topic,
+            requiredInEveryOtherSubscriptionFilter: OTHER_SUBSCRIPTION_FILTER,
+            thisSubscriptionRule: subscriptionRule(entity.subscription),
+          },
+        );
     },
     async stop() {
       if (stopping) return;
