@@ -99,6 +99,19 @@ describe("broker config: topics", () => {
     );
   });
 
+  it("warns of a rule name Azure refuses ($Default, a leading or trailing symbol) and takes the ones it accepts", () => {
+    const named = (Name: string) =>
+      parseConfig(
+        topic({ Rules: [{ Name, Properties: { FilterType: "Sql", SqlFilter: { SqlExpression: "1=1" } } }] }),
+      ).warnings;
+    for (const name of ["$Default", "-a", "a_", "a b", "é"]) {
+      const warnings = named(name);
+      assert.equal(warnings.length, 1, name);
+      assert.match(warnings[0]!, /Rules\[0\]\.Name .* is not a rule name Azure accepts/);
+    }
+    for (const name of ["sbinbox", "a", "A.b-c_9", "x".repeat(50)]) assert.deepEqual(named(name), [], name);
+  });
+
   it("refuses at load a bad SQL filter, a rule action, an unknown filter type or correlation field", () => {
     assert.throws(
       () =>
