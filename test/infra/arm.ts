@@ -263,7 +263,7 @@ export function evaluateCopyString(expression: string, element: string): string 
       case "format":
         return args[0]!.replace(/\{(\d+)\}/g, (_, i: string) => args[Number(i) + 1]!);
       case "replace":
-        return args[0]!.split(args[1]!).join(args[2]!);
+        return args[0]!.split(args[1]!).join(args[2]);
       case "toLower":
         return args[0]!.toLowerCase();
       default:
