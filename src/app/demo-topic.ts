@@ -119,7 +119,7 @@ export async function runTopicDemo(options: DemoOptions): Promise<DemoResult> {
         await start(
           service,
           `${service.consumer}-${n}`,
-          i === 0 ? { ...SERVICES[i]!.env, SBINBOX_FAULT_KILL_AFTER_COMMIT: victimId } : SERVICES[i]!.env,
+          i === 0 ? { ...SERVICES[i].env, SBINBOX_FAULT_KILL_AFTER_COMMIT: victimId } : SERVICES[i]!.env,
         );
     out(`${workers.length} worker processes started: ${workers.map((w) => w.name).join(", ")}`);
 
