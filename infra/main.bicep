@@ -48,10 +48,10 @@ param queueName string = 'notes'
 @description('Optional. Name the worker records as the consumer in the inbox; with a topic, also the name of the worker\'s subscription.')
 param consumerName string = 'notes-worker'
 
-@description('Optional. A topic (duplicate detection on) for events several services consume: the worker then receives from its subscription, named consumerName, instead of the queue, and publishers get Data Sender on the topic.')
+@description('Optional. A topic (duplicate detection on) for events several services consume: the worker then receives from its subscription, named consumerName (compared in lowercase), instead of the queue, and publishers get Data Sender on the topic. REQUIRED of every other subscription on this topic, wherever it is created: its filter must include AND NOT EXISTS([sbinbox-subscription]) (a SQL filter; a correlation filter or the $Default true filter cannot exclude it). The worker\'s retry and replay copies are sent to the topic with a fresh MessageId, and a subscription that does not exclude them gets each as a new event (docs/topics.md, Limits). The subscriptions this template creates have the sbinbox rule, which does.')
 param topicName string?
 
-@description('Optional. Subscriptions of the other consuming services on the topic, one per service (the worker\'s own, consumerName, is always created). Each service\'s own deployment grants its identity Data Receiver on its subscription.')
+@description('Optional. Subscriptions of the other consuming services on the topic, one per service (the worker\'s own, consumerName, is always created). Each gets the rule sbinbox, which keeps off the sbinbox workers\' retry and replay copies addressed to other subscriptions, whether or not that service runs sbinbox; a subscription created elsewhere must include AND NOT EXISTS([sbinbox-subscription]) in its filter. Each service\'s own deployment grants its identity Data Receiver on its subscription.')
 param otherSubscriptionNames string[] = []
 
 @description('Optional. Duplicate-detection window of the queue (ISO 8601 duration).')

@@ -20,10 +20,19 @@ import { loadDevPackage } from "./dev-package.ts";
 import { moduleMigrations } from "./handler-module.ts";
 
 const TOPIC = "accounts";
-/** Two consuming services, each with its own subscription (named as its consumer) and its own database. */
+/**
+ * Two consuming services, each with its own subscription (named as its consumer) and its own database. Ledger retries
+ * by scheduled copies at once (no wait under the lock): its copy of the failOnce event goes to the topic, addressed to
+ * ledger, and billing's rule keeps it off billing's subscription.
+ */
 const SERVICES = [
-  { consumer: "billing", workers: 2 },
-  { consumer: "ledger", workers: 1 },
+  { consumer: "billing", workers: 2, retriesByCopy: false, env: {} },
+  {
+    consumer: "ledger",
+    workers: 1,
+    retriesByCopy: true,
+    env: { SBINBOX_RETRY_MAX_WAIT_MS: "0", SBINBOX_RETRY_DELAYS_MS: "500" },
+  },
 ] as const;
 const RESEND_EVERY = 20;
 const LOCK_MS = 3_000;
@@ -110,7 +119,7 @@ export async function runTopicDemo(options: DemoOptions): Promise<DemoResult> {
         await start(
           service,
           `${service.consumer}-${n}`,
-          i === 0 ? { SBINBOX_FAULT_KILL_AFTER_COMMIT: victimId } : {},
+          i === 0 ? { ...SERVICES[i].env, SBINBOX_FAULT_KILL_AFTER_COMMIT: victimId } : SERVICES[i]!.env,
         );
     out(`${workers.length} worker processes started: ${workers.map((w) => w.name).join(", ")}`);
 
@@ -181,6 +190,7 @@ export async function runTopicDemo(options: DemoOptions): Promise<DemoResult> {
     }
 
     const duplicates = new Map<string, number>();
+    const retries = new Map<string, number>();
     await Promise.all(
       workers
         .filter((w) => w.child.exitCode === null && w.child.signalCode === null)
@@ -189,7 +199,9 @@ export async function runTopicDemo(options: DemoOptions): Promise<DemoResult> {
           const { code } = await w.exited;
           if (code !== 0) out(`${w.name} exited with code ${code} after SIGTERM`);
           const consumer = w.name.split("-")[0]!;
-          duplicates.set(consumer, (duplicates.get(consumer) ?? 0) + statsFromLog(w.stderrTail).duplicate);
+          const stats = statsFromLog(w.stderrTail);
+          duplicates.set(consumer, (duplicates.get(consumer) ?? 0) + stats.duplicate);
+          retries.set(consumer, (retries.get(consumer) ?? 0) + stats.retriesScheduled);
         }),
     );
 
@@ -219,10 +231,14 @@ export async function runTopicDemo(options: DemoOptions): Promise<DemoResult> {
       const deadLettered = broker.counts(service.path).deadLettered;
       const balances = await balancesMatch(service.db.sql, events);
       const dup = duplicates.get(service.consumer) ?? 0;
+      const retried = retries.get(service.consumer) ?? 0;
       out(
         `  ${service.consumer.padEnd(25)} ${effects} effects; lost ${lost}, doubled ${doubled}, unexpected ${unexpected}; ` +
-          `${dup} duplicates in its inbox; ${deadLettered} dead-lettered; balances ${balances ? "match" : "DO NOT match"}`,
+          `${dup} duplicates in its inbox; ${retried} retry copies scheduled on the topic; ${deadLettered} dead-lettered; ` +
+          `balances ${balances ? "match" : "DO NOT match"}`,
       );
+      // Ledger's failOnce event must have gone through a scheduled copy on the topic, or the demo did not show it.
+      if (SERVICES.find((s) => s.consumer === service.consumer)!.retriesByCopy) ok &&= retried >= 1;
       ok &&=
         lost === 0 &&
         doubled === 0 &&
@@ -232,7 +248,8 @@ export async function runTopicDemo(options: DemoOptions): Promise<DemoResult> {
         balances;
       fields.push(
         `${service.consumer}.effects=${effects} ${service.consumer}.duplicates_in_inbox=${dup} ` +
-          `${service.consumer}.deadlettered=${deadLettered} ${service.consumer}.lost=${lost} ${service.consumer}.doubled=${doubled}`,
+          `${service.consumer}.retries_scheduled=${retried} ${service.consumer}.deadlettered=${deadLettered} ` +
+          `${service.consumer}.lost=${lost} ${service.consumer}.doubled=${doubled}`,
       );
     }
     out(

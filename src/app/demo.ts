@@ -315,16 +315,28 @@ async function scalar(
 }
 
 /** The worker's counters from its final "stopped" log line; zeros when it has none (it was killed). */
-export function statsFromLog(stderr: string): { duplicate: number; failed: number } {
+export function statsFromLog(stderr: string): {
+  duplicate: number;
+  failed: number;
+  retriesScheduled: number;
+} {
   const line = stderr
     .split("\n")
     .reverse()
     .find((l) => l.includes('"msg":"stopped"'));
   try {
-    const record = JSON.parse(line ?? "{}") as { duplicate?: number; failed?: number };
-    return { duplicate: record.duplicate ?? 0, failed: record.failed ?? 0 };
+    const record = JSON.parse(line ?? "{}") as {
+      duplicate?: number;
+      failed?: number;
+      retriesScheduled?: number;
+    };
+    return {
+      duplicate: record.duplicate ?? 0,
+      failed: record.failed ?? 0,
+      retriesScheduled: record.retriesScheduled ?? 0,
+    };
   } catch {
-    return { duplicate: 0, failed: 0 };
+    return { duplicate: 0, failed: 0, retriesScheduled: 0 };
   }
 }
 

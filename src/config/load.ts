@@ -1,5 +1,5 @@
 import { readFileSync } from "node:fs";
-import { subscriptionPath } from "../domain/entity.ts";
+import { canonicalSubscription, subscriptionPath } from "../domain/entity.ts";
 import { ConfigError } from "../domain/errors.ts";
 import { checkRelaySettings, type RelaySettings } from "../outbox/settings.ts";
 import { parsers, settings, type RawSettings, type SettingName } from "./schema.ts";
@@ -169,7 +169,10 @@ function entitySettings(
   if (topic === undefined) return { queue: queue ?? "sbinbox", consumer: s.SBINBOX_CONSUMER ?? "sbinbox" };
   return {
     queue: sends ? topic : subscriptionPath(topic, subscription!),
-    consumer: s.SBINBOX_CONSUMER ?? subscription ?? "sbinbox",
+    // The subscription's canonical (lowercase) name: "Billing" and "billing" are one subscription to Service Bus,
+    // and must be one inbox key too.
+    consumer:
+      s.SBINBOX_CONSUMER ?? (subscription === undefined ? "sbinbox" : canonicalSubscription(subscription)),
   };
 }
 

@@ -37,12 +37,36 @@ export function sendTarget(entity: Entity): string {
  */
 export const TARGET_SUBSCRIPTION_PROPERTY = "sbinbox-subscription";
 
-/** The rule each consuming subscription needs, in Service Bus's SQL filter syntax. */
-export function subscriptionRule(subscription: string): string {
-  return `NOT EXISTS([${TARGET_SUBSCRIPTION_PROPERTY}]) OR [${TARGET_SUBSCRIPTION_PROPERTY}] = '${subscription.replace(/'/g, "''")}'`;
+/**
+ * The one spelling of a subscription's name that the copy's property, the rule and the default consumer name use:
+ * lowercase. Service Bus finds a subscription by name case-insensitively, but a SQL filter's `=` compares strings
+ * exactly; a worker configured with "Billing" on a subscription whose rule says 'billing' would otherwise address
+ * its retries to a name no rule admits, and Service Bus drops them after the original was completed.
+ */
+export function canonicalSubscription(subscription: string): string {
+  return subscription.toLowerCase();
 }
 
-/** Properties that keep a copy to this entity: none on a queue, the subscription's name on a topic. */
+/**
+ * The rule each consuming subscription needs, in Service Bus's SQL filter syntax (the Bicep's rule `sbinbox` builds
+ * the same text: toLower, quotes doubled).
+ */
+export function subscriptionRule(subscription: string): string {
+  return `NOT EXISTS([${TARGET_SUBSCRIPTION_PROPERTY}]) OR [${TARGET_SUBSCRIPTION_PROPERTY}] = '${canonicalSubscription(subscription).replace(/'/g, "''")}'`;
+}
+
+/**
+ * What every OTHER subscription on the topic (a service that does not run sbinbox: MassTransit, NServiceBus, the
+ * Functions trigger, a plain SDK receiver) must AND into its filter. Service Bus cannot send to one subscription, so
+ * sbinbox's retry and replay copies go to the topic with a fresh MessageId; a subscription whose filter does not
+ * exclude them receives each one as a new event and its service applies it twice. A correlation filter cannot say
+ * "absent": such a subscription needs a SQL filter, e.g. `sys.Label = 'Credit' AND NOT EXISTS([sbinbox-subscription])`.
+ */
+export const OTHER_SUBSCRIPTION_FILTER = `NOT EXISTS([${TARGET_SUBSCRIPTION_PROPERTY}])`;
+
+/** Properties that keep a copy to this entity: none on a queue, the subscription's canonical name on a topic. */
 export function copyTargetProperties(entity: Entity): Record<string, string> {
-  return entity.kind === "subscription" ? { [TARGET_SUBSCRIPTION_PROPERTY]: entity.subscription } : {};
+  return entity.kind === "subscription"
+    ? { [TARGET_SUBSCRIPTION_PROPERTY]: canonicalSubscription(entity.subscription) }
+    : {};
 }

@@ -159,7 +159,8 @@ export function parseConfig(json: unknown): BrokerConfig {
   if (rawQueues.length === 0 && rawTopics.length === 0)
     throw new BrokerConfigError(`${nsPath}.Queues`, "must be a non-empty array (or Topics must be)");
   const queues = rawQueues.map((q: unknown, i) => parseQueue(q, `${nsPath}.Queues[${i}]`));
-  const topics = rawTopics.map((t: unknown, i) => parseTopic(t, `${nsPath}.Topics[${i}]`));
+  const warnings: string[] = [];
+  const topics = rawTopics.map((t: unknown, i) => parseTopic(t, `${nsPath}.Topics[${i}]`, warnings));
   const seen = new Set<string>();
   const entities = [
     ...queues.map((q, i) => ({ name: q.name, path: `${nsPath}.Queues[${i}].Name` })),
@@ -170,13 +171,13 @@ export function parseConfig(json: unknown): BrokerConfig {
     if (seen.has(key)) throw new BrokerConfigError(entity.path, `"${entity.name}" is declared twice`);
     seen.add(key);
   }
-  return { namespace: name, queues, topics, warnings: [] };
+  return { namespace: name, queues, topics, warnings };
 }
 
 const ENTITY_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,259}$/;
 const SUBSCRIPTION_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$/;
 
-function parseTopic(raw: unknown, path: string): TopicSettings {
+function parseTopic(raw: unknown, path: string, warnings: string[]): TopicSettings {
   if (!isObject(raw)) throw new BrokerConfigError(path, "must be an object");
   const name = raw["Name"];
   if (typeof name !== "string" || !ENTITY_NAME.test(name))
@@ -219,7 +220,7 @@ function parseTopic(raw: unknown, path: string): TopicSettings {
     throw new BrokerConfigError(`${path}.Subscriptions`, "must be a non-empty array");
   const seen = new Set<string>();
   rawSubscriptions.forEach((s: unknown, i) => {
-    const sub = parseSubscription(s, `${path}.Subscriptions[${i}]`, topic);
+    const sub = parseSubscription(s, `${path}.Subscriptions[${i}]`, topic, warnings);
     if (seen.has(sub.name.toLowerCase()))
       throw new BrokerConfigError(`${path}.Subscriptions[${i}].Name`, `"${sub.name}" is declared twice`);
     seen.add(sub.name.toLowerCase());
@@ -228,7 +229,12 @@ function parseTopic(raw: unknown, path: string): TopicSettings {
   return topic;
 }
 
-function parseSubscription(raw: unknown, path: string, topic: TopicSettings): SubscriptionSettings {
+function parseSubscription(
+  raw: unknown,
+  path: string,
+  topic: TopicSettings,
+  warnings: string[],
+): SubscriptionSettings {
   if (!isObject(raw)) throw new BrokerConfigError(path, "must be an object");
   const name = raw["Name"];
   if (typeof name !== "string" || !SUBSCRIPTION_NAME.test(name))
@@ -266,15 +272,27 @@ function parseSubscription(raw: unknown, path: string, topic: TopicSettings): Su
   const rules =
     rawRules.length === 0
       ? [DEFAULT_RULE]
-      : rawRules.map((r: unknown, i) => parseRule(r, `${path}.Rules[${i}]`));
+      : rawRules.map((r: unknown, i) => parseRule(r, `${path}.Rules[${i}]`, warnings));
   return { name, queue, rules };
 }
 
-function parseRule(raw: unknown, path: string): Rule {
+/**
+ * A rule name ARM accepts: letters, digits, '.', '-', '_', starting and ending with a letter or digit, at most 50.
+ * `$Default` is the name Service Bus gives the true filter it creates itself; ARM refuses to create a rule so named.
+ */
+const ARM_RULE_NAME = /^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,48}[A-Za-z0-9])?$/;
+
+function parseRule(raw: unknown, path: string, warnings: string[]): Rule {
   if (!isObject(raw)) throw new BrokerConfigError(path, "must be an object");
   const name = raw["Name"];
   if (typeof name !== "string" || name === "" || name.length > 50)
     throw new BrokerConfigError(`${path}.Name`, "must be a rule name of 1 to 50 characters");
+  // A warning, not a refusal: whether the official emulator refuses such a name is not documented, and refusing a
+  // file the emulator takes would break the drop-in use of its Config.json. Azure (ARM, Bicep) refuses it.
+  if (!ARM_RULE_NAME.test(name))
+    warnings.push(
+      `${path}.Name "${name}" is not a rule name Azure accepts (letters, digits, '.', '-', '_', starting and ending with a letter or digit): a deployment with it would fail`,
+    );
   const props = raw["Properties"];
   if (!isObject(props)) throw new BrokerConfigError(`${path}.Properties`, "must be an object");
   const p = `${path}.Properties`;

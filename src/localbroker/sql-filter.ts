@@ -35,7 +35,7 @@ export class SqlFilterError extends Error {
 }
 
 type Expr =
-  | { kind: "const"; value: Value }
+  | { kind: "const"; value: Value; decimal?: true }
   | { kind: "prop"; scope: "sys" | "user"; name: string }
   | { kind: "unary"; op: "-" | "+" | "not"; arg: Expr }
   | { kind: "binary"; op: string; left: Expr; right: Expr }
@@ -285,7 +285,11 @@ class Parser {
     }
     if (t.kind === "number") {
       this.index += 1;
-      return { kind: "const", value: Number(t.text) };
+      // A literal written with a point or an exponent is a double in Service Bus; one without is an integer, and
+      // that decides whether `/` truncates (see binary()).
+      return /[.eE]/.test(t.text)
+        ? { kind: "const", value: Number(t.text), decimal: true }
+        : { kind: "const", value: Number(t.text) };
     }
     if (t.kind === "word" && (t.text === "TRUE" || t.text === "FALSE")) {
       this.index += 1;
@@ -413,6 +417,17 @@ function binary(op: string, leftExpr: Expr, rightExpr: Expr, input: FilterInput)
       if (op === "+" && typeof left === "string" && typeof right === "string") return left + right;
       if (typeof left !== "number" || typeof right !== "number") return undefined;
       if ((op === "/" || op === "%") && right === 0) return undefined;
+      // Service Bus follows C#'s implicit conversions: integer / integer truncates (10 / 4 = 2). JavaScript has one
+      // number type, so an integral value counts as an integer unless it is a literal written as a decimal; the
+      // SDKs send an integral JavaScript number as an int or long, so a property rarely differs.
+      if (
+        op === "/" &&
+        Number.isInteger(left) &&
+        Number.isInteger(right) &&
+        !decimal(leftExpr) &&
+        !decimal(rightExpr)
+      )
+        return Math.trunc(left / right);
       return op === "+"
         ? left + right
         : op === "-"
@@ -424,6 +439,10 @@ function binary(op: string, leftExpr: Expr, rightExpr: Expr, input: FilterInput)
               : left % right;
     }
   }
+}
+
+function decimal(expr: Expr): boolean {
+  return expr.kind === "const" && expr.decimal === true;
 }
 
 /** Values of different types are not equal and not unequal: unknown, so neither `=` nor `<>` matches. */

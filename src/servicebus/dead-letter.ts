@@ -3,7 +3,7 @@ import { CopyProperty, retryState } from "../domain/envelope.ts";
 import { Attr } from "../telemetry/names.ts";
 import { copyOf } from "./copy.ts";
 import { createEntityReceiver } from "./entity-receiver.ts";
-import { copyTargetProperties, parseEntity, sendTarget } from "../domain/entity.ts";
+import { canonicalSubscription, copyTargetProperties, parseEntity, sendTarget } from "../domain/entity.ts";
 import { replayMessageId } from "./message-id.ts";
 import { toIncoming } from "./receiver.ts";
 import { endSpan, injectTraceContext, startSendSpan } from "./tracing.ts";
@@ -95,7 +95,7 @@ export async function replayDeadLetters(
       const copyId = replayMessageId(
         info.inboxKey,
         replay,
-        entity.kind === "subscription" ? entity.subscription : undefined,
+        entity.kind === "subscription" ? canonicalSubscription(entity.subscription) : undefined,
       );
       const properties: Record<string, string | number> = {
         [CopyProperty.originalKey]: info.inboxKey,

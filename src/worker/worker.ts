@@ -11,7 +11,14 @@ import { errorType, recordAttempt, recordRetryWait } from "../servicebus/tracing
 import { retryMessageId } from "../servicebus/message-id.ts";
 import { CopyProperty } from "../domain/envelope.ts";
 import { Batcher, type BatchOutcome } from "./batcher.ts";
-import { parseEntity, TARGET_SUBSCRIPTION_PROPERTY, type Entity } from "../domain/entity.ts";
+import {
+  canonicalSubscription,
+  OTHER_SUBSCRIPTION_FILTER,
+  parseEntity,
+  subscriptionRule,
+  TARGET_SUBSCRIPTION_PROPERTY,
+  type Entity,
+} from "../domain/entity.ts";
 import { firstAttempt, processMessage, type Attempt } from "./process-message.ts";
 import { decideRetry, defaultRetryPolicy, retryClass, type RetryPolicy } from "./retry-policy.ts";
 
@@ -406,6 +413,18 @@ export function createWorker(options: WorkerOptions): Worker {
         consumer: options.consumer,
         types: registry.types,
       });
+      // Said at every start, since nothing the worker can read tells it the other subscriptions' rules: its retry
+      // and replay copies go to the whole topic, and only sbinbox workers and the sbinbox rule drop copies
+      // addressed elsewhere (docs/topics.md, Limits).
+      if (entity.kind === "subscription")
+        logger.warn(
+          "on a topic: every other subscription on it must exclude this worker's retry and replay copies, or its service applies them as new events",
+          {
+            topic: entity.topic,
+            requiredInEveryOtherSubscriptionFilter: OTHER_SUBSCRIPTION_FILTER,
+            thisSubscriptionRule: subscriptionRule(entity.subscription),
+          },
+        );
     },
     async stop() {
       if (stopping) return;
@@ -477,7 +496,7 @@ function scheduledCopy(attempt: Attempt, next: number, delayMs: number, entity: 
       state.inboxKey,
       state.replay,
       next,
-      entity.kind === "subscription" ? entity.subscription : undefined,
+      entity.kind === "subscription" ? canonicalSubscription(entity.subscription) : undefined,
     ),
     enqueueAt: new Date(Date.now() + delayMs),
     attempt: next,

@@ -201,3 +201,77 @@ export function evaluateInteger(
   if (pos !== source.length) throw new Error(`trailing input in ${source}`);
   return result;
 }
+
+/**
+ * Evaluates the string functions of an ARM expression inside a copy loop (format, replace, toLower, string literals,
+ * `parameters('x')[copyIndex()]` as `element`), enough to compare text the template builds with the code's.
+ */
+export function evaluateCopyString(expression: string, element: string): string {
+  const source = expression.replace(/^\[/, "").replace(/\]$/, "");
+  let pos = 0;
+  const skip = () => {
+    while (source[pos] === " ") pos++;
+  };
+  const expect = (char: string) => {
+    skip();
+    if (source[pos] !== char) throw new Error(`expected "${char}" at ${pos} in ${source}`);
+    pos++;
+  };
+  const parse = (): string => {
+    skip();
+    if (source[pos] === "'") {
+      let text = "";
+      pos++;
+      for (;;) {
+        if (pos >= source.length) throw new Error(`unterminated string in ${source}`);
+        if (source[pos] === "'") {
+          if (source[pos + 1] === "'") {
+            text += "'";
+            pos += 2;
+            continue;
+          }
+          pos++;
+          return text;
+        }
+        text += source[pos++];
+      }
+    }
+    const name = /^\w+/.exec(source.slice(pos))?.[0];
+    if (!name) throw new Error(`cannot read ${source.slice(pos)}`);
+    pos += name.length;
+    expect("(");
+    const args: string[] = [];
+    skip();
+    if (source[pos] !== ")") {
+      args.push(parse());
+      skip();
+      while (source[pos] === ",") {
+        pos++;
+        args.push(parse());
+        skip();
+      }
+    }
+    expect(")");
+    switch (name) {
+      case "parameters": {
+        const index = "[copyIndex()]";
+        if (source.slice(pos, pos + index.length) !== index)
+          throw new Error(`only parameters('x')[copyIndex()] is supported, at ${pos} in ${source}`);
+        pos += index.length;
+        return element;
+      }
+      case "format":
+        return args[0]!.replace(/\{(\d+)\}/g, (_, i: string) => args[Number(i) + 1]!);
+      case "replace":
+        return args[0]!.split(args[1]!).join(args[2]);
+      case "toLower":
+        return args[0]!.toLowerCase();
+      default:
+        throw new Error(`unsupported function ${name}`);
+    }
+  };
+  const result = parse();
+  skip();
+  if (pos !== source.length) throw new Error(`trailing text at ${pos} in ${source}`);
+  return result;
+}

@@ -1,7 +1,16 @@
 import assert from "node:assert/strict";
 import { parseSqlFilter } from "../../src/localbroker/sql-filter.ts";
 import { subscriptionRule } from "../../src/domain/entity.ts";
-import { compileTemplate, obj, ofType, props, single, str, type JsonObject } from "./arm.ts";
+import {
+  compileTemplate,
+  evaluateCopyString,
+  obj,
+  ofType,
+  props,
+  single,
+  str,
+  type JsonObject,
+} from "./arm.ts";
 
 const dataReceiverRole = "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0";
 const dataSenderRole = "69a216fc-b8fb-44d8-bc22-1f3c2cd27a39";
@@ -31,9 +40,12 @@ describe("infra: the optional topic, compiled to ARM JSON by the pinned Bicep CL
     const p = props(rule);
     assert.equal(p.filterType, "SqlFilter");
     const expression = str(obj(p.sqlFilter, "sqlFilter").sqlExpression, "sqlExpression");
-    // The ARM expression builds the same text as subscriptionRule(name); the local broker's parser takes it.
-    assert.match(expression, /NOT EXISTS\(\[sbinbox-subscription\]\) OR \[sbinbox-subscription\] = /);
-    parseSqlFilter(subscriptionRule("billing"));
+    // The ARM expression, evaluated for given subscription names, builds exactly subscriptionRule(name)'s text
+    // (lowercased, quotes doubled), the rule the local broker evaluates; and its parser takes it.
+    for (const name of ["billing", "Billing", "o'neil.v2", "LEDGER-2"]) {
+      assert.equal(evaluateCopyString(expression, name), subscriptionRule(name), name);
+      parseSqlFilter(evaluateCopyString(expression, name));
+    }
   });
 
   it("scopes the worker's receiver role to its subscription and its retry sender role to the topic", function () {

@@ -113,6 +113,7 @@ describe("local broker: configuration in the emulator's Config.json shape", () =
       ["sbinbox", "queue.1"],
     );
     assert.equal(config.queues[0]?.requiresDuplicateDetection, true);
+    assert.deepEqual(config.warnings, [], "its rule names are ones Azure accepts ($Default is not)");
   });
 
   it("offers one queue named sbinbox by default, with duplicate detection on", () => {

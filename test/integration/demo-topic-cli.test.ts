@@ -31,6 +31,11 @@ describe("sbinbox demo --topic", function () {
       Number(fields["billing.duplicates_in_inbox"]) >= 1,
       "billing's killed worker's message came back",
     );
+    assert.ok(
+      Number(fields["ledger.retries_scheduled"]) >= 1,
+      "ledger's failOnce event was retried by a copy scheduled on the topic",
+    );
+    assert.equal(fields["billing.retries_scheduled"], "0", "billing retries under the lock, in place");
     assert.match(result.stdout, /killed between commit and complete/);
   });
 });

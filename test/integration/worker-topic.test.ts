@@ -2,10 +2,11 @@ import assert from "node:assert/strict";
 import { z } from "zod";
 import type { Database } from "../../src/app/database.ts";
 import type { MessageHandler } from "../../src/domain/handler.ts";
-import { TARGET_SUBSCRIPTION_PROPERTY } from "../../src/domain/entity.ts";
+import { OTHER_SUBSCRIPTION_FILTER, TARGET_SUBSCRIPTION_PROPERTY } from "../../src/domain/entity.ts";
 import { accountSql } from "../../src/example/index.ts";
 import { parseConfig, sbinboxTopic } from "../../src/localbroker/config.ts";
-import { DEFAULT_RULE } from "../../src/localbroker/rules.ts";
+import { correlationRule, DEFAULT_RULE, sqlRule } from "../../src/localbroker/rules.ts";
+import { createLogger } from "../../src/telemetry/logger.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
 import { sendRawMessages } from "../../src/servicebus/raw.ts";
 import { defaultRetryPolicy } from "../../src/worker/retry-policy.ts";
@@ -22,6 +23,19 @@ config.topics[0]!.subscriptions.push({
   ...sbinboxTopic(TOPIC, ["open"]).subscriptions[0]!,
   rules: [DEFAULT_RULE],
 });
+
+// Two services that do not run sbinbox, both wanting the events labelled AuditCredit: one with the filter
+// docs/topics.md requires of every other subscription, one with a plain correlation filter.
+config.topics[0]!.subscriptions.push(
+  {
+    ...sbinboxTopic(TOPIC, ["audit-sql"]).subscriptions[0]!,
+    rules: [sqlRule("audit", `sys.Label = 'AuditCredit' AND ${OTHER_SUBSCRIPTION_FILTER}`)],
+  },
+  {
+    ...sbinboxTopic(TOPIC, ["audit-correlation"]).subscriptions[0]!,
+    rules: [correlationRule("audit", { Label: "AuditCredit" }, {})],
+  },
+);
 
 const body = (json: unknown) => Buffer.from(JSON.stringify(json));
 
@@ -232,5 +246,88 @@ describe("worker on a topic subscription: each consuming service applies each ev
       1,
       "ledger's copy waits for ledger",
     );
+  });
+
+  it("a subscription name typed in another case: the copy, the rule and the consumer share one lowercase name", async function () {
+    // The reviewer's case: the worker is configured with "Billing", the subscription's rule says 'billing'. Service
+    // Bus finds the subscription either way; a copy naming "Billing" met no rule and was dropped after the original
+    // was completed, so the event was lost.
+    let failures = 0;
+    const flaky: MessageHandler = {
+      kind: "transactional",
+      type: "Credit",
+      schema: z.object({ amount: z.number() }),
+      async handle(b, tx, context) {
+        if (failures++ === 0) throw new Error("ECONNREFUSED downstream");
+        await tx.query(accountSql.insertCredit[tx.dialect], [
+          context.messageId,
+          "acct",
+          (b as { amount: number }).amount,
+        ]);
+      },
+    };
+    const policy = { ...defaultRetryPolicy, jitter: 0, transientDelaysMs: [300], maxInProcessWaitMs: 0 };
+    await sendRawMessages(fixture.client, TOPIC, [
+      { messageId: "case-1", subject: "Credit", body: body({ amount: 7 }) },
+    ]);
+    const billing = startTestWorker({
+      client: fixture.client,
+      db: billingDb,
+      queue: `${TOPIC}/Subscriptions/Billing`,
+      consumer: "billing",
+      handlers: [flaky],
+      retryPolicy: policy,
+    });
+    try {
+      await waitUntil(() => billing.stats.committed === 1, "the retry copy applied", 20_000);
+    } finally {
+      await billing.stop();
+    }
+    assert.equal(billing.stats.retriesScheduled, 1);
+    assert.equal((await creditsPerMessage(billingDb)).get("case-1"), 1);
+    assert.equal(fixture.broker.counts(`${TOPIC}/Subscriptions/billing`).active, 0);
+  });
+
+  it("another service's subscription gets the retry copy unless its filter excludes it, and the worker says so at start", async function () {
+    let failures = 0;
+    const flaky: MessageHandler = {
+      kind: "transactional",
+      type: "AuditCredit",
+      schema: z.object({ amount: z.number() }),
+      async handle(b, tx, context) {
+        if (failures++ === 0) throw new Error("ECONNREFUSED downstream");
+        await tx.query(accountSql.insertCredit[tx.dialect], [
+          context.messageId,
+          "acct",
+          (b as { amount: number }).amount,
+        ]);
+      },
+    };
+    const lines: string[] = [];
+    const policy = { ...defaultRetryPolicy, jitter: 0, transientDelaysMs: [300], maxInProcessWaitMs: 0 };
+    await sendRawMessages(fixture.client, TOPIC, [
+      { messageId: "audit-1", subject: "AuditCredit", body: body({ amount: 3 }) },
+    ]);
+    const billing = startTestWorker({
+      client: fixture.client,
+      db: billingDb,
+      queue: `${TOPIC}/Subscriptions/billing`,
+      consumer: "billing",
+      handlers: [flaky],
+      retryPolicy: policy,
+      logger: createLogger({ level: "info", write: (line) => lines.push(line) }),
+    });
+    try {
+      await waitUntil(() => billing.stats.committed === 1, "the retry copy applied", 20_000);
+    } finally {
+      await billing.stop();
+    }
+    assert.equal(billing.stats.retriesScheduled, 1);
+    // The hazard the docs state: a correlation filter cannot exclude the copy, so that service sees the event twice.
+    assert.equal(fixture.broker.counts(`${TOPIC}/Subscriptions/audit-correlation`).active, 2);
+    assert.equal(fixture.broker.counts(`${TOPIC}/Subscriptions/audit-sql`).active, 1, "the original only");
+    const warning = lines.find((l) => l.includes("every other subscription"));
+    assert.ok(warning, "the start-up warning");
+    assert.ok(warning.includes("NOT EXISTS([sbinbox-subscription])"), warning);
   });
 });

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { loadConfig } from "../../src/config/load.ts";
-import { parseEntity, subscriptionRule } from "../../src/domain/entity.ts";
+import { copyTargetProperties, parseEntity, subscriptionRule } from "../../src/domain/entity.ts";
 import { ConfigError } from "../../src/domain/errors.ts";
 import { parseSqlFilter } from "../../src/localbroker/sql-filter.ts";
 import { destinationAttributes } from "../../src/telemetry/names.ts";
@@ -31,6 +31,13 @@ describe("config: a queue, or a topic and its subscription", function () {
       env: { SBINBOX_TOPIC: "accounts", SBINBOX_SUBSCRIPTION: "billing", SBINBOX_CONSUMER: "billing-v2" },
     });
     assert.equal(named.consumer, "billing-v2");
+  });
+
+  it("a subscription typed in another case is one subscription: one lowercase consumer, property and rule", function () {
+    const config = loadConfig({ env: { SBINBOX_TOPIC: "accounts", SBINBOX_SUBSCRIPTION: "Billing" } });
+    assert.equal(config.consumer, "billing", "Billing and billing must not be two inbox keys");
+    assert.deepEqual(copyTargetProperties(parseEntity(config.queue)), { "sbinbox-subscription": "billing" });
+    assert.equal(subscriptionRule("Billing"), subscriptionRule("billing"));
   });
 
   it("publish and the relay send to the topic; sbinbox dlq reads the subscription", function () {

@@ -29,6 +29,22 @@ describe("SQL filter (Service Bus subset)", () => {
     assert.equal(matches("a * 2 + 1 = 7 AND b % 4 = 1 AND -c = 2", { a: 3, b: 9, c: -2 }), true);
   });
 
+  it("divides integers as C# does (truncating), and decimals as decimals", () => {
+    assert.equal(matches("qty / 4 = 2", { qty: 10 }), true, "10 / 4 is 2 between integers");
+    assert.equal(matches("qty / 4 = 2.5", { qty: 10 }), false);
+    assert.equal(matches("-qty / 4 = -2", { qty: 10 }), true, "truncated toward zero");
+    assert.equal(
+      matches("qty / 4.0 = 2.5", { qty: 10 }),
+      true,
+      "a decimal literal makes it a double division",
+    );
+    assert.equal(
+      matches("price / 2 = 1.25", { price: 2.5 }),
+      true,
+      "a non-integral value divides as a double",
+    );
+  });
+
   it("supports IS [NOT] NULL, EXISTS, [NOT] IN, [NOT] LIKE with ESCAPE, sys. and user. scopes, [names]", () => {
     assert.equal(matches("missing IS NULL AND present IS NOT NULL", { present: 1 }), true);
     assert.equal(matches("EXISTS(present) AND NOT EXISTS(missing)", { present: 1 }), true);
@@ -81,6 +97,19 @@ describe("broker config: topics", () => {
       sub.rules.map((r) => r.name),
       ["$Default"],
     );
+  });
+
+  it("warns of a rule name Azure refuses ($Default, a leading or trailing symbol) and takes the ones it accepts", () => {
+    const named = (Name: string) =>
+      parseConfig(
+        topic({ Rules: [{ Name, Properties: { FilterType: "Sql", SqlFilter: { SqlExpression: "1=1" } } }] }),
+      ).warnings;
+    for (const name of ["$Default", "-a", "a_", "a b", "é"]) {
+      const warnings = named(name);
+      assert.equal(warnings.length, 1, name);
+      assert.match(warnings[0]!, /Rules\[0\]\.Name .* is not a rule name Azure accepts/);
+    }
+    for (const name of ["sbinbox", "a", "A.b-c_9", "x".repeat(50)]) assert.deepEqual(named(name), [], name);
   });
 
   it("refuses at load a bad SQL filter, a rule action, an unknown filter type or correlation field", () => {

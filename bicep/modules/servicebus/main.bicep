@@ -56,7 +56,7 @@ param deadLetteringOnMessageExpiration bool = true
 @maxLength(260)
 param topicName string?
 
-@description('Optional. One subscription per consuming service on the topic (its name is the service\'s consumer name). Each gets the rule sbinbox, which admits every event and only its own scheduled retries and replays.')
+@description('Optional. One subscription per consuming service on the topic (its name is the service\'s consumer name). Each gets the rule sbinbox, which admits every event and only its own scheduled retries and replays (the name compared in lowercase). Any subscription on the topic NOT created here must include AND NOT EXISTS([sbinbox-subscription]) in its filter, or it receives every sbinbox retry and replay copy as a new event (docs/topics.md, Limits).')
 param subscriptionNames string[] = []
 
 @description('Optional. Name of the Log Analytics workspace, in this resource group, that receives the namespace\'s logs and metrics.')
@@ -136,7 +136,7 @@ resource subscriptionRules 'Microsoft.ServiceBus/namespaces/topics/subscriptions
     properties: {
       filterType: 'SqlFilter'
       sqlFilter: {
-        sqlExpression: 'NOT EXISTS([sbinbox-subscription]) OR [sbinbox-subscription] = \'${replace(subscriptionName, '\'', '\'\'')}\''
+        sqlExpression: 'NOT EXISTS([sbinbox-subscription]) OR [sbinbox-subscription] = \'${replace(toLower(subscriptionName), '\'', '\'\'')}\''
       }
     }
   }
