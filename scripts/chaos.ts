@@ -581,18 +581,20 @@ async function main(o: Options): Promise<number> {
     const sent = (id: string) => expected.has(id) || mailIds.has(id);
     const inboxDone = inbox.rows.filter((r) => r.done && sent(r.id)).length;
     const inboxStray = inbox.rows.filter((r) => !r.done || !sent(r.id)).length;
-    // The external system's record, by idempotency key (the inbox key) and by recipient: a mail sent under two
-    // keys would show as a recipient with two effects, whatever the API's own deduplication did.
-    const mailEffects = [...downstream.keys].filter(([, r]) => r.effect !== undefined);
+    // The external system's record, by idempotency key (the inbox key) and by recipient: a mail sent twice under one
+    // key (every effect is kept) or under two keys (a recipient with two effects) is doubled, whatever the API's own
+    // deduplication did. Each recipient gets one mail event, so the two counts do not overlap except on one key.
+    const mailEffects = [...downstream.keys].filter(([, r]) => r.effects.length > 0);
     const externalLost = [...mailIds.keys()].filter(
-      (id) => downstream.keys.get(id)?.effect === undefined,
+      (id) => (downstream.keys.get(id)?.effects.length ?? 0) === 0,
     ).length;
-    const perRecipient = new Map<string, number>();
-    for (const [, r] of mailEffects)
-      perRecipient.set(r.effect!.to, (perRecipient.get(r.effect!.to) ?? 0) + 1);
-    const externalDoubled = [...perRecipient.values()].filter((n) => n > 1).length;
+    const perRecipient = new Map<string, Set<string>>();
+    for (const [key, r] of mailEffects)
+      for (const e of r.effects) perRecipient.set(e.to, (perRecipient.get(e.to) ?? new Set()).add(key));
+    const externalDoubled =
+      downstream.doubledKeys + [...perRecipient.values()].filter((keys) => keys.size > 1).length;
     const externalUnexpected = mailEffects.filter(
-      ([key, r]) => !mailIds.has(key) || mailIds.get(key) !== r.effect!.to,
+      ([key, r]) => !mailIds.has(key) || r.effects.some((e) => e.to !== mailIds.get(key)),
     ).length;
     const repeatedKeys = mailEffects.filter(([, r]) => r.calls > 1).length;
     const checkCalls = [...downstream.checks.values()].reduce((a, b) => a + b, 0);
@@ -646,7 +648,7 @@ async function main(o: Options): Promise<number> {
     );
     out(
       `    killed after perform: the mail whose worker SIGKILLed itself after the call was called ` +
-        `${killedAfterPerform?.calls ?? 0} time(s), ${killedAfterPerform?.effect ? "1 mail" : "no mail"}` +
+        `${killedAfterPerform?.calls ?? 0} time(s), ${killedAfterPerform?.effects.length ?? 0} mail(s)` +
         ` (${fleet.counts.selfKills} worker(s) killed themselves)`,
     );
     out(
