@@ -15,6 +15,9 @@ import {
 } from "../src/example/index.ts";
 import { exampleModule } from "../src/example/module.ts";
 
+/** What the worker writes to stderr right before the kill-after-perform switch SIGKILLs it (read by chaos-fleet). */
+export const KILL_AFTER_PERFORM_LINE = "chaos: killing the process after perform";
+
 /** How long one call may take before the handler gives up (a TimeoutError, transient); the chaos run sets 6 s. */
 const DEFAULT_TIMEOUT_MS = 10_000;
 
@@ -86,7 +89,11 @@ export function httpMailer(url: string, timeoutMs: number, killAfter?: string): 
         body: { to: mail.to, subject: mail.subject },
       });
       const repeated = (answer as { repeated?: unknown } | undefined)?.repeated;
-      if (mail.idempotencyKey === killAfter && repeated === false) process.kill(process.pid, "SIGKILL");
+      if (mail.idempotencyKey === killAfter && repeated === false) {
+        // Said first (a pipe write is synchronous on Linux) so the fleet can tell this switch from the other one.
+        process.stderr.write(`${KILL_AFTER_PERFORM_LINE} ${mail.idempotencyKey}\n`);
+        process.kill(process.pid, "SIGKILL");
+      }
     },
   };
 }
