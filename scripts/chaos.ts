@@ -40,10 +40,14 @@ const WORKERS = 3;
  * Queue timings. A SIGKILLed worker's messages come back when their 5 s lock expires, each kill costing them one
  * delivery; an outage costs a message at most one abandon (the worker pauses at the first "unavailable") and one
  * expired lock (held messages go back when the paused link closes); a failOnce message fails once per process
- * that sees it. MaxDeliveryCount 10 leaves room for all of that together, so only poison reaches the DLQ.
+ * that sees it. A two-phase message whose claimant was SIGKILLed mid-call is held off (`busy`) until the claim is
+ * swept, 45 s later (WORKER_RETRY_SETTINGS); with a worker killed every ~3 s that lock-out alone costs it up to six
+ * deliveries, and it can meet two. With MaxDeliveryCount 10 a run with the 45 s claim timeout dead-lettered 13 of
+ * 200 healthy mails as MaxDeliveryCountExceeded; 30 leaves room for that on top of the rest, so only poison
+ * reaches the DLQ. A production queue sees a kill in hours, not seconds.
  */
 const LOCK_MS = 5_000;
-const MAX_DELIVERY_COUNT = 10;
+const MAX_DELIVERY_COUNT = 30;
 /** Azure's smallest duplicate detection window: late resends wait it out and reach the inbox. */
 const DUPLICATE_WINDOW_MS = 20_000;
 const MAX_MESSAGE_BYTES = 65_536;
