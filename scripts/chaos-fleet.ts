@@ -147,12 +147,20 @@ export class WorkerFleet {
     await Promise.all(members.map((m) => m.exited));
   }
 
+  /** Stopped from outside: no restart from now on, every live worker SIGKILLed. */
+  halt(): void {
+    this.stopping = true;
+    this.pending.clear();
+    this.killAll();
+  }
+
   /** Last resort on the way out: nothing outlives the run. */
   killAll(): void {
     for (const m of this.members.values()) m.child.kill("SIGKILL");
   }
 
   private async spawn(slot: number, first: boolean): Promise<void> {
+    if (this.stopping) return;
     const port = await freePort();
     this.generation += 1;
     const name = `worker-${slot + 1}.${this.generation}`;
@@ -182,7 +190,9 @@ export class WorkerFleet {
     };
     child.stderr?.setEncoding("utf8");
     child.stderr?.on("data", (d: string) => (member.stderrTail = (member.stderrTail + d).slice(-3000)));
-    child.on("exit", (code, signal) => {
+    // 'close', not 'exit': 'exit' can come before the last stderr data is read, and the fault switch's last line
+    // (which switch fired) and the "stopped" counters are in it.
+    child.on("close", (code, signal) => {
       this.onExit(member, code, signal);
       exited();
     });

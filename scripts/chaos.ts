@@ -232,9 +232,12 @@ async function main(o: Options): Promise<number> {
   process.once("exit", killAll);
   // Stopped from outside (Ctrl-C, a CI timeout): the workers, relays and embedded PostgreSQL are children that would
   // otherwise outlive this process, so the same cleanups run as at the end, then it exits.
+  let halted = false;
   const onSignal = (signal: NodeJS.Signals) => {
     out(`${signal}: stopping the workers, relays and database`);
-    killAll();
+    // Nothing is restarted from here on: the watch loop would otherwise replace the relays and workers it kills.
+    halted = true;
+    fleet?.halt();
     void (async () => {
       for (const cleanup of [...cleanups].reverse()) await cleanup().catch(() => undefined);
       process.exit(signal === "SIGINT" ? 130 : 143);
@@ -469,7 +472,7 @@ async function main(o: Options): Promise<number> {
       }
       await fleet.restartPending();
       // Relays are replaced as an orchestrator would, once the database is back (start-up migrates).
-      if (dbUp) while (upstream.relays.filter(relayAlive).length < 2) await upstream.startRelay();
+      if (dbUp && !halted) while (upstream.relays.filter(relayAlive).length < 2) await upstream.startRelay();
       if (downstreamPhases === 0 && !downstreamDown && applied >= o.events * 0.2) {
         out(
           `the external system is down (connections reset) for ${o.downstreamDownMs} ms (${applied} applied)`,
