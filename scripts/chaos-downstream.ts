@@ -1,8 +1,10 @@
 // The chaos run's external system: a small HTTP API on 127.0.0.1 that the chaos process owns, so it outlives the
 // worker processes it SIGKILLs and the final comparison can read every call and every effect. It behaves as a real
 // mail or payment API with idempotency keys does: the first accepted call with a key makes the effect, any later
-// call with that key gets the first result back and makes none. Some keys meet failures on their first calls,
-// and the whole API can be taken down (its port refuses connections) and brought back.
+// call with that key gets the first result back and makes none, and a call made while an earlier one with the same
+// key is still being answered gets 409 `idempotency_key_in_use` (as Stripe answers it), not the first result. Some
+// keys meet failures on their first calls, and the whole API can be taken down (every connection is reset at once,
+// and counted) and brought back.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 
@@ -18,20 +20,41 @@ export type Behaviour =
   | { readonly kind: "slow"; readonly ms: number }
   | { readonly kind: "normal" };
 
+export interface Effect {
+  readonly to: string;
+  readonly id: number;
+}
+
 export interface KeyRecord {
   calls: number;
-  /** The recipient the effect went to; set by the first call that made it. */
-  effect?: { readonly to: string; readonly id: number };
+  /**
+   * Every effect made under this key, in order. One at most while the API dedupes; kept as a list so that a
+   * second effect under one key (the harm the comparison looks for) is recorded rather than overwritten.
+   */
+  readonly effects: Effect[];
+  /** A call with this key is being answered; another one now gets 409 `idempotency_key_in_use`. */
+  inFlight: boolean;
+}
+
+export interface DownstreamOptions {
+  /** False turns the API's deduplication off (every accepted call makes an effect): for the test that the
+   * comparison catches a doubled mail. */
+  readonly dedupe?: boolean;
 }
 
 export class FakeDownstream {
   readonly keys = new Map<string, KeyRecord>();
   /** Calls to /check (the transactional handlers' downstream), by key. */
   readonly checks = new Map<string, number>();
-  /** Connections refused or cut while down are not seen here; these are the requests that arrived. */
+  /** POST /mail requests that arrived while up (connections reset while down are `refusedWhileDown`). */
   calls = 0;
-  /** Effects made: one per key at most, by construction; what the comparison checks is which keys and recipients. */
+  /** Effects made, over all keys. */
   effects = 0;
+  /** Answers 409 `idempotency_key_in_use`: a same-key call arrived while the first was still being answered. */
+  keyInUse = 0;
+  /** Connections reset because the API was down: calls the outage refused. */
+  refusedWhileDown = 0;
+  private readonly dedupe: boolean;
   private readonly sockets = new Set<Socket>();
   private readonly server: Server;
   private up = false;
@@ -39,19 +62,34 @@ export class FakeDownstream {
 
   private readonly plan: (key: string) => Behaviour;
 
-  private constructor(plan: (key: string) => Behaviour) {
+  private constructor(plan: (key: string) => Behaviour, options: DownstreamOptions) {
     this.plan = plan;
+    this.dedupe = options.dedupe ?? true;
     this.server = createServer((req, res) => void this.serve(req, res));
     this.server.on("connection", (socket) => {
+      // Down: the port stays open so that each attempt can be counted, and is reset at once, as a refusal would be.
+      if (!this.up) {
+        this.refusedWhileDown += 1;
+        socket.resetAndDestroy();
+        return;
+      }
       this.sockets.add(socket);
       socket.on("close", () => this.sockets.delete(socket));
     });
   }
 
-  static async start(plan: (key: string) => Behaviour): Promise<FakeDownstream> {
-    const api = new FakeDownstream(plan);
+  static async start(
+    plan: (key: string) => Behaviour,
+    options: DownstreamOptions = {},
+  ): Promise<FakeDownstream> {
+    const api = new FakeDownstream(plan, options);
     await api.listen(0);
     return api;
+  }
+
+  /** Keys under which more than one effect was made: a mail sent twice. */
+  get doubledKeys(): number {
+    return [...this.keys.values()].filter((r) => r.effects.length > 1).length;
   }
 
   get url(): string {
@@ -62,32 +100,25 @@ export class FakeDownstream {
     return this.up;
   }
 
-  /** Down: the port is closed, so callers get ECONNREFUSED; open connections are cut. */
-  async goDown(): Promise<void> {
-    if (!this.up) return;
+  /** Down: open connections are cut and every new one is reset (ECONNRESET for the caller) and counted. */
+  goDown(): Promise<void> {
+    if (!this.up) return Promise.resolve();
+    this.up = false;
+    for (const socket of this.sockets) socket.destroy();
+    return Promise.resolve();
+  }
+
+  /** Up again, on the same port. */
+  comeUp(): Promise<void> {
+    this.up = true;
+    return Promise.resolve();
+  }
+
+  async close(): Promise<void> {
     this.up = false;
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     for (const socket of this.sockets) socket.destroy();
     await closed;
-  }
-
-  /** Up again on the same port, so the workers' setting still points at it. */
-  async comeUp(): Promise<void> {
-    if (this.up) return;
-    for (let tries = 0; ; tries += 1) {
-      try {
-        await this.listen(this.port);
-        return;
-      } catch (error) {
-        // The port is ours unless another process took it in the meantime; give it a moment, then say so.
-        if (tries >= 20) throw error;
-        await new Promise((resolve) => setTimeout(resolve, 250));
-      }
-    }
-  }
-
-  async close(): Promise<void> {
-    await this.goDown();
   }
 
   private listen(port: number): Promise<void> {
@@ -126,11 +157,18 @@ export class FakeDownstream {
     }
     if (typeof to !== "string") return answer(res, 400, { error: "no recipient" });
     this.calls += 1;
-    const record = this.keys.get(key) ?? { calls: 0 };
+    const record = this.keys.get(key) ?? { calls: 0, effects: [], inFlight: false };
     this.keys.set(key, record);
     record.calls += 1;
+    if (this.dedupe && record.inFlight) {
+      this.keyInUse += 1;
+      return answer(res, 409, {
+        error: { code: "idempotency_key_in_use", message: "a request with this key is still in progress" },
+      });
+    }
     // A repeated key: the first result, no second effect, whatever the key's failures were.
-    if (record.effect) return answer(res, 200, { id: record.effect.id, repeated: true });
+    const first = record.effects[0];
+    if (this.dedupe && first) return answer(res, 200, { id: first.id, repeated: true });
     const behaviour = this.plan(key);
     if (behaviour.kind === "unavailable" && record.calls <= behaviour.calls)
       return answer(res, 503, { error: "unavailable" });
@@ -139,14 +177,18 @@ export class FakeDownstream {
       return answer(res, 503, { error: "unavailable" });
     }
     this.effects += 1;
-    record.effect = { to, id: this.effects };
+    const effect = { to, id: this.effects };
+    record.effects.push(effect);
     if (behaviour.kind === "reset-after-effect" && record.calls === 1) {
       req.socket.resetAndDestroy();
       return;
     }
-    if (behaviour.kind === "slow" && record.calls === 1)
+    if (behaviour.kind === "slow" && record.calls === 1) {
+      record.inFlight = true;
       await new Promise((resolve) => setTimeout(resolve, behaviour.ms));
-    answer(res, 200, { id: record.effect.id, repeated: false });
+      record.inFlight = false;
+    }
+    answer(res, 200, { id: effect.id, repeated: false });
   }
 }
 

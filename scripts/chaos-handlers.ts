@@ -15,16 +15,33 @@ import {
 } from "../src/example/index.ts";
 import { exampleModule } from "../src/example/module.ts";
 
+/** What the worker writes to stderr right before the kill-after-perform switch SIGKILLs it (read by chaos-fleet). */
+export const KILL_AFTER_PERFORM_LINE = "chaos: killing the process after perform";
+
 /** How long one call may take before the handler gives up (a TimeoutError, transient); the chaos run sets 6 s. */
 const DEFAULT_TIMEOUT_MS = 10_000;
 
-/** An HTTP answer that is not 2xx; `status` is what the retry policy reads (5xx, 408, 429 transient). */
+/**
+ * An HTTP answer that is not 2xx; `status` and `code` (the API's error code, `error.code` in its JSON body) are what
+ * the retry policy reads: 5xx, 408, 429 and 409 `idempotency_key_in_use` are transient.
+ */
 export class DownstreamHttpError extends Error {
   readonly status: number;
-  constructor(status: number, what: string) {
-    super(`downstream answered ${status} to ${what}`);
+  readonly code: string | undefined;
+  constructor(status: number, what: string, code?: string) {
+    super(`downstream answered ${status}${code ? ` ${code}` : ""} to ${what}`);
     this.name = "DownstreamHttpError";
     this.status = status;
+    this.code = code;
+  }
+}
+
+function errorCode(text: string): string | undefined {
+  try {
+    const code = (JSON.parse(text) as { error?: { code?: unknown } } | null)?.error?.code;
+    return typeof code === "string" ? code : undefined;
+  } catch {
+    return undefined;
   }
 }
 
@@ -55,7 +72,7 @@ async function call(
   if (response.status === 503 && retryAfter > 0) {
     throw new RetryAfterError(retryAfter * 1000, `downstream answered 503, retry after ${retryAfter} s`);
   }
-  throw new DownstreamHttpError(response.status, `${init.method} ${new URL(url).pathname}`);
+  throw new DownstreamHttpError(response.status, `${init.method} ${new URL(url).pathname}`, errorCode(text));
 }
 
 /**
@@ -72,7 +89,11 @@ export function httpMailer(url: string, timeoutMs: number, killAfter?: string): 
         body: { to: mail.to, subject: mail.subject },
       });
       const repeated = (answer as { repeated?: unknown } | undefined)?.repeated;
-      if (mail.idempotencyKey === killAfter && repeated === false) process.kill(process.pid, "SIGKILL");
+      if (mail.idempotencyKey === killAfter && repeated === false) {
+        // Said first (a pipe write is synchronous on Linux) so the fleet can tell this switch from the other one.
+        process.stderr.write(`${KILL_AFTER_PERFORM_LINE} ${mail.idempotencyKey}\n`);
+        process.kill(process.pid, "SIGKILL");
+      }
     },
   };
 }

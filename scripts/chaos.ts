@@ -42,10 +42,14 @@ const WORKERS = 3;
  * Queue timings. A SIGKILLed worker's messages come back when their 5 s lock expires, each kill costing them one
  * delivery; an outage costs a message at most one abandon (the worker pauses at the first "unavailable") and one
  * expired lock (held messages go back when the paused link closes); a failOnce message fails once per process
- * that sees it. MaxDeliveryCount 10 leaves room for all of that together, so only poison reaches the DLQ.
+ * that sees it. A two-phase message whose claimant was SIGKILLed mid-call is held off (`busy`) until the claim is
+ * swept, 45 s later (WORKER_RETRY_SETTINGS); with a worker killed every ~3 s that lock-out alone costs it up to six
+ * deliveries, and it can meet two. With MaxDeliveryCount 10 a run with the 45 s claim timeout dead-lettered 13 of
+ * 200 healthy mails as MaxDeliveryCountExceeded; 30 leaves room for that on top of the rest, so only poison
+ * reaches the DLQ. A production queue sees a kill in hours, not seconds.
  */
 const LOCK_MS = 5_000;
-const MAX_DELIVERY_COUNT = 10;
+const MAX_DELIVERY_COUNT = 30;
 /**
  * The queue's duplicate detection window: late resends wait it out and reach the inbox. The relays use it too, and
  * send no row first tried longer ago than the window less their margin (a stale row, docs/outbox.md). Azure's
@@ -76,15 +80,16 @@ const WORKER_DB_TIMEOUTS = {
  * The retry settings. The waits in place are the shipped defaults (1 s, 5 s, 30 s; SBINBOX_RETRY_MAX_WAIT_MS and
  * the 20% jitter left at theirs), so the external system's 30 s outage meets what a user gets out of the box; only
  * the scheduled tail is shortened (40 s and 60 s copies instead of 2, 10, 30 and 60 minutes) so a run ends in
- * minutes. A claim left open by a SIGKILLed worker is swept after 8 s (every 2 s) instead of 5 min, so its
- * redelivery finds it `busy` for seconds, not minutes; 8 s is longer than any call the handlers make (6 s timeout),
- * so a live worker's claim is not swept while it calls. SBINBOX_MAX_CONCURRENT_CALLS stays at its 16: more slots
+ * minutes. A claim left open by a SIGKILLed worker is swept after 45 s (every 2 s) instead of 5 min, so its
+ * redelivery finds it `busy` for under a minute; 45 s is longer than the longest wait a live worker makes in place
+ * (30 s, plus its 20% jitter capped at the 30 s limit) plus one call (6 s timeout), so a live worker's claim is
+ * never swept while it waits or calls, and its retry re-enters its own claim. SBINBOX_MAX_CONCURRENT_CALLS stays at its 16: more slots
  * would keep intake up while the external system is down, but every SIGKILL would cost twice as many messages a
  * delivery.
  */
 const WORKER_RETRY_SETTINGS = {
   SBINBOX_RETRY_DELAYS_MS: "1000,5000,30000,40000,60000",
-  SBINBOX_CLAIM_TIMEOUT_MS: "8000",
+  SBINBOX_CLAIM_TIMEOUT_MS: "45000",
   SBINBOX_SWEEP_INTERVAL_MS: "2000",
   // The handlers' own timeout per call: longer than the 5 s lock, shorter than the claim timeout.
   CHAOS_DOWNSTREAM_TIMEOUT_MS: "6000",
@@ -94,7 +99,8 @@ const WORKER_RETRY_SETTINGS = {
  * What the external system does with the first calls for each key. Two-phase (mail) events, by index j: 503 for
  * their first 1 or 2 calls; the effect made and the connection reset (the answer lost); an answer after 5.5 s (past
  * the 5 s lock, so the SDK's renewal must hold it, inside the handlers' 6 s timeout); an answer after 10 s (past the
- * timeout: the effect is made, the caller gives up and retries with the same key, which gets the first result);
+ * timeout: the effect is made, the caller gives up and retries ~1 s later with the same key, which gets 409
+ * `idempotency_key_in_use` while the first call is still open, transient, and the first result on the next retry);
  * `Retry-After: 35` (over the 30 s in-place limit, so a scheduled copy), for the first 60% only so that no copy is
  * due long after publishing ends.
  */
@@ -125,7 +131,8 @@ NOLOGIN, sessions ended), then silent (a proxy stops forwarding without closing)
 N/10 two-phase events calling an external HTTP API (deduplicating by idempotency key) that fails, resets, answers
 slowly for some keys and is down for 30 s once; upstream, N/10 outbox transactions (10% rolled back) sent by two
 relay processes that are SIGKILLed now and then.
-Exit code 0 only if nothing is lost, nothing is doubled and only the poison is dead-lettered.
+Exit code 0 only if nothing is lost, nothing is doubled and only the poison is dead-lettered; 3 if the run did
+not finish in time (starved: a timeout is a failure, told apart), 1 for any other failure.
 `;
 
 interface Options {
@@ -246,6 +253,21 @@ async function main(o: Options): Promise<number> {
   let fleet: WorkerFleet | undefined;
   const killAll = () => fleet?.killAll();
   process.once("exit", killAll);
+  // Stopped from outside (Ctrl-C, a CI timeout): the workers, relays and embedded PostgreSQL are children that would
+  // otherwise outlive this process, so the same cleanups run as at the end, then it exits.
+  let halted = false;
+  const onSignal = (signal: NodeJS.Signals) => {
+    out(`${signal}: stopping the workers, relays and database`);
+    // Nothing is restarted from here on: the watch loop would otherwise replace the relays and workers it kills.
+    halted = true;
+    fleet?.halt();
+    void (async () => {
+      for (const cleanup of [...cleanups].reverse()) await cleanup().catch(() => undefined);
+      process.exit(signal === "SIGINT" ? 130 : 143);
+    })();
+  };
+  process.once("SIGINT", onSignal);
+  process.once("SIGTERM", onSignal);
   try {
     out(
       `chaos run: ${o.events} events, seed ${o.seed}; starting the local broker and an embedded PostgreSQL`,
@@ -481,10 +503,10 @@ async function main(o: Options): Promise<number> {
       }
       await fleet.restartPending();
       // Relays are replaced as an orchestrator would, once the database is back (start-up migrates).
-      if (dbUp) while (upstream.relays.filter(relayAlive).length < 2) await upstream.startRelay();
+      if (dbUp && !halted) while (upstream.relays.filter(relayAlive).length < 2) await upstream.startRelay();
       if (downstreamPhases === 0 && !downstreamDown && applied >= o.events * 0.2) {
         out(
-          `the external system is down (connections refused) for ${o.downstreamDownMs} ms (${applied} applied)`,
+          `the external system is down (connections reset) for ${o.downstreamDownMs} ms (${applied} applied)`,
         );
         downstreamDown = true;
         await downstream.goDown();
@@ -492,10 +514,20 @@ async function main(o: Options): Promise<number> {
           await downstream.comeUp();
           downstreamDown = false;
           downstreamPhases += 1;
-          out(`the external system is back (${downstream.effects} mails sent so far)`);
+          out(
+            `the external system is back (${downstream.effects} mails sent so far; ` +
+              `${downstream.refusedWhileDown} calls refused while down)`,
+          );
         });
       }
-      if (dbRestarts === 0 && dbUp && applied >= o.events * 0.4) {
+      // Only once the external system is back, so its outage meets the workers alone, not mixed with the database's.
+      if (
+        dbRestarts === 0 &&
+        dbUp &&
+        downstreamPhases === 1 &&
+        !downstreamDown &&
+        applied >= o.events * 0.4
+      ) {
         out(`stopping the database for ${o.dbDownMs} ms (${applied} applied)`);
         outages.push({ from: Date.now(), to: Infinity });
         dbUp = false;
@@ -625,18 +657,20 @@ async function main(o: Options): Promise<number> {
     const sent = (id: string) => expected.has(id) || mailIds.has(id);
     const inboxDone = inbox.rows.filter((r) => r.done && sent(r.id)).length;
     const inboxStray = inbox.rows.filter((r) => !r.done || !sent(r.id)).length;
-    // The external system's record, by idempotency key (the inbox key) and by recipient: a mail sent under two
-    // keys would show as a recipient with two effects, whatever the API's own deduplication did.
-    const mailEffects = [...downstream.keys].filter(([, r]) => r.effect !== undefined);
+    // The external system's record, by idempotency key (the inbox key) and by recipient: a mail sent twice under one
+    // key (every effect is kept) or under two keys (a recipient with two effects) is doubled, whatever the API's own
+    // deduplication did. Each recipient gets one mail event, so the two counts do not overlap except on one key.
+    const mailEffects = [...downstream.keys].filter(([, r]) => r.effects.length > 0);
     const externalLost = [...mailIds.keys()].filter(
-      (id) => downstream.keys.get(id)?.effect === undefined,
+      (id) => (downstream.keys.get(id)?.effects.length ?? 0) === 0,
     ).length;
-    const perRecipient = new Map<string, number>();
-    for (const [, r] of mailEffects)
-      perRecipient.set(r.effect!.to, (perRecipient.get(r.effect!.to) ?? 0) + 1);
-    const externalDoubled = [...perRecipient.values()].filter((n) => n > 1).length;
+    const perRecipient = new Map<string, Set<string>>();
+    for (const [key, r] of mailEffects)
+      for (const e of r.effects) perRecipient.set(e.to, (perRecipient.get(e.to) ?? new Set()).add(key));
+    const externalDoubled =
+      downstream.doubledKeys + [...perRecipient.values()].filter((keys) => keys.size > 1).length;
     const externalUnexpected = mailEffects.filter(
-      ([key, r]) => !mailIds.has(key) || mailIds.get(key) !== r.effect!.to,
+      ([key, r]) => !mailIds.has(key) || r.effects.some((e) => e.to !== mailIds.get(key)),
     ).length;
     const repeatedKeys = mailEffects.filter(([, r]) => r.calls > 1).length;
     const checkCalls = [...downstream.checks.values()].reduce((a, b) => a + b, 0);
@@ -690,8 +724,10 @@ async function main(o: Options): Promise<number> {
     );
     out(
       `    killed after perform: the mail whose worker SIGKILLed itself after the call was called ` +
-        `${killedAfterPerform?.calls ?? 0} time(s), ${killedAfterPerform?.effect ? "1 mail" : "no mail"}` +
-        ` (${fleet.counts.selfKills} worker(s) killed themselves)`,
+        `${killedAfterPerform?.calls ?? 0} time(s), ${killedAfterPerform?.effects.length ?? 0} mail(s)` +
+        ` (${fleet.counts.selfKills} worker(s) killed themselves: ${fleet.counts.killedAfterPerform} after perform, ` +
+        `${fleet.counts.killedAfterCommit} after commit); ${downstream.refusedWhileDown} calls refused while down, ` +
+        `${downstream.keyInUse} answered 409 idempotency_key_in_use`,
     );
     out(
       `  batches           ${batches} committed with two or more messages (SBINBOX_BATCH_SIZE ${batchSize})`,
@@ -739,6 +775,9 @@ async function main(o: Options): Promise<number> {
       externalUnexpected === 0 &&
       downstream.effects === mailIds.size &&
       downstreamPhases === 1 &&
+      // The outage must have met calls, or it proved nothing; the kill after perform fires exactly once.
+      downstream.refusedWhileDown >= 1 &&
+      fleet.counts.killedAfterPerform === 1 &&
       inboxStray === 0 &&
       counts.active + counts.locked + counts.scheduled === 0 &&
       counts.deadLettered === poison.length &&
@@ -749,7 +788,7 @@ async function main(o: Options): Promise<number> {
       loginPhases === 1 &&
       silentPhases === 1;
     out(
-      `  verdict           ${ok ? "exactly once: it holds" : staleRows.length > 0 ? `FAILED (${staleRows.length} upstream rows stale: an operator case, not counted as lost)` : "FAILED"}; took ${((Date.now() - started) / 1000).toFixed(1)} s`,
+      `  verdict           ${ok ? "exactly once: it holds" : staleRows.length > 0 ? `FAILED (${staleRows.length} upstream rows stale: an operator case, not counted as lost)` : timedOut ? `TIMED OUT (starved: ${fleet.counts.kills} kills, ${fleet.counts.killsSkipped} kill rounds skipped; not finished is a failure)` : "FAILED"}; took ${((Date.now() - started) / 1000).toFixed(1)} s`,
     );
     process.stdout.write(
       `RESULT distinct=${o.events} effects=${effects} lost=${lost} doubled=${doubled} ` +
@@ -758,12 +797,17 @@ async function main(o: Options): Promise<number> {
         `upstream=${upstreamIds.length} upstream_effects=${upstreamEffects} rolled_back_effects=${notCommittedEffects} ` +
         `relay_kills=${relayKills} two_phase=${mailIds.size} external_effects=${downstream.effects} ` +
         `external_calls=${downstream.calls} external_lost=${externalLost} external_doubled=${externalDoubled} ` +
-        `downstream_down=${downstreamPhases} batches=${batches} upstream_stale=${staleRows.length}\n`,
+        `downstream_down=${downstreamPhases} batches=${batches} upstream_stale=${staleRows.length} downstream_refused=${downstream.refusedWhileDown} ` +
+        `key_in_use=${downstream.keyInUse} killed_after_perform=${fleet.counts.killedAfterPerform} ` +
+        `killed_after_commit=${fleet.counts.killedAfterCommit} outcome=${ok ? "pass" : timedOut ? "timeout" : "fail"}\n`,
     );
-    return ok ? 0 : 1;
+    // A run that did not finish is a failure too, told apart by its exit code.
+    return ok ? 0 : timedOut ? 3 : 1;
   } finally {
     killAll();
     process.removeListener("exit", killAll);
+    process.removeListener("SIGINT", onSignal);
+    process.removeListener("SIGTERM", onSignal);
     for (const cleanup of cleanups.reverse()) await cleanup().catch(() => undefined);
   }
 }

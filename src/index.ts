@@ -40,7 +40,13 @@ export {
   DoNotRetryError,
   type PoisonReason,
 } from "./domain/errors.ts";
-export { defaultRetryPolicy, decideRetry, retryClass, type RetryPolicy } from "./worker/retry-policy.ts";
+export {
+  defaultRetryPolicy,
+  decideRetry,
+  IDEMPOTENCY_KEY_IN_USE,
+  retryClass,
+  type RetryPolicy,
+} from "./worker/retry-policy.ts";
 
 export { createInboxStore, type InboxStore, type InboxStoreConfig } from "./inbox/index.ts";
 export { exampleHandlers, accountCreditedHandler, welcomeEmailHandler, FakeMailer } from "./example/index.ts";

@@ -79,8 +79,8 @@ export type RetryVerdict =
 /**
  * The class a failure is retried as. The store's class stands for the database's own errors (they carry a SQLSTATE
  * or an error number) and for `transient`. A handler's other errors are judged here: a JavaScript bug (TypeError,
- * ReferenceError, SyntaxError, RangeError) with no network cause is permanent, as are an HTTP 4xx other than 408
- * and 429, and DoNotRetryError; anything else (a network code anywhere in the cause chain, an HTTP 408, 429 or 5xx,
+ * ReferenceError, SyntaxError, RangeError) with no network cause is permanent, as are an HTTP 4xx other than 408,
+ * 429 and a 409 with code `idempotency_key_in_use`, and DoNotRetryError; anything else (a network code anywhere in the cause chain, an HTTP 408, 429 or 5xx,
  * a timeout, a plain Error from a downstream call) is transient, because a downstream that is down is the common case and burning it after one retry is the harm.
  */
 export function retryClass(error: unknown, storeClass: "transient" | "permanent"): "transient" | "permanent" {
@@ -92,6 +92,12 @@ export function retryClass(error: unknown, storeClass: "transient" | "permanent"
   if (error instanceof Error && BUG_NAMES.has(error.name)) return "permanent";
   return "transient";
 }
+
+/**
+ * The error code (on the error's `code`, next to its `status` 409) that marks "a call with this idempotency key is
+ * still in progress": retried as transient, unlike other 409s.
+ */
+export const IDEMPOTENCY_KEY_IN_USE = "idempotency_key_in_use";
 
 const BUG_NAMES = new Set(["TypeError", "ReferenceError", "SyntaxError", "RangeError", "ZodError"]);
 
@@ -116,6 +122,10 @@ function httpOrNetworkCause(error: unknown): "transient" | "permanent" | undefin
       return "transient";
     const status = typeof e.status === "number" ? e.status : e.statusCode;
     if (typeof status === "number" && status >= 400) {
+      // An idempotency-key API answers 409 with this code while an earlier call with the same key is still running
+      // (Stripe does): the call is refused for now, not for good, and a two-phase handler's retry after a timeout
+      // lands in exactly that window, so dead-lettering it would burn a message whose effect is being made.
+      if (status === 409 && e.code === IDEMPOTENCY_KEY_IN_USE) return "transient";
       // A request the downstream refuses as such (400, 404, 422...) fails the same way next time.
       return status >= 500 || status === 408 || status === 429 ? "transient" : "permanent";
     }

@@ -4,6 +4,7 @@ import {
   decideRetry,
   defaultRetryPolicy,
   describeFailure,
+  IDEMPOTENCY_KEY_IN_USE,
   jittered,
   retryClass,
   type RetryInput,
@@ -129,6 +130,16 @@ describe("retry class of a failure", function () {
     assert.equal(retryClass(Object.assign(new Error("bad"), { status: 400 }), "permanent"), "permanent");
     assert.equal(retryClass(Object.assign(new Error("slow"), { statusCode: 429 }), "permanent"), "transient");
     assert.equal(retryClass(new Error("downstream said no"), "permanent"), "transient");
+    const inUse = Object.assign(new Error("key in use"), { status: 409, code: IDEMPOTENCY_KEY_IN_USE });
+    assert.equal(
+      retryClass(inUse, "permanent"),
+      "transient",
+      "a same-key call still running is not a refusal",
+    );
+    const wrapped = new Error("send failed", { cause: inUse });
+    assert.equal(retryClass(wrapped, "permanent"), "transient", "also as the cause");
+    const conflict = Object.assign(new Error("conflict"), { status: 409, code: "resource_exists" });
+    assert.equal(retryClass(conflict, "permanent"), "permanent", "any other 409 stays permanent");
     assert.equal(retryClass(new DoNotRetryError("declined"), "transient"), "permanent");
     assert.equal(retryClass(new RetryAfterError(10), "permanent"), "transient");
   });
