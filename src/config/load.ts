@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { canonicalSubscription, subscriptionPath } from "../domain/entity.ts";
 import { ConfigError } from "../domain/errors.ts";
 import { checkRelaySettings, type RelaySettings } from "../outbox/settings.ts";
+import { checkEntityConflicts } from "./publish.ts";
 import { parsers, settings, type RawSettings, type SettingName } from "./schema.ts";
 
 export type ServiceBusConnection =
@@ -151,15 +152,7 @@ function entitySettings(
   purpose: NonNullable<LoadOptions["purpose"]>,
 ): { queue: string; consumer: string } {
   const { SBINBOX_QUEUE: queue, SBINBOX_TOPIC: topic, SBINBOX_SUBSCRIPTION: subscription } = s;
-  if (queue !== undefined && topic !== undefined)
-    throw new ConfigError("SBINBOX_TOPIC", "set either it or SBINBOX_QUEUE, not both");
-  if (queue !== undefined && subscription !== undefined)
-    throw new ConfigError(
-      "SBINBOX_SUBSCRIPTION",
-      "names a topic's subscription: set SBINBOX_TOPIC with it instead of SBINBOX_QUEUE",
-    );
-  if (subscription !== undefined && topic === undefined)
-    throw new ConfigError("SBINBOX_TOPIC", "required with SBINBOX_SUBSCRIPTION (the subscription's topic)");
+  checkEntityConflicts(queue, topic, subscription);
   const sends = purpose === "publish" || purpose === "relay";
   if (topic !== undefined && subscription === undefined && !sends)
     throw new ConfigError(

@@ -63,6 +63,23 @@ function connectionStringGap(v: string): string | undefined {
 
 const DEFAULT_QUEUE = "sbinbox";
 
+/** The conflicts between SBINBOX_QUEUE, SBINBOX_TOPIC and SBINBOX_SUBSCRIPTION, for both readers of the settings. */
+export function checkEntityConflicts(
+  queue: string | undefined,
+  topic: string | undefined,
+  subscription: string | undefined,
+): void {
+  if (queue !== undefined && topic !== undefined)
+    throw new ConfigError("SBINBOX_TOPIC", "set either it or SBINBOX_QUEUE, not both");
+  if (queue !== undefined && subscription !== undefined)
+    throw new ConfigError(
+      "SBINBOX_SUBSCRIPTION",
+      "names a topic's subscription: set SBINBOX_TOPIC with it instead of SBINBOX_QUEUE",
+    );
+  if (subscription !== undefined && topic === undefined)
+    throw new ConfigError("SBINBOX_TOPIC", "required with SBINBOX_SUBSCRIPTION (the subscription's topic)");
+}
+
 export async function loadPublishConfig(env: NodeJS.ProcessEnv = process.env): Promise<PublishConfig> {
   if (env.SBINBOX_CONFIG_FILE !== undefined && env.SBINBOX_CONFIG_FILE.trim() !== "") {
     const { loadConfig } = await import("./load.ts");
@@ -115,16 +132,7 @@ export async function loadPublishConfig(env: NodeJS.ProcessEnv = process.env): P
       "set either it or SBINBOX_SERVICEBUS_CONNECTION_STRING, not both",
     );
   }
-  // The same conflicts as the full loader's entitySettings; a sender needs the topic only.
-  if (queueSetting !== undefined && topic !== undefined)
-    throw new ConfigError("SBINBOX_TOPIC", "set either it or SBINBOX_QUEUE, not both");
-  if (queueSetting !== undefined && subscription !== undefined)
-    throw new ConfigError(
-      "SBINBOX_SUBSCRIPTION",
-      "names a topic's subscription: set SBINBOX_TOPIC with it instead of SBINBOX_QUEUE",
-    );
-  if (subscription !== undefined && topic === undefined)
-    throw new ConfigError("SBINBOX_TOPIC", "required with SBINBOX_SUBSCRIPTION (the subscription's topic)");
+  checkEntityConflicts(queueSetting, topic, subscription);
   return {
     serviceBus:
       cs !== undefined
