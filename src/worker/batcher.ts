@@ -11,6 +11,7 @@ import type { ProcessOutcome } from "../domain/outcome.ts";
 import type { SqlExecutor } from "../domain/sql.ts";
 import type { BatchFailureReason, InboxBatchItem, InboxBatchResult } from "../inbox/core.ts";
 import type { InboxKey, InboxStore } from "../inbox/store.ts";
+import { errorType } from "../servicebus/tracing.ts";
 import { Attr, SpanName, TRACER_NAME } from "../telemetry/names.ts";
 
 export interface BatcherOptions {
@@ -157,7 +158,7 @@ export class Batcher {
           const committed = result.outcomes.filter((o) => o.kind === "committed").length;
           span.setAttribute(Attr.batchCommitted, committed);
           if (result.failure !== undefined) {
-            span.setAttribute(Attr.errorType, errorName(result.failure));
+            span.setAttribute(Attr.errorType, errorType(result.failure));
             span.setStatus({ code: SpanStatusCode.ERROR });
           }
           span.end();
@@ -183,13 +184,4 @@ export class Batcher {
 function outcomeOf(result: InboxBatchResult): BatchOutcome {
   if (result.failure !== undefined) return result.reason ?? "other";
   return result.noTransaction ? "all_duplicate" : "committed";
-}
-
-function errorName(error: unknown): string {
-  if (typeof error === "object" && error !== null) {
-    const { code, name } = error as { code?: unknown; name?: unknown };
-    if (typeof code === "string" && code !== "") return code;
-    if (typeof name === "string" && name !== "") return name;
-  }
-  return "Error";
 }
