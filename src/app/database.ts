@@ -2,6 +2,7 @@ import type { DatabaseConnection } from "../config/load.ts";
 import type { Dialect, SqlExecutor } from "../domain/sql.ts";
 import type { InboxStore } from "../inbox/store.ts";
 import type { DatabaseTimeouts } from "../inbox/timeouts.ts";
+import type { PreCheckMode } from "../inbox/core.ts";
 
 export interface Database {
   readonly dialect: Dialect;
@@ -12,7 +13,7 @@ export interface Database {
 }
 
 export interface OpenDatabaseOptions {
-  readonly preCheck: boolean;
+  readonly preCheck: PreCheckMode;
   readonly maxConnections: number;
   /** The schema of the inbox's tables; undefined: the dialect's default (dbo, public). */
   readonly inboxSchema?: string;

@@ -4,6 +4,7 @@ import { ConfigError } from "../domain/errors.ts";
 import { checkRelaySettings, type RelaySettings } from "../outbox/settings.ts";
 import { checkEntityConflicts } from "./publish.ts";
 import { parsers, settings, type RawSettings, type SettingName } from "./schema.ts";
+import type { PreCheckMode } from "../inbox/core.ts";
 
 export type ServiceBusConnection =
   | { readonly kind: "connection-string"; readonly connectionString: string }
@@ -34,7 +35,7 @@ export interface Config {
   readonly handlersModule?: string;
   readonly maxConcurrentCalls: number;
   readonly maxAutoLockRenewalMs: number;
-  readonly precheck: boolean;
+  readonly precheck: PreCheckMode;
   readonly batchSize: number;
   readonly batchWaitMs: number;
   readonly batchMaxInFlight: number;

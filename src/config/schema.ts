@@ -32,7 +32,8 @@ export const settings = {
   SBINBOX_BATCH_WAIT_MS: "how long a batch's first message waits for more before the batch runs",
   SBINBOX_BATCH_MAX_IN_FLIGHT:
     "most batch transactions of one worker at once; 1 keeps its batches from deadlocking each other (docs/batching.md)",
-  SBINBOX_PRECHECK: "read the inbox before the transaction to skip late redeliveries cheaply (true/false)",
+  SBINBOX_PRECHECK:
+    "read the inbox before the transaction, so late redeliveries cost one read: redeliveries (all but first deliveries), true (all), false (none)",
   SBINBOX_MAX_MESSAGE_BYTES: "bodies larger than this are dead-lettered as MessageTooLarge",
   SBINBOX_GRACE_PERIOD_MS: "how long a stop waits for in-flight messages",
   SBINBOX_RETENTION_HOURS: "how long inbox rows are kept",
@@ -102,12 +103,18 @@ export const MAX_TIMER_MS = 2_147_483_647;
 export const MAX_HOURS = 87_600;
 const ms = (min: number, max = MAX_TIMER_MS) => int(min, max);
 const hours = (min: number, max = MAX_HOURS) => int(min, Math.min(max, MAX_HOURS));
-const bool = z
+const TRUE = ["true", "1", "yes", "on"];
+const FALSE = ["false", "0", "no", "off"];
+/** "redeliveries", or a boolean as `bool` reads one. */
+const precheck = z
   .string()
   .trim()
   .toLowerCase()
-  .refine((v) => ["true", "false", "1", "0", "yes", "no", "on", "off"].includes(v), "must be true or false")
-  .transform((v) => ["true", "1", "yes", "on"].includes(v));
+  .refine(
+    (v) => v === "redeliveries" || TRUE.includes(v) || FALSE.includes(v),
+    "must be redeliveries, true or false",
+  )
+  .transform((v): boolean | "redeliveries" => (v === "redeliveries" ? v : TRUE.includes(v)));
 
 const DAY_MS = 24 * 3_600_000;
 const delayList = z
@@ -183,7 +190,7 @@ export const parsers = {
   SBINBOX_BATCH_SIZE: int(1, 1000).default(1),
   SBINBOX_BATCH_WAIT_MS: ms(0, 1000).default(2),
   SBINBOX_BATCH_MAX_IN_FLIGHT: int(1, 1000).default(1),
-  SBINBOX_PRECHECK: bool.default(true),
+  SBINBOX_PRECHECK: precheck.default("redeliveries"),
   SBINBOX_MAX_MESSAGE_BYTES: int(1).default(262_144),
   SBINBOX_GRACE_PERIOD_MS: ms(0).default(20_000),
   SBINBOX_RETENTION_HOURS: hours(1).default(24 * 15),

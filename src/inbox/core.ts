@@ -7,6 +7,7 @@ import type {
   InboxClaimOutcome,
   InboxKey,
   InboxStore,
+  ProcessHint,
   MigrationResult,
   ModuleMigrations,
 } from "./store.ts";
@@ -94,12 +95,17 @@ export interface InboxDriver {
   close(): Promise<void>;
 }
 
+/**
+ * When to read for a processed marker before opening the transaction: `true` always, `false` never,
+ * `"redeliveries"` (the default) for every message but a first delivery (`ProcessHint.firstDelivery`). The read
+ * makes a late redelivery cost one indexed read instead of a transaction; on a first delivery, whose marker
+ * almost never exists, it is a round trip spent for nothing. The marker's unique index decides either way.
+ */
+export type PreCheckMode = boolean | "redeliveries";
+
 export interface InboxStoreOptions {
-  /**
-   * Read for a processed marker before opening the transaction (default true). It makes late redeliveries cost
-   * one indexed read; the marker's unique index still decides when the read misses a concurrent commit.
-   */
-  readonly preCheck?: boolean;
+  /** See `PreCheckMode` (default "redeliveries"). */
+  readonly preCheck?: PreCheckMode;
   /** Rows per cleanup batch when the caller gives none (default 500, below SQL Server's lock escalation). */
   readonly cleanupBatchSize?: number;
 }
@@ -108,6 +114,8 @@ export interface InboxStoreOptions {
 export interface InboxBatchItem {
   readonly messageId: string;
   readonly work: (tx: SqlExecutor) => Promise<void>;
+  /** As `ProcessHint.firstDelivery`: such a message is left out of the batch's pre-check read. */
+  readonly firstDelivery?: boolean;
 }
 
 /**
@@ -144,14 +152,14 @@ export class InboxCore implements InboxStore {
   readonly dialect: Dialect;
   private readonly driver: InboxDriver;
   private readonly sql: InboxStatements;
-  private readonly preCheck: boolean;
+  private readonly preCheck: PreCheckMode;
   private readonly cleanupBatchSize: number;
 
   constructor(driver: InboxDriver, options: InboxStoreOptions = {}) {
     this.driver = driver;
     this.dialect = driver.dialect;
     this.sql = driver.statements;
-    this.preCheck = options.preCheck ?? true;
+    this.preCheck = options.preCheck ?? "redeliveries";
     this.cleanupBatchSize = options.cleanupBatchSize ?? 500;
   }
 
@@ -163,8 +171,17 @@ export class InboxCore implements InboxStore {
     return this.driver.pendingMigrations(module);
   }
 
-  async process(key: InboxKey, work: (tx: SqlExecutor) => Promise<void>): Promise<ProcessOutcome> {
-    if (this.preCheck) {
+  /** Whether a message is read for before its transaction, by the pre-check mode and what is known of it. */
+  private preChecks(firstDelivery: boolean | undefined): boolean {
+    return this.preCheck === "redeliveries" ? firstDelivery !== true : this.preCheck;
+  }
+
+  async process(
+    key: InboxKey,
+    work: (tx: SqlExecutor) => Promise<void>,
+    hint?: ProcessHint,
+  ): Promise<ProcessOutcome> {
+    if (this.preChecks(hint?.firstDelivery)) {
       try {
         if (await this.isProcessed(key)) return { kind: "duplicate" };
       } catch (error) {
@@ -223,11 +240,13 @@ export class InboxCore implements InboxStore {
     const params = (ids: readonly string[]): unknown[] =>
       batch.arrays ? [ids, consumer] : [consumer, ...ids];
     let open = items.map((_, i) => i);
-    if (this.preCheck) {
+    // Only the messages the mode reads for; first deliveries meet an existing marker at the insert instead.
+    const checked = items.filter((item) => this.preChecks(item.firstDelivery));
+    if (checked.length > 0) {
       try {
         const found = await this.driver.query<{ id: string }>(
-          batch.isProcessed(items.length),
-          params(items.map((i) => i.messageId)),
+          batch.isProcessed(checked.length),
+          params(checked.map((i) => i.messageId)),
         );
         const done = new Set(found.rows.map((r) => r.id));
         open = open.filter((i) => !done.has(items[i]!.messageId));

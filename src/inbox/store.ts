@@ -40,6 +40,15 @@ export interface CleanupOptions {
   onBatch?: (deleted: number) => void;
 }
 
+/** What the caller knows of a message before its transaction, for the pre-check (see `InboxStoreOptions`). */
+export interface ProcessHint {
+  /**
+   * The broker's first delivery of the message itself (not a redelivery, a scheduled retry or a replayed copy):
+   * its marker almost never exists, so with the default pre-check mode the store skips the read.
+   */
+  readonly firstDelivery?: boolean;
+}
+
 /**
  * The port every database adapter implements; the conformance suite runs against each one.
  * An adapter owns its connection pool.
@@ -61,7 +70,11 @@ export interface InboxStore {
    * run `work` on the same transaction, commit. The marker's unique violation yields `duplicate`;
    * any other error rolls back and yields `failed`.
    */
-  process(key: InboxKey, work: (tx: SqlExecutor) => Promise<void>): Promise<ProcessOutcome>;
+  process(
+    key: InboxKey,
+    work: (tx: SqlExecutor) => Promise<void>,
+    hint?: ProcessHint,
+  ): Promise<ProcessOutcome>;
 
   /**
    * Several messages of one consumer in one transaction (distinct MessageIds): each comes back committed,

@@ -21,9 +21,9 @@ export function traceInboxStore<S extends InboxStore>(store: S): S {
     [Attr.consumer]: key.consumer,
   });
   const traced: Partial<InboxStore> = {
-    process: (key, work) =>
+    process: (key, work, hint) =>
       inSpan(SpanName.inboxTransaction, base(key), async (span) => {
-        const outcome = await store.process(key, work);
+        const outcome = await store.process(key, work, hint);
         span.setAttribute(Attr.outcome, outcome.kind);
         if (outcome.kind === "failed") recordDbError(span, store.dialect, outcome.error);
         return outcome;

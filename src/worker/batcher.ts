@@ -10,7 +10,7 @@ import {
 import type { ProcessOutcome } from "../domain/outcome.ts";
 import type { SqlExecutor } from "../domain/sql.ts";
 import type { BatchFailureReason, InboxBatchItem, InboxBatchResult } from "../inbox/core.ts";
-import type { InboxKey, InboxStore } from "../inbox/store.ts";
+import type { InboxKey, InboxStore, ProcessHint } from "../inbox/store.ts";
 import { errorType } from "../servicebus/tracing.ts";
 import { Attr, SpanName, TRACER_NAME } from "../telemetry/names.ts";
 
@@ -41,6 +41,7 @@ export type BatchOutcome = "committed" | "all_duplicate" | BatchFailureReason;
 interface Entry {
   readonly key: InboxKey;
   readonly work: (tx: SqlExecutor) => Promise<void>;
+  readonly hint: ProcessHint | undefined;
   readonly ctx: Context;
   readonly resolve: (outcome: ProcessOutcome) => void;
 }
@@ -76,12 +77,16 @@ export class Batcher {
   }
 
   /** Processes one message's transactional work, in a batch with others when there are any. */
-  process(key: InboxKey, work: (tx: SqlExecutor) => Promise<void>): Promise<ProcessOutcome> {
+  process(
+    key: InboxKey,
+    work: (tx: SqlExecutor) => Promise<void>,
+    hint?: ProcessHint,
+  ): Promise<ProcessOutcome> {
     // The same key twice (an original and its scheduled copy) goes alone: its marker insert waits for the batch's.
     if (key.consumer !== this.options.consumer || this.pending.some((e) => e.key.messageId === key.messageId))
-      return this.options.store.process(key, work);
+      return this.options.store.process(key, work, hint);
     return new Promise<ProcessOutcome>((resolve) => {
-      this.pending.push({ key, work, ctx: context.active(), resolve });
+      this.pending.push({ key, work, hint, ctx: context.active(), resolve });
       if (this.pending.length >= this.options.maxSize) this.flush();
       else this.timer ??= setTimeout(() => this.flush(), this.options.waitMs);
     });
@@ -146,6 +151,7 @@ export class Batcher {
     for (const entry of entries) trace.getSpan(entry.ctx)?.addLink({ context: span.spanContext() });
     const items: InboxBatchItem[] = entries.map((entry) => ({
       messageId: entry.key.messageId,
+      firstDelivery: entry.hint?.firstDelivery,
       // Each handler runs in its own message's context, so its log lines and spans belong to that message.
       work: (tx) => context.with(entry.ctx, () => entry.work(tx)),
     }));
@@ -174,7 +180,7 @@ export class Batcher {
 
   private alone(entry: Entry): void {
     context
-      .with(entry.ctx, () => this.options.store.process(entry.key, entry.work))
+      .with(entry.ctx, () => this.options.store.process(entry.key, entry.work, entry.hint))
       .then(entry.resolve, (error: unknown) =>
         entry.resolve({ kind: "failed", error, errorClass: "permanent" }),
       );

@@ -10,7 +10,7 @@ import type { MessageContext } from "../domain/handler.ts";
 import type { ErrorClass, ProcessOutcome } from "../domain/outcome.ts";
 import type { SqlExecutor } from "../domain/sql.ts";
 import type { Decision } from "../domain/settlement.ts";
-import type { InboxKey, InboxStore } from "../inbox/store.ts";
+import type { InboxKey, InboxStore, ProcessHint } from "../inbox/store.ts";
 
 export interface ProcessMessageDeps {
   readonly store: InboxStore;
@@ -18,7 +18,11 @@ export interface ProcessMessageDeps {
   readonly consumer: string;
   readonly maxMessageBytes: number;
   /** Runs a transactional handler's work in place of `store.process` (the batcher); same contract. */
-  readonly process?: (key: InboxKey, work: (tx: SqlExecutor) => Promise<void>) => Promise<ProcessOutcome>;
+  readonly process?: (
+    key: InboxKey,
+    work: (tx: SqlExecutor) => Promise<void>,
+    hint?: ProcessHint,
+  ) => Promise<ProcessOutcome>;
 }
 
 /** A claim another claimant holds open: not an error of this message, so it is retried later. */
@@ -98,7 +102,10 @@ export async function processMessage(
   const { handler, body, type } = decoded;
   if (handler.kind === "transactional") {
     const work = (tx: SqlExecutor) => handler.handle(body, tx, context);
-    const outcome = await (deps.process ? deps.process(key, work) : deps.store.process(key, work));
+    const hint = { firstDelivery: isFirstDelivery(message, attempt) };
+    const outcome = await (deps.process
+      ? deps.process(key, work, hint)
+      : deps.store.process(key, work, hint));
     if (outcome.kind === "failed") return { ...failed(outcome.error, outcome.errorClass), messageType: type };
     return { disposition: "complete", outcome: outcome.kind, messageType: type };
   }
@@ -134,6 +141,21 @@ export async function processMessage(
     return { ...failed(error, safeClassify(deps.store, error)), messageType: type };
   }
   return { disposition: "complete", outcome: "committed", messageType: type };
+}
+
+/**
+ * The broker's first delivery of the message itself, on its first attempt here: not a redelivery, a retry in
+ * place, a scheduled retry copy or a replay. Such a message's marker almost never exists (only a resend past the
+ * duplicate-detection window has one), so the inbox's pre-check read is skipped for it by default.
+ */
+function isFirstDelivery(message: IncomingMessage, attempt: Attempt): boolean {
+  const state = attempt.state!;
+  return (
+    message.deliveryCount === 0 &&
+    attempt.attempt === 1 &&
+    state.replay === 0 &&
+    state.inboxKey === message.messageId
+  );
 }
 
 function failed(error: unknown, errorClass: Exclude<ErrorClass, "duplicate">): Decision {

@@ -203,7 +203,7 @@ export function createWorker(options: WorkerOptions): Worker {
           registry,
           consumer: options.consumer,
           maxMessageBytes: options.maxMessageBytes ?? 262_144,
-          process: first && batcher ? (key, work) => batcher.process(key, work) : undefined,
+          process: first && batcher ? (key, work, hint) => batcher.process(key, work, hint) : undefined,
         },
         attempt,
       );

@@ -353,6 +353,21 @@ export function inboxConformance(backend: Backend): void {
       assert.equal(await store.isProcessed(claimKey), false, "an open claim is not processed");
     });
 
+    it("a first delivery whose marker exists (a resend past the duplicate window) is a duplicate, its work never run", async function () {
+      const k = key();
+      const store2 = db.createStore({ preCheck: "redeliveries" });
+      assert.equal((await store2.process(k, effect(k), { firstDelivery: true })).kind, "committed");
+      let ran = false;
+      const work = () => {
+        ran = true;
+        return Promise.resolve();
+      };
+      assert.equal((await store2.process(k, work, { firstDelivery: true })).kind, "duplicate");
+      assert.equal((await store2.process(k, work, { firstDelivery: false })).kind, "duplicate");
+      assert.equal(ran, false);
+      assert.equal(await scalar(db.raw, db.sql.countEffects, [k.messageId]), 1);
+    });
+
     describe("batch: several messages, one transaction", function () {
       const batchOf = (keys: InboxKey[], work = effect) =>
         keys.map((k) => ({ messageId: k.messageId, work: work(k) }));
@@ -371,6 +386,27 @@ export function inboxConformance(backend: Backend): void {
         );
         assert.deepEqual(await effects(keys), [1, 1, 1, 1]);
         assert.deepEqual(await markers(keys), [1, 1, 1, 1]);
+      });
+
+      it("pre-check for redeliveries only: a first delivery whose marker exists is caught by the insert", async function () {
+        const keys = [key(), key(), key(), key()];
+        // keys[1]: a first delivery resent past the duplicate window; keys[3]: a redelivery. Both have markers.
+        for (const k of [keys[1]!, keys[3]!])
+          assert.equal((await store.process(k, effect(k))).kind, "committed");
+        const batching = db.createStore({ preCheck: "redeliveries" });
+        const items = batchOf(keys).map((item, i) => ({ ...item, firstDelivery: i < 2 }));
+        const result = await batching.processBatch!("billing", items);
+        const kinds = result.outcomes.map((o) => o.kind);
+        if (backend.dialect === "sqlserver") {
+          // The read found keys[3]; keys[1] made the multi-row insert fail, so the rest go message by message.
+          assert.deepEqual(kinds, ["single", "single", "single", "duplicate"]);
+          assert.equal(result.reason, "duplicate");
+          assert.deepEqual(await effects(keys), [0, 1, 0, 1]);
+        } else {
+          assert.deepEqual(kinds, ["committed", "duplicate", "committed", "duplicate"]);
+          assert.deepEqual(await effects(keys), [1, 1, 1, 1]);
+          assert.deepEqual(await markers(keys), [1, 1, 1, 1]);
+        }
       });
 
       it("mixed with redeliveries whose markers exist: those are duplicates (pre-check on and off), the rest commit", async function () {

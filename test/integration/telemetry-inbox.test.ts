@@ -85,6 +85,28 @@ describe("telemetry: inbox spans on PostgreSQL", function () {
     );
   });
 
+  it("by default a first delivery skips the pre-check read and a redelivery keeps it", async () => {
+    const statementsOf = async (messageId: string, firstDelivery: boolean): Promise<string[]> => {
+      await telemetry().reset();
+      const { children } = await underParent(() =>
+        store.process({ messageId, consumer }, () => Promise.resolve(), { firstDelivery }),
+      );
+      const txSpan = only(children, (s) => s.name === SpanName.inboxTransaction, "transaction span");
+      return children
+        .filter((s) => s.parentSpanContext?.spanId === txSpan.spanContext().spanId)
+        .sort((a, b) => a.startTime[0] - b.startTime[0] || a.startTime[1] - b.startTime[1])
+        .map((s) => s.name);
+    };
+    assert.deepEqual(await statementsOf("m-first", true), ["BEGIN", "INSERT Inbox", "COMMIT"]);
+    assert.deepEqual(
+      await statementsOf("m-first", false),
+      ["SELECT Inbox"],
+      "a redelivery: one read, a duplicate",
+    );
+    // A first delivery whose marker exists (a resend past the duplicate window) meets the unique index instead.
+    assert.deepEqual(await statementsOf("m-first", true), ["BEGIN", "INSERT Inbox", "ROLLBACK"]);
+  });
+
   it("a duplicate caught by the marker's unique index shows SQLSTATE 23505 on the insert", async () => {
     const key = { messageId: "m-dup", consumer };
     await noPreCheck.process(key, () => Promise.resolve());

@@ -73,16 +73,18 @@ describe("config: bad values are refused with an error naming the setting (prope
     );
   });
 
-  it("a switch refuses any word but true/false/1/0/yes/no/on/off", function () {
+  it("the pre-check switch refuses any word but redeliveries/true/false/1/0/yes/no/on/off", function () {
     fc.assert(
       fc.property(
         fc
           .string({ minLength: 1, maxLength: 10 })
-          .filter((s) => s.trim() !== "" && !BOOLEAN_WORDS.includes(s.trim().toLowerCase())),
+          .filter(
+            (s) => s.trim() !== "" && ![...BOOLEAN_WORDS, "redeliveries"].includes(s.trim().toLowerCase()),
+          ),
         (value) => {
           const error = refusal({ SBINBOX_PRECHECK: value });
           assert.equal(error?.setting, "SBINBOX_PRECHECK", JSON.stringify(value));
-          assert.match(error.message, /true or false/);
+          assert.match(error.message, /redeliveries, true or false/);
         },
       ),
       { numRuns: 200 },

@@ -19,7 +19,7 @@ describe("config", function () {
     assert.deepEqual(config.database, { kind: "embedded" });
     assert.equal(config.queue, "sbinbox");
     assert.equal(config.maxConcurrentCalls, 16);
-    assert.equal(config.precheck, true);
+    assert.equal(config.precheck, "redeliveries");
     assert.equal(config.httpHost, "127.0.0.1");
     assert.equal(config.startupLimitMs, 600_000);
   });
@@ -50,6 +50,14 @@ describe("config", function () {
     assert.equal(config.httpHost, "0.0.0.0");
   });
 
+  it("SBINBOX_PRECHECK: redeliveries, or a switch's words for always and never", function () {
+    const read = (value: string) => loadConfig({ env: { SBINBOX_PRECHECK: value } }).precheck;
+    assert.equal(read(" Redeliveries "), "redeliveries");
+    assert.equal(read("true"), true);
+    assert.equal(read("ON"), true);
+    assert.equal(read("0"), false);
+  });
+
   it("empty variables count as unset", function () {
     assert.equal(loadConfig({ env: { SBINBOX_QUEUE: "  ", PORT: "" } }).queue, "sbinbox");
   });
@@ -58,7 +66,7 @@ describe("config", function () {
     const cases: [NodeJS.ProcessEnv, string, RegExp][] = [
       [{ SBINBOX_MAX_CONCURRENT_CALLS: "0" }, "SBINBOX_MAX_CONCURRENT_CALLS", /at least 1/],
       [{ PORT: "http" }, "PORT", /whole number/],
-      [{ SBINBOX_PRECHECK: "maybe" }, "SBINBOX_PRECHECK", /true or false/],
+      [{ SBINBOX_PRECHECK: "maybe" }, "SBINBOX_PRECHECK", /redeliveries, true or false/],
       [{ SBINBOX_DATABASE: "mysql" }, "SBINBOX_DATABASE", /postgres or sqlserver/],
       [{ SBINBOX_INBOX_SCHEMA: "inbox; DROP TABLE x" }, "SBINBOX_INBOX_SCHEMA", /plain identifier/],
       [{ SBINBOX_INBOX_SCHEMA: "9inbox" }, "SBINBOX_INBOX_SCHEMA", /plain identifier/],

@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
-import { HandlerRegistry, type IncomingMessage } from "../../src/domain/envelope.ts";
+import { CopyProperty, HandlerRegistry, type IncomingMessage } from "../../src/domain/envelope.ts";
 import type { ClaimOutcome, ProcessOutcome } from "../../src/domain/outcome.ts";
 import type { SqlExecutor } from "../../src/domain/sql.ts";
 import { FakeMailer, welcomeEmailHandler, accountCreditedHandler } from "../../src/example/index.ts";
-import type { InboxClaimOutcome, InboxKey, InboxStore } from "../../src/inbox/store.ts";
+import type { InboxClaimOutcome, InboxKey, InboxStore, ProcessHint } from "../../src/inbox/store.ts";
 import { processMessage } from "../../src/worker/process-message.ts";
 
 /** A pure-logic stand-in for the store port: scripted outcomes, calls recorded. Integration tests use PostgreSQL. */
@@ -13,7 +13,13 @@ class ScriptedStore implements InboxStore {
   claimOutcome: InboxClaimOutcome = { kind: "claimed", claimId: "7" };
   marked: [InboxKey, string | undefined][] = [];
   writes: string[] = [];
-  async process(_key: InboxKey, work: (tx: SqlExecutor) => Promise<void>): Promise<ProcessOutcome> {
+  hints: (ProcessHint | undefined)[] = [];
+  async process(
+    _key: InboxKey,
+    work: (tx: SqlExecutor) => Promise<void>,
+    hint?: ProcessHint,
+  ): Promise<ProcessOutcome> {
+    this.hints.push(hint);
     if (this.processOutcome.kind !== "committed") return this.processOutcome;
     try {
       await work({
@@ -66,6 +72,28 @@ describe("processMessage: the decision follows the outcome", function () {
   const mailer = new FakeMailer();
   const registry = new HandlerRegistry([accountCreditedHandler(), welcomeEmailHandler(mailer)] as never[]);
   const deps = (store: InboxStore) => ({ store, registry, consumer: "c", maxMessageBytes: 1024 });
+
+  it("tells the store a first delivery only for the broker's first delivery of the message itself", async function () {
+    const store = new ScriptedStore();
+    const first = async (message: IncomingMessage, attempt?: Parameters<typeof processMessage>[2]) => {
+      store.hints.length = 0;
+      await processMessage(message, deps(store), attempt);
+      assert.equal(store.hints.length, 1);
+      return store.hints[0]?.firstDelivery;
+    };
+    assert.equal(await first(credit()), true);
+    assert.equal(await first(credit({ deliveryCount: 1 })), false, "a redelivery");
+    const copy = { [CopyProperty.originalKey]: "m-0", [CopyProperty.attempt]: 2 };
+    assert.equal(await first(credit({ applicationProperties: copy })), false, "a scheduled retry copy");
+    assert.equal(
+      await first(credit({ applicationProperties: { [CopyProperty.replay]: 1 } })),
+      false,
+      "a replayed copy",
+    );
+    // A retry in place: the same delivery's second attempt, its state already read.
+    const again = { attempt: 2, state: { inboxKey: "m-1", attempt: 1, replay: 0 } };
+    assert.equal(await first(credit(), again), false, "a retry in place");
+  });
 
   it("committed and duplicate complete; failed abandons with its class", async function () {
     const store = new ScriptedStore();

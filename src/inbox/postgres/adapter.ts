@@ -132,12 +132,9 @@ export class PostgresDriver implements InboxDriver {
       const healthy = !destroy && (broken === undefined || broken instanceof pg.DatabaseError);
       client.release(lost ?? (healthy ? undefined : broken instanceof Error ? broken : true));
     };
-    try {
-      await client.query(BEGIN);
-    } catch (error) {
-      finish(error);
-      throw this.tag(error);
-    }
+    // BEGIN is not sent here: it goes out with the transaction's first statement, in one write when the client
+    // pipelines (the pool this driver builds does), so a transaction costs no round trip of its own to open.
+    let begun = false;
     // A statement that failed on the client's side (pg's query_timeout, a lost connection) leaves the connection
     // unusable: pg's query_timeout only rejects the caller and keeps the query active on the connection, so
     // anything sent after it (the next statement, ROLLBACK) queues behind a server that may never answer.
@@ -146,7 +143,12 @@ export class PostgresDriver implements InboxDriver {
       query: async <R>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>> => {
         if (broken !== undefined) throw broken;
         try {
-          const result = await client.query(sql, params as unknown[] | undefined);
+          let result: pg.QueryResult;
+          if (begun) result = await client.query(sql, params as unknown[] | undefined);
+          else {
+            begun = true;
+            result = await withBegin(client, sql, params);
+          }
           return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
         } catch (error) {
           // The server's own reason (idle_in_transaction_session_timeout, a shutdown) beats pg's "not queryable".
@@ -157,6 +159,8 @@ export class PostgresDriver implements InboxDriver {
         }
       },
       commit: async () => {
+        // Nothing was sent, so there is nothing to commit.
+        if (!begun) return finish();
         let result: pg.QueryResult;
         try {
           result = await client.query(COMMIT);
@@ -171,6 +175,7 @@ export class PostgresDriver implements InboxDriver {
       },
       rollback: async () => {
         if (done) return;
+        if (!begun) return finish();
         if (broken !== undefined || lost !== undefined) {
           // No ROLLBACK on a connection that cannot answer: it would wait out a second query_timeout. Closing
           // the connection ends the transaction; the server rolls it back when it sees the close.
@@ -278,4 +283,28 @@ export class PostgresDriver implements InboxDriver {
     if (typeof error === "object" && error !== null) this.driverErrors.add(error);
     return error;
   }
+}
+
+/**
+ * BEGIN, then a transaction's first statement. On a pipelining client both go out at once and the server runs
+ * them in order: one round trip instead of two. A bare BEGIN is refused only with its connection (then the
+ * statement fails too); no refusal that leaves the connection running the statement on its own is known. The
+ * caller gets BEGIN's error first either way.
+ */
+async function withBegin(
+  client: pg.PoolClient,
+  sql: string,
+  params?: readonly unknown[],
+): Promise<pg.QueryResult> {
+  if (!client.pipeline) {
+    await client.query(BEGIN);
+    return client.query(sql, params as unknown[] | undefined);
+  }
+  const [begin, statement] = await Promise.allSettled([
+    client.query(BEGIN),
+    client.query(sql, params as unknown[] | undefined),
+  ]);
+  if (begin.status === "rejected") throw begin.reason;
+  if (statement.status === "rejected") throw statement.reason;
+  return statement.value;
 }

@@ -23,6 +23,8 @@ export function postgresPoolConfig(
     idle_in_transaction_session_timeout:
       timeouts.idleInTransactionMs ?? DEFAULT_DATABASE_TIMEOUTS.idleInTransactionMs,
     keepAlive: true,
+    // Statements given together go out together: a transaction's BEGIN rides with its first statement (adapter.ts).
+    pipeline: true,
     keepAliveInitialDelayMillis: timeouts.keepAliveMs,
   };
 }
