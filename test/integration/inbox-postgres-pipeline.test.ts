@@ -19,7 +19,7 @@ function watch(pool: pg.Pool): string[] {
   pool.on("connect", (client) => {
     const stream = (client as unknown as { connection: { stream: Socket } }).connection.stream;
     const write = stream.write.bind(stream) as (...args: unknown[]) => boolean;
-    stream.write = ((chunk: unknown, ...rest: unknown[]) => {
+    stream.write = (chunk: unknown, ...rest: unknown[]) => {
       if (Buffer.isBuffer(chunk) && (chunk[0] === 0x51 || chunk[0] === 0x50)) {
         // 'Q' (simple query): text at byte 5; 'P' (Parse): a statement name, then the text.
         const text = chunk
@@ -30,7 +30,7 @@ function watch(pool: pg.Pool): string[] {
         events.push(`w:${operation}${text.includes('"Inbox"') ? " Inbox" : ""}`);
       }
       return write(chunk, ...rest);
-    });
+    };
     stream.on("data", () => events.push("r"));
   });
   return events;
