@@ -274,7 +274,8 @@ async function latency(
 /**
  * The worker's transaction for a fresh message as bare SQL on a pool like the worker's: BEGIN sent with the marker
  * insert in one write (pg's pipeline mode, as the worker's pool does), the two effect statements, COMMIT: four
- * round trips, the least any one-transaction-per-message worker can send for this handler. `sixRoundTrips` is the
+ * round trips, what the worker sends for this handler (a worker that also pipelined the handler's statements could
+ * send fewer). `sixRoundTrips` is the
  * same before that change: a pre-check read, then BEGIN, marker, effect and COMMIT each in turn.
  */
 async function databaseCeiling(h: Harness, c: number, count: number, sixRoundTrips = false): Promise<number> {

@@ -240,8 +240,14 @@ export class InboxCore implements InboxStore {
     const params = (ids: readonly string[]): unknown[] =>
       batch.arrays ? [ids, consumer] : [consumer, ...ids];
     let open = items.map((_, i) => i);
-    // Only the messages the mode reads for; first deliveries meet an existing marker at the insert instead.
-    const checked = items.filter((item) => this.preChecks(item.firstDelivery));
+    // Only the messages the mode reads for; first deliveries meet an existing marker at the insert instead. Where
+    // the insert cannot skip an existing key (SQL Server), one such key fails the whole batch, and every message
+    // then takes a transaction of its own: there the read, one per batch, is always made.
+    const checked = batch.returnsInserted
+      ? items.filter((item) => this.preChecks(item.firstDelivery))
+      : this.preCheck === false
+        ? []
+        : items;
     if (checked.length > 0) {
       try {
         const found = await this.driver.query<{ id: string }>(

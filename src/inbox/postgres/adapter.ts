@@ -135,6 +135,8 @@ export class PostgresDriver implements InboxDriver {
     // BEGIN is not sent here: it goes out with the transaction's first statement, in one write when the client
     // pipelines (the pool this driver builds does), so a transaction costs no round trip of its own to open.
     let begun = false;
+    // The first statement while BEGIN is out: later statements go behind it, in the order they were given.
+    let opening: Promise<unknown> | undefined;
     // A statement that failed on the client's side (pg's query_timeout, a lost connection) leaves the connection
     // unusable: pg's query_timeout only rejects the caller and keeps the query active on the connection, so
     // anything sent after it (the next statement, ROLLBACK) queues behind a server that may never answer.
@@ -144,10 +146,16 @@ export class PostgresDriver implements InboxDriver {
         if (broken !== undefined) throw broken;
         try {
           let result: pg.QueryResult;
-          if (begun) result = await client.query(sql, params as unknown[] | undefined);
-          else {
+          if (!begun) {
             begun = true;
-            result = await withBegin(client, sql, params);
+            const first = withBegin(client, sql, params);
+            opening = first.catch(() => undefined);
+            result = await first;
+          } else {
+            // Without pipelining, a statement given now would otherwise overtake the first, which waits for BEGIN.
+            if (opening !== undefined && !client.pipeline) await opening;
+            if (broken !== undefined) throw broken;
+            result = await client.query(sql, params as unknown[] | undefined);
           }
           return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
         } catch (error) {
