@@ -18,8 +18,8 @@ import { formatTable } from "./common.ts";
 import { median } from "./median.ts";
 
 const SIZES = (process.env.SBINBOX_BENCH_SIZES ?? "4,16,64").split(",").map(Number);
-const MESSAGES = Number(process.env.SBINBOX_BENCH_MESSAGES ?? 768);
-const ROUNDS = Number(process.env.SBINBOX_BENCH_ROUNDS ?? 5);
+const MESSAGES = Number(process.env.SBINBOX_BENCH_MESSAGES ?? 640);
+const ROUNDS = Number(process.env.SBINBOX_BENCH_ROUNDS ?? 7);
 const CONSUMER = "bench";
 const ACCOUNTS = 50;
 const INSERT_MARKERS = batchStatements.insertMarkers();
@@ -29,6 +29,11 @@ const SAVEPOINT = "SAVEPOINT s";
 const RELEASE = "RELEASE SAVEPOINT s";
 const ROLLBACK_TO = "ROLLBACK TO SAVEPOINT s";
 const DELETE_MARKER = `DELETE FROM "public"."Inbox" WHERE "MessageId" = $1 AND "Consumer" = $2`;
+
+// The backend's own entry: pg_stat_get_backend_subxact takes the backend's index in pg_stat_get_backend_idset().
+const SUBXACT_STATUS = `SELECT s.subxact_count AS n, s.subxact_overflowed AS overflowed
+FROM pg_stat_get_backend_idset() AS b, pg_stat_get_backend_subxact(b) AS s
+WHERE pg_stat_get_backend_pid(b) = pg_backend_pid()`;
 
 /** Statements sent and round trips waited, counted on every client of the pools below. */
 const counted = { statements: 0, roundTrips: 0 };
@@ -97,13 +102,14 @@ type Savepoints = "none" | "apart" | "piped";
  * Savepoints "apart": SAVEPOINT and RELEASE each a round trip of their own; "piped": SAVEPOINT rides with the
  * message's first statement and the previous message's RELEASE with it (COMMIT releases the last). With a
  * savepoint, the failing message is rolled back to it and its marker deleted, the rest commit; without one, the
- * batch rolls back whole. Returns the failing message's index when one failed.
+ * batch rolls back whole.
  */
 async function bareBatch(
   p: pg.Pool,
   ids: readonly string[],
   failing: number,
   savepoints: Savepoints,
+  beforeCommit?: (client: pg.PoolClient) => Promise<void>,
 ): Promise<"committed" | "rolled back"> {
   const client = await p.connect();
   try {
@@ -133,6 +139,7 @@ async function bareBatch(
         open = false;
       }
     }
+    await beforeCommit?.(client);
     await client.query(COMMIT);
     return "committed";
   } catch (error) {
@@ -233,6 +240,18 @@ async function measure(
   ];
 }
 
+/** One batch with a savepoint per message; what the backend's subtransaction cache holds before its COMMIT. */
+async function probeSubtransactions(p: pg.Pool, size: number, tag: string): Promise<string[]> {
+  let seen: string[] = [String(size), "?", "?"];
+  const ids = Array.from({ length: size }, (_, i) => `${tag}-${i}`);
+  await bareBatch(p, ids, -1, "piped", async (client) => {
+    const result = await client.query<{ n: number; overflowed: boolean }>(SUBXACT_STATUS);
+    const row = result.rows[0];
+    if (row) seen = [String(size), String(row.n), String(row.overflowed)];
+  });
+  return seen;
+}
+
 async function main(): Promise<void> {
   const server = await EmbeddedPostgresServer.create();
   const report: string[] = [];
@@ -245,6 +264,8 @@ async function main(): Promise<void> {
     await setup.close();
     const rows: string[][] = [];
     const summary: string[][] = [];
+    const pairs: string[][] = [];
+    const probes: string[][] = [];
     for (const size of SIZES) {
       // The worker's pool: SBINBOX_MAX_CONCURRENT_CALLS + 4 connections (src/app/app.ts), concurrency 2 x batch.
       const max = 2 * size + 4;
@@ -297,6 +318,7 @@ async function main(): Promise<void> {
         );
         Object.assign(figures.get(c.name)!, { statements: statementsPer, roundTrips: roundTripsPer });
       }
+      probes.push(await probeSubtransactions(bare, size, `p${size}`));
       for (let round = 0; round < ROUNDS; round += 1) {
         // Alternate the order each round, so no contender always runs right after the same other one.
         const order = round % 2 === 0 ? contenders : [...contenders].reverse();
@@ -318,6 +340,22 @@ async function main(): Promise<void> {
           f.roundTrips.toFixed(1),
         ]);
       }
+      // Each round's two contenders ran minutes apart at most, so a ratio per round is less noisy than a ratio of
+      // medians taken from different rounds: its median and range say whether the direction holds.
+      const paired = (a: string, b: string): string => {
+        const ra = figures.get(a)!.rates;
+        const rb = figures.get(b)!.rates;
+        const ratios = ra.map((x, i) => x / rb[i]!);
+        return `${median(ratios).toFixed(2)} (${Math.min(...ratios).toFixed(2)}-${Math.max(...ratios).toFixed(2)})`;
+      };
+      pairs.push([
+        String(size),
+        paired("as built: processBatch", "bare, no savepoints"),
+        paired("bare, savepoints apart", "bare, no savepoints"),
+        paired("bare, savepoints piped", "bare, no savepoints"),
+        paired("1 fails, as built: rollback+singles", "as built: processBatch"),
+        paired("1 fails, bare: savepoints piped", "1 fails, bare: rollback+singles"),
+      ]);
       const nosp = med("bare, no savepoints");
       const piped = med("bare, savepoints piped");
       const fallback = med("1 fails, bare: rollback+singles");
@@ -340,6 +378,10 @@ async function main(): Promise<void> {
       await storePool.end();
       await bare.end();
     }
+    // Past the cache: a batch of 65 (SBINBOX_BATCH_SIZE allows up to 1,000).
+    const probePool = pool(url, 1);
+    for (const size of [65, 256]) probes.push(await probeSubtransactions(probePool, size, `p${size}`));
+    await probePool.end();
     report.push(
       `batch fallback benchmark: embedded PostgreSQL, ${MESSAGES} messages per run in batches run one at a time, ` +
         `${ROUNDS} rounds, msgs/s (median, min-max); statements and round trips per batch, counted on the client`,
@@ -362,6 +404,13 @@ async function main(): Promise<void> {
         ],
         summary,
       ),
+      "",
+      "the same ratios per round (each round's contenders ran back to back), median (min-max):",
+      ...formatTable(["batch", "store/bare", "sp apart", "sp piped", "fail/ok", "sp/fallback"], pairs),
+      "",
+      "the backend's subtransaction cache before COMMIT of one batch with a savepoint per message " +
+        "(pg_stat_get_backend_subxact; PostgreSQL caches 64 subxids per backend, then looks them up in pg_subtrans):",
+      ...formatTable(["batch", "subxids cached", "overflowed"], probes),
       `started ${started.toISOString()}, ended ${new Date().toISOString()}; machine: ${availableParallelism()} cores, ` +
         `1-min load average ${Math.min(...loads).toFixed(2)}-${Math.max(...loads).toFixed(2)} over the run`,
     );
