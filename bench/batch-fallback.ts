@@ -35,6 +35,15 @@ const SUBXACT_STATUS = `SELECT s.subxact_count AS n, s.subxact_overflowed AS ove
 FROM pg_stat_get_backend_idset() AS b, pg_stat_get_backend_subxact(b) AS s
 WHERE pg_stat_get_backend_pid(b) = pg_backend_pid()`;
 
+const CHECK_EFFECTS = `SELECT
+  (SELECT count(*)::int FROM "Inbox" WHERE "Consumer" = $1) AS markers,
+  (SELECT count(*)::int FROM "Inbox" i WHERE i."Consumer" = $1
+     AND NOT EXISTS (SELECT 1 FROM example_credits c WHERE c.message_id = i."MessageId")) AS bare,
+  (SELECT count(*)::int FROM example_credits c
+     WHERE NOT EXISTS (SELECT 1 FROM "Inbox" i WHERE i."MessageId" = c.message_id AND i."Consumer" = $1)) AS orphans,
+  (SELECT count(*)::int FROM (SELECT message_id FROM example_credits GROUP BY message_id HAVING count(*) > 1) d)
+    AS doubled`;
+
 /** Statements sent and round trips waited, counted on every client of the pools below. */
 const counted = { statements: 0, roundTrips: 0 };
 
@@ -240,6 +249,23 @@ async function measure(
   ];
 }
 
+/**
+ * Every route must leave one effect per committed message and none for a failed one: a marker without its credit
+ * row, a credit row without its marker, or a doubled credit would make its figures meaningless.
+ */
+async function checkOneEffectEach(p: pg.Pool): Promise<number> {
+  const result = await p.query<{ markers: number; bare: number; orphans: number; doubled: number }>(
+    CHECK_EFFECTS,
+    [CONSUMER],
+  );
+  const row = result.rows[0]!;
+  if (row.bare > 0 || row.orphans > 0 || row.doubled > 0)
+    throw new Error(
+      `bench: ${row.bare} markers without a credit, ${row.orphans} credits without a marker, ${row.doubled} doubled`,
+    );
+  return row.markers;
+}
+
 /** One batch with a savepoint per message; what the backend's subtransaction cache holds before its COMMIT. */
 async function probeSubtransactions(p: pg.Pool, size: number, tag: string): Promise<string[]> {
   let seen: string[] = [String(size), "?", "?"];
@@ -381,6 +407,7 @@ async function main(): Promise<void> {
     // Past the cache: a batch of 65 (SBINBOX_BATCH_SIZE allows up to 1,000).
     const probePool = pool(url, 1);
     for (const size of [65, 256]) probes.push(await probeSubtransactions(probePool, size, `p${size}`));
+    const markers = await checkOneEffectEach(probePool);
     await probePool.end();
     report.push(
       `batch fallback benchmark: embedded PostgreSQL, ${MESSAGES} messages per run in batches run one at a time, ` +
@@ -411,6 +438,7 @@ async function main(): Promise<void> {
       "the backend's subtransaction cache before COMMIT of one batch with a savepoint per message " +
         "(pg_stat_get_backend_subxact; PostgreSQL caches 64 subxids per backend, then looks them up in pg_subtrans):",
       ...formatTable(["batch", "subxids cached", "overflowed"], probes),
+      `checked: each of the ${markers} inbox markers has exactly one credit row and every credit row its marker`,
       `started ${started.toISOString()}, ended ${new Date().toISOString()}; machine: ${availableParallelism()} cores, ` +
         `1-min load average ${Math.min(...loads).toFixed(2)}-${Math.max(...loads).toFixed(2)} over the run`,
     );
