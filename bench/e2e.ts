@@ -163,11 +163,9 @@ async function startWorker(
   c: number,
   onOutcome: (id: string, kind: string) => void,
   batchSize = 1,
+  preCheck: PreCheckMode = PRECHECK,
 ): Promise<{ worker: Worker; db: Database }> {
-  const db = await openDatabase(
-    { kind: "postgres", url: h.url },
-    { preCheck: PRECHECK, maxConnections: c + 4 },
-  );
+  const db = await openDatabase({ kind: "postgres", url: h.url }, { preCheck, maxConnections: c + 4 });
   const worker = createWorker({
     client: h.client,
     store: observed(db.store, onOutcome),
@@ -197,6 +195,9 @@ async function drainWithWorker(
   kind: string,
   batchSize = 1,
 ): Promise<number> {
+  // The duplicates here are sent afresh (delivery count 0), as a resend past the duplicate window would be; the
+  // duplicate rows stand for redeliveries, so their worker reads first, as it does for every redelivery.
+  const preCheck = kind === "duplicate" ? true : PRECHECK;
   await prefill(h, events);
   let done = 0;
   let first = 0;
@@ -209,6 +210,7 @@ async function drainWithWorker(
       done += 1;
     },
     batchSize,
+    preCheck,
   );
   await waitFor(() => done >= events.length, `${events.length} ${kind}`);
   // Steady state: from the first outcome to the last, so attaching the link is not counted.
@@ -604,7 +606,7 @@ async function main(): Promise<void> {
         `msgs/s: draining a prefilled backlog of ${MESSAGES}, median of ${ROUNDS} rounds (e2e, db, db6, naive, ` +
           `dup); pre-check ${String(PRECHECK)}; latency: publishing at 30% of the e2e rate, publisher to commit; ` +
           `db = BEGIN with the marker in one write, effect, COMMIT (4 round trips); db6 = pre-check, BEGIN, ` +
-          `marker, effect, COMMIT one by one (6)`,
+          `marker, effect, COMMIT one by one (6); dup = duplicates read for first, as every redelivery is`,
         ...table,
         "targets: e2e/db >= 0.90; e2e/naive >= 1.00; dup/e2e >= 3.00",
         "",

@@ -1,5 +1,6 @@
 // `npm run bench:inbox`: messages per second through the inbox store on an embedded PostgreSQL, fresh and
-// duplicate paths, at concurrency 1 and 16, against the same SQL issued in a bare loop on a bare pg pool.
+// duplicate paths, at concurrency 1 and 16, against the same SQL issued in a bare loop on a bare pg pool; and what
+// the pre-check read costs a first delivery against what it saves a duplicate.
 // A benchmark, not a test: it prints figures and the ratios the targets are stated in.
 import { availableParallelism, loadavg } from "node:os";
 import pg from "pg";
@@ -7,7 +8,7 @@ import { EmbeddedPostgresServer } from "../src/embedded/postgres.ts";
 import { InboxCore } from "../src/inbox/core.ts";
 import { createPostgresInboxStore, PostgresDriver } from "../src/inbox/postgres/adapter.ts";
 import { statements } from "../src/inbox/postgres/statements.ts";
-import { formatTable, inBareTransaction } from "./common.ts";
+import { formatTable } from "./common.ts";
 import type { SqlExecutor } from "../src/domain/sql.ts";
 import { median } from "./median.ts";
 
@@ -34,27 +35,35 @@ async function main(): Promise<void> {
   try {
     const url = await server.createDatabase("sbinbox_bench");
     const store = createPostgresInboxStore({ url, maxConnections: 16 });
-    const storeNoPreCheck = createPostgresInboxStore({ url, maxConnections: 16, preCheck: false });
+    const storeAlwaysReads = createPostgresInboxStore({ url, maxConnections: 16, preCheck: true });
     // The same store without the OpenTelemetry wrappers the factory adds: shows what the tracing costs.
     const untraced = new InboxCore(new PostgresDriver({ url, maxConnections: 16 }));
-    const bare = new pg.Pool({ connectionString: url, max: 16 });
+    // Pipelining, as the store's own pool: BEGIN goes out with the marker insert.
+    const bare = new pg.Pool({ connectionString: url, max: 16, pipeline: true });
     bare.on("error", () => undefined); // idle connections end when the server stops
     await store.migrate();
     await bare.query(
       `CREATE TABLE "Effects" ("Id" bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "MessageId" text)`,
     );
     const effect = (id: string) => (tx: SqlExecutor) => tx.query(INSERT_EFFECT, [id]).then(() => undefined);
+    const first = { firstDelivery: true };
+    const redelivery = { firstDelivery: false };
 
-    /** What the store sends for a fresh message, issued by hand: pre-check, BEGIN, marker, effect, COMMIT. */
+    /** What the store sends for a first delivery, issued by hand: BEGIN with the marker, effect, COMMIT. */
     const bareFresh = async (id: string, consumer: string) => {
-      const seen = await bare.query(statements.isProcessed, [id, consumer]);
-      if (seen.rows.length > 0) throw new Error("bench: unexpected duplicate");
-      await inBareTransaction(bare, async (client) => {
-        await client.query(statements.insertProcessedMarker, [id, consumer]);
+      const client = await bare.connect();
+      try {
+        await Promise.all([
+          client.query("BEGIN"),
+          client.query(statements.insertProcessedMarker, [id, consumer]),
+        ]);
         await client.query(INSERT_EFFECT, [id]);
-      });
+        await client.query("COMMIT");
+      } finally {
+        client.release();
+      }
     };
-    /** What the store sends for a duplicate found by the pre-check. */
+    /** What the store sends for a redelivery whose marker exists: the pre-check read. */
     const bareDuplicate = async (id: string, consumer: string) => {
       const seen = await bare.query(statements.isProcessed, [id, consumer]);
       if (seen.rows.length === 0) throw new Error("bench: expected a duplicate");
@@ -63,101 +72,141 @@ async function main(): Promise<void> {
       if (o.kind !== kind) throw new Error(`bench: expected ${kind}, got ${o.kind}`);
     };
 
-    // Warm up connections, plans and caches for both paths.
+    // Warm up connections, plans and caches for every path.
     await rate(500, 16, (i) =>
-      store.process({ messageId: `warm-${i}`, consumer: "s" }, effect(`warm-${i}`)).then(expect("committed")),
+      store
+        .process({ messageId: `warm-${i}`, consumer: "s" }, effect(`warm-${i}`), first)
+        .then(expect("committed")),
     );
     await rate(500, 16, (i) => bareFresh(`warm-${i}`, "b"));
     await rate(500, 16, (i) =>
-      store.process({ messageId: `warm-${i}`, consumer: "s" }, effect("never")).then(expect("duplicate")),
+      store
+        .process({ messageId: `warm-${i}`, consumer: "s" }, effect("never"), redelivery)
+        .then(expect("duplicate")),
+    );
+    await rate(500, 16, (i) =>
+      store
+        .process({ messageId: `warm-${i}`, consumer: "s" }, effect("never"), first)
+        .then(expect("duplicate")),
     );
     await rate(500, 16, (i) => bareDuplicate(`warm-${i}`, "b"));
 
-    // Several rounds per cell, the store and the bare loop taking turns, and the median reported: the machine is
-    // shared, and one noisy stretch should not decide a ratio.
+    // Several rounds per cell, the contenders taking turns, and the median reported: the machine is shared, and one
+    // noisy stretch should not decide a ratio.
     const rows: string[][] = [];
+    const breakEven: string[] = [];
     for (const c of CONCURRENCY) {
       const runs = {
         storeFresh: [] as number[],
+        readFresh: [] as number[],
         bareFresh: [] as number[],
         storeDup: [] as number[],
         bareDup: [] as number[],
-        noPre: [] as number[],
+        firstDup: [] as number[],
         untracedDup: [] as number[],
       };
       for (let round = 0; round < ROUNDS; round += 1) {
         const tag = `c${c}r${round}`;
         const key = (i: number) => ({ messageId: `${tag}-s-${i}`, consumer: "bench" });
-        const storeFreshRun = async () => {
-          runs.storeFresh.push(
-            await rate(MESSAGES, c, (i) =>
-              store.process(key(i), effect(`${tag}-s-${i}`)).then(expect("committed")),
+        const readKey = (i: number) => ({ messageId: `${tag}-r-${i}`, consumer: "bench" });
+        const contenders = [
+          // A first delivery with the default mode: no read.
+          async () =>
+            runs.storeFresh.push(
+              await rate(MESSAGES, c, (i) =>
+                store.process(key(i), effect(`${tag}-s-${i}`), first).then(expect("committed")),
+              ),
             ),
-          );
-        };
-        const bareFreshRun = async () => {
-          runs.bareFresh.push(await rate(MESSAGES, c, (i) => bareFresh(`${tag}-b-${i}`, "bench")));
-        };
-        const storeDupRun = async () => {
-          runs.storeDup.push(
-            await rate(MESSAGES, c, (i) => store.process(key(i), effect("never")).then(expect("duplicate"))),
-          );
-        };
-        const bareDupRun = async () => {
-          runs.bareDup.push(await rate(MESSAGES, c, (i) => bareDuplicate(`${tag}-b-${i}`, "bench")));
-        };
-        // Alternate who goes first, so neither side always runs right after the other's writes.
-        const pairs =
-          round % 2 === 0
-            ? [storeFreshRun, bareFreshRun, storeDupRun, bareDupRun]
-            : [bareFreshRun, storeFreshRun, bareDupRun, storeDupRun];
-        for (const run of pairs) await run();
+          // The same with the read made anyway (SBINBOX_PRECHECK=true): what the read costs a first delivery.
+          async () =>
+            runs.readFresh.push(
+              await rate(MESSAGES, c, (i) =>
+                storeAlwaysReads
+                  .process(readKey(i), effect(`${tag}-r-${i}`), first)
+                  .then(expect("committed")),
+              ),
+            ),
+          async () =>
+            runs.bareFresh.push(await rate(MESSAGES, c, (i) => bareFresh(`${tag}-b-${i}`, "bench"))),
+        ];
+        const duplicates = [
+          // A redelivery whose marker exists: found by the read.
+          async () =>
+            runs.storeDup.push(
+              await rate(MESSAGES, c, (i) =>
+                store.process(key(i), effect("never"), redelivery).then(expect("duplicate")),
+              ),
+            ),
+          async () =>
+            runs.bareDup.push(await rate(MESSAGES, c, (i) => bareDuplicate(`${tag}-b-${i}`, "bench"))),
+          // A first delivery whose marker exists (a resend past the duplicate window): found by the insert.
+          async () =>
+            runs.firstDup.push(
+              await rate(MESSAGES, c, (i) =>
+                store.process(readKey(i), effect("never"), first).then(expect("duplicate")),
+              ),
+            ),
+        ];
+        // Alternate who goes first, so no one always runs right after another's writes.
+        for (const run of round % 2 === 0 ? contenders : contenders.reverse()) await run();
+        for (const run of round % 2 === 0 ? duplicates : duplicates.reverse()) await run();
         runs.untracedDup.push(
-          await rate(MESSAGES, c, (i) => untraced.process(key(i), effect("never")).then(expect("duplicate"))),
-        );
-        runs.noPre.push(
           await rate(MESSAGES, c, (i) =>
-            storeNoPreCheck.process(key(i), effect("never")).then(expect("duplicate")),
+            untraced.process(key(i), effect("never"), redelivery).then(expect("duplicate")),
           ),
         );
       }
-      const [storeFresh, bareFreshRate, storeDup, bareDup, dupNoPreCheck, dupUntraced] = [
-        runs.storeFresh,
-        runs.bareFresh,
-        runs.storeDup,
-        runs.bareDup,
-        runs.noPre,
-        runs.untracedDup,
-      ].map(median) as [number, number, number, number, number, number];
+      const m = Object.fromEntries(Object.entries(runs).map(([k, v]) => [k, median(v)])) as Record<
+        keyof typeof runs,
+        number
+      >;
       rows.push([
         String(c),
-        storeFresh.toFixed(0),
-        bareFreshRate.toFixed(0),
-        (storeFresh / bareFreshRate).toFixed(2),
-        storeDup.toFixed(0),
-        bareDup.toFixed(0),
-        (storeDup / bareDup).toFixed(2),
-        (storeDup / storeFresh).toFixed(2),
-        dupNoPreCheck.toFixed(0),
-        dupUntraced.toFixed(0),
+        m.storeFresh.toFixed(0),
+        m.readFresh.toFixed(0),
+        m.bareFresh.toFixed(0),
+        (m.storeFresh / m.bareFresh).toFixed(2),
+        m.storeDup.toFixed(0),
+        m.bareDup.toFixed(0),
+        (m.storeDup / m.bareDup).toFixed(2),
+        (m.storeDup / m.storeFresh).toFixed(2),
+        m.firstDup.toFixed(0),
+        m.untracedDup.toFixed(0),
       ]);
+      // Time per message (ms of one lane's wall time): what skipping the read saves a fresh first delivery, against
+      // what it adds to a first delivery whose marker exists (a transaction rolled back instead of one read).
+      const ms = (rateOf: number) => (1000 * c) / rateOf;
+      const saved = ms(m.readFresh) - ms(m.storeFresh);
+      const added = ms(m.firstDup) - ms(m.storeDup);
+      breakEven.push(
+        `  conc ${c}: the read costs a fresh first delivery ${saved.toFixed(3)} ms; skipping it costs a first ` +
+          `delivery whose marker exists ${added.toFixed(3)} ms; skipping wins while fewer than ` +
+          `${saved > 0 && added > 0 ? ((100 * saved) / (saved + added)).toFixed(0) : "?"}% of first deliveries are duplicates`,
+      );
     }
     const header = [
       "conc",
       "fresh store/s",
+      "fresh +read/s",
       "fresh bare/s",
       "store/bare",
       "dup store/s",
       "dup bare/s",
       "store/bare",
       "dup/fresh",
-      "dup no-precheck/s",
+      "first dup/s",
       "dup untraced/s",
     ];
     process.stdout.write(
       `inbox benchmark: embedded PostgreSQL, ${MESSAGES} messages per run, median of ${ROUNDS} runs, msgs/s\n`,
     );
     process.stdout.write(`${formatTable(header, rows).join("\n")}\n`);
+    process.stdout.write(
+      "fresh = a first delivery (no read, SBINBOX_PRECHECK=redeliveries); +read = the same with the read " +
+        "(SBINBOX_PRECHECK=true); dup = a redelivery whose marker exists (one read); first dup = a first delivery " +
+        "whose marker exists (BEGIN with the marker insert, rolled back)\n",
+    );
+    process.stdout.write(`${breakEven.join("\n")}\n`);
     // Client and server share this machine: a busy machine moves every figure, so say how busy it was.
     process.stdout.write(
       `machine: ${availableParallelism()} cores, load average ${loadavg()
@@ -168,7 +217,7 @@ async function main(): Promise<void> {
       "targets: store/bare >= 0.90; dup/fresh >= 3.00 (duplicates found by the pre-check)\n",
     );
     await store.close();
-    await storeNoPreCheck.close();
+    await storeAlwaysReads.close();
     await untraced.close();
     await bare.end();
   } finally {

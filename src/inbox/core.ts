@@ -147,6 +147,14 @@ type Failed = Extract<ProcessOutcome, { kind: "failed" }>;
 /** Which class wins when a handler's error and its failed statement's error disagree: an outage above all. */
 const SEVERITY: Record<ErrorClass, number> = { unavailable: 3, transient: 2, permanent: 1, duplicate: 0 };
 
+/**
+ * Above this share of first deliveries found to be duplicates, the default pre-check mode reads for first
+ * deliveries too. Skipping the read saves a fresh first delivery one round trip; a first delivery whose marker
+ * exists then costs a rolled-back transaction instead of one read. `npm run bench:inbox` prints the share at which
+ * the two break even (docs/inbox.md); this threshold sits below it, so the switch errs towards reading.
+ */
+const FIRST_DUPLICATE_SHARE_TO_READ = 0.25;
+
 /** The inbox on any database, given that database's driver. */
 export class InboxCore implements InboxStore {
   readonly dialect: Dialect;
@@ -171,15 +179,38 @@ export class InboxCore implements InboxStore {
     return this.driver.pendingMigrations(module);
   }
 
-  /** Whether a message is read for before its transaction, by the pre-check mode and what is known of it. */
+  /**
+   * Whether a message is read for before its transaction, by the pre-check mode and what is known of it. In the
+   * default mode a first delivery is read for too while many first deliveries have been duplicates lately (an
+   * upstream replaying its events past the duplicate window): then the read is the cheaper path for them as well.
+   */
   private preChecks(firstDelivery: boolean | undefined): boolean {
-    return this.preCheck === "redeliveries" ? firstDelivery !== true : this.preCheck;
+    if (this.preCheck !== "redeliveries") return this.preCheck;
+    return firstDelivery !== true || this.firstDuplicateShare > FIRST_DUPLICATE_SHARE_TO_READ;
+  }
+
+  /** The running share of decided first deliveries that were duplicates (each the latest 1/64 of it). */
+  private firstDuplicateShare = 0;
+
+  private noteFirstDelivery(kind: ProcessOutcome["kind"]): void {
+    if (kind !== "committed" && kind !== "duplicate") return;
+    this.firstDuplicateShare += ((kind === "duplicate" ? 1 : 0) - this.firstDuplicateShare) / 64;
   }
 
   async process(
     key: InboxKey,
     work: (tx: SqlExecutor) => Promise<void>,
     hint?: ProcessHint,
+  ): Promise<ProcessOutcome> {
+    const outcome = await this.processOne(key, work, hint);
+    if (hint?.firstDelivery === true) this.noteFirstDelivery(outcome.kind);
+    return outcome;
+  }
+
+  private async processOne(
+    key: InboxKey,
+    work: (tx: SqlExecutor) => Promise<void>,
+    hint: ProcessHint | undefined,
   ): Promise<ProcessOutcome> {
     if (this.preChecks(hint?.firstDelivery)) {
       try {
@@ -232,6 +263,15 @@ export class InboxCore implements InboxStore {
    * messages come back as `single`. Keys must be distinct.
    */
   async processBatch(consumer: string, items: readonly InboxBatchItem[]): Promise<InboxBatchResult> {
+    const result = await this.batchOnce(consumer, items);
+    // A message that comes back `single` is noted when it goes through `process`.
+    result.outcomes.forEach((o, i) => {
+      if (items[i]!.firstDelivery === true && o.kind !== "single") this.noteFirstDelivery(o.kind);
+    });
+    return result;
+  }
+
+  private async batchOnce(consumer: string, items: readonly InboxBatchItem[]): Promise<InboxBatchResult> {
     const batch = this.driver.batchStatements;
     const outcomes: InboxBatchOutcome[] = items.map(() => ({ kind: "single" }));
     if (batch === undefined || items.length === 0) return { outcomes };

@@ -107,6 +107,32 @@ describe("telemetry: inbox spans on PostgreSQL", function () {
     assert.deepEqual(await statementsOf("m-first", true), ["BEGIN", "INSERT Inbox", "ROLLBACK"]);
   });
 
+  it("reads for first deliveries too while many of them have lately been duplicates, and stops again", async () => {
+    const adaptive = createPostgresInboxStore({ url, maxConnections: 2 });
+    try {
+      const readFor = async (messageId: string): Promise<boolean> => {
+        await telemetry().reset();
+        await adaptive.process({ messageId, consumer }, () => Promise.resolve(), { firstDelivery: true });
+        return telemetry()
+          .spans()
+          .some((s) => s.name === "SELECT Inbox");
+      };
+      assert.equal(await readFor("replayed-0"), false, "a first delivery: no read");
+      // An upstream replays what was sent before: every first delivery now meets an existing marker.
+      let reads = 0;
+      for (let i = 0; i < 40; i += 1) if (await readFor("replayed-0")) reads += 1;
+      assert.ok(reads >= 10 && reads < 40, `read for some, from a point on (${reads} of 40)`);
+      assert.equal(await readFor("replayed-0"), true, "after 40 duplicates in a row: read");
+      // Fresh first deliveries again: the share falls and the read stops.
+      let fresh = 0;
+      for (let i = 0; i < 80 && (await readFor(`fresh-${i}`)); i += 1) fresh += 1;
+      assert.ok(fresh < 80, "the read stopped");
+      assert.equal(await readFor("fresh-last"), false);
+    } finally {
+      await adaptive.close();
+    }
+  });
+
   it("a duplicate caught by the marker's unique index shows SQLSTATE 23505 on the insert", async () => {
     const key = { messageId: "m-dup", consumer };
     await noPreCheck.process(key, () => Promise.resolve());
