@@ -23,6 +23,9 @@ import {
   traceSettlement,
 } from "./tracing.ts";
 
+/** The longest a stop waits for one link to close (see `closeWithin`). */
+const CLOSE_LIMIT_MS = 5_000;
+
 export interface QueueReceiverOptions {
   readonly client: ServiceBusClient;
   /** The entity path: a queue's name, or "<topic>/Subscriptions/<subscription>" (src/domain/entity.ts). */
@@ -116,18 +119,10 @@ export class QueueReceiver {
     await this.drain(waitMs);
     this.receiver = undefined;
     this.releaseHeld?.();
-    try {
-      await receiver?.close();
-    } catch (error) {
-      this.options.logger.warn("closing the receive link failed", { error });
-    }
+    await this.closeWithin("the receive link", receiver?.close());
     const sender = this.sender;
     this.sender = undefined;
-    try {
-      await sender?.close();
-    } catch (error) {
-      this.options.logger.warn("closing the retry sender failed", { error });
-    }
+    await this.closeWithin("the retry sender", sender?.close());
   }
 
   /**
@@ -138,11 +133,30 @@ export class QueueReceiver {
     this.accepting = false;
     const subscription = this.subscription;
     this.subscription = undefined;
-    try {
-      await subscription?.close();
-    } catch (error) {
-      this.options.logger.warn("stopping the subscription failed", { error });
-    }
+    await this.closeWithin("the subscription", subscription?.close());
+  }
+
+  /**
+   * Waits for a close, at most CLOSE_LIMIT_MS. The SDK waits up to its operation timeout (60 s) for the broker's
+   * answer to a detach or a drain; a stop must not hang on one that never comes (a network gone quiet): the
+   * connection's own close ends the link anyway.
+   */
+  private async closeWithin(what: string, closing: Promise<void> | undefined): Promise<void> {
+    if (closing === undefined) return;
+    let timer: NodeJS.Timeout | undefined;
+    // Never rejects, so a close that fails after the wait was given up is not an unhandled rejection.
+    const closed = closing.then(
+      () => "closed" as const,
+      (error: unknown) => ({ error }),
+    );
+    const late = new Promise<"late">(
+      (resolve) => (timer = setTimeout(() => resolve("late"), CLOSE_LIMIT_MS)),
+    );
+    const result = await Promise.race([closed, late]);
+    clearTimeout(timer);
+    if (result === "late")
+      this.options.logger.warn(`closing ${what} took longer than ${CLOSE_LIMIT_MS} ms; going on without it`);
+    else if (result !== "closed") this.options.logger.warn(`closing ${what} failed`, { error: result.error });
   }
 
   /** Resolves when nothing is in flight, or after `waitMs`; true when everything finished. */
