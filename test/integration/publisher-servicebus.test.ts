@@ -211,6 +211,54 @@ describe("publisher (real SDK, local broker)", function () {
       assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent");
     });
 
+    it("publishBatch: several events near the limit, only the one that does not fit is named; the rest send", async function () {
+      const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
+      // Events 1 and 3 are past the quick bound and encoded exactly: 1 fits an empty batch, 3 does not.
+      const sizes = [100, 258_000, 100, 262_144 - 200, 100];
+      const events = sizes.map((size, i) => event("near", i, size));
+      const id = deriveMessageId("AccountCredited", "near-3");
+      const before = fixture.broker.counts(QUEUE).active;
+      await assert.rejects(
+        publisher.publishBatch(events),
+        (error: Error) =>
+          error instanceof RangeError && error.message.startsWith(`event 3 (${id}) is larger`),
+      );
+      assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent");
+      const fitting = events.filter((_, i) => i !== 3);
+      const results = await publisher.publishBatch(fitting);
+      await publisher.close();
+      const got = await receiveAll(4);
+      assert.deepEqual(
+        got.map((m) => m.messageId),
+        results.map((r) => r.messageId),
+      );
+      assert.equal(
+        Buffer.from(got[1]!.body as Uint8Array).length > 258_000,
+        true,
+        "the large one arrived whole",
+      );
+    });
+
+    it("publishBatch: application properties count toward the size, and a bad event fails before any size check", async function () {
+      const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
+      const before = fixture.broker.counts(QUEUE).active;
+      const heavy: PublishEvent = {
+        ...event("props", 1, 10),
+        properties: { note: "p".repeat(270_000) },
+      };
+      await assert.rejects(
+        publisher.publishBatch([event("props", 0), heavy]),
+        (error: Error) => error instanceof RangeError && error.message.startsWith("event 1 ("),
+      );
+      // A type with ":" is refused by name, even beside an event too large: the checks of the events come first.
+      await assert.rejects(
+        publisher.publishBatch([heavy, { type: "Bad:Type", key: "1", body: {} }]),
+        (error: Error) => error instanceof TypeError && /must not contain ":"/.test(error.message),
+      );
+      await publisher.close();
+      assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent");
+    });
+
     it("with batches in flight, a failed one: the error carries everything acknowledged and the in-order prefix", async function () {
       const sender = fixture.client.createSender(QUEUE);
       const messages = Array.from({ length: 600 }, (_, i) => toServiceBusMessage(event("prefix", i)));
