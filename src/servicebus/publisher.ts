@@ -411,26 +411,31 @@ const TRACE_PLACEHOLDER = {
  * batch's limit certainly fits. The SDK counts the body, the message's properties and application properties, and
  * those of the first message once more as the batch's envelope; twice the UTF-8 length of every string and property
  * plus 4 KB of framing is above that for any message this publisher builds. A message over it is encoded for the
- * exact answer. Not a plain list of the properties looped over: that was an array allocated per message.
+ * exact answer. A string's UTF-8 length is bounded by 3 bytes a UTF-16 unit rather than counted (no call into
+ * `Buffer.byteLength` per string, no array of them per message): only a message within a few KB of the limit, or
+ * with large non-ASCII properties, is encoded for nothing.
  */
 function sizeBound(message: ServiceBusMessage): number {
   const body = message.body as Buffer;
   if (!Buffer.isBuffer(body)) return Infinity;
-  let strings = utf8Length(message.messageId) + utf8Length(message.subject) + utf8Length(message.contentType);
-  strings += utf8Length(message.correlationId);
+  let strings = utf8Bound(message.messageId) + utf8Bound(message.subject) + utf8Bound(message.contentType);
+  strings += utf8Bound(message.correlationId);
   const properties = message.applicationProperties;
   if (properties !== undefined) {
     for (const k in properties) {
       // 16 bytes a property: above AMQP's constructor and length bytes for a key and any scalar value.
-      strings += Buffer.byteLength(k, "utf8") + utf8Length(properties[k]) + 16;
+      strings += 3 * k.length + utf8Bound(properties[k]) + 16;
     }
   }
   return body.length + 2 * strings + 4096;
 }
 
-function utf8Length(value: string | number | boolean | Date | Buffer | null | undefined): number {
+/** At least the UTF-8 length of a property's value as text: UTF-8 takes at most 3 bytes a UTF-16 unit. */
+function utf8Bound(value: string | number | boolean | Date | Buffer | null | undefined): number {
   if (value === undefined || value === null) return 0;
-  return Buffer.byteLength(typeof value === "string" ? value : String(value), "utf8");
+  if (typeof value === "string") return 3 * value.length;
+  if (Buffer.isBuffer(value)) return value.length;
+  return 3 * String(value).length;
 }
 
 const same = <T>(x: T): T => x;
