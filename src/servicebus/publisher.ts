@@ -246,8 +246,8 @@ export function createPublisher(options: PublisherOptions): Publisher {
     async publishBatch(events) {
       // Every event is checked before the first is sent, its size too: a bad one fails the call with nothing
       // published. One pass builds each message, its result and a bound on its size; only a call whose largest
-      // bound passes the queue's limit looks again, to encode those near it exactly. (A pass of awaited checks,
-      // with a description built per message, cost about 1 µs a message for nothing, since almost none is near.)
+      // bound passes the queue's limit looks again, to encode those near it exactly. (A second pass of awaited
+      // checks, each with its description built, and the results mapped after: 1.6 µs a message in a profile.)
       const n = events.length;
       const messages = new Array<ServiceBusMessage>(n);
       const results = new Array<PublishResult>(n);
