@@ -259,6 +259,28 @@ describe("publisher (real SDK, local broker)", function () {
       assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent");
     });
 
+    it("publishBatch: application properties count twice (the batch's envelope copies the first message's)", async function () {
+      const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
+      const before = fixture.broker.counts(QUEUE).active;
+      // 140,001 bytes of UTF-8 (3 a character): counted once they leave room under 256 KB, but an empty batch
+      // holds the first message's properties twice, so the event cannot start a batch. It follows one too large to
+      // share a batch with, so it would start one: a bound counting them once would skip the exact check, and the
+      // send would find out only there, after sending the event before it.
+      const heavy: PublishEvent = {
+        ...event("twice", 1, 10),
+        properties: { note: "界".repeat(46_667) },
+      };
+      const events = [event("twice", 0, 200_000), heavy];
+      const id = deriveMessageId("AccountCredited", "twice-1");
+      await assert.rejects(
+        publisher.publishBatch(events),
+        (error: Error) =>
+          error instanceof RangeError && error.message.startsWith(`event 1 (${id}) is larger`),
+      );
+      await publisher.close();
+      assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent");
+    });
+
     it("with batches in flight, a failed one: the error carries everything acknowledged and the in-order prefix", async function () {
       const sender = fixture.client.createSender(QUEUE);
       const messages = Array.from({ length: 600 }, (_, i) => toServiceBusMessage(event("prefix", i)));
