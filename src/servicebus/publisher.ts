@@ -252,26 +252,51 @@ export function createPublisher(options: PublisherOptions): Publisher {
       const messages = new Array<ServiceBusMessage>(n);
       const results = new Array<PublishResult>(n);
       let largest = 0;
-      for (let i = 0; i < n; i += 1) {
-        const m = toServiceBusMessage(events[i]!);
-        messages[i] = m;
-        results[i] = { messageId: m.messageId as string };
-        const bound = sizeBound(m);
-        if (bound > largest) largest = bound;
-      }
-      if (n > 1) {
-        const limit = await sizeLimit();
-        if (largest > limit) {
-          for (const [i, m] of messages.entries()) {
-            if (sizeBound(m) > limit) await exactFit(m, `event ${i} (${String(m.messageId)})`, limit);
-          }
+      let i = 0;
+      try {
+        // The try is around the loop, not inside it, so the loop stays as lean as it was profiled.
+        for (; i < n; i += 1) {
+          const m = toServiceBusMessage(events[i]!);
+          messages[i] = m;
+          results[i] = { messageId: m.messageId as string };
+          const bound = sizeBound(m);
+          if (bound > largest) largest = bound;
         }
+      } catch (error) {
+        // The event's index, as the size check names it: the type and key alone may not say which line it was.
+        throw nothingSent(
+          error instanceof TypeError
+            ? new TypeError(`event ${i}: ${error.message}`, { cause: error })
+            : error,
+        );
       }
       if (n > 0) {
-        await sendTraced(messages, same, {
-          count: n,
-          messageId: n === 1 ? results[0]!.messageId : undefined,
-        });
+        try {
+          // One event too: sent alone, a message over the limit would be refused by the link with the SDK's own
+          // error, not this one naming the event.
+          const limit = await sizeLimit();
+          if (largest > limit) {
+            for (const [j, m] of messages.entries()) {
+              if (sizeBound(m) > limit) await exactFit(m, `event ${j} (${String(m.messageId)})`, limit);
+            }
+          }
+        } catch (error) {
+          throw nothingSent(error);
+        }
+        try {
+          await sendTraced(messages, same, {
+            count: n,
+            messageId: n === 1 ? results[0]!.messageId : undefined,
+          });
+        } catch (error) {
+          // A single event is sent alone, not through `sendBuilt`, which counts the others: it was sent, so it
+          // may be on the broker.
+          if (n === 1 && error !== null && typeof error === "object" && !("acknowledged" in error)) {
+            const failure: PublishFailure = { acknowledged: 0, acknowledgedPrefix: 0, unconfirmed: 1 };
+            Object.assign(error, failure);
+          }
+          throw error;
+        }
       }
       return results;
     },
@@ -392,6 +417,15 @@ async function sendBuilt<T>(
     throw error;
   }
   return sent;
+}
+
+/** A `publishBatch` that failed before sending anything: its error says so as a failed send's does. */
+function nothingSent(error: unknown): unknown {
+  if (error !== null && typeof error === "object") {
+    const failure: PublishFailure = { acknowledged: 0, acknowledgedPrefix: 0, unconfirmed: 0 };
+    Object.assign(error, failure);
+  }
+  return error;
 }
 
 function tooLarge(message: ServiceBusMessage, where?: string, limit?: number): RangeError {

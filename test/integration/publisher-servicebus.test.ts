@@ -281,6 +281,50 @@ describe("publisher (real SDK, local broker)", function () {
       assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent");
     });
 
+    it("publishBatch of one event: checked against the limit as any call is, nothing sent", async function () {
+      const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
+      const before = fixture.broker.counts(QUEUE).active;
+      const id = deriveMessageId("AccountCredited", "alone-0");
+      await assert.rejects(
+        publisher.publishBatch([event("alone", 0, 300 * 1024)]),
+        (error: Error & Partial<PublishFailure>) =>
+          error instanceof RangeError &&
+          error.message === `event 0 (${id}) is larger than a batch may be (262144 bytes)` &&
+          error.acknowledged === 0 &&
+          error.acknowledgedPrefix === 0 &&
+          error.unconfirmed === 0,
+      );
+      await publisher.close();
+      assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent");
+    });
+
+    it("publishBatch: an error before anything is sent carries zero counts; a bad event is named by its index", async function () {
+      const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
+      const before = fixture.broker.counts(QUEUE).active;
+      const zero = (error: Partial<PublishFailure>) =>
+        error.acknowledged === 0 && error.acknowledgedPrefix === 0 && error.unconfirmed === 0;
+      const events = [0, 1, 2].map((i) => event("named", i));
+      await assert.rejects(
+        publisher.publishBatch([...events, { type: "Bad:Type", key: "1", body: {} }]),
+        (error: Error & Partial<PublishFailure>) =>
+          error instanceof TypeError && /^event 3: .*must not contain ":"/.test(error.message) && zero(error),
+      );
+      await assert.rejects(
+        publisher.publishBatch([...events, { type: "T", key: "1", body: undefined }]),
+        (error: Error & Partial<PublishFailure>) =>
+          error instanceof TypeError &&
+          /^event 3: .*not JSON-serialisable/.test(error.message) &&
+          zero(error),
+      );
+      await assert.rejects(
+        publisher.publishBatch([...events, event("named", 3, 300 * 1024)]),
+        (error: Error & Partial<PublishFailure>) =>
+          error instanceof RangeError && error.message.startsWith("event 3 (") && zero(error),
+      );
+      await publisher.close();
+      assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent");
+    });
+
     it("with batches in flight, a failed one: the error carries everything acknowledged and the in-order prefix", async function () {
       const sender = fixture.client.createSender(QUEUE);
       const messages = Array.from({ length: 600 }, (_, i) => toServiceBusMessage(event("prefix", i)));
