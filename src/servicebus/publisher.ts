@@ -218,11 +218,13 @@ export function createPublisher(options: PublisherOptions): Publisher {
   /** The exact check of a message near the limit: the SDK encodes it into an empty batch of its own. */
   async function exactFit(message: ServiceBusMessage, where: string, limit: number): Promise<void> {
     const empty = await sender.createMessageBatch();
-    // With trace properties as large as they will be when the message is sent.
-    const traced = {
-      ...message,
-      applicationProperties: { ...message.applicationProperties, ...TRACE_PLACEHOLDER },
-    };
+    // With trace properties as large as they will be when the message is sent: only when `sendTraced` will add
+    // them, which is when an OpenTelemetry SDK is registered (the same test as there). Without one nothing is
+    // added, and the placeholder would refuse messages of up to about 300 bytes below the limit that fit.
+    const traced =
+      tracingIfRegistered() === undefined
+        ? message
+        : { ...message, applicationProperties: { ...message.applicationProperties, ...TRACE_PLACEHOLDER } };
     if (!empty.tryAddMessage(traced)) throw tooLarge(message, where, limit);
   }
   /**

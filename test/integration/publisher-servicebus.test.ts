@@ -281,6 +281,30 @@ describe("publisher (real SDK, local broker)", function () {
       assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent");
     });
 
+    it("publishBatch with an OpenTelemetry SDK registered: an event that fits only without trace properties is refused", async function () {
+      // This file registers an SDK, so each message is sent with traceparent and Diagnostic-Id: the exact check
+      // counts them. The edge is found with the SDK's own encoding (the publisher check of an event with no SDK
+      // registered is in publish-cli.test.ts, a process of its own).
+      const sender = fixture.client.createSender(QUEUE);
+      const fits = async (size: number): Promise<boolean> =>
+        (await sender.createMessageBatch()).tryAddMessage(toServiceBusMessage(event("traced", 1, size)));
+      let [low, high] = [250_000, 262_144];
+      while (high - low > 1) {
+        const mid = Math.floor((low + high) / 2);
+        if (await fits(mid)) low = mid;
+        else high = mid;
+      }
+      await sender.close();
+      const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
+      const before = fixture.broker.counts(QUEUE).active;
+      await assert.rejects(
+        publisher.publishBatch([event("traced", 0), event("traced", 1, low)]),
+        (error: Error) => error instanceof RangeError && error.message.startsWith("event 1 ("),
+      );
+      await publisher.close();
+      assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent");
+    });
+
     it("publishBatch of one event: checked against the limit as any call is, nothing sent", async function () {
       const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
       const before = fixture.broker.counts(QUEUE).active;
