@@ -63,8 +63,9 @@ export interface Publisher {
   ): Promise<number>;
   /**
    * A check that an event's message fits in an empty batch of this queue (the link's size limit), without sending
-   * it: throws a `RangeError` naming `where` if not. Most events are judged by their body's length alone; only one
-   * near the limit is encoded, by the SDK, into an empty batch.
+   * it: throws a `RangeError` naming `where` if not. Most events are judged by a bound on their size (the body's
+   * length, and 3 bytes a UTF-16 unit of every string, twice: see `sizeBound`); only one whose bound passes the
+   * limit is encoded, by the SDK, into an empty batch, and returns a promise.
    */
   sizeCheck(): Promise<(event: PublishEvent, where: string) => Promise<void> | undefined>;
   close(): Promise<void>;
