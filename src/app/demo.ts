@@ -65,6 +65,11 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
       cleanups,
     );
     const { broker, db, migrated } = stack;
+    // Whose copies the broker dropped, by MessageId: the queue's count also takes the copies the upstream relay's
+    // replacement sends again (rows its killed predecessor had sent and not yet marked), which are not resends of
+    // the published events.
+    const dropped = new Map<string, number>();
+    broker.onDuplicateDropped(QUEUE, (id) => dropped.set(id, (dropped.get(id) ?? 0) + 1));
     out(`migrated: ${migrated.applied.join(", ") || "nothing pending"}; example tables ready`);
 
     const runId = randomUUID().slice(0, 8);
@@ -107,6 +112,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     const publisher = createPublisher({ client, queue: QUEUE });
     cleanups.push(() => publisher.close());
     let resends = 0;
+    const resent: string[] = [];
     for (let i = 0; i < events.length; i += 100) {
       const batch = events.slice(i, i + 100);
       await publisher.publishBatch(batch);
@@ -114,6 +120,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
       const again = batch.filter((_, j) => (i + j) % RESEND_EVERY === 0);
       if (again.length > 0) await publisher.publishBatch(again);
       resends += again.length;
+      for (const e of again) resent.push(deriveMessageId(e.type, e.key));
       status(`published ${Math.min(i + 100, events.length)}/${events.length} (+${resends} resends)`);
     }
     const poison = [
@@ -221,12 +228,19 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     );
     const counts = broker.counts(QUEUE);
     const deadLettered = counts.deadLettered;
+    // Every resend must be dropped; one dropped twice (the publisher's own resend of it) counts twice.
+    const resendsDropped = resent.reduce((sum, id) => sum + (dropped.get(id) ?? 0), 0);
+    const upstreamIdSet = new Set(upstreamIds);
+    let upstreamDropped = 0;
+    for (const [id, n] of dropped) if (upstreamIdSet.has(id)) upstreamDropped += n;
 
     out("");
     out("report");
     out(`  events published          ${events.length} distinct, ${resends} resent, ${poison.length} poison`);
+    out(`  resends dropped by broker ${resendsDropped} (duplicate detection on the derived MessageId)`);
     out(
-      `  resends dropped by broker ${counts.duplicatesDropped} (duplicate detection on the derived MessageId)`,
+      `  relay copies dropped      ${upstreamDropped} (resent by the replacement relay; ` +
+        `${counts.duplicatesDropped} dropped on the queue in all)`,
     );
     out(`  worker killed after commit ${killed} (its message redelivered and absorbed by the inbox)`);
     out(
@@ -251,16 +265,17 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
       upstreamEffects === transfers &&
       rolledBackApplied === 0 &&
       deadLettered === poison.length &&
-      counts.duplicatesDropped === resends &&
+      resendsDropped === resends &&
+      resent.every((id) => dropped.has(id)) &&
       killed >= 1 &&
       balances;
     out(ok ? "  verdict                   exactly once: it holds" : "  verdict                   FAILED");
     const result =
       `RESULT distinct=${events.length} effects=${publishedEffects} resends=${resends} ` +
-      `dropped_by_broker=${counts.duplicatesDropped} duplicates_in_inbox=${duplicates} poison=${poison.length} ` +
+      `dropped_by_broker=${resendsDropped} duplicates_in_inbox=${duplicates} poison=${poison.length} ` +
       `deadlettered=${deadLettered} lost=${lost} doubled=${doubled} ` +
       `upstream=${transfers} upstream_effects=${upstreamEffects} upstream_rolled_back=${upstreamOutcome.rolledBack} ` +
-      `rolled_back_effects=${rolledBackApplied}`;
+      `rolled_back_effects=${rolledBackApplied} upstream_dropped_by_broker=${upstreamDropped}`;
     return { ok, result };
   } finally {
     killAll();

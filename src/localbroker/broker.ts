@@ -116,6 +116,17 @@ export class LocalBroker {
     return q.counts();
   }
 
+  /**
+   * Calls `listener` with the MessageId (as a string: a binary id as `b:<hex>`) of every send to this queue that
+   * duplicate detection drops from now on, so a caller can tell whose copies were dropped where `counts` gives only
+   * their number (the demo: its own resends against the outbox relay's). Returns a function that stops it.
+   */
+  onDuplicateDropped(queue: string, listener: (messageId: string) => void): () => void {
+    const q = this.queues.get(queue.toLowerCase());
+    if (!q) throw new Error(`no queue named "${queue}" (queues: ${this.queueNames.join(", ")})`);
+    return q.onDuplicateDropped(listener);
+  }
+
   /** A topic's own counts: duplicates dropped, sends no rule matched, scheduled sends not yet due. */
   topicCounts(topic: string): TopicCounts {
     const t = this.topics.get(topic.toLowerCase());

@@ -72,6 +72,8 @@ export class Queue {
   private roundRobin = 0;
   private pumping = false;
   private duplicatesDropped = 0;
+  /** Told each MessageId duplicate detection drops; called only on a drop, so a send pays nothing for it. */
+  private readonly dropListeners = new Set<(messageIdKey: string) => void>();
   private expired = 0;
   private bytes = 0;
 
@@ -127,10 +129,17 @@ export class Queue {
     const until = this.duplicates.get(messageIdKey);
     if (until !== undefined && until > now) {
       this.duplicatesDropped += 1;
+      for (const listener of this.dropListeners) listener(messageIdKey);
       return true;
     }
     this.duplicates.set(messageIdKey, now + this.settings.duplicateDetectionWindowMs);
     return false;
+  }
+
+  /** Calls `listener` with the MessageId of every send dropped as a duplicate from now on; returns its removal. */
+  onDuplicateDropped(listener: (messageIdKey: string) => void): () => void {
+    this.dropListeners.add(listener);
+    return () => this.dropListeners.delete(listener);
   }
 
   private add(parts: MessageParts, now: number, scheduledAt: number): number {

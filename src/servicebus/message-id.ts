@@ -48,11 +48,32 @@ function v5(name: string | Uint8Array, namespace: Buffer): string {
       data = Buffer.concat([namespace, Buffer.from(name, "utf8")]);
     }
   }
-  const hex = hash("sha1", data, "hex");
+  return formatDigest(hash("sha1", data, "hex"));
+}
+
+/** A SHA-1 digest's hex as a version 5 UUID: its first 16 bytes, version nibble 5, variant bits "10". */
+function formatDigest(hex: string): string {
   return (
     `${hex.slice(0, 8)}-${hex.slice(8, 12)}-5${hex.slice(13, 16)}-` +
     `${VARIANT[parseInt(hex[16]!, 16)]}${hex.slice(17, 20)}-${hex.slice(20, 32)}`
   );
+}
+
+/**
+ * The sbinbox namespace's own scratch buffer, its 16 bytes written once, and one view of it per length of name
+ * (at most 16 + 3 x SCRATCH_UNITS of them, made as names of that length first come): an id then costs neither the
+ * namespace's copy nor a new Buffer object for the view. Safe because `hash` reads the view synchronously.
+ */
+const sbinboxScratch = Buffer.allocUnsafe(16 + 3 * SCRATCH_UNITS);
+sbinboxNamespace.copy(sbinboxScratch, 0);
+const sbinboxViews: Buffer[] = [];
+
+/** `v5` under the sbinbox namespace of a name already known to be well-formed (`canonicalName` checked it). */
+function sbinboxV5WellFormed(name: string): string {
+  if (name.length > SCRATCH_UNITS) return v5(name, sbinboxNamespace);
+  const length = 16 + sbinboxScratch.write(name, 16, "utf8");
+  const data = (sbinboxViews[length] ??= sbinboxScratch.subarray(0, length));
+  return formatDigest(hash("sha1", data, "hex"));
 }
 
 /** UUID version 5 of `name` (a string is encoded as UTF-8) in any namespace, given as a UUID string. */
@@ -87,7 +108,7 @@ export function canonicalName(type: string, key: string): string {
 
 /** The MessageId of an event: the same for every retry and every process that publishes it. */
 export function deriveMessageId(type: string, key: string): string {
-  return sbinboxV5(canonicalName(type, key));
+  return sbinboxV5WellFormed(canonicalName(type, key));
 }
 
 /**

@@ -63,8 +63,9 @@ export interface Publisher {
   ): Promise<number>;
   /**
    * A check that an event's message fits in an empty batch of this queue (the link's size limit), without sending
-   * it: throws a `RangeError` naming `where` if not. Most events are judged by their body's length alone; only one
-   * near the limit is encoded, by the SDK, into an empty batch.
+   * it: throws a `RangeError` naming `where` if not. Most events are judged by a bound on their size (the body's
+   * length, and 3 bytes a UTF-16 unit of every string, twice: see `sizeBound`); only one whose bound passes the
+   * limit is encoded, by the SDK, into an empty batch, and returns a promise.
    */
   sizeCheck(): Promise<(event: PublishEvent, where: string) => Promise<void> | undefined>;
   close(): Promise<void>;
@@ -212,26 +213,30 @@ export function createPublisher(options: PublisherOptions): Publisher {
   }
 
   let maxSize: number | undefined;
+  /** The size limit the link advertises, read once (the first read opens the link). */
+  const sizeLimit = async (): Promise<number> =>
+    (maxSize ??= (await sender.createMessageBatch()).maxSizeInBytes);
+  /** The exact check of a message near the limit: the SDK encodes it into an empty batch of its own. */
+  async function exactFit(message: ServiceBusMessage, where: string, limit: number): Promise<void> {
+    const empty = await sender.createMessageBatch();
+    // With trace properties as large as they will be when the message is sent: only when `sendTraced` will add
+    // them, which is when an OpenTelemetry SDK is registered (the same test as there). Without one nothing is
+    // added, and the placeholder would refuse messages of up to about 300 bytes below the limit that fit.
+    const traced =
+      tracingIfRegistered() === undefined
+        ? message
+        : { ...message, applicationProperties: { ...message.applicationProperties, ...TRACE_PLACEHOLDER } };
+    if (!empty.tryAddMessage(traced)) throw tooLarge(message, where, limit);
+  }
   /**
-   * See `Publisher.sizeCheck`; the limit is the one the link advertises, read once. The check returns a promise
-   * only for a message near the limit, which the SDK encodes into an empty batch of its own.
+   * See `Publisher.sizeCheck`. The check returns a promise only for a message near the limit, which the SDK encodes
+   * into an empty batch of its own.
    */
   async function messageSizeCheck(): Promise<
     (message: ServiceBusMessage, where: string) => Promise<void> | undefined
   > {
-    maxSize ??= (await sender.createMessageBatch()).maxSizeInBytes;
-    const limit = maxSize;
-    return (message, where) => {
-      if (surelyFits(message, limit)) return undefined;
-      return sender.createMessageBatch().then((empty) => {
-        // With trace properties as large as they will be when the message is sent.
-        const traced = {
-          ...message,
-          applicationProperties: { ...message.applicationProperties, ...TRACE_PLACEHOLDER },
-        };
-        if (!empty.tryAddMessage(traced)) throw tooLarge(message, where, limit);
-      });
-    };
+    const limit = await sizeLimit();
+    return (message, where) => (sizeBound(message) <= limit ? undefined : exactFit(message, where, limit));
   }
 
   return {
@@ -243,17 +248,60 @@ export function createPublisher(options: PublisherOptions): Publisher {
     },
     async publishBatch(events) {
       // Every event is checked before the first is sent, its size too: a bad one fails the call with nothing
-      // published.
-      const messages = events.map(toServiceBusMessage);
-      if (messages.length > 1) {
-        const fits = await messageSizeCheck();
-        for (const [i, m] of messages.entries()) await fits(m, `event ${i} (${String(m.messageId)})`);
+      // published. One pass builds each message, its result and a bound on its size; only a call whose largest
+      // bound passes the queue's limit looks again, to encode those near it exactly. (A second pass of awaited
+      // checks, each with its description built, and the results mapped after: 1.6 µs a message in a profile.)
+      const n = events.length;
+      const messages = new Array<ServiceBusMessage>(n);
+      const results = new Array<PublishResult>(n);
+      let largest = 0;
+      let i = 0;
+      try {
+        // The try is around the loop, not inside it, so the loop stays as lean as it was profiled.
+        for (; i < n; i += 1) {
+          const m = toServiceBusMessage(events[i]!);
+          messages[i] = m;
+          results[i] = { messageId: m.messageId as string };
+          const bound = sizeBound(m);
+          if (bound > largest) largest = bound;
+        }
+      } catch (error) {
+        // The event's index, as the size check names it: the type and key alone may not say which line it was.
+        throw nothingSent(
+          error instanceof TypeError
+            ? new TypeError(`event ${i}: ${error.message}`, { cause: error })
+            : error,
+        );
       }
-      const only = messages.length === 1 ? String(messages[0]!.messageId) : undefined;
-      if (messages.length > 0) {
-        await sendTraced(messages, same, { count: messages.length, messageId: only });
+      if (n > 0) {
+        try {
+          // One event too: sent alone, a message over the limit would be refused by the link with the SDK's own
+          // error, not this one naming the event.
+          const limit = await sizeLimit();
+          if (largest > limit) {
+            for (const [j, m] of messages.entries()) {
+              if (sizeBound(m) > limit) await exactFit(m, `event ${j} (${String(m.messageId)})`, limit);
+            }
+          }
+        } catch (error) {
+          throw nothingSent(error);
+        }
+        try {
+          await sendTraced(messages, same, {
+            count: n,
+            messageId: n === 1 ? results[0]!.messageId : undefined,
+          });
+        } catch (error) {
+          // A single event is sent alone, not through `sendBuilt`, which counts the others: it was sent, so it
+          // may be on the broker.
+          if (n === 1 && error !== null && typeof error === "object" && !("acknowledged" in error)) {
+            const failure: PublishFailure = { acknowledged: 0, acknowledgedPrefix: 0, unconfirmed: 1 };
+            Object.assign(error, failure);
+          }
+          throw error;
+        }
       }
-      return messages.map((m) => ({ messageId: String(m.messageId) }));
+      return results;
     },
     async sizeCheck() {
       const fits = await messageSizeCheck();
@@ -374,6 +422,15 @@ async function sendBuilt<T>(
   return sent;
 }
 
+/** A `publishBatch` that failed before sending anything: its error says so as a failed send's does. */
+function nothingSent(error: unknown): unknown {
+  if (error !== null && typeof error === "object") {
+    const failure: PublishFailure = { acknowledged: 0, acknowledgedPrefix: 0, unconfirmed: 0 };
+    Object.assign(error, failure);
+  }
+  return error;
+}
+
 function tooLarge(message: ServiceBusMessage, where?: string, limit?: number): RangeError {
   const what = where ?? `message ${String(message.messageId)}`;
   const of = limit !== undefined ? ` (${limit} bytes)` : "";
@@ -387,23 +444,35 @@ const TRACE_PLACEHOLDER = {
 } as const;
 
 /**
- * Whether a message certainly fits an empty batch without encoding it. The SDK counts the body, the message's
- * properties and application properties, and those of the first message once more as the batch's envelope; a bound
- * of twice the UTF-8 length of every string and property plus 4 KB of framing is above that for any message this
- * publisher builds. Anything over the bound is encoded for the exact answer.
+ * A bound on a message's share of an empty batch, computed without encoding it: a message whose bound is within the
+ * batch's limit certainly fits. The SDK counts the body, the message's properties and application properties, and
+ * those of the first message once more as the batch's envelope; twice the UTF-8 length of every string and property
+ * plus 4 KB of framing is above that for any message this publisher builds. A message over it is encoded for the
+ * exact answer. A string's UTF-8 length is bounded by 3 bytes a UTF-16 unit rather than counted (no call into
+ * `Buffer.byteLength` per string, no array of them per message): only a message within a few KB of the limit, or
+ * with large non-ASCII properties, is encoded for nothing.
  */
-function surelyFits(message: ServiceBusMessage, limit: number): boolean {
+function sizeBound(message: ServiceBusMessage): number {
   const body = message.body as Buffer;
-  if (!Buffer.isBuffer(body)) return false;
-  let strings = 0;
-  for (const v of [message.messageId, message.subject, message.contentType, message.correlationId]) {
-    if (v !== undefined) strings += Buffer.byteLength(String(v), "utf8");
+  if (!Buffer.isBuffer(body)) return Infinity;
+  let strings = utf8Bound(message.messageId) + utf8Bound(message.subject) + utf8Bound(message.contentType);
+  strings += utf8Bound(message.correlationId);
+  const properties = message.applicationProperties;
+  if (properties !== undefined) {
+    for (const k in properties) {
+      // 16 bytes a property: above AMQP's constructor and length bytes for a key and any scalar value.
+      strings += 3 * k.length + utf8Bound(properties[k]) + 16;
+    }
   }
-  for (const [k, v] of Object.entries(message.applicationProperties ?? {})) {
-    // 16 bytes a property: above AMQP's constructor and length bytes for a key and any scalar value.
-    strings += Buffer.byteLength(k, "utf8") + Buffer.byteLength(String(v), "utf8") + 16;
-  }
-  return body.length + 2 * strings + 4096 <= limit;
+  return body.length + 2 * strings + 4096;
+}
+
+/** At least the UTF-8 length of a property's value as text: UTF-8 takes at most 3 bytes a UTF-16 unit. */
+function utf8Bound(value: string | number | boolean | Date | Buffer | null | undefined): number {
+  if (value === undefined || value === null) return 0;
+  if (typeof value === "string") return 3 * value.length;
+  if (Buffer.isBuffer(value)) return value.length;
+  return 3 * String(value).length;
 }
 
 const same = <T>(x: T): T => x;

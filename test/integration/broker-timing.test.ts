@@ -49,16 +49,21 @@ describe("local broker: duplicate detection, scheduling and time to live", () =>
     assert.deepEqual(received.map((m) => String(m.body)).sort(), ["first", "second"]);
   });
 
-  it("detects duplicates inside one batch too", async () => {
+  it("detects duplicates inside one batch too, and tells a listener which MessageIds it dropped", async () => {
+    const dropped: string[] = [];
+    const stop = fixture.broker.onDuplicateDropped("dedup", (id) => dropped.push(id));
     const sender = fixture.client.createSender("dedup");
     await sender.sendMessages([
       { body: "a", messageId: "dup-3" },
       { body: "b", messageId: "dup-3" },
       { body: "c", messageId: "dup-4" },
     ]);
+    stop();
+    await sender.sendMessages({ body: "d", messageId: "dup-4" });
     await sender.close();
     const received = await drain("dedup");
     assert.deepEqual(received.map((m) => String(m.body)).sort(), ["a", "c"]);
+    assert.deepEqual(dropped, ["dup-3"], "the drop after the listener was removed is not reported");
   });
 
   it("keeps duplicates when the queue does not require duplicate detection", async () => {

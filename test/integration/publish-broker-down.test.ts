@@ -86,4 +86,29 @@ describe("sbinbox publish when the broker goes down mid-send", function () {
       await publisher.close();
     }
   });
+
+  it("publishBatch of one event, the broker gone: the error counts it as sent and unconfirmed", async function () {
+    const broker = await LocalBroker.start({ port: 0, host: "127.0.0.1" });
+    const publisher = createPublisher({
+      queue: QUEUE,
+      resendAttempts: 0,
+      connection: { connectionString: broker.connectionString },
+    });
+    try {
+      // The link is open and its size limit read, so the call gets past its checks to the send.
+      await publisher.publishBatch([demoEvent("alone", 0)]);
+      await broker.stop();
+      const error = await publisher.publishBatch([demoEvent("alone", 1)]).then(
+        () => assert.fail("published though the broker stopped"),
+        (e: Error & Partial<PublishFailure>) => e,
+      );
+      assert.deepEqual(
+        [error.acknowledged, error.acknowledgedPrefix, error.unconfirmed],
+        [0, 0, 1],
+        `${error.name}: ${error.message}`,
+      );
+    } finally {
+      await publisher.close();
+    }
+  });
 });

@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { deriveMessageId } from "../../src/servicebus/message-id.ts";
+import { toServiceBusMessage, type PublishEvent } from "../../src/servicebus/publisher.ts";
 import { useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { spawn } from "node:child_process";
 import { createServer, type AddressInfo } from "node:net";
@@ -177,6 +178,33 @@ describe("sbinbox publish (streaming, in flight)", function () {
     assert.equal(result.code, 2, result.stderr);
     assert.match(result.stderr, /large\.jsonl:201 is larger than a batch may be \(262144 bytes\)/);
     assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent");
+  });
+
+  it("without an OpenTelemetry SDK, an event that fits only without trace properties is sent, not refused", async function () {
+    // The largest event that fits an empty batch as this process sends it (no SDK registered: no traceparent or
+    // Diagnostic-Id), found with the SDK's own encoding; with the two trace properties it would not fit.
+    const sender = fixture.client.createSender(QUEUE);
+    const traceparent = `00-${"0".repeat(32)}-${"0".repeat(16)}-01`;
+    const fits = async (size: number, trace: boolean): Promise<boolean> => {
+      const message = toServiceBusMessage(JSON.parse(line("edge", "z".repeat(size))) as PublishEvent);
+      if (trace) message.applicationProperties = { traceparent, "Diagnostic-Id": traceparent };
+      return (await sender.createMessageBatch()).tryAddMessage(message);
+    };
+    let [low, high] = [250_000, 262_144];
+    while (high - low > 1) {
+      const mid = Math.floor((low + high) / 2);
+      if (await fits(mid, false)) low = mid;
+      else high = mid;
+    }
+    assert.equal(await fits(low, true), false, "with trace properties the edge event would not fit");
+    await sender.close();
+    const before = fixture.broker.counts(QUEUE).active;
+    const file = join(dir, "edge.jsonl");
+    await writeFile(file, line("edge", "z".repeat(low)));
+    const result = await runCli(["publish", "--file", file], env());
+    assert.equal(result.code, 0, result.stderr);
+    assert.equal(fixture.broker.counts(QUEUE).active, before + 1, "sent");
+    assert.deepEqual(await drain(1), [deriveMessageId("AccountCredited", "edge")]);
   });
 
   it("loads only what publishing needs: no zod, OpenTelemetry, database driver or worker module", async function () {

@@ -211,6 +211,144 @@ describe("publisher (real SDK, local broker)", function () {
       assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent");
     });
 
+    it("publishBatch: several events near the limit, only the one that does not fit is named; the rest send", async function () {
+      const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
+      // Events 1 and 3 are past the quick bound and encoded exactly: 1 fits an empty batch, 3 does not.
+      const sizes = [100, 258_000, 100, 262_144 - 200, 100];
+      const events = sizes.map((size, i) => event("near", i, size));
+      const id = deriveMessageId("AccountCredited", "near-3");
+      const before = fixture.broker.counts(QUEUE).active;
+      await assert.rejects(
+        publisher.publishBatch(events),
+        (error: Error) =>
+          error instanceof RangeError && error.message.startsWith(`event 3 (${id}) is larger`),
+      );
+      assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent");
+      const fitting = events.filter((_, i) => i !== 3);
+      const results = await publisher.publishBatch(fitting);
+      await publisher.close();
+      const got = await receiveAll(4);
+      assert.deepEqual(
+        got.map((m) => m.messageId),
+        results.map((r) => r.messageId),
+      );
+      assert.equal(
+        Buffer.from(got[1]!.body as Uint8Array).length > 258_000,
+        true,
+        "the large one arrived whole",
+      );
+    });
+
+    it("publishBatch: application properties count toward the size, and a bad event fails before any size check", async function () {
+      const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
+      const before = fixture.broker.counts(QUEUE).active;
+      const heavy: PublishEvent = {
+        ...event("props", 1, 10),
+        properties: { note: "p".repeat(270_000) },
+      };
+      await assert.rejects(
+        publisher.publishBatch([event("props", 0), heavy]),
+        (error: Error) => error instanceof RangeError && error.message.startsWith("event 1 ("),
+      );
+      // A type with ":" is refused by name, even beside an event too large: the checks of the events come first.
+      await assert.rejects(
+        publisher.publishBatch([heavy, { type: "Bad:Type", key: "1", body: {} }]),
+        (error: Error) => error instanceof TypeError && /must not contain ":"/.test(error.message),
+      );
+      await publisher.close();
+      assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent");
+    });
+
+    it("publishBatch: application properties count twice (the batch's envelope copies the first message's)", async function () {
+      const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
+      const before = fixture.broker.counts(QUEUE).active;
+      // 140,001 bytes of UTF-8 (3 a character): counted once they leave room under 256 KB, but an empty batch
+      // holds the first message's properties twice, so the event cannot start a batch. It follows one too large to
+      // share a batch with, so it would start one: a bound counting them once would skip the exact check, and the
+      // send would find out only there, after sending the event before it.
+      const heavy: PublishEvent = {
+        ...event("twice", 1, 10),
+        properties: { note: "界".repeat(46_667) },
+      };
+      const events = [event("twice", 0, 200_000), heavy];
+      const id = deriveMessageId("AccountCredited", "twice-1");
+      await assert.rejects(
+        publisher.publishBatch(events),
+        (error: Error) =>
+          error instanceof RangeError && error.message.startsWith(`event 1 (${id}) is larger`),
+      );
+      await publisher.close();
+      assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent");
+    });
+
+    it("publishBatch with an OpenTelemetry SDK registered: an event that fits only without trace properties is refused", async function () {
+      // This file registers an SDK, so each message is sent with traceparent and Diagnostic-Id: the exact check
+      // counts them. The edge is found with the SDK's own encoding (the publisher check of an event with no SDK
+      // registered is in publish-cli.test.ts, a process of its own).
+      const sender = fixture.client.createSender(QUEUE);
+      const fits = async (size: number): Promise<boolean> =>
+        (await sender.createMessageBatch()).tryAddMessage(toServiceBusMessage(event("traced", 1, size)));
+      let [low, high] = [250_000, 262_144];
+      while (high - low > 1) {
+        const mid = Math.floor((low + high) / 2);
+        if (await fits(mid)) low = mid;
+        else high = mid;
+      }
+      await sender.close();
+      const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
+      const before = fixture.broker.counts(QUEUE).active;
+      await assert.rejects(
+        publisher.publishBatch([event("traced", 0), event("traced", 1, low)]),
+        (error: Error) => error instanceof RangeError && error.message.startsWith("event 1 ("),
+      );
+      await publisher.close();
+      assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent");
+    });
+
+    it("publishBatch of one event: checked against the limit as any call is, nothing sent", async function () {
+      const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
+      const before = fixture.broker.counts(QUEUE).active;
+      const id = deriveMessageId("AccountCredited", "alone-0");
+      await assert.rejects(
+        publisher.publishBatch([event("alone", 0, 300 * 1024)]),
+        (error: Error & Partial<PublishFailure>) =>
+          error instanceof RangeError &&
+          error.message === `event 0 (${id}) is larger than a batch may be (262144 bytes)` &&
+          error.acknowledged === 0 &&
+          error.acknowledgedPrefix === 0 &&
+          error.unconfirmed === 0,
+      );
+      await publisher.close();
+      assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent");
+    });
+
+    it("publishBatch: an error before anything is sent carries zero counts; a bad event is named by its index", async function () {
+      const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
+      const before = fixture.broker.counts(QUEUE).active;
+      const zero = (error: Partial<PublishFailure>) =>
+        error.acknowledged === 0 && error.acknowledgedPrefix === 0 && error.unconfirmed === 0;
+      const events = [0, 1, 2].map((i) => event("named", i));
+      await assert.rejects(
+        publisher.publishBatch([...events, { type: "Bad:Type", key: "1", body: {} }]),
+        (error: Error & Partial<PublishFailure>) =>
+          error instanceof TypeError && /^event 3: .*must not contain ":"/.test(error.message) && zero(error),
+      );
+      await assert.rejects(
+        publisher.publishBatch([...events, { type: "T", key: "1", body: undefined }]),
+        (error: Error & Partial<PublishFailure>) =>
+          error instanceof TypeError &&
+          /^event 3: .*not JSON-serialisable/.test(error.message) &&
+          zero(error),
+      );
+      await assert.rejects(
+        publisher.publishBatch([...events, event("named", 3, 300 * 1024)]),
+        (error: Error & Partial<PublishFailure>) =>
+          error instanceof RangeError && error.message.startsWith("event 3 (") && zero(error),
+      );
+      await publisher.close();
+      assert.equal(fixture.broker.counts(QUEUE).active, before, "nothing sent");
+    });
+
     it("with batches in flight, a failed one: the error carries everything acknowledged and the in-order prefix", async function () {
       const sender = fixture.client.createSender(QUEUE);
       const messages = Array.from({ length: 600 }, (_, i) => toServiceBusMessage(event("prefix", i)));

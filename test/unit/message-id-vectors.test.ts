@@ -71,6 +71,22 @@ describe("MessageId derivation against the uuid package's v5", function () {
     );
   });
 
+  it("deriveMessageId: the same id as uuid's v5 of type:key, names of every length in any order", function () {
+    // deriveMessageId has its own path (the namespace written once, one view per name length): names of
+    // interleaved lengths reuse those views, and keys past 1024 units take the general path.
+    const type = fc.string({ unit: "binary", minLength: 1 }).filter((t) => !t.includes(":"));
+    const key = fc.oneof(
+      fc.string({ unit: "binary", minLength: 1 }),
+      fc.string({ unit: "binary", minLength: 1000, maxLength: 1500 }),
+    );
+    fc.assert(
+      fc.property(type, key, (t, k) => {
+        assert.equal(deriveMessageId(t, k), uuid.v5(`${t}:${k}`, MESSAGE_ID_NAMESPACE));
+      }),
+      { numRuns: 1000 },
+    );
+  });
+
   it("a name given as bytes", function () {
     const bytes = new Uint8Array([0, 0xff, 0x80, 0x41]);
     assert.equal(uuidV5(bytes, MESSAGE_ID_NAMESPACE), uuid.v5(bytes, MESSAGE_ID_NAMESPACE));
