@@ -391,7 +391,8 @@ export function inboxConformance(backend: Backend): void {
       it("pre-check for redeliveries only: a first delivery whose marker exists is still a duplicate alone", async function () {
         const keys = [key(), key(), key(), key()];
         // keys[1]: a first delivery resent past the duplicate window; keys[3]: a redelivery. Both have markers.
-        for (const k of [keys[1]!, keys[3]!]) assert.equal((await store.process(k, effect(k))).kind, "committed");
+        for (const k of [keys[1]!, keys[3]!])
+          assert.equal((await store.process(k, effect(k))).kind, "committed");
         const batching = db.createStore({ preCheck: "redeliveries" });
         const items = batchOf(keys).map((item, i) => ({ ...item, firstDelivery: i < 2 }));
         const result = await batching.processBatch!("billing", items);

@@ -153,8 +153,12 @@ export class PostgresDriver implements InboxDriver {
             result = await first;
           } else {
             // Without pipelining, a statement given now would otherwise overtake the first, which waits for BEGIN.
-            if (opening !== undefined && !client.pipeline) await opening;
-            if (broken !== undefined) throw broken;
+            if (opening !== undefined && !client.pipeline) {
+              await opening;
+              // The first statement may have failed the connection while this one waited.
+              const failed = broken as Error | undefined;
+              if (failed !== undefined) throw failed;
+            }
             result = await client.query(sql, params as unknown[] | undefined);
           }
           return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
