@@ -33,7 +33,7 @@ export const settings = {
   SBINBOX_BATCH_MAX_IN_FLIGHT:
     "most batch transactions of one worker at once; 1 keeps its batches from deadlocking each other (docs/batching.md)",
   SBINBOX_PRECHECK:
-    "read the inbox before the transaction, so late redeliveries cost one read: redeliveries (all but first deliveries), true (all), false (none)",
+    "read the inbox before the transaction, so late redeliveries cost one read: redeliveries (all but first deliveries, unless over half of recent ones were duplicates), true (all), false (none)",
   SBINBOX_MAX_MESSAGE_BYTES: "bodies larger than this are dead-lettered as MessageTooLarge",
   SBINBOX_GRACE_PERIOD_MS: "how long a stop waits for in-flight messages",
   SBINBOX_RETENTION_HOURS: "how long inbox rows are kept",

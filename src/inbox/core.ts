@@ -148,12 +148,14 @@ type Failed = Extract<ProcessOutcome, { kind: "failed" }>;
 const SEVERITY: Record<ErrorClass, number> = { unavailable: 3, transient: 2, permanent: 1, duplicate: 0 };
 
 /**
- * Above this share of first deliveries found to be duplicates, the default pre-check mode reads for first
- * deliveries too. Skipping the read saves a fresh first delivery one round trip; a first delivery whose marker
- * exists then costs a rolled-back transaction instead of one read. `npm run bench:inbox` prints the share at which
- * the two break even (docs/inbox.md); this threshold sits below it, so the switch errs towards reading.
+ * The default pre-check mode reads for first deliveries too once more than this share of recent first deliveries
+ * were duplicates, and stops again below FIRST_DUPLICATE_SHARE_TO_STOP (a gap, so a share near the line does not
+ * flip it message by message). Skipping the read saves a fresh first delivery one round trip; a first delivery
+ * whose marker exists then costs a rolled-back transaction instead of one read. `npm run bench:inbox` prints the
+ * share at which the two break even: 51 to 61% on the embedded PostgreSQL (docs/benchmark.md, "The pre-check").
  */
-const FIRST_DUPLICATE_SHARE_TO_READ = 0.25;
+const FIRST_DUPLICATE_SHARE_TO_READ = 0.5;
+const FIRST_DUPLICATE_SHARE_TO_STOP = 0.4;
 
 /** The inbox on any database, given that database's driver. */
 export class InboxCore implements InboxStore {
@@ -186,15 +188,19 @@ export class InboxCore implements InboxStore {
    */
   private preChecks(firstDelivery: boolean | undefined): boolean {
     if (this.preCheck !== "redeliveries") return this.preCheck;
-    return firstDelivery !== true || this.firstDuplicateShare > FIRST_DUPLICATE_SHARE_TO_READ;
+    return firstDelivery !== true || this.readingFirstDeliveries;
   }
 
   /** The running share of decided first deliveries that were duplicates (each the latest 1/64 of it). */
   private firstDuplicateShare = 0;
+  private readingFirstDeliveries = false;
 
   private noteFirstDelivery(kind: ProcessOutcome["kind"]): void {
     if (kind !== "committed" && kind !== "duplicate") return;
     this.firstDuplicateShare += ((kind === "duplicate" ? 1 : 0) - this.firstDuplicateShare) / 64;
+    this.readingFirstDeliveries = this.readingFirstDeliveries
+      ? this.firstDuplicateShare > FIRST_DUPLICATE_SHARE_TO_STOP
+      : this.firstDuplicateShare > FIRST_DUPLICATE_SHARE_TO_READ;
   }
 
   async process(

@@ -137,9 +137,11 @@ export class QueueReceiver {
   }
 
   /**
-   * Waits for a close, at most CLOSE_LIMIT_MS. The SDK waits up to its operation timeout (60 s) for the broker's
-   * answer to a detach or a drain; a stop must not hang on one that never comes (a network gone quiet): the
-   * connection's own close ends the link anyway.
+   * Waits for a close, at most CLOSE_LIMIT_MS. A stop that comes while the link of a resumed subscription is still
+   * being set up (after an outage pause) made `subscription.close()` wait for the SDK's retry cycle, 60 s, in about
+   * a third of the runs of test/integration/worker-handler-errors.test.ts; a close can also wait on a connection
+   * gone quiet. Giving up is safe: what is unsettled comes back when its lock expires, and the inbox makes it a
+   * duplicate; the connection's own close ends the link.
    */
   private async closeWithin(what: string, closing: Promise<void> | undefined): Promise<void> {
     if (closing === undefined) return;

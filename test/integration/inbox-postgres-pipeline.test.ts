@@ -141,4 +141,17 @@ describe("PostgreSQL: BEGIN goes out with the transaction's first statement", fu
       await admin.end();
     }
   });
+
+  it("without pipelining, a ROLLBACK given while BEGIN is out still rolls the first statement back", async function () {
+    const pool = new pg.Pool({ ...postgresPoolConfig(url, 1), pipeline: false });
+    pools.push(pool);
+    const driver = new PostgresDriver({ pool });
+    const tx = await driver.begin();
+    // Not awaited: the rollback is given while BEGIN is still on its way.
+    const marker = tx.query(statements.insertProcessedMarker, ["p-8", consumer]);
+    await tx.rollback();
+    await marker;
+    const found = await pool.query(`SELECT 1 FROM "Inbox" WHERE "MessageId" = 'p-8'`);
+    assert.equal(found.rowCount, 0, "the marker went in inside the transaction and was rolled back");
+  });
 });

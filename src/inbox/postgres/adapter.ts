@@ -141,6 +141,10 @@ export class PostgresDriver implements InboxDriver {
     // unusable: pg's query_timeout only rejects the caller and keeps the query active on the connection, so
     // anything sent after it (the next statement, ROLLBACK) queues behind a server that may never answer.
     let broken: Error | undefined;
+    // Without pipelining, COMMIT or ROLLBACK given while BEGIN is out would overtake the first statement.
+    const waitForOpening = async (): Promise<void> => {
+      if (opening !== undefined && !client.pipeline) await opening;
+    };
     return {
       query: async <R>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>> => {
         if (broken !== undefined) throw broken;
@@ -148,7 +152,10 @@ export class PostgresDriver implements InboxDriver {
           let result: pg.QueryResult;
           if (!begun) {
             begun = true;
-            const first = withBegin(client, sql, params);
+            const first = withBegin(client, sql, params, (error) => {
+              // Statements given after this one must not run without the transaction.
+              broken ??= error instanceof Error ? error : new Error(String(error));
+            });
             opening = first.catch(() => undefined);
             result = await first;
           } else {
@@ -173,6 +180,11 @@ export class PostgresDriver implements InboxDriver {
       commit: async () => {
         // Nothing was sent, so there is nothing to commit.
         if (!begun) return finish();
+        await waitForOpening();
+        if (broken !== undefined) {
+          finish(broken, true);
+          throw broken;
+        }
         let result: pg.QueryResult;
         try {
           result = await client.query(COMMIT);
@@ -188,6 +200,7 @@ export class PostgresDriver implements InboxDriver {
       rollback: async () => {
         if (done) return;
         if (!begun) return finish();
+        await waitForOpening();
         if (broken !== undefined || lost !== undefined) {
           // No ROLLBACK on a connection that cannot answer: it would wait out a second query_timeout. Closing
           // the connection ends the transaction; the server rolls it back when it sees the close.
@@ -306,17 +319,26 @@ export class PostgresDriver implements InboxDriver {
 async function withBegin(
   client: pg.PoolClient,
   sql: string,
-  params?: readonly unknown[],
+  params: readonly unknown[] | undefined,
+  onBeginFailed: (error: unknown) => void,
 ): Promise<pg.QueryResult> {
   if (!client.pipeline) {
-    await client.query(BEGIN);
+    try {
+      await client.query(BEGIN);
+    } catch (error) {
+      onBeginFailed(error);
+      throw error;
+    }
     return client.query(sql, params as unknown[] | undefined);
   }
   const [begin, statement] = await Promise.allSettled([
     client.query(BEGIN),
     client.query(sql, params as unknown[] | undefined),
   ]);
-  if (begin.status === "rejected") throw begin.reason;
+  if (begin.status === "rejected") {
+    onBeginFailed(begin.reason);
+    throw begin.reason;
+  }
   if (statement.status === "rejected") throw statement.reason;
   return statement.value;
 }
