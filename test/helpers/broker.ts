@@ -1,4 +1,4 @@
-import { ServiceBusClient } from "@azure/service-bus";
+import { ServiceBusClient, type ServiceBusReceivedMessage } from "@azure/service-bus";
 import { parseConfig, type BrokerConfig } from "../../src/localbroker/config.ts";
 import { LocalBroker } from "../../src/localbroker/broker.ts";
 
@@ -53,5 +53,20 @@ export async function waitUntil(condition: () => boolean, what: string, timeoutM
   while (!condition()) {
     if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+/** Takes (receive-and-delete) what a queue's dead-letter queue holds: at most `max`, waiting at most `waitMs`. */
+export async function takeDeadLetters(
+  client: ServiceBusClient,
+  queue: string,
+  max = 50,
+  waitMs = 300,
+): Promise<ServiceBusReceivedMessage[]> {
+  const dlq = client.createReceiver(queue, { subQueueType: "deadLetter", receiveMode: "receiveAndDelete" });
+  try {
+    return await dlq.receiveMessages(max, { maxWaitTimeInMs: waitMs });
+  } finally {
+    await dlq.close();
   }
 }

@@ -1,5 +1,4 @@
 import assert from "node:assert/strict";
-import type { ServiceBusReceivedMessage } from "@azure/service-bus";
 import pg from "pg";
 import { z } from "zod";
 import type { Database } from "../../src/app/database.ts";
@@ -9,7 +8,7 @@ import type { InboxBatchItem } from "../../src/inbox/core.ts";
 import type { InboxStore } from "../../src/inbox/store.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
 import type { Worker } from "../../src/worker/worker.ts";
-import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
+import { brokerConfig, takeDeadLetters, useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { creditsPerMessage, exampleDatabase, startTestWorker } from "../helpers/worker.ts";
 
 const QUEUE = "sbinbox";
@@ -55,17 +54,7 @@ describe("worker with group commit (SBINBOX_BATCH_SIZE > 1; real SDK, local brok
   const counts = () => fixture.broker.counts(QUEUE);
   const settledAll = () => counts().active + counts().locked === 0;
 
-  async function drainDeadLetters(): Promise<ServiceBusReceivedMessage[]> {
-    const dlq = fixture.client.createReceiver(QUEUE, {
-      subQueueType: "deadLetter",
-      receiveMode: "receiveAndDelete",
-    });
-    try {
-      return await dlq.receiveMessages(50, { maxWaitTimeInMs: 300 });
-    } finally {
-      await dlq.close();
-    }
-  }
+  const drainDeadLetters = () => takeDeadLetters(fixture.client, QUEUE);
 
   async function publish(prefix: string, n: number): Promise<string[]> {
     const publisher = createPublisher({ client: fixture.client, queue: QUEUE });

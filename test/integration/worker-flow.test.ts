@@ -1,13 +1,12 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
-import type { ServiceBusReceivedMessage } from "@azure/service-bus";
 import type { Database } from "../../src/app/database.ts";
 import type { TransactionalHandler } from "../../src/domain/handler.ts";
 import { ACCOUNT_CREDITED, accountCreditedHandler } from "../../src/example/index.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
 import { deriveMessageId } from "../../src/servicebus/message-id.ts";
 import type { Worker } from "../../src/worker/worker.ts";
-import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
+import { brokerConfig, takeDeadLetters, useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { countCredits, creditsPerMessage, exampleDatabase, startTestWorker } from "../helpers/worker.ts";
 
 const QUEUE = "sbinbox";
@@ -35,17 +34,7 @@ describe("worker: settlement follows the inbox outcome (real SDK, local broker, 
   const counts = () => fixture.broker.counts(QUEUE);
   const settledAll = () => counts().active + counts().locked === 0;
 
-  async function drainDeadLetters(): Promise<ServiceBusReceivedMessage[]> {
-    const dlq = fixture.client.createReceiver(QUEUE, {
-      subQueueType: "deadLetter",
-      receiveMode: "receiveAndDelete",
-    });
-    try {
-      return await dlq.receiveMessages(50, { maxWaitTimeInMs: 300 });
-    } finally {
-      await dlq.close();
-    }
-  }
+  const drainDeadLetters = () => takeDeadLetters(fixture.client, QUEUE);
 
   it("a fresh message is applied once and completed", async function () {
     const publisher = createPublisher({ client: fixture.client, queue: QUEUE });

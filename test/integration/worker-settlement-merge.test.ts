@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import type { ServiceBusReceivedMessage, ServiceBusReceiver } from "@azure/service-bus";
 import { SettlementScheduler } from "../../src/servicebus/settlement.ts";
-import { useLocalBroker, waitUntil } from "../helpers/broker.ts";
+import { takeDeadLetters, useLocalBroker, waitUntil } from "../helpers/broker.ts";
 
 /**
  * rhea 3.0.x folds a disposition issued in the same tick as the previous delivery's into one frame with the first
@@ -22,12 +22,7 @@ describe("settlement of consecutive deliveries in one tick (rhea disposition mer
   afterEach(async () => {
     await receiver.close();
     // Empty the dead-letter queue between tests.
-    const dlq = fixture.client.createReceiver(queue, {
-      subQueueType: "deadLetter",
-      receiveMode: "receiveAndDelete",
-    });
-    await dlq.receiveMessages(100, { maxWaitTimeInMs: 200 });
-    await dlq.close();
+    await takeDeadLetters(fixture.client, queue, 100, 200);
   });
 
   /** Two messages delivered back to back on one link, so their delivery ids are consecutive. */
@@ -45,17 +40,7 @@ describe("settlement of consecutive deliveries in one tick (rhea disposition mer
     return [got[0]!, got[1]!];
   }
 
-  async function readDeadLetters(): Promise<ServiceBusReceivedMessage[]> {
-    const dlq = fixture.client.createReceiver(queue, {
-      subQueueType: "deadLetter",
-      receiveMode: "receiveAndDelete",
-    });
-    try {
-      return await dlq.receiveMessages(10, { maxWaitTimeInMs: 500 });
-    } finally {
-      await dlq.close();
-    }
-  }
+  const readDeadLetters = () => takeDeadLetters(fixture.client, queue, 10, 500);
 
   it("control: complete and dead-letter issued directly in one tick lose the dead-letter", async function () {
     const [a, b] = await twoDeliveries();
