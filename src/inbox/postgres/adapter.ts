@@ -134,8 +134,7 @@ export class PostgresDriver implements InboxDriver {
     };
     // BEGIN is not sent here: it goes out with the transaction's first statement, in one write when the client
     // pipelines (the pool this driver builds does), so a transaction costs no round trip of its own to open.
-    let begun = false;
-    // The first statement while BEGIN is out: later statements go behind it, in the order they were given.
+    // `opening` is that first statement (undefined until one is given): later ones go behind it, in order.
     let opening: Promise<unknown> | undefined;
     // A statement that failed on the client's side (pg's query_timeout, a lost connection) leaves the connection
     // unusable: pg's query_timeout only rejects the caller and keeps the query active on the connection, so
@@ -150,8 +149,7 @@ export class PostgresDriver implements InboxDriver {
         if (broken !== undefined) throw broken;
         try {
           let result: pg.QueryResult;
-          if (!begun) {
-            begun = true;
+          if (opening === undefined) {
             const first = withBegin(client, sql, params, (error) => {
               // Statements given after this one must not run without the transaction.
               broken ??= error instanceof Error ? error : new Error(String(error));
@@ -160,7 +158,7 @@ export class PostgresDriver implements InboxDriver {
             result = await first;
           } else {
             // Without pipelining, a statement given now would otherwise overtake the first, which waits for BEGIN.
-            if (opening !== undefined && !client.pipeline) {
+            if (!client.pipeline) {
               await opening;
               // The first statement may have failed the connection while this one waited.
               const failed = broken as Error | undefined;
@@ -179,7 +177,7 @@ export class PostgresDriver implements InboxDriver {
       },
       commit: async () => {
         // Nothing was sent, so there is nothing to commit.
-        if (!begun) return finish();
+        if (opening === undefined) return finish();
         await waitForOpening();
         if (broken !== undefined) {
           finish(broken, true);
@@ -199,7 +197,7 @@ export class PostgresDriver implements InboxDriver {
       },
       rollback: async () => {
         if (done) return;
-        if (!begun) return finish();
+        if (opening === undefined) return finish();
         await waitForOpening();
         if (broken !== undefined || lost !== undefined) {
           // No ROLLBACK on a connection that cannot answer: it would wait out a second query_timeout. Closing
