@@ -26,6 +26,17 @@ import {
 /** The longest a stop waits for one link to close (see `closeWithin`). */
 const CLOSE_LIMIT_MS = 5_000;
 
+/** True when `promise` (one that never rejects) settles within `ms`, false when the time runs out first. */
+async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
+  try {
+    return await Promise.race([promise.then(() => true as const), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 export interface QueueReceiverOptions {
   readonly client: ServiceBusClient;
   /** The entity path: a queue's name, or "<topic>/Subscriptions/<subscription>" (src/domain/entity.ts). */
@@ -145,20 +156,11 @@ export class QueueReceiver {
    */
   private async closeWithin(what: string, closing: Promise<void> | undefined): Promise<void> {
     if (closing === undefined) return;
-    let timer: NodeJS.Timeout | undefined;
-    // Never rejects, so a close that fails after the wait was given up is not an unhandled rejection.
-    const closed = closing.then(
-      () => "closed" as const,
-      (error: unknown) => ({ error }),
-    );
-    const late = new Promise<"late">(
-      (resolve) => (timer = setTimeout(() => resolve("late"), CLOSE_LIMIT_MS)),
-    );
-    const result = await Promise.race([closed, late]);
-    clearTimeout(timer);
-    if (result === "late")
+    let failure: { error: unknown } | undefined;
+    const closed = closing.catch((error: unknown) => void (failure = { error }));
+    if (!(await settlesWithin(closed, CLOSE_LIMIT_MS)))
       this.options.logger.warn(`closing ${what} took longer than ${CLOSE_LIMIT_MS} ms; going on without it`);
-    else if (result !== "closed") this.options.logger.warn(`closing ${what} failed`, { error: result.error });
+    else if (failure !== undefined) this.options.logger.warn(`closing ${what} failed`, failure);
   }
 
   /** Resolves when nothing is in flight, or after `waitMs`; true when everything finished. */
@@ -167,12 +169,7 @@ export class QueueReceiver {
     while (this.inFlight.size > 0) {
       const left = deadline - Date.now();
       if (left <= 0) return false;
-      let timer: NodeJS.Timeout | undefined;
-      await Promise.race([
-        Promise.allSettled([...this.inFlight]),
-        new Promise<void>((resolve) => (timer = setTimeout(resolve, left))),
-      ]);
-      clearTimeout(timer);
+      await settlesWithin(Promise.allSettled([...this.inFlight]), left);
     }
     return true;
   }
