@@ -154,4 +154,15 @@ describe("PostgreSQL: BEGIN goes out with the transaction's first statement", fu
     const found = await pool.query(`SELECT 1 FROM "Inbox" WHERE "MessageId" = 'p-8'`);
     assert.equal(found.rowCount, 0, "the marker went in inside the transaction and was rolled back");
   });
+
+  it("without pipelining, a COMMIT given while BEGIN is out commits the first statement inside the transaction", async function () {
+    const pool = new pg.Pool({ ...postgresPoolConfig(url, 1), pipeline: false });
+    pools.push(pool);
+    const driver = new PostgresDriver({ pool });
+    const tx = await driver.begin();
+    // Not awaited: the commit is given while BEGIN is still on its way; it must not overtake the statement.
+    const inside = tx.query<{ intx: boolean }>("SELECT now() < statement_timestamp() AS intx");
+    await tx.commit();
+    assert.equal((await inside).rows[0]?.intx, true, "the statement ran after BEGIN, inside the transaction");
+  });
 });

@@ -152,7 +152,8 @@ export class PostgresDriver implements InboxDriver {
           if (opening === undefined) {
             const first = withBegin(client, sql, params, (error) => {
               // Statements given after this one must not run without the transaction.
-              broken ??= error instanceof Error ? error : new Error(String(error));
+              const reason = lost ?? error;
+              broken ??= reason instanceof Error ? reason : new Error(String(reason));
             });
             opening = first.catch(() => undefined);
             result = await first;
