@@ -89,23 +89,30 @@ export class EmbeddedPostgresServer {
   }
 
   /** Creates a fresh database and returns its URL. */
-  async createDatabase(name: string): Promise<string> {
-    if (!/^[a-z_][a-z0-9_]{0,62}$/.test(name)) throw new Error(`invalid database name "${name}"`);
-    const client = new pg.Client({ connectionString: this.url() });
-    await client.connect();
-    try {
-      await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await client.query(`CREATE DATABASE ${name}`);
-    } finally {
-      await client.end();
-    }
-    return this.url(name);
+  createDatabase(name: string): Promise<string> {
+    return createDatabaseAt(this.url(), name);
   }
 
   async dispose(): Promise<void> {
     await this.stop();
     if (this.ownsDataDir) await rm(this.dataDir, { recursive: true, force: true });
   }
+}
+
+/** Creates a fresh database (dropping one of that name) on the server `adminUrl` reaches; returns its URL. */
+export async function createDatabaseAt(adminUrl: string, name: string): Promise<string> {
+  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(name)) throw new Error(`invalid database name "${name}"`);
+  const client = new pg.Client({ connectionString: adminUrl });
+  await client.connect();
+  try {
+    await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    await client.query(`CREATE DATABASE ${name}`);
+  } finally {
+    await client.end();
+  }
+  const url = new URL(adminUrl);
+  url.pathname = `/${name}`;
+  return url.toString();
 }
 
 const HOOKED = ["exit", "beforeExit", "SIGHUP", "SIGINT", "SIGTERM", "SIGBREAK", "message"];

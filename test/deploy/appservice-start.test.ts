@@ -22,6 +22,7 @@ import { createPublisher } from "../../src/servicebus/publisher.ts";
 import { brokerConfig, useLocalBroker } from "../helpers/broker.ts";
 import { cleanEnv } from "../helpers/cli.ts";
 import { createTestDatabase } from "../helpers/postgres.ts";
+import { withRepoLock } from "../helpers/repo-lock.ts";
 import { waitUntilAsync } from "../helpers/http.ts";
 import {
   compileTemplate,
@@ -174,10 +175,12 @@ describe("the deployed worker, started as App Service starts it", function () {
     work = await mkdtemp(join(tmpdir(), "sbinbox-appservice-"));
     wwwroot = join(work, "wwwroot");
     const zip = join(work, "worker.zip");
-    await run("bash", [join(root, "scripts/package-worker.sh"), join(work, "stage"), zip], {
-      cwd: root,
-      maxBuffer: 16 * 1024 * 1024,
-    });
+    await withRepoLock("build", () =>
+      run("bash", [join(root, "scripts/package-worker.sh"), join(work, "stage"), zip], {
+        cwd: root,
+        maxBuffer: 16 * 1024 * 1024,
+      }),
+    );
     zipBytes = (await stat(zip)).size;
     await run("unzip", ["-q", zip, "-d", wwwroot]);
 

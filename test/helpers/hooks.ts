@@ -1,8 +1,24 @@
-import { stopSharedPostgres } from "./postgres.ts";
+import { EmbeddedPostgresServer } from "../../src/embedded/postgres.ts";
+import { SHARED_POSTGRES_ENV, stopOwnPostgres } from "./postgres.ts";
+
+let server: EmbeddedPostgresServer | undefined;
+
+// Global fixtures run once, in mocha's main process, before the files (and, in parallel mode, before the worker
+// processes start, so they inherit the variable).
+export async function mochaGlobalSetup(): Promise<void> {
+  if (process.env[SHARED_POSTGRES_ENV]) return;
+  server = await EmbeddedPostgresServer.create();
+  process.env[SHARED_POSTGRES_ENV] = server.url();
+}
+
+export async function mochaGlobalTeardown(): Promise<void> {
+  await server?.dispose();
+  server = undefined;
+}
 
 export const mochaHooks = {
   async afterAll(this: Mocha.Context): Promise<void> {
     this.timeout(30_000);
-    await stopSharedPostgres();
+    await stopOwnPostgres();
   },
 };

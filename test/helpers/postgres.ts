@@ -1,30 +1,39 @@
 import pg from "pg";
-import { EmbeddedPostgresServer } from "../../src/embedded/postgres.ts";
+import { createDatabaseAt, EmbeddedPostgresServer } from "../../src/embedded/postgres.ts";
 
-let shared: Promise<EmbeddedPostgresServer> | undefined;
+/** Where the run's server is: set by the global fixture (test/helpers/hooks.ts) for every worker process. */
+export const SHARED_POSTGRES_ENV = "SBINBOX_TEST_POSTGRES_URL";
+
+let own: Promise<EmbeddedPostgresServer> | undefined;
 let counter = 0;
 
-/** One embedded PostgreSQL server per test run, started on first use and stopped by the root hook. */
-export function sharedPostgres(): Promise<EmbeddedPostgresServer> {
-  shared ??= EmbeddedPostgresServer.create();
-  return shared;
+/**
+ * The run's one embedded PostgreSQL server, started by the global fixture before any file runs, so the files that
+ * mocha runs side by side (each in its own process) share a server and never a database. A process started without
+ * the fixture (a script importing this helper) starts a server of its own, stopped by `stopOwnPostgres`.
+ */
+async function adminUrl(): Promise<string> {
+  const url = process.env[SHARED_POSTGRES_ENV];
+  if (url) return url;
+  own ??= EmbeddedPostgresServer.create();
+  return (await own).url();
 }
 
 /** A fresh, empty database for one test file (or one test); the name says which, for post-mortems. */
 export async function createTestDatabase(label: string): Promise<string> {
-  const server = await sharedPostgres();
+  const admin = await adminUrl();
   counter += 1;
   const name = `t_${label
     .toLowerCase()
     .replace(/[^a-z0-9]+/g, "_")
     .slice(0, 40)}_${process.pid}_${counter}`;
-  return server.createDatabase(name);
+  return createDatabaseAt(admin, name);
 }
 
-export async function stopSharedPostgres(): Promise<void> {
-  if (!shared) return;
-  const server = await shared;
-  shared = undefined;
+export async function stopOwnPostgres(): Promise<void> {
+  if (!own) return;
+  const server = await own;
+  own = undefined;
   await server.dispose();
 }
 

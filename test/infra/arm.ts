@@ -1,11 +1,16 @@
 /**
- * Compiles the Bicep once per test run with the pinned CLI and walks the ARM JSON it produces, nested module
- * templates included, so tests can assert on what Azure will actually receive.
+ * Compiles the Bicep with the pinned CLI and walks the ARM JSON it produces, nested module templates included, so
+ * tests can assert on what Azure will actually receive. A template is compiled once for all the test files that run
+ * side by side: the first compiles it under a lock, the others read its output, kept under node_modules/.cache by
+ * the hash of every Bicep source it could include.
  */
-import { mkdtemp, readFile } from "node:fs/promises";
+import { createHash } from "node:crypto";
+import { globSync } from "node:fs";
+import { mkdir, mkdtemp, readFile, rename, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { runBicep } from "../../scripts/bicep.ts";
+import { repoRoot, runBicep } from "../../scripts/bicep.ts";
+import { withRepoLock } from "../helpers/repo-lock.ts";
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 export type JsonObject = { [key: string]: Json };
@@ -39,13 +44,38 @@ async function bicepToJson(args: string[], outFile: string): Promise<JsonObject>
   return JSON.parse(await readFile(outFile, "utf8")) as JsonObject;
 }
 
+/** Hash of what a `bicep build` reads: every Bicep file a template may include, the linter's config, the CLI pin. */
+async function sourcesHash(args: string[]): Promise<string> {
+  const hash = createHash("sha256").update(JSON.stringify(args));
+  const files = globSync(
+    ["bicep/**/*.bicep", "infra/**/*.bicep", "bicepconfig.json", "tools/bicep/bicep.csproj"],
+    {
+      cwd: repoRoot,
+    },
+  ).sort();
+  for (const file of files) hash.update(file).update(await readFile(join(repoRoot, file)));
+  return hash.digest("hex").slice(0, 32);
+}
+
+async function buildShared(path: string): Promise<JsonObject> {
+  const args = ["build", path];
+  const cached = join(repoRoot, "node_modules", ".cache", "sbinbox-arm", `${await sourcesHash(args)}.json`);
+  return withRepoLock("bicep", async () => {
+    const hit = await readFile(cached, "utf8").catch(() => undefined);
+    if (hit !== undefined) return JSON.parse(hit) as JsonObject;
+    const template = await bicepToJson(args, join(await workDir(), `${path.replaceAll("/", "_")}.json`));
+    await mkdir(join(cached, ".."), { recursive: true });
+    await writeFile(`${cached}.tmp`, JSON.stringify(template));
+    await rename(`${cached}.tmp`, cached);
+    return template;
+  });
+}
+
 /** ARM template of a .bicep file, relative to the repository root. */
 export function compileTemplate(path: string): Promise<JsonObject> {
   let entry = cache.get(path);
   if (!entry) {
-    entry = workDir().then((dir) =>
-      bicepToJson(["build", path], join(dir, `${path.replaceAll("/", "_")}.json`)),
-    );
+    entry = buildShared(path);
     cache.set(path, entry);
   }
   return entry;

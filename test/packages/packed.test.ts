@@ -24,6 +24,7 @@ import {
 import { brokerConfig, useLocalBroker } from "../helpers/broker.ts";
 import { cleanEnv } from "../helpers/cli.ts";
 import { createTestDatabase } from "../helpers/postgres.ts";
+import { withRepoLock } from "../helpers/repo-lock.ts";
 
 const run = promisify(execFile);
 const allowed = (
@@ -42,7 +43,7 @@ describe("the packed packages, installed into an empty project", function () {
 
   before(async () => {
     work = await mkdtemp(join(tmpdir(), "sbinbox-packed-"));
-    tarballs = await packAll(work);
+    tarballs = await withRepoLock("build", () => packAll(work));
     await mkdir(publisherProject());
     await mkdir(workerProject());
     await installInto(publisherProject(), [tarballs["sbinbox-publisher"]]);
