@@ -30,7 +30,9 @@ export function workflowPolicyFindings(text: string, path: string): string[] {
     const major = Number(/#\s*v(\d+)/.exec(rest)?.[1]);
     const node24 = NODE24_MAJORS[action];
     if (node24 !== undefined && major < node24) {
-      findings.push(`${path}:${i + 1}: ${action} v${major} runs on Node 20; v${node24} or later runs on Node 24`);
+      findings.push(
+        `${path}:${i + 1}: ${action} v${major} runs on Node 20; v${node24} or later runs on Node 24`,
+      );
     }
   });
 

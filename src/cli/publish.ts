@@ -214,7 +214,8 @@ function singleEvent(type?: string, key?: string, body?: string): PublishEvent {
     ["--key", key],
     ["--body", body],
   ] as const) {
-    if (value === undefined || value === "") throw new Error(`${name} is required with --type, --key and --body`);
+    if (value === undefined || value === "")
+      throw new Error(`${name} is required with --type, --key and --body`);
   }
   let parsed: unknown;
   try {

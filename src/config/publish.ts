@@ -115,11 +115,7 @@ export async function loadPublishConfig(env: NodeJS.ProcessEnv = process.env): P
     check("SBINBOX_SERVICEBUS_CONNECTION_STRING", gap === undefined, gap ?? "");
   }
   if (ns !== undefined) {
-    check(
-      nsName,
-      serviceBusRules.namespace.test(ns),
-      serviceBusRules.namespace.message,
-    );
+    check(nsName, serviceBusRules.namespace.test(ns), serviceBusRules.namespace.message);
   }
   check(queueName, queue.length <= serviceBusRules.queue.max, serviceBusRules.queue.message);
   for (const [name, value, rule] of [

@@ -186,7 +186,7 @@ describe("the private network option (privateNetwork), compiled to ARM JSON by t
     const appSettings = obj(param("worker", "appSettings"), "appSettings");
     assert.ok(
       Number(appSettings.SBINBOX_STARTUP_LIMIT_MS) > 30 * 60_000,
-      String(appSettings.SBINBOX_STARTUP_LIMIT_MS),
+      JSON.stringify(appSettings.SBINBOX_STARTUP_LIMIT_MS),
     );
   });
 });
