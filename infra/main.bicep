@@ -110,6 +110,9 @@ param publishers publisherType[] = []
 @description('Optional. Object ID of an upstream App Service\'s managed identity that runs the outbox relay (sbinbox relay, or startRelay in-process). It gets Azure Service Bus Data Sender on the queue, and nothing else: the relay only sends.')
 param outboxRelayPrincipalId string?
 
+@description('Optional. Private network (on for prod): the worker\'s outbound traffic through a virtual network, Azure SQL and Service Bus reached through private endpoints only (public network access off; Service Bus is then Premium whatever serviceBusSkuName says, as Standard has no private endpoints), and the worker\'s site refusing every request from outside. The post-provision step (sbinbox migrate) must then run from inside the network: docs/deploy.md.')
+param privateNetwork bool = false
+
 @description('A principal allowed to publish to the queue.')
 type publisherType = {
   @description('Required. Object ID of the principal.')
@@ -134,6 +137,7 @@ var serviceBusNamespaceName = 'sb-sbinbox-${resourceToken}'
 var applicationInsightsName = 'appi-sbinbox-${resourceToken}'
 var logAnalyticsWorkspaceName = 'log-sbinbox-${resourceToken}'
 var workerIdentityName = 'id-sbinbox-worker-${resourceToken}'
+var publicNetworkAccess = privateNetwork ? 'Disabled' : 'Enabled'
 // The first deployment starts at the minimum; later ones keep what autoscale chose.
 var planCapacity = appServicePlanCurrentCapacity > 0
   ? min(max(appServicePlanCurrentCapacity, autoscaleMinimumCapacity), autoscaleMaximumCapacity)
@@ -155,7 +159,8 @@ module serviceBus '../bicep/modules/servicebus/main.bicep' = {
     name: serviceBusNamespaceName
     location: location
     tags: tags
-    skuName: serviceBusSkuName
+    skuName: privateNetwork ? 'Premium' : serviceBusSkuName
+    publicNetworkAccess: publicNetworkAccess
     queueName: queueName
     topicName: topicName
     subscriptionNames: subscriptionNames
@@ -193,6 +198,8 @@ module worker '../bicep/modules/appservice/main.bicep' = {
     logAnalyticsWorkspaceName: logAnalyticsWorkspaceName
     linuxFxVersion: linuxFxVersion
     applicationInsightsName: applicationInsightsName
+    virtualNetworkSubnetId: privateNetwork ? network!.outputs.appSubnetId : null
+    denyPublicInbound: privateNetwork
     appSettings: {
       SBINBOX_SERVICEBUS_NAMESPACE: serviceBus.outputs.fullyQualifiedNamespace
       // The queue, or the worker's subscription of the topic: exclusive settings, and an empty one counts as unset.
@@ -210,6 +217,9 @@ module worker '../bicep/modules/appservice/main.bicep' = {
       SBINBOX_QUEUE_MAX_DELIVERY_COUNT: string(maxDeliveryCount)
       SBINBOX_QUEUE_MESSAGE_TTL_HOURS: string(messageTimeToLiveHours)
       SBINBOX_RETENTION_HOURS: string(inboxRetentionHours)
+      // The same deployment grants the worker's roles, and Azure RBAC says a role assignment can take up to 30
+      // minutes to take effect: start-up retries a refusal (access denied) for 45 before it exits (docs/deploy.md).
+      SBINBOX_STARTUP_LIMIT_MS: '2700000'
       OTEL_SERVICE_NAME: 'sbinbox-worker'
     }
   }
@@ -232,8 +242,44 @@ module sql '../bicep/modules/sql/main.bicep' = {
     databaseSkuName: sqlDatabaseSkuName
     databaseMaxSizeGb: sqlDatabaseMaxSizeGb
     logAnalyticsWorkspaceName: logAnalyticsWorkspaceName
-    // Only the worker's own outbound addresses, not "all of Azure" and never the internet.
-    allowedIpAddresses: worker.outputs.possibleOutboundIpAddresses
+    // Only the worker's own outbound addresses, not "all of Azure" and never the internet; none on a private network.
+    allowedIpAddresses: privateNetwork ? [] : worker.outputs.possibleOutboundIpAddresses
+    publicNetworkAccess: publicNetworkAccess
+  }
+}
+
+module network '../bicep/modules/network/main.bicep' = if (privateNetwork) {
+  scope: resourceGroup
+  params: {
+    name: 'vnet-sbinbox-${resourceToken}'
+    location: location
+    tags: tags
+  }
+}
+
+module sqlEndpoint '../bicep/modules/network/private-endpoint.bicep' = if (privateNetwork) {
+  scope: resourceGroup
+  params: {
+    name: 'pe-${sqlServerName}'
+    location: location
+    tags: tags
+    subnetId: network!.outputs.endpointSubnetId
+    targetResourceId: sql.outputs.resourceId
+    groupId: 'sqlServer'
+    dnsZoneId: network!.outputs.sqlDnsZoneId
+  }
+}
+
+module serviceBusEndpoint '../bicep/modules/network/private-endpoint.bicep' = if (privateNetwork) {
+  scope: resourceGroup
+  params: {
+    name: 'pe-${serviceBusNamespaceName}'
+    location: location
+    tags: tags
+    subnetId: network!.outputs.endpointSubnetId
+    targetResourceId: serviceBus.outputs.resourceId
+    groupId: 'namespace'
+    dnsZoneId: network!.outputs.serviceBusDnsZoneId
   }
 }
 
@@ -300,6 +346,9 @@ output SERVICEBUS_QUEUE_RESOURCE_ID string = serviceBus.outputs.queueResourceId
 
 @description('The queue name.')
 output SERVICEBUS_QUEUE string = serviceBus.outputs.queueName
+
+@description('Whether the environment is on the private network: the post-provision step then opens no firewall rule.')
+output PRIVATE_NETWORK bool = privateNetwork
 
 @description('The SQL server name.')
 output SQL_SERVER_NAME string = sql.outputs.name

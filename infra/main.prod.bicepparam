@@ -20,7 +20,7 @@ param sqlDatabaseSkuName = 'GP_S_Gen5_2'
 // The inbox at 50 messages/s kept 15 days is about 26 GB with its indexes, plus the business tables: see the
 // sizing in docs/deploy.md before changing the rate, the retention or this.
 param sqlDatabaseMaxSizeGb = 64
-param serviceBusSkuName = 'Standard'
+param serviceBusSkuName = 'Premium'
 param appServicePlanSkuName = 'P1v3'
 param linuxFxVersion = 'NODE|22-lts'
 param autoscaleMinimumCapacity = 2
@@ -29,3 +29,6 @@ param autoscaleScaleOutThreshold = 200
 param maxConcurrentCalls = 8
 param duplicateDetectionHistoryTimeWindow = 'PT1H'
 param lockDurationSeconds = 120
+// VNet integration and private endpoints: SQL and Service Bus without public access, Service Bus on Premium (the
+// only tier with private endpoints); migrations then run from inside the network (docs/deploy.md).
+param privateNetwork = true

@@ -3,6 +3,17 @@
  * the version in a comment, read-only permissions at workflow level, concurrency set, a timeout on every job.
  * Line-based on purpose: the workflows are small and written in one style, and no YAML parser is a dependency.
  */
+/**
+ * The first major of each action that runs on Node 24 (its action.yml says `using: node24`): GitHub runs Node 20
+ * actions only until it retires that runtime, so an older pin is a finding.
+ */
+export const NODE24_MAJORS: Readonly<Record<string, number>> = {
+  "actions/checkout": 5,
+  "actions/setup-node": 5,
+  "actions/upload-artifact": 6,
+  "actions/download-artifact": 7,
+};
+
 export function workflowPolicyFindings(text: string, path: string): string[] {
   const findings: string[] = [];
   const lines = text.split("\n");
@@ -14,6 +25,14 @@ export function workflowPolicyFindings(text: string, path: string): string[] {
     if (ref.startsWith("./") || ref.startsWith("docker://")) return;
     if (!/^[\w.-]+\/[\w./-]+@[0-9a-f]{40}$/.test(ref) || !/#\s*v\d/.test(rest)) {
       findings.push(`${path}:${i + 1}: "${ref}" is not pinned to a full commit SHA with a "# vX" comment`);
+    }
+    const action = ref.split("@")[0]!;
+    const major = Number(/#\s*v(\d+)/.exec(rest)?.[1]);
+    const node24 = NODE24_MAJORS[action];
+    if (node24 !== undefined && major < node24) {
+      findings.push(
+        `${path}:${i + 1}: ${action} v${major} runs on Node 20; v${node24} or later runs on Node 24`,
+      );
     }
   });
 

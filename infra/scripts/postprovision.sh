@@ -13,7 +13,15 @@
 #   WORKER_IDENTITY_CLIENT_ID
 # Optional:
 #   SBINBOX_CLIENT_IP          this machine's public IPv4: a firewall rule for it is opened for the run and removed
-#                              at the end (the server otherwise admits only the worker's outbound addresses)
+#                              at the end (the server otherwise admits only the worker's outbound addresses). Unset,
+#                              a firewall refusal fails at once: no rule was made, so there is nothing to wait for
+#   PRIVATE_NETWORK            the deployment's output: true when SQL is reached through its private endpoint only;
+#                              then no firewall rule is made (run from inside the virtual network)
+#   SBINBOX_STALE_RULE_SECONDS age past which a leftover postprovision-<epoch> rule (a killed run's) is deleted
+#                              before this run starts (default 7200)
+#
+# `postprovision.sh --cleanup` only deletes rules: this machine's (SBINBOX_CLIENT_IP) and the stale ones. The deploy
+# workflow runs it in an `if: always()` step, so a cancelled or failed job leaves no rule behind.
 #   SBINBOX_PACKAGE_DIR        the worker package to run `sbinbox migrate` from (default: this checkout)
 #   SBINBOX_HANDLERS           the handler module (default: the package's dist-handlers/index.js, else the
 #                              checkout's handlers/index.ts: the same module the worker runs)
@@ -30,9 +38,17 @@ output() {
   printf '%s' "${line#*=}"
 }
 
-for name in AZURE_RESOURCE_GROUP SQL_SERVER_NAME SQL_SERVER_FQDN SQL_DATABASE_NAME WORKER_IDENTITY_NAME \
-  WORKER_IDENTITY_CLIENT_ID; do
+cleanup_only=false
+if [ "${1:-}" = "--cleanup" ]; then cleanup_only=true; fi
+
+required="AZURE_RESOURCE_GROUP SQL_SERVER_NAME SQL_SERVER_FQDN SQL_DATABASE_NAME WORKER_IDENTITY_NAME WORKER_IDENTITY_CLIENT_ID"
+if [ "$cleanup_only" = true ]; then required="AZURE_RESOURCE_GROUP SQL_SERVER_NAME"; fi
+for name in $required; do
   value="$(output "$name")"
+  if [ -z "$value" ] && [ "$cleanup_only" = true ]; then
+    echo "postprovision --cleanup: $name is not set (the deployment did not get that far): no rule to delete" >&2
+    exit 0
+  fi
   if [ -z "$value" ]; then
     echo "postprovision: $name is not set (run after the Bicep deployment, with its outputs in the environment)" >&2
     exit 2
@@ -44,7 +60,9 @@ done
 # an unrelated error, and sleep would take "-1" for an option.
 wait_seconds="${SBINBOX_SQL_WAIT_SECONDS:-600}"
 retry_seconds="${SBINBOX_SQL_RETRY_SECONDS:-20}"
-for setting in SBINBOX_SQL_WAIT_SECONDS:"$wait_seconds" SBINBOX_SQL_RETRY_SECONDS:"$retry_seconds"; do
+stale_seconds="${SBINBOX_STALE_RULE_SECONDS:-7200}"
+for setting in SBINBOX_SQL_WAIT_SECONDS:"$wait_seconds" SBINBOX_SQL_RETRY_SECONDS:"$retry_seconds" \
+  SBINBOX_STALE_RULE_SECONDS:"$stale_seconds"; do
   if ! [[ "${setting#*:}" =~ ^[0-9]{1,6}$ ]]; then
     echo "postprovision: ${setting%%:*} must be a whole number of seconds (got '${setting#*:}')" >&2
     exit 2
@@ -53,11 +71,39 @@ done
 # Base 10 explicitly: a leading zero ("08") is otherwise read as octal.
 wait_seconds=$((10#$wait_seconds))
 retry_seconds=$((10#$retry_seconds))
+stale_seconds=$((10#$stale_seconds))
+private_network="$(output PRIVATE_NETWORK | tr '[:upper:]' '[:lower:]')"
 
 az account show --query user.name --output tsv >/dev/null || {
   echo "postprovision: sign in first (az login), as the SQL server's Entra admin" >&2
   exit 2
 }
+
+# Deletes the postprovision-<epoch> rules of this machine's address, and those older than the stale age (a run that
+# was killed before its exit trap). Rule names carry their creation time, so no other rule is ever touched.
+sweep_rules() {
+  local now name address created
+  now="$(date +%s)"
+  az sql server firewall-rule list --resource-group "$AZURE_RESOURCE_GROUP" --server "$SQL_SERVER_NAME" \
+    --query "[?starts_with(name, 'postprovision-')].[name, startIpAddress]" --output tsv |
+    while read -r name address; do
+      created="${name#postprovision-}"
+      created="${created%%-*}"
+      [[ "$created" =~ ^[0-9]+$ ]] || continue
+      if { [ -n "${SBINBOX_CLIENT_IP:-}" ] && [ "$address" = "$SBINBOX_CLIENT_IP" ] && [ "$1" = mine ]; } ||
+        [ $((now - 10#$created)) -ge "$stale_seconds" ]; then
+        echo "postprovision: deleting firewall rule $name ($address)" >&2
+        az sql server firewall-rule delete --resource-group "$AZURE_RESOURCE_GROUP" --server "$SQL_SERVER_NAME" \
+          --name "$name" --output none
+      fi
+    done
+}
+
+if [ "$cleanup_only" = true ]; then
+  if [ "$private_network" = true ]; then exit 0; fi
+  sweep_rules mine
+  exit 0
+fi
 
 package_dir="${SBINBOX_PACKAGE_DIR:-$root}"
 if [ -z "${SBINBOX_HANDLERS:-}" ]; then
@@ -67,7 +113,12 @@ if [ ! -d "$package_dir/node_modules" ]; then
   (cd "$package_dir" && npm ci --omit=dev --omit=optional --ignore-scripts --no-audit --no-fund)
 fi
 
-if [ -n "${SBINBOX_CLIENT_IP:-}" ]; then
+rule=""
+if [ "$private_network" = true ]; then
+  # Public network access is off: a firewall rule would admit nothing. The connection goes to the private endpoint.
+  echo "postprovision: private network: no firewall rule; this machine must reach the SQL server's private endpoint" >&2
+elif [ -n "${SBINBOX_CLIENT_IP:-}" ]; then
+  sweep_rules stale
   rule="postprovision-$(date +%s)"
   az sql server firewall-rule create --resource-group "$AZURE_RESOURCE_GROUP" --server "$SQL_SERVER_NAME" \
     --name "$rule" --start-ip-address "$SBINBOX_CLIENT_IP" --end-ip-address "$SBINBOX_CLIENT_IP" --output none
@@ -88,6 +139,15 @@ while true; do
   if [ "$status" -ne 75 ]; then
     echo "postprovision: sbinbox migrate failed (exit $status)" >&2
     exit "$status"
+  fi
+  # Waiting only helps while a rule this run made is being applied.
+  if [ -z "$rule" ]; then
+    if [ "$private_network" = true ]; then
+      echo "postprovision: the SQL server refused this machine, and its public access is off: run this from inside the virtual network (docs/deploy.md)" >&2
+    else
+      echo "postprovision: the SQL firewall refused this machine and no rule was made for it: set SBINBOX_CLIENT_IP to this machine's public IPv4" >&2
+    fi
+    exit 1
   fi
   if [ "$SECONDS" -ge "$deadline" ]; then
     echo "postprovision: the SQL firewall still refuses this machine after ${wait_seconds}s ($attempt attempts)" >&2

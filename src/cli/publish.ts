@@ -8,10 +8,12 @@ import { canonicalName } from "../servicebus/message-id.ts";
 import type { PublishEvent, PublishFailure } from "../servicebus/publisher.ts";
 import { createProgress } from "./progress.ts";
 
-const usage = `usage: sbinbox publish (--file EVENTS.jsonl | --count N) [--run-id ID] [--in-flight N]
+const usage = `usage: sbinbox publish (--file EVENTS.jsonl | --count N | --type T --key K --body JSON) [--run-id ID] [--in-flight N]
 
   --file F       one event per line: {"type": "AccountCredited", "key": "42", "body": {...}}; the whole (regular)
                  file is checked first (nothing is sent from a file with a bad or too large line), then streamed
+  --type T --key K --body JSON
+                 one event: its type, its business key (with the type, the MessageId) and its JSON body
   --count N      N generated demo events (AccountCredited to 50 accounts)
   --run-id ID    the demo events' key prefix (default: random); the same id republishes the same MessageIds
   --in-flight N  batches sent and not yet acknowledged, at most (default 1: the file's order, even across a
@@ -19,6 +21,7 @@ const usage = `usage: sbinbox publish (--file EVENTS.jsonl | --count N) [--run-i
 
 Batches are filled to the queue's size limit. Service Bus from SBINBOX_SERVICEBUS_CONNECTION_STRING or
 SBINBOX_SERVICEBUS_NAMESPACE, queue SBINBOX_QUEUE or topic SBINBOX_TOPIC (every subscription gets its copy).
+With none of them set, the Bicep deployment's outputs SERVICEBUS_NAMESPACE and SERVICEBUS_QUEUE are used.
 `;
 
 export async function run(argv: string[]): Promise<number> {
@@ -29,6 +32,9 @@ export async function run(argv: string[]): Promise<number> {
       options: {
         file: { type: "string" },
         count: { type: "string" },
+        type: { type: "string" },
+        key: { type: "string" },
+        body: { type: "string" },
         "run-id": { type: "string" },
         "in-flight": { type: "string", default: "1" },
         help: { type: "boolean", short: "h" },
@@ -43,8 +49,9 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(usage);
     return 0;
   }
-  if ((args.file === undefined) === (args.count === undefined)) {
-    process.stderr.write(`sbinbox publish: give exactly one of --file and --count\n\n${usage}`);
+  const one = args.type !== undefined || args.key !== undefined || args.body !== undefined;
+  if ([args.file !== undefined, args.count !== undefined, one].filter(Boolean).length !== 1) {
+    process.stderr.write(`sbinbox publish: give exactly one of --file, --count and --type\n\n${usage}`);
     return 2;
   }
   const inFlight = Number(args["in-flight"]);
@@ -57,8 +64,14 @@ export async function run(argv: string[]): Promise<number> {
   let runId: string | undefined;
   // Lines whose event may be too large for a batch; checked against the queue's limit once it is known.
   let nearLimit: number[] = [];
+  let single: PublishEvent | undefined;
   try {
-    if (args.file !== undefined) {
+    if (one) {
+      single = singleEvent(args.type, args.key, args.body);
+      total = 1;
+      const event = single;
+      events = () => [event];
+    } else if (args.file !== undefined) {
       const file = args.file;
       // The file is read twice (check, then send): a pipe or a terminal would give everything to the check pass
       // and nothing to the send.
@@ -116,6 +129,10 @@ export async function run(argv: string[]): Promise<number> {
   try {
     if (nearLimit.length > 0) {
       const code = await checkSizes(args.file!, nearLimit, await publisher.sizeCheck());
+      if (code !== 0) return code;
+    }
+    if (single !== undefined) {
+      const code = await checkSingleSize(single, await publisher.sizeCheck());
       if (code !== 0) return code;
     }
     await publisher.publishAll(events(), {
@@ -188,6 +205,40 @@ export function describeError(error: unknown): string {
     text += ` (${error.errors.map(describeError).join("; ")})`;
   }
   return text;
+}
+
+/** The one event of --type/--key/--body, checked as a file's line is; an error names the option at fault. */
+function singleEvent(type?: string, key?: string, body?: string): PublishEvent {
+  for (const [name, value] of [
+    ["--type", type],
+    ["--key", key],
+    ["--body", body],
+  ] as const) {
+    if (value === undefined || value === "")
+      throw new Error(`${name} is required with --type, --key and --body`);
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body!);
+  } catch (error) {
+    throw new Error(`--body is not JSON (${(error as Error).message})`);
+  }
+  canonicalName(type!, key!);
+  return { type: type!, key: key!, body: parsed };
+}
+
+async function checkSingleSize(
+  event: PublishEvent,
+  fits: (event: PublishEvent, where: string) => Promise<void> | undefined,
+): Promise<number> {
+  try {
+    await fits(event, "--body");
+  } catch (error) {
+    if (!(error instanceof RangeError)) throw error;
+    process.stderr.write(`sbinbox publish: ${error.message}\n`);
+    return 2;
+  }
+  return 0;
 }
 
 /** The lines that may be too large, against the queue's limit; exit code 2 naming the first that is. */

@@ -95,9 +95,19 @@ export async function loadPublishConfig(env: NodeJS.ProcessEnv = process.env): P
     if (!ok) throw new ConfigError(name, `${message} (got ${JSON.stringify(env[name])})`);
   };
   const cs = read("SBINBOX_SERVICEBUS_CONNECTION_STRING");
-  const ns = read("SBINBOX_SERVICEBUS_NAMESPACE");
-  const queueSetting = read("SBINBOX_QUEUE");
   const topic = read("SBINBOX_TOPIC");
+  // The Bicep deployment's outputs (docs/deploy.md), under their own names, stand in for unset SBINBOX_ settings,
+  // so a shell that has the outputs publishes to the deployed queue as it is.
+  const nsName =
+    cs === undefined && read("SBINBOX_SERVICEBUS_NAMESPACE") === undefined && read("SERVICEBUS_NAMESPACE")
+      ? "SERVICEBUS_NAMESPACE"
+      : "SBINBOX_SERVICEBUS_NAMESPACE";
+  const ns = read(nsName);
+  const queueName =
+    read("SBINBOX_QUEUE") === undefined && topic === undefined && read("SERVICEBUS_QUEUE")
+      ? "SERVICEBUS_QUEUE"
+      : "SBINBOX_QUEUE";
+  const queueSetting = read(queueName);
   const subscription = read("SBINBOX_SUBSCRIPTION");
   const queue = queueSetting ?? DEFAULT_QUEUE;
   if (cs !== undefined) {
@@ -105,13 +115,9 @@ export async function loadPublishConfig(env: NodeJS.ProcessEnv = process.env): P
     check("SBINBOX_SERVICEBUS_CONNECTION_STRING", gap === undefined, gap ?? "");
   }
   if (ns !== undefined) {
-    check(
-      "SBINBOX_SERVICEBUS_NAMESPACE",
-      serviceBusRules.namespace.test(ns),
-      serviceBusRules.namespace.message,
-    );
+    check(nsName, serviceBusRules.namespace.test(ns), serviceBusRules.namespace.message);
   }
-  check("SBINBOX_QUEUE", queue.length <= serviceBusRules.queue.max, serviceBusRules.queue.message);
+  check(queueName, queue.length <= serviceBusRules.queue.max, serviceBusRules.queue.message);
   for (const [name, value, rule] of [
     ["SBINBOX_TOPIC", topic, serviceBusRules.topic],
     ["SBINBOX_SUBSCRIPTION", subscription, serviceBusRules.subscription],
@@ -132,7 +138,7 @@ export async function loadPublishConfig(env: NodeJS.ProcessEnv = process.env): P
       "set either it or SBINBOX_SERVICEBUS_CONNECTION_STRING, not both",
     );
   }
-  checkEntityConflicts(queueSetting, topic, subscription);
+  checkEntityConflicts(read("SBINBOX_QUEUE"), topic, subscription);
   return {
     serviceBus:
       cs !== undefined

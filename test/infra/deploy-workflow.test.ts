@@ -7,6 +7,7 @@ import { parse } from "yaml";
 const run = promisify(execFile);
 
 type Step = {
+  if?: string;
   uses?: string;
   run?: string;
   with?: Record<string, unknown>;
@@ -90,8 +91,29 @@ describe("the deploy workflow's structure (.github/workflows/deploy.yml)", funct
       );
     }
     const logins = steps.filter((s) => s.uses?.startsWith("azure/login@"));
-    assert.equal(logins.length, 3);
+    assert.equal(logins.length, 4);
     for (const login of logins) assert.deepEqual(login.with, logins[0]!.with);
+  });
+
+  it("removes the temporary firewall rules in a last step that runs whatever happened, signed in afresh", function () {
+    const steps = jobs.deploy!.steps;
+    const cleanup = steps.at(-1)!;
+    assert.equal(cleanup.run, "bash infra/scripts/postprovision.sh --cleanup");
+    assert.equal(cleanup.if, "always()");
+    assert.match(steps.at(-2)!.uses ?? "", /^azure\/login@/);
+    assert.equal(steps.at(-2)!.if, "always()");
+    // The clean-up deletes the rules of this runner's address, which the post-provision step keeps for it.
+    const post = steps.find((s) => /postprovision\.sh$/m.test(s.run ?? ""))!;
+    assert.match(post.run!, /echo "SBINBOX_CLIENT_IP=\$\{SBINBOX_CLIENT_IP\}" >> "\$GITHUB_ENV"/);
+  });
+
+  it("runs the deploy job on the runner the dispatch names (a VNet runner for the private network)", function () {
+    const deploy = jobs.deploy as Job & { "runs-on"?: string };
+    assert.equal(deploy["runs-on"], "${{ inputs.runner }}");
+    const inputs = (
+      workflow as unknown as { on: { workflow_dispatch: { inputs: Record<string, { default?: string }> } } }
+    ).on.workflow_dispatch.inputs;
+    assert.equal(inputs.runner?.default, "ubuntu-latest");
   });
 
   it("reads the deployment's outputs whatever the case ARM returns their names in", async function () {
@@ -182,7 +204,17 @@ describe("azure.yaml: `azd up` provisions and deploys the worker", function () {
     assert.equal(azure.requiredVersions?.azd, ">= 1.18.0");
   });
 
-  it("runs the post-provision step after provisioning", function () {
-    assert.match(azure.hooks?.postprovision?.posix.run ?? "", /infra\/scripts\/postprovision\.sh/);
+  it("runs the post-provision step once, as the worker's predeploy hook: no second firewall opening under azd up", function () {
+    assert.equal(azure.hooks?.postprovision, undefined);
+    const runs = JSON.stringify(azure).match(/postprovision\.sh/g) ?? [];
+    assert.equal(runs.length, 1);
+  });
+
+  it("stops a Windows shell with a message instead of skipping the bash packaging", function () {
+    const windows = (
+      azure.services!.worker!.hooks?.prepackage as { windows?: { shell: string; run: string } }
+    ).windows;
+    assert.equal(windows?.shell, "pwsh");
+    assert.match(windows?.run ?? "", /Write-Error ".*WSL or Git Bash.*"; exit 1$/);
   });
 });

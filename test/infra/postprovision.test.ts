@@ -18,6 +18,8 @@ import { sqlServerErrorChain } from "../../src/inbox/sqlserver/error-chain.ts";
 
 const script = fileURLToPath(new URL("../../infra/scripts/postprovision.sh", import.meta.url));
 const CLIENT_ID = "01020304-0506-0708-090a-0b0c0d0e0f10";
+const LIST =
+  "az sql server firewall-rule list --resource-group rg-sbinbox-dev --server sql-sbinbox-x --query [?starts_with(name, 'postprovision-')].[name, startIpAddress] --output tsv";
 // Error 40615 as Azure SQL words it (learn.microsoft.com, "Troubleshoot connectivity issues").
 const REFUSAL =
   "Cannot open server 'sql-sbinbox-x' requested by the login. Client with IP address '203.0.113.7' is not " +
@@ -47,6 +49,7 @@ describe("infra/scripts/postprovision.sh against stand-ins for az and the SQL co
       `#!/usr/bin/env bash
 echo "az $*" >> "$STANDIN_LOG"
 if [ "$1 $2" = "account show" ]; then echo deployer@example.com; fi
+if [ "$1 $2 $3 $4" = "sql server firewall-rule list" ]; then printf '%b' "\${STANDIN_RULES:-}"; fi
 `,
     );
     await writeFile(
@@ -74,7 +77,7 @@ exec "${process.execPath}" "$@"
     await rm(dir, { recursive: true, force: true });
   });
 
-  function start(env: Record<string, string>): Promise<Run> {
+  function start(env: Record<string, string>, args: string[] = []): Promise<Run> {
     const log = join(dir, "log");
     const base: Record<string, string> = {
       PATH: `${join(dir, "bin")}:${process.env.PATH ?? ""}`,
@@ -96,7 +99,7 @@ exec "${process.execPath}" "$@"
       SBINBOX_SQL_WAIT_SECONDS: "60",
     };
     return new Promise((resolve) => {
-      execFile("bash", [script], { env: { ...base, ...env } }, (error, _stdout, stderr) => {
+      execFile("bash", [script, ...args], { env: { ...base, ...env } }, (error, _stdout, stderr) => {
         void readFile(log, "utf8")
           .catch(() => "")
           .then((text) =>
@@ -114,10 +117,11 @@ exec "${process.execPath}" "$@"
     const result = await start({ STANDIN_REFUSALS: "2" });
     assert.equal(result.code, 0, result.stderr);
     const migrate = `migrate --app-user id-sbinbox-worker-x --app-client-id ${CLIENT_ID} handlers=./dist-handlers/index.js cwd=${join(dir, "package")}`;
-    const rule = /--name (postprovision-\d+)/.exec(result.log[1] ?? "")?.[1];
+    const rule = /--name (postprovision-\d+)/.exec(result.log[2] ?? "")?.[1];
     assert.ok(rule, result.log.join("\n"));
     assert.deepEqual(result.log, [
       "az account show --query user.name --output tsv",
+      LIST,
       `az sql server firewall-rule create --resource-group rg-sbinbox-dev --server sql-sbinbox-x --name ${rule} --start-ip-address 203.0.113.7 --end-ip-address 203.0.113.7 --output none`,
       migrate,
       migrate,
@@ -126,6 +130,66 @@ exec "${process.execPath}" "$@"
     ]);
     assert.match(result.stderr, /attempt 1 refused by the SQL firewall/);
     assert.match(result.stderr, /attempt 2 refused by the SQL firewall/);
+  });
+
+  it("with no client address set, fails at the first refusal instead of waiting for a rule it never made", async function () {
+    const result = await start({ STANDIN_REFUSALS: "1000", SBINBOX_CLIENT_IP: "" });
+    assert.equal(result.code, 1);
+    assert.match(result.stderr, /no rule was made for it: set SBINBOX_CLIENT_IP/);
+    assert.equal(result.log.filter((l) => l.startsWith("migrate")).length, 1);
+    assert.ok(!result.log.some((l) => /firewall-rule/.test(l)), result.log.join("\n"));
+  });
+
+  it("on the private network, opens no firewall rule and says to run from inside it", async function () {
+    const result = await start({ STANDIN_REFUSALS: "1000", PRIVATE_NETWORK: "True" });
+    assert.equal(result.code, 1);
+    assert.match(result.stderr, /private network: no firewall rule/);
+    assert.match(result.stderr, /public access is off: run this from inside the virtual network/);
+    assert.ok(!result.log.some((l) => /firewall-rule/.test(l)), result.log.join("\n"));
+    await rm(join(dir, "log"), { force: true });
+    const clean = await start({ PRIVATE_NETWORK: "true" }, ["--cleanup"]);
+    assert.equal(clean.code, 0, clean.stderr);
+    assert.ok(!clean.log.some((l) => /firewall-rule/.test(l)));
+  });
+
+  it("deletes a killed run's stale postprovision-* rules before opening its own, and no other rule", async function () {
+    const now = Math.floor(Date.now() / 1000);
+    const rules = [
+      `postprovision-${now - 3 * 3600}\t198.51.100.1`, // stale: another machine's, three hours old
+      `postprovision-${now - 60}\t198.51.100.2`, // a run in progress elsewhere
+      `allow-0\t20.1.2.3`, // the worker's (the list query returns postprovision-* only; this one proves the name check)
+    ].join("\\n");
+    const result = await start({ STANDIN_RULES: `${rules}\\n` });
+    assert.equal(result.code, 0, result.stderr);
+    const deletes = result.log.filter((l) => /firewall-rule delete/.test(l));
+    assert.equal(deletes.length, 2, result.log.join("\n"));
+    assert.match(deletes[0]!, new RegExp(`--name postprovision-${now - 3 * 3600} `));
+    assert.match(deletes[1]!, /--name postprovision-\d+ --output none$/);
+    assert.doesNotMatch(
+      result.log.join("\n"),
+      new RegExp(`delete .*postprovision-${now - 60}|delete .*allow-0`),
+    );
+  });
+
+  it("--cleanup deletes this machine's rules and stale ones, and does nothing before the deployment's outputs exist", async function () {
+    const now = Math.floor(Date.now() / 1000);
+    const rules = [
+      `postprovision-${now - 30}\t203.0.113.7`, // this runner's, left by a cancelled step
+      `postprovision-${now - 30}\t198.51.100.2`,
+      `postprovision-${now - 9000}\t198.51.100.3`,
+    ].join("\\n");
+    const result = await start({ STANDIN_RULES: `${rules}\\n` }, ["--cleanup"]);
+    assert.equal(result.code, 0, result.stderr);
+    assert.deepEqual(
+      result.log.filter((l) => /firewall-rule delete/.test(l)).map((l) => /--name (\S+)/.exec(l)![1]),
+      [`postprovision-${now - 30}`, `postprovision-${now - 9000}`],
+    );
+    assert.ok(!result.log.some((l) => l.startsWith("migrate")), "no migration in clean-up");
+    await rm(join(dir, "log"), { force: true });
+    const early = await start({ azure_resource_group: "" }, ["--cleanup"]);
+    assert.equal(early.code, 0, early.stderr);
+    assert.match(early.stderr, /no rule to delete/);
+    assert.deepEqual(early.log, []);
   });
 
   it("gives up after its bound, still removing the rule", async function () {

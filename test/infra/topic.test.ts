@@ -35,8 +35,14 @@ describe("infra: the optional topic, compiled to ARM JSON by the pinned Bicep CL
   });
 
   it("gives each subscription the sbinbox rule, the one the local broker evaluates the same way", function () {
-    const rule = single(main, "Microsoft.ServiceBus/namespaces/topics/subscriptions/rules");
-    assert.match(rule.name, /'sbinbox'/);
+    const rules = ofType(main, "Microsoft.ServiceBus/namespaces/topics/subscriptions/rules");
+    assert.equal(rules.length, 2);
+    // $Default, the true filter Service Bus creates, is overwritten with a false one: only sbinbox admits.
+    const defaultRule = rules.find((r) => /'\$Default'/.test(r.name));
+    assert.ok(defaultRule, "no $Default rule");
+    assert.deepEqual(props(defaultRule).sqlFilter, { sqlExpression: "1=0" });
+    const rule = rules.find((r) => /'sbinbox'/.test(r.name));
+    assert.ok(rule, "no sbinbox rule");
     const p = props(rule);
     assert.equal(p.filterType, "SqlFilter");
     const expression = str(obj(p.sqlFilter, "sqlFilter").sqlExpression, "sqlExpression");

@@ -43,6 +43,21 @@ describe("workflow policy", function () {
     assert.match(findings.join("\n"), /job "build" has no timeout-minutes/);
   });
 
+  it("flags an action pinned to a major that runs on Node 20", function () {
+    const old = good.replace(
+      "      - run: echo hi",
+      "      - uses: actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02 # v4.6.2",
+    );
+    assert.deepEqual(workflowPolicyFindings(old, "old.yml"), [
+      "old.yml:15: actions/upload-artifact v4 runs on Node 20; v6 or later runs on Node 24",
+    ]);
+    const current = old.replace(
+      "actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02 # v4.6.2",
+      "actions/upload-artifact@bbbca2ddaa5d8feaa63e36b76fdaad77386f024f # v7.0.0",
+    );
+    assert.deepEqual(workflowPolicyFindings(current, "current.yml"), []);
+  });
+
   for (const file of ["ci.yml", "deploy.yml"]) {
     it(`holds for .github/workflows/${file}`, async function () {
       const text = await readFile(new URL(`../../.github/workflows/${file}`, import.meta.url), "utf8");

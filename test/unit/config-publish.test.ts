@@ -95,6 +95,29 @@ describe("sbinbox publish's settings, read without zod", function () {
     );
   });
 
+  it("takes the Bicep outputs SERVICEBUS_NAMESPACE and SERVICEBUS_QUEUE when the SBINBOX_ settings are unset", async function () {
+    const outputs = { SERVICEBUS_NAMESPACE: "sb-x.servicebus.windows.net", SERVICEBUS_QUEUE: "notes" };
+    assert.deepEqual(await loadPublishConfig(outputs), {
+      serviceBus: { kind: "namespace", fullyQualifiedNamespace: "sb-x.servicebus.windows.net" },
+      queue: "notes",
+    });
+    // An SBINBOX_ setting wins over the output of the same thing, and a connection string over the namespace.
+    assert.deepEqual(await loadPublishConfig({ ...outputs, SBINBOX_QUEUE: "orders" }), {
+      serviceBus: { kind: "namespace", fullyQualifiedNamespace: "sb-x.servicebus.windows.net" },
+      queue: "orders",
+    });
+    assert.deepEqual(await loadPublishConfig({ ...outputs, SBINBOX_SERVICEBUS_CONNECTION_STRING: CS }), {
+      serviceBus: { kind: "connection-string", connectionString: CS },
+      queue: "notes",
+    });
+    // A topic is the entity; the deployment's queue is not used beside it.
+    assert.equal((await loadPublishConfig({ ...outputs, SBINBOX_TOPIC: "events" })).queue, "events");
+    await assert.rejects(
+      loadPublishConfig({ SERVICEBUS_NAMESPACE: "sb-x" }),
+      (e: ConfigError) => e.setting === "SERVICEBUS_NAMESPACE" && /\(got "sb-x"\)/.test(e.message),
+    );
+  });
+
   it("with SBINBOX_CONFIG_FILE, the whole file is checked by the full loader", async function () {
     const dir = await mkdtemp(join(tmpdir(), "sbinbox-publish-config-"));
     try {

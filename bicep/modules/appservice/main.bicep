@@ -54,6 +54,12 @@ param applicationInsightsName string
 @description('Optional. Worker settings (names to values). Never secrets: the managed identity is the credential.')
 param appSettings object = {}
 
+@description('Optional. Resource ID of a subnet delegated to Microsoft.Web/serverFarms: the worker\'s outbound traffic, all of it, then goes through the virtual network (to private endpoints). None when omitted.')
+param virtualNetworkSubnetId string?
+
+@description('Optional. Refuse every inbound request to the site from outside the platform (access restrictions, default action Deny, no rule). App Service\'s health check still reaches /healthz: its pings are sent to the site internally. The deployment (SCM) site is left to its Entra-only authentication.')
+param denyPublicInbound bool = false
+
 resource applicationInsights 'Microsoft.Insights/components@2020-02-02' existing = {
   name: applicationInsightsName
 }
@@ -96,7 +102,15 @@ resource site 'Microsoft.Web/sites@2025-03-01' = {
     httpsOnly: true
     clientAffinityEnabled: false
     publicNetworkAccess: 'Enabled'
+    virtualNetworkSubnetId: virtualNetworkSubnetId
     siteConfig: {
+      // A queue worker takes no requests: with denyPublicInbound nothing from outside reaches the app.
+      ipSecurityRestrictionsDefaultAction: denyPublicInbound ? 'Deny' : 'Allow'
+      // The zip deploy goes to the SCM site with the deployer's Entra token (basic credentials are off below).
+      scmIpSecurityRestrictionsUseMain: false
+      scmIpSecurityRestrictionsDefaultAction: 'Allow'
+      // With VNet integration, every outbound connection (not only RFC 1918 ones) goes through the subnet.
+      vnetRouteAllEnabled: virtualNetworkSubnetId != null
       linuxFxVersion: linuxFxVersion
       appCommandLine: appCommandLine
       // A queue consumer has no incoming traffic to keep it awake.

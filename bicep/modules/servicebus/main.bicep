@@ -59,6 +59,13 @@ param topicName string?
 @description('Optional. One subscription per consuming service on the topic (its name is the service\'s consumer name). Each gets the rule sbinbox, which admits every event and only its own scheduled retries and replays (the name compared in lowercase). Any subscription on the topic NOT created here must include AND NOT EXISTS([sbinbox-subscription]) in its filter, or it receives every sbinbox retry and replay copy as a new event (docs/topics.md, Limits).')
 param subscriptionNames string[] = []
 
+@description('Optional. Public endpoint of the namespace: Disabled when it is reached through a private endpoint only (Premium only: Standard has no private endpoints).')
+@allowed([
+  'Enabled'
+  'Disabled'
+])
+param publicNetworkAccess string = 'Enabled'
+
 @description('Optional. Name of the Log Analytics workspace, in this resource group, that receives the namespace\'s logs and metrics.')
 param logAnalyticsWorkspaceName string?
 
@@ -79,7 +86,7 @@ resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' = {
     // Entra ID only: no SAS keys, so no connection string can leak.
     disableLocalAuth: true
     minimumTlsVersion: '1.2'
-    publicNetworkAccess: 'Enabled'
+    publicNetworkAccess: publicNetworkAccess
   }
 }
 
@@ -126,9 +133,25 @@ resource subscriptions 'Microsoft.ServiceBus/namespaces/topics/subscriptions@202
 ]
 
 // A retry or replay is sent to the topic with the application property sbinbox-subscription naming its subscription,
-// and must not reach the others (src/domain/entity.ts). Adding a rule through ARM removes the $Default true filter
-// Service Bus creates with the subscription (hashicorp/terraform-provider-azurerm#20718); until then the worker
-// itself completes a copy addressed elsewhere without an effect.
+// and must not reach the others (src/domain/entity.ts). Service Bus creates each subscription with the rule $Default
+// (a true filter, admitting everything). Whether ARM removes it when another rule is added is not documented, and
+// other tools' trackers say it does not always (hashicorp/terraform-provider-azurerm#20718), so the template does
+// not rely on it: it writes $Default itself as a false filter, which admits nothing whether it existed or not, and
+// the rule sbinbox alone decides. (Deleting a rule is not something a template can do.) Until the rules apply, the
+// worker itself completes a copy addressed elsewhere without an effect.
+resource defaultRules 'Microsoft.ServiceBus/namespaces/topics/subscriptions/rules@2026-01-01' = [
+  for (subscriptionName, index) in subscriptionNames: if (topicName != null) {
+    parent: subscriptions[index]
+    name: '$Default'
+    properties: {
+      filterType: 'SqlFilter'
+      sqlFilter: {
+        sqlExpression: '1=0'
+      }
+    }
+  }
+]
+
 resource subscriptionRules 'Microsoft.ServiceBus/namespaces/topics/subscriptions/rules@2026-01-01' = [
   for (subscriptionName, index) in subscriptionNames: if (topicName != null) {
     parent: subscriptions[index]

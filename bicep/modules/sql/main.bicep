@@ -49,6 +49,13 @@ resource workspace 'Microsoft.OperationalInsights/workspaces@2026-03-01' existin
 @description('Optional. IPv4 addresses allowed through the firewall, one rule each (for example the web app\'s possible outbound addresses). Never a range.')
 param allowedIpAddresses string[] = []
 
+@description('Optional. Public endpoint of the server: Disabled when it is reached through a private endpoint only (the firewall rules then admit nothing).')
+@allowed([
+  'Enabled'
+  'Disabled'
+])
+param publicNetworkAccess string = 'Enabled'
+
 resource server 'Microsoft.Sql/servers@2025-01-01' = {
   name: name
   location: location
@@ -59,7 +66,7 @@ resource server 'Microsoft.Sql/servers@2025-01-01' = {
   }
   properties: {
     minimalTlsVersion: '1.2'
-    publicNetworkAccess: 'Enabled'
+    publicNetworkAccess: publicNetworkAccess
     administrators: {
       administratorType: 'ActiveDirectory'
       azureADOnlyAuthentication: true

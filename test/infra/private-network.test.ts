@@ -1,0 +1,192 @@
+/**
+ * The private variant (privateNetwork, on in prod), compiled by the pinned Bicep CLI: what it turns on is asserted
+ * on the ARM JSON Azure receives, and prod's parameters are built to show they select it.
+ */
+import assert from "node:assert/strict";
+import {
+  compileParameters,
+  compileTemplate,
+  obj,
+  ofType,
+  parameterDefault,
+  props,
+  single,
+  str,
+  templates,
+  type Json,
+  type JsonObject,
+} from "./arm.ts";
+
+describe("the private network option (privateNetwork), compiled to ARM JSON by the pinned Bicep CLI", function () {
+  this.timeout(120_000);
+  let main: JsonObject;
+  const modules = () => obj(main.resources, "resources");
+  const moduleOf = (name: string) => obj(modules()[name], name);
+  const param = (module: string, name: string): Json | undefined => {
+    const parameters = obj(obj(moduleOf(module).properties, "properties").parameters, `${module} parameters`);
+    const value = parameters[name];
+    // A module parameter set conditionally compiles to one expression choosing between two { value } objects.
+    return typeof value === "string" ? value : obj(value, `${module}.${name}`).value;
+  };
+
+  before(async function () {
+    main = await compileTemplate("infra/main.bicep");
+  });
+
+  it("is a parameter, off by default, on in prod with Service Bus on Premium", async function () {
+    assert.equal(parameterDefault(main, "privateNetwork"), false);
+    const prod = obj((await compileParameters("infra/main.prod.bicepparam")).parameters, "parameters");
+    assert.equal(obj(prod.privateNetwork, "privateNetwork").value, true);
+    assert.equal(obj(prod.serviceBusSkuName, "serviceBusSkuName").value, "Premium");
+    const dev = obj((await compileParameters("infra/main.dev.bicepparam")).parameters, "parameters");
+    assert.equal(dev.privateNetwork, undefined, "dev keeps the default (off)");
+    for (const name of ["network", "sqlEndpoint", "serviceBusEndpoint"]) {
+      assert.equal(moduleOf(name).condition, "[parameters('privateNetwork')]", name);
+    }
+    // Standard has no private endpoints: the private variant is Premium whatever the parameter says.
+    assert.equal(
+      param("serviceBus", "skuName"),
+      "[if(parameters('privateNetwork'), createObject('value', 'Premium'), createObject('value', parameters('serviceBusSkuName')))]",
+    );
+  });
+
+  it("has a VNet with a subnet delegated to App Service and one for the private endpoints", function () {
+    const vnet = single(main, "Microsoft.Network/virtualNetworks");
+    const subnets = props(vnet).subnets;
+    assert.ok(Array.isArray(subnets));
+    const byName = new Map(
+      subnets.map((s) => [str(obj(s, "subnet").name), obj(obj(s, "subnet").properties, "p")]),
+    );
+    assert.deepEqual([...byName.keys()], ["app", "endpoints"]);
+    assert.deepEqual(byName.get("app")!.delegations, [
+      { name: "app-service", properties: { serviceName: "Microsoft.Web/serverFarms" } },
+    ]);
+    assert.equal(
+      str(param("worker", "virtualNetworkSubnetId")),
+      "[if(parameters('privateNetwork'), createObject('value', reference('network').outputs.appSubnetId.value), createObject('value', null()))]",
+    );
+    const site = single(main, "Microsoft.Web/sites");
+    assert.equal(props(site).virtualNetworkSubnetId, "[parameters('virtualNetworkSubnetId')]");
+    const config = obj(props(site).siteConfig, "siteConfig");
+    assert.equal(config.vnetRouteAllEnabled, "[not(equals(parameters('virtualNetworkSubnetId'), null()))]");
+  });
+
+  it("has the private DNS zones of Azure SQL and Service Bus, each linked to the VNet", function () {
+    const zones = single(main, "Microsoft.Network/privateDnsZones");
+    const network = zones.template;
+    const names = "createArray(variables('sqlDnsZoneName'), parameters('serviceBusDnsZoneName'))";
+    assert.equal(zones.name, `[${names}[copyIndex()]]`);
+    assert.equal(obj(zones.raw.copy, "copy").count, `[length(${names})]`);
+    // privatelink.database.windows.net in Azure's public cloud (its sqlServerHostname is .database.windows.net).
+    const sqlZone = str(obj(network.variables, "variables").sqlDnsZoneName);
+    assert.equal(sqlZone, "[format('privatelink{0}', environment().suffixes.sqlServerHostname)]");
+    assert.equal(parameterDefault(network, "serviceBusDnsZoneName"), "privatelink.servicebus.windows.net");
+    assert.equal(zones.raw.location, "global");
+
+    const links = single(main, "Microsoft.Network/privateDnsZones/virtualNetworkLinks");
+    assert.equal(obj(links.raw.copy, "copy").count, `[length(${names})]`);
+    assert.match(
+      links.name,
+      new RegExp(`^\\[format\\('\\{0\\}/\\{1\\}', ${names.replace(/[()[\]]/g, "\\$&")}\\[copyIndex\\(\\)\\]`),
+    );
+    assert.deepEqual(props(links), {
+      registrationEnabled: false,
+      virtualNetwork: { id: "[resourceId('Microsoft.Network/virtualNetworks', parameters('name'))]" },
+    });
+    // The zone ids the endpoints register in are these zones, in this order.
+    const outputs = obj(network.outputs, "network outputs");
+    assert.match(
+      str(obj(outputs.sqlDnsZoneId, "sqlDnsZoneId").value),
+      /privateDnsZones', createArray\(.*\)\[0\]\)\]$/,
+    );
+    assert.match(
+      str(obj(outputs.serviceBusDnsZoneId, "serviceBusDnsZoneId").value),
+      /privateDnsZones', createArray\(.*\)\[1\]\)\]$/,
+    );
+  });
+
+  it("gives SQL and Service Bus a private endpoint each, registered in its zone", function () {
+    assert.equal(param("sqlEndpoint", "targetResourceId"), "[reference('sql').outputs.resourceId.value]");
+    assert.equal(param("sqlEndpoint", "groupId"), "sqlServer");
+    assert.equal(param("sqlEndpoint", "dnsZoneId"), "[reference('network').outputs.sqlDnsZoneId.value]");
+    assert.equal(
+      param("serviceBusEndpoint", "targetResourceId"),
+      "[reference('serviceBus').outputs.resourceId.value]",
+    );
+    assert.equal(param("serviceBusEndpoint", "groupId"), "namespace");
+    assert.equal(
+      param("serviceBusEndpoint", "dnsZoneId"),
+      "[reference('network').outputs.serviceBusDnsZoneId.value]",
+    );
+    for (const name of ["sqlEndpoint", "serviceBusEndpoint"]) {
+      assert.equal(param(name, "subnetId"), "[reference('network').outputs.endpointSubnetId.value]", name);
+    }
+    // One module template serves both: the endpoint and its zone group.
+    const endpoints = ofType(main, "Microsoft.Network/privateEndpoints");
+    assert.equal(endpoints.length, 2);
+    for (const endpoint of endpoints) {
+      const connection = obj((props(endpoint).privateLinkServiceConnections as Json[])[0], "connection");
+      assert.deepEqual(obj(connection.properties, "connection properties"), {
+        privateLinkServiceId: "[parameters('targetResourceId')]",
+        groupIds: ["[parameters('groupId')]"],
+      });
+      assert.deepEqual(props(endpoint).subnet, { id: "[parameters('subnetId')]" });
+    }
+    const groups = ofType(main, "Microsoft.Network/privateEndpoints/privateDnsZoneGroups");
+    assert.equal(groups.length, 2);
+    for (const group of groups) {
+      assert.match(JSON.stringify(props(group)), /"privateDnsZoneId":"\[parameters\('dnsZoneId'\)\]"/);
+    }
+    const allowed = (templates(main).find((t) => t === endpoints[0]!.template)!.parameters as JsonObject)
+      .groupId;
+    assert.deepEqual(obj(allowed, "groupId").allowedValues, ["sqlServer", "namespace"]);
+  });
+
+  it("turns public network access off for SQL and Service Bus, and opens no SQL firewall rule", function () {
+    assert.equal(
+      str(obj(main.variables, "variables").publicNetworkAccess),
+      "[if(parameters('privateNetwork'), 'Disabled', 'Enabled')]",
+    );
+    for (const module of ["sql", "serviceBus"]) {
+      assert.equal(param(module, "publicNetworkAccess"), "[variables('publicNetworkAccess')]", module);
+    }
+    assert.equal(
+      props(single(main, "Microsoft.Sql/servers")).publicNetworkAccess,
+      "[parameters('publicNetworkAccess')]",
+    );
+    assert.equal(
+      props(single(main, "Microsoft.ServiceBus/namespaces")).publicNetworkAccess,
+      "[parameters('publicNetworkAccess')]",
+    );
+    assert.equal(
+      param("sql", "allowedIpAddresses"),
+      "[if(parameters('privateNetwork'), createObject('value', createArray()), createObject('value', reference('worker').outputs.possibleOutboundIpAddresses.value))]",
+    );
+  });
+
+  it("denies every request to the site from outside, keeps the health check and leaves SCM to Entra", function () {
+    assert.equal(param("worker", "denyPublicInbound"), "[parameters('privateNetwork')]");
+    const site = single(main, "Microsoft.Web/sites");
+    const config = obj(props(site).siteConfig, "siteConfig");
+    assert.equal(
+      config.ipSecurityRestrictionsDefaultAction,
+      "[if(parameters('denyPublicInbound'), 'Deny', 'Allow')]",
+    );
+    // No rule at all: a default Deny with no Allow admits nothing from outside; the health check pings internally.
+    assert.equal(config.ipSecurityRestrictions, undefined);
+    assert.equal(config.healthCheckPath, "[parameters('healthCheckPath')]");
+    assert.equal(config.scmIpSecurityRestrictionsUseMain, false);
+    assert.equal(config.scmIpSecurityRestrictionsDefaultAction, "Allow");
+    for (const policy of ofType(main, "Microsoft.Web/sites/basicPublishingCredentialsPolicies")) {
+      assert.equal(props(policy).allow, false, "SCM takes Entra tokens only");
+    }
+  });
+
+  it("lets the worker's start-up outlast RBAC propagation (up to 30 minutes) for the roles this deployment grants", function () {
+    const appSettings = obj(param("worker", "appSettings"), "appSettings");
+    assert.ok(
+      Number(appSettings.SBINBOX_STARTUP_LIMIT_MS) > 30 * 60_000,
+      JSON.stringify(appSettings.SBINBOX_STARTUP_LIMIT_MS),
+    );
+  });
+});
