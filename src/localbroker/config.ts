@@ -3,6 +3,7 @@ import { parseIsoDuration } from "./duration.ts";
 import { CORRELATION_FIELDS, correlationRule, DEFAULT_RULE, sqlRule, type Rule } from "./rules.ts";
 import { subscriptionRule } from "../domain/entity.ts";
 import { SqlFilterError, type SystemProperty, type Value } from "./sql-filter.ts";
+import { checkForwarding } from "./forwarding.ts";
 
 /** Settings of one queue, in milliseconds and bytes. */
 export interface QueueSettings {
@@ -16,6 +17,8 @@ export interface QueueSettings {
   maxMessageSizeBytes: number;
   /** MaxSizeInMegabytes: the entity's size cap, dead-letter subqueue included; a send past it is QuotaExceeded. */
   maxSizeBytes: number;
+  /** ForwardTo: the queue or topic every message is forwarded to; such an entity cannot be received from. */
+  forwardTo?: string;
 }
 
 /** A subscription: a queue of its own (locks, delivery count, dead-letter subqueue) fed by its rules. */
@@ -171,7 +174,9 @@ export function parseConfig(json: unknown): BrokerConfig {
     if (seen.has(key)) throw new BrokerConfigError(entity.path, `"${entity.name}" is declared twice`);
     seen.add(key);
   }
-  return { namespace: name, queues, topics, warnings };
+  const config = { namespace: name, queues, topics, warnings };
+  checkForwarding(config);
+  return config;
 }
 
 const ENTITY_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,259}$/;
@@ -267,6 +272,7 @@ function parseSubscription(
     queue.deadLetteringOnMessageExpiration,
   );
   refuseUnsupported(props, p);
+  queue.forwardTo = forwardTo(props, p);
   const rawRules = raw["Rules"] ?? [];
   if (!Array.isArray(rawRules)) throw new BrokerConfigError(`${path}.Rules`, "must be an array");
   const rules =
@@ -366,11 +372,24 @@ function refuseUnsupported(props: Json, p: string): void {
       `${p}.RequiresSession`,
       "is not supported by the local broker (sessions); set it to false",
     );
-  for (const forward of ["ForwardTo", "ForwardDeadLetteredMessagesTo"]) {
-    const value = props[forward];
-    if (value !== undefined && value !== "" && value !== null)
-      throw new BrokerConfigError(`${p}.${forward}`, "is not supported by the local broker; leave it empty");
-  }
+  const value = props["ForwardDeadLetteredMessagesTo"];
+  if (value !== undefined && value !== "" && value !== null)
+    throw new BrokerConfigError(
+      `${p}.ForwardDeadLetteredMessagesTo`,
+      "is not supported by the local broker (ForwardTo is); leave it empty",
+    );
+}
+
+/** ForwardTo: a queue's or topic's name in this namespace (checked against the entities once all are read). */
+function forwardTo(props: Json, p: string): string | undefined {
+  const value = props["ForwardTo"];
+  if (value === undefined || value === null || value === "") return undefined;
+  if (typeof value !== "string" || !ENTITY_NAME.test(value))
+    throw new BrokerConfigError(
+      `${p}.ForwardTo`,
+      `must be the name of a queue or topic of this namespace (got ${JSON.stringify(value)})`,
+    );
+  return value;
 }
 
 function parseQueue(raw: unknown, path: string): QueueSettings {
@@ -411,6 +430,7 @@ function parseQueue(raw: unknown, path: string): QueueSettings {
     1024 *
     1024;
   refuseUnsupported(props, p);
+  settings.forwardTo = forwardTo(props, p);
   return settings;
 }
 
