@@ -272,7 +272,8 @@ function parseSubscription(
     queue.deadLetteringOnMessageExpiration,
   );
   refuseUnsupported(props, p);
-  queue.forwardTo = forwardTo(props, p);
+  const forward = forwardTo(props, p);
+  if (forward !== undefined) queue.forwardTo = forward;
   const rawRules = raw["Rules"] ?? [];
   if (!Array.isArray(rawRules)) throw new BrokerConfigError(`${path}.Rules`, "must be an array");
   const rules =
@@ -430,7 +431,8 @@ function parseQueue(raw: unknown, path: string): QueueSettings {
     1024 *
     1024;
   refuseUnsupported(props, p);
-  settings.forwardTo = forwardTo(props, p);
+  const forward = forwardTo(props, p);
+  if (forward !== undefined) settings.forwardTo = forward;
   return settings;
 }
 
