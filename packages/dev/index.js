@@ -23,4 +23,5 @@ export const {
   queueDefaults,
   quietLogger,
   sbinboxTopic,
+  serviceTopic,
 } = dev;
