@@ -1,5 +1,5 @@
 metadata name = 'Service Bus namespace, queue and optional topic'
-metadata description = 'A Service Bus namespace that accepts only Entra ID tokens, one queue with duplicate detection for the inbox worker, and optionally a topic with duplicate detection and one subscription per consuming service.'
+metadata description = 'A Service Bus namespace that accepts only Entra ID tokens, one queue with duplicate detection for the inbox worker, and optionally a topic with duplicate detection and, per consuming service, a queue of its own with duplicate detection fed by a subscription that forwards to it.'
 
 @description('Required. Name of the Service Bus namespace (globally unique, 6-50 characters).')
 @minLength(6)
@@ -56,7 +56,7 @@ param deadLetteringOnMessageExpiration bool = true
 @maxLength(260)
 param topicName string?
 
-@description('Optional. One subscription per consuming service on the topic (its name is the service\'s consumer name). Each gets the rule sbinbox, which admits every event and only its own scheduled retries and replays (the name compared in lowercase). Any subscription on the topic NOT created here must include AND NOT EXISTS([sbinbox-subscription]) in its filter, or it receives every sbinbox retry and replay copy as a new event (docs/topics.md, Limits).')
+@description('Optional. The consuming services of the topic, one name each: each gets a queue of that name (duplicate detection on, the queue settings above) and a subscription of that name with the default true filter that forwards every event to it (forwardTo). The service\'s worker receives from its queue and sends its retries and replays there, so no other subscription on the topic ever sees them.')
 param subscriptionNames string[] = []
 
 @description('Optional. Name of the Log Analytics workspace, in this resource group, that receives the namespace\'s logs and metrics.')
@@ -111,33 +111,42 @@ resource topic 'Microsoft.ServiceBus/namespaces/topics@2026-01-01' = if (topicNa
   }
 }
 
-resource subscriptions 'Microsoft.ServiceBus/namespaces/topics/subscriptions@2026-01-01' = [
+// Each consuming service's own queue: what its worker receives from, where its retries and replays go, what its
+// autoscale reads. Its settings are the ones that count; the subscription only forwards.
+resource serviceQueues 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = [
   for subscriptionName in subscriptionNames: if (topicName != null) {
-    parent: topic
+    parent: namespace
     name: subscriptionName
     properties: {
+      // As on the queue above: it drops a forwarded resend and a retry scheduled twice, and cannot be switched on later.
+      requiresDuplicateDetection: true
+      duplicateDetectionHistoryTimeWindow: duplicateDetectionHistoryTimeWindow
       lockDuration: lockDuration
       maxDeliveryCount: maxDeliveryCount
       defaultMessageTimeToLive: defaultMessageTimeToLive
       deadLetteringOnMessageExpiration: deadLetteringOnMessageExpiration
       requiresSession: false
+      enablePartitioning: false
     }
   }
 ]
 
-// A retry or replay is sent to the topic with the application property sbinbox-subscription naming its subscription,
-// and must not reach the others (src/domain/entity.ts). Adding a rule through ARM removes the $Default true filter
-// Service Bus creates with the subscription (hashicorp/terraform-provider-azurerm#20718); until then the worker
-// itself completes a copy addressed elsewhere without an effect.
-resource subscriptionRules 'Microsoft.ServiceBus/namespaces/topics/subscriptions/rules@2026-01-01' = [
+// Forwarding (learn.microsoft.com, "Chaining Service Bus entities with autoforwarding"): Service Bus moves each
+// message the subscription gets to the service's queue, MessageId and properties kept. The default true filter
+// Service Bus creates stays: no rule of sbinbox's is needed, since no copy of sbinbox's ever reaches the topic. The
+// destination must exist first; naming it through the queue resource orders the two.
+resource subscriptions 'Microsoft.ServiceBus/namespaces/topics/subscriptions@2026-01-01' = [
   for (subscriptionName, index) in subscriptionNames: if (topicName != null) {
-    parent: subscriptions[index]
-    name: 'sbinbox'
+    parent: topic
+    name: subscriptionName
     properties: {
-      filterType: 'SqlFilter'
-      sqlFilter: {
-        sqlExpression: 'NOT EXISTS([sbinbox-subscription]) OR [sbinbox-subscription] = \'${replace(toLower(subscriptionName), '\'', '\'\'')}\''
-      }
+      forwardTo: serviceQueues[index].name
+      // Only what reaches the subscription and cannot be forwarded stays here (a full queue dead-letters into the
+      // subscription's own dead-letter queue): the same bounds as the queue.
+      maxDeliveryCount: maxDeliveryCount
+      defaultMessageTimeToLive: defaultMessageTimeToLive
+      deadLetteringOnMessageExpiration: deadLetteringOnMessageExpiration
+      requiresSession: false
     }
   }
 ]
