@@ -63,7 +63,9 @@ export async function runTopicDemo(options: DemoOptions): Promise<DemoResult> {
   };
   process.once("exit", killAll);
   try {
-    out("starting the local broker (a topic, three subscriptions, two forwarded to queues) and an embedded PostgreSQL ...");
+    out(
+      "starting the local broker (a topic, three subscriptions, two forwarded to queues) and an embedded PostgreSQL ...",
+    );
     const { EmbeddedPostgresServer, LocalBroker, defaultConfig, serviceTopic } =
       await loadDevPackage("sbinbox demo");
     const config = defaultConfig();
@@ -75,7 +77,11 @@ export async function runTopicDemo(options: DemoOptions): Promise<DemoResult> {
     topic.subscriptions.push({
       ...topic.subscriptions[0]!,
       name: FOREIGN,
-      queue: { ...topic.subscriptions[0]!.queue, name: `${TOPIC}/Subscriptions/${FOREIGN}`, forwardTo: undefined },
+      queue: {
+        ...topic.subscriptions[0]!.queue,
+        name: `${TOPIC}/Subscriptions/${FOREIGN}`,
+        forwardTo: undefined,
+      },
     });
     config.queues = queues;
     config.topics = [topic];

@@ -26,8 +26,7 @@ export const HOP_LIMIT_DESCRIPTION =
 export const DESTINATION_FULL_REASON = "ForwardingDestinationQuotaExceeded";
 
 /** What Service Bus answers a receive link on a forwarding entity with. */
-export const RECEIVE_REFUSED =
-  "Cannot create a message receiver on an entity with auto-forwarding enabled.";
+export const RECEIVE_REFUSED = "Cannot create a message receiver on an entity with auto-forwarding enabled.";
 
 /**
  * How many times a message was forwarded, kept beside its parts under a symbol: never encoded, so no client sees

@@ -41,7 +41,9 @@ describe("infra/main.bicep compiled to ARM JSON by the pinned Bicep CLI", functi
 
     it("creates the queue with duplicate detection and its tunables as parameters", function () {
       // The topic's service queues (test/infra/topic.test.ts) are looped resources of their own.
-      const queues = ofType(main, "Microsoft.ServiceBus/namespaces/queues").filter((q) => q.symbol === "queue");
+      const queues = ofType(main, "Microsoft.ServiceBus/namespaces/queues").filter(
+        (q) => q.symbol === "queue",
+      );
       assert.equal(queues.length, 1);
       const queue = queues[0]!;
       const p = props(queue);

@@ -29,7 +29,10 @@ describe("infra: the optional topic through forwarding, compiled to ARM JSON by 
     assert.equal(more.length, 0);
     assert.match(JSON.stringify(queue.raw.copy), /length\(parameters\('subscriptionNames'\)\)/);
     assert.match(str(queue.raw.condition, "condition"), /topicName/);
-    assert.equal(queue.name, "[format('{0}/{1}', parameters('name'), parameters('subscriptionNames')[copyIndex()])]");
+    assert.equal(
+      queue.name,
+      "[format('{0}/{1}', parameters('name'), parameters('subscriptionNames')[copyIndex()])]",
+    );
     const p = props(queue);
     assert.equal(p.requiresDuplicateDetection, true);
     for (const name of ["duplicateDetectionHistoryTimeWindow", "lockDuration", "maxDeliveryCount"])
@@ -84,7 +87,10 @@ describe("infra: the optional topic through forwarding, compiled to ARM JSON by 
       assert.equal(role.raw.condition, undefined, `${symbol} applies with or without a topic`);
       assert.match(str(props(role).principalId), /receiverPrincipalId/);
     }
-    assert.equal(obj(bySymbol("receiverRole").template.variables, "variables").dataReceiverRoleId, dataReceiverRole);
+    assert.equal(
+      obj(bySymbol("receiverRole").template.variables, "variables").dataReceiverRoleId,
+      dataReceiverRole,
+    );
     const onTopic = roles.filter((r) => str(r.raw.scope ?? "").includes("namespaces/topics"));
     assert.deepEqual(
       onTopic.map((r) => r.symbol),

@@ -37,8 +37,7 @@ config.topics = [topic, partner];
 
 const body = (json: unknown) => Buffer.from(JSON.stringify(json));
 
-const credit = (amount: number, messageId: string) =>
-  [messageId, "acct", amount] as [string, string, number];
+const credit = (amount: number, messageId: string) => [messageId, "acct", amount] as [string, string, number];
 
 describe("workers on a topic through forwarding: each service's subscription forwards to its own queue", function () {
   const fixture = useLocalBroker(config);
@@ -69,8 +68,18 @@ describe("workers on a topic through forwarding: each service's subscription for
     } finally {
       await publisher.close();
     }
-    const billing = startTestWorker({ client: fixture.client, db: billingDb, queue: "billing", consumer: "billing" });
-    const ledger = startTestWorker({ client: fixture.client, db: ledgerDb, queue: "ledger", consumer: "ledger" });
+    const billing = startTestWorker({
+      client: fixture.client,
+      db: billingDb,
+      queue: "billing",
+      consumer: "billing",
+    });
+    const ledger = startTestWorker({
+      client: fixture.client,
+      db: ledgerDb,
+      queue: "ledger",
+      consumer: "ledger",
+    });
     try {
       await waitUntil(
         () => billing.stats.committed === 40 && ledger.stats.committed === 40,
@@ -102,16 +111,24 @@ describe("workers on a topic through forwarding: each service's subscription for
       schema: z.object({ amount: z.number() }),
       async handle(b, tx, context) {
         seen.set(context.messageId, (seen.get(context.messageId) ?? 0) + 1);
-        if (context.messageId === "retry-1" && retryFailures++ === 0) throw new Error("ECONNREFUSED downstream");
-        if (context.messageId === "replay-1" && seen.get("replay-1") === 1) throw new DoNotRetryError("bad day");
-        await tx.query(accountSql.insertCredit[tx.dialect], credit((b as { amount: number }).amount, context.messageId));
+        if (context.messageId === "retry-1" && retryFailures++ === 0)
+          throw new Error("ECONNREFUSED downstream");
+        if (context.messageId === "replay-1" && seen.get("replay-1") === 1)
+          throw new DoNotRetryError("bad day");
+        await tx.query(
+          accountSql.insertCredit[tx.dialect],
+          credit((b as { amount: number }).amount, context.messageId),
+        );
       },
     };
     const ledgerHandler: MessageHandler = {
       ...billingHandler,
       handle: (b, tx, context) =>
         tx
-          .query(accountSql.insertCredit[tx.dialect], credit((b as { amount: number }).amount, context.messageId))
+          .query(
+            accountSql.insertCredit[tx.dialect],
+            credit((b as { amount: number }).amount, context.messageId),
+          )
           .then(() => undefined),
     };
     // Every retry by a scheduled copy, 300 ms later: the copy billing sends is a new message on its queue.
@@ -139,7 +156,10 @@ describe("workers on a topic through forwarding: each service's subscription for
     });
     try {
       await waitUntil(
-        () => billing.stats.committed === 1 && billing.stats.retriesExhausted === 1 && ledger.stats.committed === 2,
+        () =>
+          billing.stats.committed === 1 &&
+          billing.stats.retriesExhausted === 1 &&
+          ledger.stats.committed === 2,
         "billing retried one and dead-lettered the other; ledger applied both",
         20_000,
       );
@@ -157,7 +177,11 @@ describe("workers on a topic through forwarding: each service's subscription for
     assert.equal(ledger.stats.settled, 2, "ledger received the two originals only");
     assert.equal(ledger.stats.duplicate, 0);
     assert.equal(fixture.broker.counts("ledger").active + fixture.broker.counts("ledger").scheduled, 0);
-    assert.equal(foreignCount(), foreignBefore + 2, "the foreign subscription got the two originals, no copy");
+    assert.equal(
+      foreignCount(),
+      foreignBefore + 2,
+      "the foreign subscription got the two originals, no copy",
+    );
     for (const db of [billingDb, ledgerDb]) {
       const credits = await creditsPerMessage(db);
       assert.equal(credits.get("retry-1"), 1);
@@ -177,8 +201,16 @@ describe("workers on a topic through forwarding: each service's subscription for
       await publisher.close();
     }
     assert.equal(fixture.broker.topicCounts(PARTNER).duplicatesDropped, 0, "the partner's topic kept both");
-    await waitUntil(() => fixture.broker.counts("billing").duplicatesDropped === 1, "billing's queue drops one");
-    const billing = startTestWorker({ client: fixture.client, db: billingDb, queue: "billing", consumer: "billing" });
+    await waitUntil(
+      () => fixture.broker.counts("billing").duplicatesDropped === 1,
+      "billing's queue drops one",
+    );
+    const billing = startTestWorker({
+      client: fixture.client,
+      db: billingDb,
+      queue: "billing",
+      consumer: "billing",
+    });
     try {
       await waitUntil(() => billing.stats.committed === 1, "applied", 20_000);
     } finally {
@@ -187,6 +219,9 @@ describe("workers on a topic through forwarding: each service's subscription for
     assert.equal(billing.stats.settled, 1, "one delivery, not two");
     assert.equal(billing.stats.duplicate, 0);
     const credits = await creditsPerMessage(billingDb);
-    assert.equal([...credits.values()].reduce((a, b) => a + b, 0), 43);
+    assert.equal(
+      [...credits.values()].reduce((a, b) => a + b, 0),
+      43,
+    );
   });
 });
