@@ -67,13 +67,8 @@ export class LocalBroker {
       topics.set(settings.name.toLowerCase(), new Topic(settings, now));
     // A config built in code was not read through parseConfig: the same refusals apply.
     checkForwarding(config);
-    startForwarding(
-      [
-        ...[...queues.values()].map((queue) => ({ queue, forwardTo: queue.settings.forwardTo })),
-        ...[...topics.values()].flatMap((t) =>
-          t.subscriptions.map((s) => ({ queue: s.queue, forwardTo: s.queue.settings.forwardTo })),
-        ),
-      ],
+    const forwarders = startForwarding(
+      [...queues.values(), ...[...topics.values()].flatMap((t) => t.subscriptions.map((s) => s.queue))],
       (name) => queues.get(name.toLowerCase()) ?? topics.get(name.toLowerCase()),
     );
     const find = (address: EntityAddress): Entity | undefined => {
@@ -102,7 +97,11 @@ export class LocalBroker {
         }
       }
     };
-    const timer = setInterval(tick, options.tickMs ?? 50);
+    const tickAndRetry = (): void => {
+      tick();
+      for (const forwarder of forwarders) forwarder.retry();
+    };
+    const timer = setInterval(tickAndRetry, options.tickMs ?? 50);
     timer.unref();
     const subscriptions = [...topics.values()].flatMap((t) => t.subscriptions.map((s) => s.queue.name));
     logger.info(

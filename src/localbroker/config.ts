@@ -19,6 +19,8 @@ export interface QueueSettings {
   maxSizeBytes: number;
   /** ForwardTo: the queue or topic every message is forwarded to; such an entity cannot be received from. */
   forwardTo?: string;
+  /** ForwardDeadLetteredMessagesTo: where the dead-letter subqueue forwards to; it then cannot be received from. */
+  forwardDeadLetteredMessagesTo?: string;
 }
 
 /** A subscription: a queue of its own (locks, delivery count, dead-letter subqueue) fed by its rules. */
@@ -272,8 +274,7 @@ function parseSubscription(
     queue.deadLetteringOnMessageExpiration,
   );
   refuseUnsupported(props, p);
-  const forward = forwardTo(props, p);
-  if (forward !== undefined) queue.forwardTo = forward;
+  readForwarding(props, p, queue);
   const rawRules = raw["Rules"] ?? [];
   if (!Array.isArray(rawRules)) throw new BrokerConfigError(`${path}.Rules`, "must be an array");
   const rules =
@@ -373,24 +374,26 @@ function refuseUnsupported(props: Json, p: string): void {
       `${p}.RequiresSession`,
       "is not supported by the local broker (sessions); set it to false",
     );
-  const value = props["ForwardDeadLetteredMessagesTo"];
-  if (value !== undefined && value !== "" && value !== null)
-    throw new BrokerConfigError(
-      `${p}.ForwardDeadLetteredMessagesTo`,
-      "is not supported by the local broker (ForwardTo is); leave it empty",
-    );
 }
 
-/** ForwardTo: a queue's or topic's name in this namespace (checked against the entities once all are read). */
-function forwardTo(props: Json, p: string): string | undefined {
-  const value = props["ForwardTo"];
-  if (value === undefined || value === null || value === "") return undefined;
-  if (typeof value !== "string" || !ENTITY_NAME.test(value))
-    throw new BrokerConfigError(
-      `${p}.ForwardTo`,
-      `must be the name of a queue or topic of this namespace (got ${JSON.stringify(value)})`,
-    );
-  return value;
+/**
+ * ForwardTo and ForwardDeadLetteredMessagesTo: a queue's or topic's name in this namespace (checked against the
+ * entities once all are read, src/localbroker/forwarding.ts).
+ */
+function readForwarding(props: Json, p: string, settings: QueueSettings): void {
+  for (const [key, field] of [
+    ["ForwardTo", "forwardTo"],
+    ["ForwardDeadLetteredMessagesTo", "forwardDeadLetteredMessagesTo"],
+  ] as const) {
+    const value = props[key];
+    if (value === undefined || value === null || value === "") continue;
+    if (typeof value !== "string" || !ENTITY_NAME.test(value))
+      throw new BrokerConfigError(
+        `${p}.${key}`,
+        `must be the name of a queue or topic of this namespace (got ${JSON.stringify(value)})`,
+      );
+    settings[field] = value;
+  }
 }
 
 function parseQueue(raw: unknown, path: string): QueueSettings {
@@ -431,8 +434,7 @@ function parseQueue(raw: unknown, path: string): QueueSettings {
     1024 *
     1024;
   refuseUnsupported(props, p);
-  const forward = forwardTo(props, p);
-  if (forward !== undefined) settings.forwardTo = forward;
+  readForwarding(props, p, settings);
   return settings;
 }
 

@@ -1,5 +1,5 @@
 import { messageIdKey, type MessageParts } from "./codec.ts";
-import { BrokerConfigError, type BrokerConfig } from "./config.ts";
+import { BrokerConfigError, type BrokerConfig, type QueueSettings } from "./config.ts";
 import type { Consumer, Queue, StoredMessage } from "./queue.ts";
 import type { Topic } from "./topic.ts";
 
@@ -54,6 +54,13 @@ export class Forwarder implements Consumer {
   readonly receiveAndDelete = false;
   private readonly source: Queue;
   private readonly destination: Destination;
+  /**
+   * On a dead-letter queue (ForwardDeadLetteredMessagesTo) a message the full destination cannot take stays where it
+   * is, as there is no further dead-letter queue: forwarding waits until this many bytes fit, and `retry` resumes it
+   * ("the messages will remain in the DLQ on the origin entity until the destination entity is cleaned up, at which
+   * point the messages will be forwarded again", Azure/azure-service-bus#666).
+   */
+  private waitingFor: number | undefined;
 
   constructor(source: Queue, destination: Destination) {
     this.source = source;
@@ -61,7 +68,16 @@ export class Forwarder implements Consumer {
   }
 
   credit(): number {
+    if (this.waitingFor !== undefined) {
+      if (this.destination.quotaExceeded(this.waitingFor) !== undefined) return 0;
+      this.waitingFor = undefined;
+    }
     return Number.POSITIVE_INFINITY;
+  }
+
+  /** Called by the broker's timer: forwarding that waited for space goes on once there is. */
+  retry(): void {
+    if (this.waitingFor !== undefined) this.source.pump();
   }
 
   isClosed(): boolean {
@@ -81,6 +97,12 @@ export class Forwarder implements Consumer {
       return;
     }
     const full = this.destination.quotaExceeded(parts.size);
+    if (full !== undefined && this.source.isDeadLetterQueue) {
+      // Back to the dead-letter queue's head, in order; abandoning there counts a delivery and never drops it.
+      this.waitingFor = parts.size;
+      this.source.settle(lockToken, { kind: "abandon" });
+      return;
+    }
     if (full !== undefined) {
       this.source.settle(lockToken, {
         kind: "deadLetter",
@@ -99,18 +121,27 @@ export class Forwarder implements Consumer {
 /** One forwarding source: a queue or a subscription, by its entity path, and where it forwards. */
 interface Edge {
   readonly source: string;
+  readonly setting: "ForwardTo" | "ForwardDeadLetteredMessagesTo";
   readonly from: string;
   readonly to: string;
 }
 
 function edges(config: BrokerConfig): Edge[] {
   const out: Edge[] = [];
-  for (const q of config.queues)
-    if (q.forwardTo !== undefined) out.push({ source: `queue "${q.name}"`, from: q.name, to: q.forwardTo });
+  const add = (source: string, from: string, settings: QueueSettings): void => {
+    if (settings.forwardTo !== undefined)
+      out.push({ source, setting: "ForwardTo", from, to: settings.forwardTo });
+    if (settings.forwardDeadLetteredMessagesTo !== undefined)
+      out.push({
+        source,
+        setting: "ForwardDeadLetteredMessagesTo",
+        from,
+        to: settings.forwardDeadLetteredMessagesTo,
+      });
+  };
+  for (const q of config.queues) add(`queue "${q.name}"`, q.name, q);
   for (const t of config.topics)
-    for (const s of t.subscriptions)
-      if (s.queue.forwardTo !== undefined)
-        out.push({ source: `subscription "${s.queue.name}"`, from: t.name, to: s.queue.forwardTo });
+    for (const s of t.subscriptions) add(`subscription "${s.queue.name}"`, t.name, s.queue);
   return out;
 }
 
@@ -128,17 +159,18 @@ export function checkForwarding(config: BrokerConfig): void {
   for (const edge of all) {
     if (!names.has(edge.to.toLowerCase()))
       throw new BrokerConfigError(
-        `${edge.source} ForwardTo`,
+        `${edge.source} ${edge.setting}`,
         `names "${edge.to}": the auto forwarding destination entity does not exist (queues and topics: ${[...names.values()].join(", ")})`,
       );
     if (edge.to.toLowerCase() === edge.from.toLowerCase())
       throw new BrokerConfigError(
-        `${edge.source} ForwardTo`,
+        `${edge.source} ${edge.setting}`,
         `names "${edge.to}": the entity has an auto-forwarding policy to itself`,
       );
   }
   const next = new Map<string, string[]>();
-  for (const edge of all) {
+  // Only ForwardTo chains loop: a dead-lettered message forwarded on is one step, not a cycle.
+  for (const edge of all.filter((e) => e.setting === "ForwardTo")) {
     const from = edge.from.toLowerCase();
     next.set(from, [...(next.get(from) ?? []), edge.to.toLowerCase()]);
   }
@@ -160,15 +192,39 @@ export function checkForwarding(config: BrokerConfig): void {
   for (const node of next.keys()) visit(node, []);
 }
 
-/** Attaches a Forwarder to every source that has ForwardTo; `find` resolves a destination (checkForwarding ran). */
+/**
+ * Attaches a Forwarder to every source with ForwardTo, and to its dead-letter queue with
+ * ForwardDeadLetteredMessagesTo; `find` resolves a destination (checkForwarding ran). Returns the forwarders, for
+ * the broker's timer to `retry`.
+ */
 export function startForwarding(
-  sources: { queue: Queue; forwardTo: string | undefined }[],
+  sources: Queue[],
   find: (name: string) => Destination | undefined,
-): void {
-  for (const { queue, forwardTo } of sources) {
-    if (forwardTo === undefined) continue;
-    const destination = find(forwardTo);
-    if (!destination) throw new Error(`forwarding destination "${forwardTo}" not found`);
-    queue.addConsumer(new Forwarder(queue, destination));
+): Forwarder[] {
+  const forwarders: Forwarder[] = [];
+  const attach = (queue: Queue, to: string): void => {
+    const destination = find(to);
+    if (!destination) throw new Error(`forwarding destination "${to}" not found`);
+    const forwarder = new Forwarder(queue, destination);
+    forwarders.push(forwarder);
+    queue.addConsumer(forwarder);
+  };
+  for (const queue of sources) {
+    const { forwardTo, forwardDeadLetteredMessagesTo } = queue.settings;
+    if (forwardTo !== undefined) attach(queue, forwardTo);
+    if (forwardDeadLetteredMessagesTo !== undefined && queue.deadLetter)
+      attach(queue.deadLetter, forwardDeadLetteredMessagesTo);
   }
+  return forwarders;
+}
+
+/**
+ * True when no client may receive from this entity: it forwards. A dead-letter queue shares its parent's settings,
+ * so for it ForwardDeadLetteredMessagesTo decides.
+ */
+export function forwards(queue: Queue): boolean {
+  return (
+    (queue.isDeadLetterQueue ? queue.settings.forwardDeadLetteredMessagesTo : queue.settings.forwardTo) !==
+    undefined
+  );
 }

@@ -11,7 +11,7 @@ import {
 } from "./codec.ts";
 import type { BrokerLogger } from "./logger.ts";
 import { accepted, answerDrainsWithoutCredit, LinkConsumer, rejected } from "./consumer.ts";
-import { RECEIVE_REFUSED } from "./forwarding.ts";
+import { forwards, RECEIVE_REFUSED } from "./forwarding.ts";
 import { newLockToken } from "./lock-token.ts";
 import { handleManagement, type ManagementResponse } from "./management.ts";
 import type { Queue } from "./queue.ts";
@@ -253,7 +253,7 @@ export class AmqpServer {
       });
       return;
     }
-    if (queue.settings.forwardTo !== undefined && !queue.isDeadLetterQueue) {
+    if (forwards(queue)) {
       link.close({ condition: "amqp:not-allowed", description: RECEIVE_REFUSED });
       return;
     }

@@ -11,13 +11,13 @@ export interface ServiceTopic {
  * A topic as sbinbox deploys one (infra's Bicep does the same, docs/topics.md): duplicate detection on the topic,
  * and for each consuming service a queue of its own, named as the service, with duplicate detection and
  * `queueSettings` (lock, delivery count, TTL), fed by a subscription of the same name with the default true
- * filter that forwards to it. The service's worker receives from its queue and sends its retries and replays there,
+ * filter that forwards to it, its dead-lettered messages too. The service's worker receives from its queue and sends its retries and replays there,
  * so no other subscription on the topic ever sees them.
  */
 export function serviceTopic(
   name: string,
   services: readonly string[],
-  queueSettings: Partial<Omit<QueueSettings, "name" | "forwardTo">> = {},
+  queueSettings: Partial<Omit<QueueSettings, "name" | "forwardTo" | "forwardDeadLetteredMessagesTo">> = {},
 ): ServiceTopic {
   const topic: TopicSettings = {
     name,
@@ -34,6 +34,8 @@ export function serviceTopic(
         name: `${name}/Subscriptions/${service}`,
         requiresDuplicateDetection: false,
         forwardTo: service,
+        // What the subscription dead-letters itself (its queue was full) reaches the queue too, once it has space.
+        forwardDeadLetteredMessagesTo: service,
       },
       rules: [DEFAULT_RULE],
     })),

@@ -39,7 +39,7 @@ describe("infra: the optional topic through forwarding, compiled to ARM JSON by 
       assert.equal(p[name], `[parameters('${name}')]`, name);
   });
 
-  it("forwards each subscription to its service's queue (forwardTo), created first, with no rule of sbinbox's", function () {
+  it("forwards each subscription, and its dead-letter queue, to its service's queue, created first, with no rule of sbinbox's", function () {
     const subscription = single(main, "Microsoft.ServiceBus/namespaces/topics/subscriptions");
     assert.equal(
       subscription.name,
@@ -48,7 +48,11 @@ describe("infra: the optional topic through forwarding, compiled to ARM JSON by 
     // The queue of the same copy index: the subscription named X forwards to the queue named X.
     assert.equal(props(subscription).forwardTo, "[parameters('subscriptionNames')[copyIndex()]]");
     assert.deepEqual(subscription.raw.dependsOn, ["[format('serviceQueues[{0}]', copyIndex())]", "topic"]);
-    assert.equal(props(subscription).forwardDeadLetteredMessagesTo, undefined);
+    // What the subscription itself dead-letters (its queue was full) follows to the queue once there is space.
+    assert.equal(
+      props(subscription).forwardDeadLetteredMessagesTo,
+      "[parameters('subscriptionNames')[copyIndex()]]",
+    );
     // The default true filter Service Bus creates stays; nothing depends on a rule being added or removed.
     assert.equal(ofType(main, "Microsoft.ServiceBus/namespaces/topics/subscriptions/rules").length, 0);
   });

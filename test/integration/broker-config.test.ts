@@ -163,7 +163,7 @@ describe("local broker: configuration in the emulator's Config.json shape", () =
     rejectsNaming(withQueueProperties({ MaxSizeInMegabytes: 81_921 }), `${p}.MaxSizeInMegabytes`);
     rejectsNaming(withQueueProperties({ ForwardTo: 5 }), `${p}.ForwardTo`);
     rejectsNaming(
-      withQueueProperties({ ForwardDeadLetteredMessagesTo: "elsewhere" }),
+      withQueueProperties({ ForwardDeadLetteredMessagesTo: ["elsewhere"] }),
       `${p}.ForwardDeadLetteredMessagesTo`,
     );
   });

@@ -30,6 +30,13 @@ const config = parseConfig({
           { Name: "tiny", Properties: { MaxSizeInMegabytes: 1, RequiresDuplicateDetection: false } },
           { Name: "to-tiny", Properties: { ForwardTo: "tiny", RequiresDuplicateDetection: false } },
           { Name: "billing-queue", Properties: {} },
+          {
+            Name: "dl-source",
+            Properties: { MaxDeliveryCount: 1, ForwardDeadLetteredMessagesTo: "dl-central" },
+          },
+          { Name: "dl-central", Properties: {} },
+          { Name: "tiny2", Properties: { MaxSizeInMegabytes: 1, RequiresDuplicateDetection: false } },
+          { Name: "dl-to-tiny", Properties: { MaxDeliveryCount: 1, ForwardDeadLetteredMessagesTo: "tiny2" } },
           ...chain,
         ],
         Topics: [
@@ -185,6 +192,59 @@ describe("local broker: autoforwarding (ForwardTo) through the SDK", () => {
     assert.equal((await drain.receiveMessages(10, { maxWaitTimeInMs: 500 })).length, 5);
     await drain.close();
   });
+
+  it("forwards dead-lettered messages (ForwardDeadLetteredMessagesTo), reason kept; that dead-letter queue refuses receivers", async () => {
+    await fixture.client.createSender("dl-source").sendMessages({ messageId: "dl-1", body: "x" });
+    const receiver = fixture.client.createReceiver("dl-source");
+    const [got] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 2_000 });
+    assert.ok(got);
+    await receiver.abandonMessage(got);
+    await receiver.close();
+    const central = fixture.client.createReceiver("dl-central", { receiveMode: "receiveAndDelete" });
+    const [moved] = await central.receiveMessages(1, { maxWaitTimeInMs: 2_000 });
+    await central.close();
+    assert.equal(moved?.messageId, "dl-1");
+    assert.equal(moved.deadLetterReason, "MaxDeliveryCountExceeded");
+    assert.equal(fixture.broker.counts("dl-source").deadLettered, 0);
+    const dlq = fixture.client.createReceiver("dl-source", { subQueueType: "deadLetter" });
+    await assert.rejects(dlq.receiveMessages(1, { maxWaitTimeInMs: 500 }), /auto-forwarding enabled/);
+    await dlq.close();
+  });
+
+  it("keeps a dead-lettered message whose destination is full, and forwards it once there is space", async () => {
+    const filler = fixture.client.createSender("tiny2");
+    const body = Buffer.alloc(200 * 1024, 1);
+    for (let i = 0; i < 5; i++) await filler.sendMessages({ messageId: `fill-${i}`, body });
+    await filler.close();
+    await fixture.client.createSender("dl-to-tiny").sendMessages({ messageId: "dl-wait", body });
+    const receiver = fixture.client.createReceiver("dl-to-tiny");
+    const [got] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 2_000 });
+    assert.ok(got);
+    await receiver.abandonMessage(got);
+    await receiver.close();
+    await waitUntil(
+      () => fixture.broker.counts("dl-to-tiny").deadLettered === 1,
+      "held in the dead-letter queue",
+    );
+    assert.equal(fixture.broker.counts("tiny2").active, 5);
+    const drain = fixture.client.createReceiver("tiny2", { receiveMode: "receiveAndDelete" });
+    assert.equal((await drain.receiveMessages(1, { maxWaitTimeInMs: 1_000 })).length, 1);
+    await waitUntil(
+      () => fixture.broker.counts("dl-to-tiny").deadLettered === 0,
+      "forwarded once space was made",
+    );
+    const rest = [];
+    while (rest.length < 5) {
+      const batch = await drain.receiveMessages(5, { maxWaitTimeInMs: 1_000 });
+      if (batch.length === 0) break;
+      rest.push(...batch);
+    }
+    await drain.close();
+    assert.deepEqual(
+      rest.map((m) => m.messageId),
+      ["fill-1", "fill-2", "fill-3", "fill-4", "dl-wait"],
+    );
+  });
 });
 
 describe("local broker: forwarding refused at start-up", () => {
@@ -247,10 +307,10 @@ describe("local broker: forwarding refused at start-up", () => {
     );
   });
 
-  it("still refuses ForwardDeadLetteredMessagesTo, which the local broker does not serve", () => {
+  it("refuses a dead-letter queue forwarding to its own entity", () => {
     assert.throws(
-      () => parse([{ Name: "a", Properties: { ForwardDeadLetteredMessagesTo: "b" } }]),
-      /ForwardDeadLetteredMessagesTo is not supported by the local broker/,
+      () => parse([{ Name: "a", Properties: { ForwardDeadLetteredMessagesTo: "a" } }]),
+      /queue "a" ForwardDeadLetteredMessagesTo names "a": the entity has an auto-forwarding policy to itself/,
     );
   });
 });

@@ -141,8 +141,9 @@ resource subscriptions 'Microsoft.ServiceBus/namespaces/topics/subscriptions@202
     name: subscriptionName
     properties: {
       forwardTo: serviceQueues[index].name
-      // Only what reaches the subscription and cannot be forwarded stays here (a full queue dead-letters into the
-      // subscription's own dead-letter queue): the same bounds as the queue.
+      // A message the subscription cannot forward (the queue is full) is dead-lettered here; this forwards it on to
+      // the queue once there is space (Azure/azure-service-bus#666), where the worker and `sbinbox dlq` find it.
+      forwardDeadLetteredMessagesTo: serviceQueues[index].name
       maxDeliveryCount: maxDeliveryCount
       defaultMessageTimeToLive: defaultMessageTimeToLive
       deadLetteringOnMessageExpiration: deadLetteringOnMessageExpiration
