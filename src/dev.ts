@@ -18,7 +18,6 @@ export {
   loadConfigFile,
   parseConfig,
   queueDefaults,
-  sbinboxTopic,
   type BrokerConfig,
   type QueueSettings,
 } from "./localbroker/config.ts";

@@ -1,7 +1,6 @@
 import { readFile } from "node:fs/promises";
 import { parseIsoDuration } from "./duration.ts";
 import { CORRELATION_FIELDS, correlationRule, DEFAULT_RULE, sqlRule, type Rule } from "./rules.ts";
-import { subscriptionRule } from "../domain/entity.ts";
 import { SqlFilterError, type SystemProperty, type Value } from "./sql-filter.ts";
 import { checkForwarding } from "./forwarding.ts";
 
@@ -71,38 +70,6 @@ export function defaultConfig(): BrokerConfig {
     topics: [],
     warnings: [],
   };
-}
-
-/**
- * A topic as sbinbox deploys it (infra's Bicep does the same): duplicate detection on, one subscription per consuming
- * service, each with the rule that admits every event and only its own retries and replays (src/domain/entity.ts).
- */
-export function sbinboxTopic(
-  name: string,
-  subscriptions: readonly string[],
-  subscriptionSettings: Partial<Omit<QueueSettings, "name">> = {},
-): TopicSettings {
-  const topic: TopicSettings = {
-    name,
-    requiresDuplicateDetection: true,
-    duplicateDetectionWindowMs: queueDefaults.duplicateDetectionWindowMs,
-    defaultTimeToLiveMs: queueDefaults.defaultTimeToLiveMs,
-    maxMessageSizeBytes: queueDefaults.maxMessageSizeBytes,
-    maxSizeBytes: queueDefaults.maxSizeBytes,
-    subscriptions: [],
-  };
-  for (const sub of subscriptions)
-    topic.subscriptions.push({
-      name: sub,
-      queue: {
-        ...queueDefaults,
-        ...subscriptionSettings,
-        name: `${name}/Subscriptions/${sub}`,
-        requiresDuplicateDetection: false,
-      },
-      rules: [sqlRule("sbinbox", subscriptionRule(sub))],
-    });
-  return topic;
 }
 
 /** A config error names the JSON path of the bad setting. */
