@@ -58,6 +58,16 @@ const config = parseConfig({
 describe("local broker: autoforwarding (ForwardTo) through the SDK", () => {
   const fixture = useLocalBroker(config);
 
+  /** Receives one message of `queue` and abandons it: with MaxDeliveryCount 1, that dead-letters it. */
+  async function abandonOne(queue: string): Promise<string | undefined> {
+    const receiver = fixture.client.createReceiver(queue);
+    const [got] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 2_000 });
+    assert.ok(got, `a message in ${queue}`);
+    await receiver.abandonMessage(got);
+    await receiver.close();
+    return String(got.messageId);
+  }
+
   it("forwards with the MessageId, properties and body kept", async () => {
     const sender = fixture.client.createSender("inbound");
     await sender.sendMessages({
@@ -111,12 +121,7 @@ describe("local broker: autoforwarding (ForwardTo) through the SDK", () => {
 
   it("applies the destination's MaxDeliveryCount", async () => {
     await fixture.client.createSender("inbound").sendMessages({ messageId: "fwd-abandon", body: "x" });
-    const receiver = fixture.client.createReceiver("service");
-    const [got] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 2_000 });
-    assert.equal(got?.messageId, "fwd-abandon");
-    assert.ok(got);
-    await receiver.abandonMessage(got);
-    await receiver.close();
+    assert.equal(await abandonOne("service"), "fwd-abandon");
     const dead = await takeDeadLetters(fixture.client, "service", 10, 1_000);
     assert.deepEqual(
       dead.map((m) => [m.messageId, m.deadLetterReason]),
@@ -195,11 +200,7 @@ describe("local broker: autoforwarding (ForwardTo) through the SDK", () => {
 
   it("forwards dead-lettered messages (ForwardDeadLetteredMessagesTo), reason kept; that dead-letter queue refuses receivers", async () => {
     await fixture.client.createSender("dl-source").sendMessages({ messageId: "dl-1", body: "x" });
-    const receiver = fixture.client.createReceiver("dl-source");
-    const [got] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 2_000 });
-    assert.ok(got);
-    await receiver.abandonMessage(got);
-    await receiver.close();
+    await abandonOne("dl-source");
     const central = fixture.client.createReceiver("dl-central", { receiveMode: "receiveAndDelete" });
     const [moved] = await central.receiveMessages(1, { maxWaitTimeInMs: 2_000 });
     await central.close();
@@ -217,11 +218,7 @@ describe("local broker: autoforwarding (ForwardTo) through the SDK", () => {
     for (let i = 0; i < 5; i++) await filler.sendMessages({ messageId: `fill-${i}`, body });
     await filler.close();
     await fixture.client.createSender("dl-to-tiny").sendMessages({ messageId: "dl-wait", body });
-    const receiver = fixture.client.createReceiver("dl-to-tiny");
-    const [got] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 2_000 });
-    assert.ok(got);
-    await receiver.abandonMessage(got);
-    await receiver.close();
+    await abandonOne("dl-to-tiny");
     await waitUntil(
       () => fixture.broker.counts("dl-to-tiny").deadLettered === 1,
       "held in the dead-letter queue",

@@ -12,7 +12,12 @@ import { createPublisher } from "../../src/servicebus/publisher.ts";
 import { sendRawMessages } from "../../src/servicebus/raw.ts";
 import { defaultRetryPolicy } from "../../src/worker/retry-policy.ts";
 import { useLocalBroker, waitUntil } from "../helpers/broker.ts";
-import { creditsPerMessage, exampleDatabase, startTestWorker } from "../helpers/worker.ts";
+import {
+  creditsPerMessage,
+  exampleDatabase,
+  startTestWorker,
+  type TestWorkerOptions,
+} from "../helpers/worker.ts";
 
 const TOPIC = "accounts";
 /** Another team's subscription on the same topic: the default true filter, nothing excluded, nobody receiving. */
@@ -53,6 +58,15 @@ describe("workers on a topic through forwarding: each service's subscription for
   });
 
   const foreignCount = () => fixture.broker.counts(FOREIGN).active;
+  /** A service's worker on its own queue, its consumer named as it. */
+  const service = (name: "billing" | "ledger", extra: Partial<TestWorkerOptions> = {}) =>
+    startTestWorker({
+      client: fixture.client,
+      db: name === "billing" ? billingDb : ledgerDb,
+      queue: name,
+      consumer: name,
+      ...extra,
+    });
 
   it("two services, two queues, two databases: every event applied once in each; resends dropped at the topic", async function () {
     const publisher = createPublisher({
@@ -68,18 +82,8 @@ describe("workers on a topic through forwarding: each service's subscription for
     } finally {
       await publisher.close();
     }
-    const billing = startTestWorker({
-      client: fixture.client,
-      db: billingDb,
-      queue: "billing",
-      consumer: "billing",
-    });
-    const ledger = startTestWorker({
-      client: fixture.client,
-      db: ledgerDb,
-      queue: "ledger",
-      consumer: "ledger",
-    });
+    const billing = service("billing");
+    const ledger = service("ledger");
     try {
       await waitUntil(
         () => billing.stats.committed === 40 && ledger.stats.committed === 40,
@@ -138,22 +142,8 @@ describe("workers on a topic through forwarding: each service's subscription for
       { messageId: "retry-1", subject: "Credit", body: body({ amount: 5 }) },
       { messageId: "replay-1", subject: "Credit", body: body({ amount: 6 }) },
     ]);
-    const billing = startTestWorker({
-      client: fixture.client,
-      db: billingDb,
-      queue: "billing",
-      consumer: "billing",
-      handlers: [billingHandler],
-      retryPolicy: policy,
-    });
-    const ledger = startTestWorker({
-      client: fixture.client,
-      db: ledgerDb,
-      queue: "ledger",
-      consumer: "ledger",
-      handlers: [ledgerHandler],
-      retryPolicy: policy,
-    });
+    const billing = service("billing", { handlers: [billingHandler], retryPolicy: policy });
+    const ledger = service("ledger", { handlers: [ledgerHandler], retryPolicy: policy });
     try {
       await waitUntil(
         () =>
@@ -205,12 +195,7 @@ describe("workers on a topic through forwarding: each service's subscription for
       () => fixture.broker.counts("billing").duplicatesDropped === 1,
       "billing's queue drops one",
     );
-    const billing = startTestWorker({
-      client: fixture.client,
-      db: billingDb,
-      queue: "billing",
-      consumer: "billing",
-    });
+    const billing = service("billing");
     try {
       await waitUntil(() => billing.stats.committed === 1, "applied", 20_000);
     } finally {
