@@ -88,6 +88,11 @@ export class Forwarder implements Consumer {
     if (lockToken === undefined) return;
     const parts = message.parts;
     const hops = transferHops(parts);
+    if (hops >= MAX_TRANSFER_HOPS && this.source.isDeadLetterQueue) {
+      // Dead-lettering in a dead-letter queue would drop it: it stays there, unforwarded, under a lock that is
+      // taken again each time it runs out, as Azure leaves it (Azure/azure-service-bus#249).
+      return;
+    }
     if (hops >= MAX_TRANSFER_HOPS) {
       this.source.settle(lockToken, {
         kind: "deadLetter",

@@ -37,6 +37,14 @@ const config = parseConfig({
           { Name: "dl-central", Properties: {} },
           { Name: "tiny2", Properties: { MaxSizeInMegabytes: 1, RequiresDuplicateDetection: false } },
           { Name: "dl-to-tiny", Properties: { MaxDeliveryCount: 1, ForwardDeadLetteredMessagesTo: "tiny2" } },
+          // A four-hop chain whose last entity dead-letters past the limit into a dead-letter queue that forwards.
+          { Name: "h1", Properties: { ForwardTo: "h2" } },
+          { Name: "h2", Properties: { ForwardTo: "h3" } },
+          { Name: "h3", Properties: { ForwardTo: "h4" } },
+          { Name: "h4", Properties: { ForwardTo: "h5" } },
+          { Name: "h5", Properties: { ForwardTo: "h6", ForwardDeadLetteredMessagesTo: "h-central" } },
+          { Name: "h6", Properties: {} },
+          { Name: "h-central", Properties: {} },
           ...chain,
         ],
         Topics: [
@@ -210,6 +218,14 @@ describe("local broker: autoforwarding (ForwardTo) through the SDK", () => {
     const dlq = fixture.client.createReceiver("dl-source", { subQueueType: "deadLetter" });
     await assert.rejects(dlq.receiveMessages(1, { maxWaitTimeInMs: 500 }), /auto-forwarding enabled/);
     await dlq.close();
+  });
+
+  it("never drops a message past the hop limit whose dead-letter queue forwards: it stays there", async () => {
+    await fixture.client.createSender("h1").sendMessages({ messageId: "h-5", body: "five hops" });
+    // The forwarding dead-letter queue takes it in the same step as it arrives: a drop would leave 0 here.
+    await waitUntil(() => fixture.broker.counts("h5").deadLettered === 1, "held in h5's dead-letter queue");
+    assert.equal(fixture.broker.counts("h-central").active, 0, "and not forwarded past the limit");
+    assert.equal(fixture.broker.counts("h6").active, 0);
   });
 
   it("keeps a dead-lettered message whose destination is full, and forwards it once there is space", async () => {
