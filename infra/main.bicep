@@ -45,13 +45,13 @@ param serviceBusSkuName string = 'Standard'
 @description('Optional. Name of the queue.')
 param queueName string = 'notes'
 
-@description('Optional. Name the worker records as the consumer in the inbox; with a topic, also the name of the worker\'s subscription.')
+@description('Optional. Name the worker records as the consumer in the inbox; with a topic, also the name of the worker\'s own queue and of the subscription that forwards to it.')
 param consumerName string = 'notes-worker'
 
-@description('Optional. A topic (duplicate detection on) for events several services consume: the worker then receives from its subscription, named consumerName (compared in lowercase), instead of the queue, and publishers get Data Sender on the topic. REQUIRED of every other subscription on this topic, wherever it is created: its filter must include AND NOT EXISTS([sbinbox-subscription]) (a SQL filter; a correlation filter or the $Default true filter cannot exclude it). The worker\'s retry and replay copies are sent to the topic with a fresh MessageId, and a subscription that does not exclude them gets each as a new event (docs/topics.md, Limits). The subscriptions this template creates have the sbinbox rule, which does.')
+@description('Optional. A topic (duplicate detection on) for events several services consume: the worker then receives from its own queue, named consumerName (duplicate detection on), which a subscription of the same name forwards every event to, and publishers get Data Sender on the topic. The worker\'s retries and replays go to its queue, never to the topic: no other subscription on it, wherever created and whatever its filter, sees them (docs/topics.md).')
 param topicName string?
 
-@description('Optional. Subscriptions of the other consuming services on the topic, one per service (the worker\'s own, consumerName, is always created). Each gets the rule sbinbox, which keeps off the sbinbox workers\' retry and replay copies addressed to other subscriptions, whether or not that service runs sbinbox; a subscription created elsewhere must include AND NOT EXISTS([sbinbox-subscription]) in its filter. Each service\'s own deployment grants its identity Data Receiver on its subscription.')
+@description('Optional. The other consuming sbinbox services on the topic, one name each (the worker\'s own, consumerName, is always created): each gets a queue of that name and a subscription forwarding to it. Each service\'s own deployment grants its identity its roles on its queue.')
 param otherSubscriptionNames string[] = []
 
 @description('Optional. Duplicate-detection window of the queue (ISO 8601 duration).')
@@ -130,6 +130,8 @@ var tags = {
 // The worker refuses to start unless an inbox row outlives every redelivery (design: lock x deliveries + TTL + margin).
 var inboxRetentionHours = messageTimeToLiveHours + (lockDurationSeconds * maxDeliveryCount) / 3600 + 1 + inboxRetentionMarginHours
 var subscriptionNames = topicName == null ? [] : union([consumerName], otherSubscriptionNames)
+// With a topic, the service queue the Service Bus module creates for consumerName.
+var workerQueueName = topicName == null ? queueName : consumerName
 var appName = 'app-sbinbox-${resourceToken}'
 var sqlServerName = 'sql-sbinbox-${resourceToken}'
 var sqlDatabaseName = 'sbinbox'
@@ -202,10 +204,8 @@ module worker '../bicep/modules/appservice/main.bicep' = {
     denyPublicInbound: privateNetwork
     appSettings: {
       SBINBOX_SERVICEBUS_NAMESPACE: serviceBus.outputs.fullyQualifiedNamespace
-      // The queue, or the worker's subscription of the topic: exclusive settings, and an empty one counts as unset.
-      SBINBOX_QUEUE: topicName == null ? serviceBus.outputs.queueName : ''
-      SBINBOX_TOPIC: topicName ?? ''
-      SBINBOX_SUBSCRIPTION: topicName == null ? '' : consumerName
+      // The queue, or with a topic the worker's own queue, which its subscription forwards to.
+      SBINBOX_QUEUE: workerQueueName
       SBINBOX_CONSUMER: consumerName
       SBINBOX_HANDLERS: handlersModule
       SBINBOX_DATABASE: 'sqlserver'
@@ -289,9 +289,8 @@ module roles '../bicep/modules/identity/main.bicep' = {
   // and the monitoring module (whose component the telemetry role is scoped to).
   params: {
     namespaceName: serviceBusNamespaceName
-    queueName: queueName
+    queueName: workerQueueName
     topicName: topicName
-    subscriptionName: topicName == null ? null : consumerName
     // The identity exists only once the app does, so this is a runtime value by nature; what-if shows the role as
     // "may change" until the first deployment, which is the price of naming it guid(scope, principal, role).
     #disable-next-line what-if-short-circuiting
@@ -313,8 +312,8 @@ module autoscale '../bicep/modules/autoscale/main.bicep' = {
     tags: tags
     planResourceId: worker.outputs.planResourceId
     namespaceResourceId: serviceBus.outputs.resourceId
-    // Azure Monitor has ActiveMessages per queue or topic, not per subscription (docs/topics.md).
-    queueName: topicName ?? serviceBus.outputs.queueName
+    // The worker's own queue: a backlog of another service's does not scale this one.
+    queueName: workerQueueName
     minimumCapacity: autoscaleMinimumCapacity
     maximumCapacity: autoscaleMaximumCapacity
     defaultCapacity: autoscaleMinimumCapacity

@@ -8,7 +8,8 @@ import { existsSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { LocalBroker } from "../src/localbroker/broker.ts";
-import { parseConfig, sbinboxTopic } from "../src/localbroker/config.ts";
+import { parseConfig } from "../src/localbroker/config.ts";
+import { serviceTopic } from "../src/localbroker/service-topic.ts";
 import { consoleLogger } from "../src/localbroker/logger.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
@@ -60,7 +61,10 @@ async function main(): Promise<number> {
       ],
     },
   });
-  config.topics = [sbinboxTopic("sbinbox-topic", ["billing", "ledger"])];
+  // As sbinbox deploys a topic: each service's subscription forwards to its queue (tools/sb-client's topic scenario).
+  const { topic, queues } = serviceTopic("sbinbox-topic", ["billing", "ledger"]);
+  config.queues.push(...queues);
+  config.topics = [topic];
   const broker = await LocalBroker.start({
     port: 0,
     host: "127.0.0.1",

@@ -18,9 +18,9 @@ export {
   loadConfigFile,
   parseConfig,
   queueDefaults,
-  sbinboxTopic,
   type BrokerConfig,
   type QueueSettings,
 } from "./localbroker/config.ts";
+export { serviceTopic, type ServiceTopic } from "./localbroker/service-topic.ts";
 export { consoleLogger, quietLogger, type BrokerLogger } from "./localbroker/logger.ts";
 export { EmbeddedPostgresServer, type EmbeddedPostgresOptions } from "./embedded/postgres.ts";

@@ -22,5 +22,5 @@ export const {
   parseConfig,
   queueDefaults,
   quietLogger,
-  sbinboxTopic,
+  serviceTopic,
 } = dev;

@@ -2,7 +2,6 @@ import { randomUUID } from "node:crypto";
 import { exampleModule } from "../example/module.ts";
 import { accountSql } from "../example/accounts.ts";
 import { demoEvent } from "../example/demo-events.ts";
-import { subscriptionPath } from "../domain/entity.ts";
 import { createServiceBusClient } from "../servicebus/client.ts";
 import { deriveMessageId } from "../servicebus/message-id.ts";
 import { createPublisher, type PublishEvent } from "../servicebus/publisher.ts";
@@ -21,9 +20,9 @@ import { moduleMigrations } from "./handler-module.ts";
 
 const TOPIC = "accounts";
 /**
- * Two consuming services, each with its own subscription (named as its consumer) and its own database. Ledger retries
- * by scheduled copies at once (no wait under the lock): its copy of the failOnce event goes to the topic, addressed to
- * ledger, and billing's rule keeps it off billing's subscription.
+ * Two consuming services, each with its own queue (named as its consumer), fed by a subscription that forwards to it,
+ * and its own database. Ledger retries by scheduled copies at once (no wait under the lock): its copy of the failOnce
+ * event goes to ledger's queue, never through the topic.
  */
 const SERVICES = [
   { consumer: "billing", workers: 2, retriesByCopy: false, env: {} },
@@ -34,6 +33,8 @@ const SERVICES = [
     env: { SBINBOX_RETRY_MAX_WAIT_MS: "0", SBINBOX_RETRY_DELAYS_MS: "500" },
   },
 ] as const;
+/** A subscription of another team's (an audit trail): the default true filter, no forwarding, nobody receiving. */
+const FOREIGN = "audit";
 const RESEND_EVERY = 20;
 const LOCK_MS = 3_000;
 const MAX_DELIVERY_COUNT = 10;
@@ -47,7 +48,8 @@ interface Service {
 
 /**
  * The topic variant of the demo: one topic, two consuming services (billing with two competing workers, ledger with
- * one), each on its own subscription with its own database. N events with resends (dropped by the topic's duplicate
+ * one), each on its own queue (its subscription forwards to it) with its own database, and a foreign subscription that
+ * must hold each published message once, whatever the services retry. N events with resends (dropped by the topic's duplicate
  * detection), poison (dead-lettered per subscription), a transient failure (retried per service), and a billing
  * worker killed between commit and complete. It holds when each service applied each event exactly once.
  */
@@ -61,18 +63,28 @@ export async function runTopicDemo(options: DemoOptions): Promise<DemoResult> {
   };
   process.once("exit", killAll);
   try {
-    out("starting the local broker (a topic, two subscriptions) and an embedded PostgreSQL ...");
-    const { EmbeddedPostgresServer, LocalBroker, defaultConfig, sbinboxTopic } =
+    out(
+      "starting the local broker (a topic, three subscriptions, two forwarded to queues) and an embedded PostgreSQL ...",
+    );
+    const { EmbeddedPostgresServer, LocalBroker, defaultConfig, serviceTopic } =
       await loadDevPackage("sbinbox demo");
     const config = defaultConfig();
-    config.queues = [];
-    config.topics = [
-      sbinboxTopic(
-        TOPIC,
-        SERVICES.map((s) => s.consumer),
-        { lockDurationMs: LOCK_MS, maxDeliveryCount: MAX_DELIVERY_COUNT },
-      ),
-    ];
+    const { topic, queues } = serviceTopic(
+      TOPIC,
+      SERVICES.map((s) => s.consumer),
+      { lockDurationMs: LOCK_MS, maxDeliveryCount: MAX_DELIVERY_COUNT },
+    );
+    topic.subscriptions.push({
+      ...topic.subscriptions[0]!,
+      name: FOREIGN,
+      queue: {
+        ...topic.subscriptions[0]!.queue,
+        name: `${TOPIC}/Subscriptions/${FOREIGN}`,
+        forwardTo: undefined,
+      },
+    });
+    config.queues = queues;
+    config.topics = [topic];
     const broker = await LocalBroker.start({ port: 0, config });
     cleanups.push(() => broker.stop());
     const postgres = await EmbeddedPostgresServer.create();
@@ -83,10 +95,10 @@ export async function runTopicDemo(options: DemoOptions): Promise<DemoResult> {
       const db = await openDatabase({ kind: "postgres", url }, { preCheck: true, maxConnections: 4 });
       cleanups.push(() => db.close());
       await db.store.migrate(await moduleMigrations(exampleModule, db.dialect));
-      services.push({ consumer, path: subscriptionPath(TOPIC, consumer), url, db });
+      services.push({ consumer, path: consumer, url, db });
     }
     out(
-      `topic ${TOPIC}: subscriptions ${services.map((s) => s.consumer).join(", ")}, one database each, migrated`,
+      `topic ${TOPIC}: subscriptions ${services.map((s) => s.consumer).join(", ")} forwarding to the queues of the same names, one database each, migrated; subscription ${FOREIGN} of another team, no filter`,
     );
 
     const runId = randomUUID().slice(0, 8);
@@ -102,8 +114,9 @@ export async function runTopicDemo(options: DemoOptions): Promise<DemoResult> {
         await spawnWorker(name, {
           SBINBOX_SERVICEBUS_CONNECTION_STRING: broker.connectionString,
           SBINBOX_POSTGRES_URL: service.url,
-          SBINBOX_TOPIC: TOPIC,
-          SBINBOX_SUBSCRIPTION: service.consumer,
+          // The worker knows nothing of the topic: it receives from its own queue and retries there.
+          SBINBOX_QUEUE: service.consumer,
+          SBINBOX_CONSUMER: service.consumer,
           SBINBOX_HTTP_HOST: "127.0.0.1",
           SBINBOX_GRACE_PERIOD_MS: "5000",
           SBINBOX_QUEUE_LOCK_DURATION_MS: String(LOCK_MS),
@@ -234,10 +247,10 @@ export async function runTopicDemo(options: DemoOptions): Promise<DemoResult> {
       const retried = retries.get(service.consumer) ?? 0;
       out(
         `  ${service.consumer.padEnd(25)} ${effects} effects; lost ${lost}, doubled ${doubled}, unexpected ${unexpected}; ` +
-          `${dup} duplicates in its inbox; ${retried} retry copies scheduled on the topic; ${deadLettered} dead-lettered; ` +
+          `${dup} duplicates in its inbox; ${retried} retry copies scheduled on its queue; ${deadLettered} dead-lettered; ` +
           `balances ${balances ? "match" : "DO NOT match"}`,
       );
-      // Ledger's failOnce event must have gone through a scheduled copy on the topic, or the demo did not show it.
+      // Ledger's failOnce event must have gone through a scheduled copy on its queue, or the demo did not show it.
       if (SERVICES.find((s) => s.consumer === service.consumer)!.retriesByCopy) ok &&= retried >= 1;
       ok &&=
         lost === 0 &&
@@ -252,6 +265,13 @@ export async function runTopicDemo(options: DemoOptions): Promise<DemoResult> {
           `${service.consumer}.lost=${lost} ${service.consumer}.doubled=${doubled}`,
       );
     }
+    // Every distinct event and poison message once: a retry or replay copy reaching it would count on top.
+    const foreign = broker.counts(`${TOPIC}/Subscriptions/${FOREIGN}`).active;
+    const published = events.length + poison.length;
+    out(
+      `  ${FOREIGN.padEnd(25)} ${foreign} messages held for a foreign consumer; ${published} published (no copy reached it: ${foreign === published ? "yes" : "NO"})`,
+    );
+    ok &&= foreign === published;
     out(
       ok
         ? "  verdict                   exactly once per consumer: it holds"
@@ -259,7 +279,7 @@ export async function runTopicDemo(options: DemoOptions): Promise<DemoResult> {
     );
     const result =
       `RESULT topic=${TOPIC} distinct=${events.length} resends=${resends} dropped_by_broker=${dropped} ` +
-      `poison=${poison.length} ${fields.join(" ")}`;
+      `poison=${poison.length} ${fields.join(" ")} ${FOREIGN}.messages=${foreign}`;
     return { ok, result };
   } finally {
     killAll();

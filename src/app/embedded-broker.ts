@@ -1,5 +1,4 @@
 import type { LocalBroker } from "sbinbox-dev";
-import { parseEntity } from "../domain/entity.ts";
 import { EMBEDDED_DEFAULTS, loadDevPackage } from "./dev-package.ts";
 
 export interface EmbeddedBroker {
@@ -13,14 +12,9 @@ export interface EmbeddedBroker {
  * else on any free port. Never the production path: the worker otherwise talks only to the configured broker.
  */
 export async function startEmbeddedBroker(path: string, port = 5672): Promise<EmbeddedBroker> {
-  const { LocalBroker, defaultConfig, queueDefaults, sbinboxTopic } = await loadDevPackage(EMBEDDED_DEFAULTS);
+  const { LocalBroker, defaultConfig, queueDefaults } = await loadDevPackage(EMBEDDED_DEFAULTS);
   const config = defaultConfig();
-  const entity = parseEntity(path);
-  if (entity.kind === "queue") config.queues = [{ ...queueDefaults, name: entity.queue }];
-  else {
-    config.queues = [];
-    config.topics = [sbinboxTopic(entity.topic, [entity.subscription])];
-  }
+  config.queues = [{ ...queueDefaults, name: path }];
   let broker: LocalBroker;
   try {
     broker = await LocalBroker.start({ port, config });

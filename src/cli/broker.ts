@@ -77,7 +77,10 @@ export async function run(argv: string[]): Promise<number> {
       `Local Service Bus broker (in memory, for development and tests) on ${values.host}:${broker.port}`,
       `Queues: ${broker.queueNames.join(", ") || "(none)"}`,
       ...config.topics.map(
-        (t) => `Topic ${t.name}: subscriptions ${t.subscriptions.map((s) => s.name).join(", ")}`,
+        (t) =>
+          `Topic ${t.name}: subscriptions ${t.subscriptions
+            .map((s) => (s.queue.forwardTo === undefined ? s.name : `${s.name} -> ${s.queue.forwardTo}`))
+            .join(", ")}`,
       ),
       `Connection string:`,
       broker.connectionString,

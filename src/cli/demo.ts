@@ -8,8 +8,9 @@ and complete, poison messages, a transient failure), then a report. Exit code 0 
 The last line is machine-readable: RESULT distinct=... lost=... doubled=...
 
   --topic   publish to a topic instead, consumed by two services (billing, two workers; ledger, one), each on its
-            own subscription with its own database; ledger retries by copies scheduled on the topic; the RESULT
-            line reports each consumer: billing.effects=... ledger.retries_scheduled=...
+            own queue (its subscription forwards to it) with its own database, beside a foreign subscription with
+            no filter; ledger retries by copies scheduled on its queue; the RESULT line reports each consumer:
+            billing.effects=... ledger.retries_scheduled=... audit.messages=...
 `;
 
 export async function run(argv: string[]): Promise<number> {

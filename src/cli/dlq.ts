@@ -32,9 +32,9 @@ const usage = `usage: sbinbox dlq <list | replay | purge> [options]
     --dry-run               show what would be purged, change nothing
 
 Service Bus from SBINBOX_SERVICEBUS_CONNECTION_STRING or SBINBOX_SERVICEBUS_NAMESPACE (DefaultAzureCredential),
-queue SBINBOX_QUEUE, or a subscription's dead-letter queue with SBINBOX_TOPIC and SBINBOX_SUBSCRIPTION (its
-replays go to the topic, addressed to that subscription alone). A replayed copy carries the original inbox key:
-the worker applies it at most once.
+queue SBINBOX_QUEUE (on a topic, the service's own queue, which its subscription forwards to: replays go there,
+past every other subscription). A replayed copy carries the original inbox key: the worker applies it at most
+once.
 `;
 
 interface Streams {

@@ -1,5 +1,4 @@
 import { readFileSync } from "node:fs";
-import { canonicalSubscription, subscriptionPath } from "../domain/entity.ts";
 import { ConfigError } from "../domain/errors.ts";
 import { checkRelaySettings, type RelaySettings } from "../outbox/settings.ts";
 import { checkEntityConflicts } from "./publish.ts";
@@ -26,8 +25,8 @@ export interface Config {
   /** The schema of the inbox's tables; undefined: the dialect's default (dbo, public). */
   readonly inboxSchema?: string;
   /**
-   * The entity path (src/domain/entity.ts): what the worker and `sbinbox dlq` receive from (a queue, or
-   * "<topic>/Subscriptions/<subscription>"), and for `publish` and the relay what they send to (a queue or a topic).
+   * What the worker and `sbinbox dlq` receive from (a queue), and for `publish` and the relay what they send to (a
+   * queue or a topic).
    */
   readonly queue: string;
   readonly consumer: string;
@@ -145,8 +144,9 @@ export function loadConfig(options: LoadOptions = {}): Config {
 }
 
 /**
- * The one place the entity is resolved: SBINBOX_QUEUE, or SBINBOX_TOPIC with SBINBOX_SUBSCRIPTION. Senders (publish,
- * the relay) need only the topic; receivers (the worker, `sbinbox dlq`) need the subscription too.
+ * The one place the entity is resolved: SBINBOX_QUEUE, or for senders (publish, the relay) SBINBOX_TOPIC. Receivers
+ * (the worker, `sbinbox dlq`) take a queue only: on a topic, the service's own queue, which its subscription
+ * forwards to.
  */
 function entitySettings(
   s: RawSettings,
@@ -155,19 +155,12 @@ function entitySettings(
   const { SBINBOX_QUEUE: queue, SBINBOX_TOPIC: topic, SBINBOX_SUBSCRIPTION: subscription } = s;
   checkEntityConflicts(queue, topic, subscription);
   const sends = purpose === "publish" || purpose === "relay";
-  if (topic !== undefined && subscription === undefined && !sends)
+  if (topic !== undefined && !sends)
     throw new ConfigError(
-      "SBINBOX_SUBSCRIPTION",
-      "required with SBINBOX_TOPIC: the worker receives from one of the topic's subscriptions",
+      "SBINBOX_TOPIC",
+      "is where publish and the relay send; the worker and sbinbox dlq receive from the service's own queue (SBINBOX_QUEUE), which its subscription forwards to (docs/topics.md)",
     );
-  if (topic === undefined) return { queue: queue ?? "sbinbox", consumer: s.SBINBOX_CONSUMER ?? "sbinbox" };
-  return {
-    queue: sends ? topic : subscriptionPath(topic, subscription!),
-    // The subscription's canonical (lowercase) name: "Billing" and "billing" are one subscription to Service Bus,
-    // and must be one inbox key too.
-    consumer:
-      s.SBINBOX_CONSUMER ?? (subscription === undefined ? "sbinbox" : canonicalSubscription(subscription)),
-  };
+  return { queue: topic ?? queue ?? "sbinbox", consumer: s.SBINBOX_CONSUMER ?? "sbinbox" };
 }
 
 function relaySettings(s: RawSettings, check: boolean): RelaySettings {

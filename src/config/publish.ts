@@ -63,7 +63,10 @@ function connectionStringGap(v: string): string | undefined {
 
 const DEFAULT_QUEUE = "sbinbox";
 
-/** The conflicts between SBINBOX_QUEUE, SBINBOX_TOPIC and SBINBOX_SUBSCRIPTION, for both readers of the settings. */
+/**
+ * The conflicts between SBINBOX_QUEUE and SBINBOX_TOPIC, and SBINBOX_SUBSCRIPTION refused, for both readers of the
+ * settings.
+ */
 export function checkEntityConflicts(
   queue: string | undefined,
   topic: string | undefined,
@@ -71,14 +74,12 @@ export function checkEntityConflicts(
 ): void {
   if (queue !== undefined && topic !== undefined)
     throw new ConfigError("SBINBOX_TOPIC", "set either it or SBINBOX_QUEUE, not both");
-  if (queue !== undefined && subscription !== undefined)
-    throw new ConfigError(
-      "SBINBOX_SUBSCRIPTION",
-      "names a topic's subscription: set SBINBOX_TOPIC with it instead of SBINBOX_QUEUE",
-    );
-  if (subscription !== undefined && topic === undefined)
-    throw new ConfigError("SBINBOX_TOPIC", "required with SBINBOX_SUBSCRIPTION (the subscription's topic)");
+  if (subscription !== undefined) throw new ConfigError("SBINBOX_SUBSCRIPTION", SUBSCRIPTION_REMOVED);
 }
+
+/** Receiving from a subscription was replaced by forwarding (docs/topics.md, "Moving to forwarding"). */
+export const SUBSCRIPTION_REMOVED =
+  "is no longer read: a worker on a topic receives from its service's own queue, which its subscription forwards to (ForwardTo); set SBINBOX_QUEUE to that queue (docs/topics.md, Moving to forwarding)";
 
 export async function loadPublishConfig(env: NodeJS.ProcessEnv = process.env): Promise<PublishConfig> {
   if (env.SBINBOX_CONFIG_FILE !== undefined && env.SBINBOX_CONFIG_FILE.trim() !== "") {

@@ -13,10 +13,10 @@ export const settings = {
     "fully qualified namespace (x.servicebus.windows.net), signed in with DefaultAzureCredential",
   SBINBOX_QUEUE: "queue to receive from and publish to (default sbinbox; not with SBINBOX_TOPIC)",
   SBINBOX_TOPIC:
-    "topic to publish to, and whose subscription the worker receives from (instead of SBINBOX_QUEUE)",
-  SBINBOX_SUBSCRIPTION: "the topic's subscription the worker receives from (with SBINBOX_TOPIC)",
-  SBINBOX_CONSUMER:
-    "consumer name written into each inbox marker (default: the subscription's name on a topic, else sbinbox)",
+    "topic that publish and the relay send to (instead of SBINBOX_QUEUE); a worker on it receives from its own queue",
+  SBINBOX_SUBSCRIPTION:
+    "no longer read, and refused: a worker on a topic receives from its own queue, which its subscription forwards to",
+  SBINBOX_CONSUMER: "consumer name written into each inbox marker (default sbinbox)",
   SBINBOX_DATABASE: "postgres or sqlserver (inferred from the settings given when omitted)",
   SBINBOX_POSTGRES_URL: "PostgreSQL URL",
   SBINBOX_SQLSERVER_CONNECTION_STRING: "SQL Server connection string",

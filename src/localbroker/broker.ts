@@ -1,5 +1,6 @@
 import type { EntityAddress } from "./addresses.ts";
 import { defaultConfig, type BrokerConfig, type QueueSettings } from "./config.ts";
+import { checkForwarding, startForwarding } from "./forwarding.ts";
 import { quietLogger, type BrokerLogger } from "./logger.ts";
 import { Queue, type QueueCounts } from "./queue.ts";
 import { AmqpServer, type Entity } from "./server.ts";
@@ -64,6 +65,12 @@ export class LocalBroker {
     const topics = new Map<string, Topic>();
     for (const settings of config.topics ?? [])
       topics.set(settings.name.toLowerCase(), new Topic(settings, now));
+    // A config built in code was not read through parseConfig: the same refusals apply.
+    checkForwarding(config);
+    const forwarders = startForwarding(
+      [...queues.values(), ...[...topics.values()].flatMap((t) => t.subscriptions.map((s) => s.queue))],
+      (name) => queues.get(name.toLowerCase()) ?? topics.get(name.toLowerCase()),
+    );
     const find = (address: EntityAddress): Entity | undefined => {
       if (address.subscription !== undefined) {
         const queue = topics.get(address.queue.toLowerCase())?.subscription(address.subscription)?.queue;
@@ -90,7 +97,11 @@ export class LocalBroker {
         }
       }
     };
-    const timer = setInterval(tick, options.tickMs ?? 50);
+    const tickAndRetry = (): void => {
+      tick();
+      for (const forwarder of forwarders) forwarder.retry();
+    };
+    const timer = setInterval(tickAndRetry, options.tickMs ?? 50);
     timer.unref();
     const subscriptions = [...topics.values()].flatMap((t) => t.subscriptions.map((s) => s.queue.name));
     logger.info(

@@ -1,8 +1,8 @@
 import { readFile } from "node:fs/promises";
 import { parseIsoDuration } from "./duration.ts";
 import { CORRELATION_FIELDS, correlationRule, DEFAULT_RULE, sqlRule, type Rule } from "./rules.ts";
-import { subscriptionRule } from "../domain/entity.ts";
 import { SqlFilterError, type SystemProperty, type Value } from "./sql-filter.ts";
+import { checkForwarding } from "./forwarding.ts";
 
 /** Settings of one queue, in milliseconds and bytes. */
 export interface QueueSettings {
@@ -16,6 +16,10 @@ export interface QueueSettings {
   maxMessageSizeBytes: number;
   /** MaxSizeInMegabytes: the entity's size cap, dead-letter subqueue included; a send past it is QuotaExceeded. */
   maxSizeBytes: number;
+  /** ForwardTo: the queue or topic every message is forwarded to; such an entity cannot be received from. */
+  forwardTo?: string;
+  /** ForwardDeadLetteredMessagesTo: where the dead-letter subqueue forwards to; it then cannot be received from. */
+  forwardDeadLetteredMessagesTo?: string;
 }
 
 /** A subscription: a queue of its own (locks, delivery count, dead-letter subqueue) fed by its rules. */
@@ -66,38 +70,6 @@ export function defaultConfig(): BrokerConfig {
     topics: [],
     warnings: [],
   };
-}
-
-/**
- * A topic as sbinbox deploys it (infra's Bicep does the same): duplicate detection on, one subscription per consuming
- * service, each with the rule that admits every event and only its own retries and replays (src/domain/entity.ts).
- */
-export function sbinboxTopic(
-  name: string,
-  subscriptions: readonly string[],
-  subscriptionSettings: Partial<Omit<QueueSettings, "name">> = {},
-): TopicSettings {
-  const topic: TopicSettings = {
-    name,
-    requiresDuplicateDetection: true,
-    duplicateDetectionWindowMs: queueDefaults.duplicateDetectionWindowMs,
-    defaultTimeToLiveMs: queueDefaults.defaultTimeToLiveMs,
-    maxMessageSizeBytes: queueDefaults.maxMessageSizeBytes,
-    maxSizeBytes: queueDefaults.maxSizeBytes,
-    subscriptions: [],
-  };
-  for (const sub of subscriptions)
-    topic.subscriptions.push({
-      name: sub,
-      queue: {
-        ...queueDefaults,
-        ...subscriptionSettings,
-        name: `${name}/Subscriptions/${sub}`,
-        requiresDuplicateDetection: false,
-      },
-      rules: [sqlRule("sbinbox", subscriptionRule(sub))],
-    });
-  return topic;
 }
 
 /** A config error names the JSON path of the bad setting. */
@@ -171,7 +143,9 @@ export function parseConfig(json: unknown): BrokerConfig {
     if (seen.has(key)) throw new BrokerConfigError(entity.path, `"${entity.name}" is declared twice`);
     seen.add(key);
   }
-  return { namespace: name, queues, topics, warnings };
+  const config = { namespace: name, queues, topics, warnings };
+  checkForwarding(config);
+  return config;
 }
 
 const ENTITY_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,259}$/;
@@ -267,6 +241,7 @@ function parseSubscription(
     queue.deadLetteringOnMessageExpiration,
   );
   refuseUnsupported(props, p);
+  readForwarding(props, p, queue);
   const rawRules = raw["Rules"] ?? [];
   if (!Array.isArray(rawRules)) throw new BrokerConfigError(`${path}.Rules`, "must be an array");
   const rules =
@@ -366,10 +341,25 @@ function refuseUnsupported(props: Json, p: string): void {
       `${p}.RequiresSession`,
       "is not supported by the local broker (sessions); set it to false",
     );
-  for (const forward of ["ForwardTo", "ForwardDeadLetteredMessagesTo"]) {
-    const value = props[forward];
-    if (value !== undefined && value !== "" && value !== null)
-      throw new BrokerConfigError(`${p}.${forward}`, "is not supported by the local broker; leave it empty");
+}
+
+/**
+ * ForwardTo and ForwardDeadLetteredMessagesTo: a queue's or topic's name in this namespace (checked against the
+ * entities once all are read, src/localbroker/forwarding.ts).
+ */
+function readForwarding(props: Json, p: string, settings: QueueSettings): void {
+  for (const [key, field] of [
+    ["ForwardTo", "forwardTo"],
+    ["ForwardDeadLetteredMessagesTo", "forwardDeadLetteredMessagesTo"],
+  ] as const) {
+    const value = props[key];
+    if (value === undefined || value === null || value === "") continue;
+    if (typeof value !== "string" || !ENTITY_NAME.test(value))
+      throw new BrokerConfigError(
+        `${p}.${key}`,
+        `must be the name of a queue or topic of this namespace (got ${JSON.stringify(value)})`,
+      );
+    settings[field] = value;
   }
 }
 
@@ -411,6 +401,7 @@ function parseQueue(raw: unknown, path: string): QueueSettings {
     1024 *
     1024;
   refuseUnsupported(props, p);
+  readForwarding(props, p, settings);
   return settings;
 }
 

@@ -11,6 +11,7 @@ import {
 } from "./codec.ts";
 import type { BrokerLogger } from "./logger.ts";
 import { accepted, answerDrainsWithoutCredit, LinkConsumer, rejected } from "./consumer.ts";
+import { forwards, RECEIVE_REFUSED } from "./forwarding.ts";
 import { newLockToken } from "./lock-token.ts";
 import { handleManagement, type ManagementResponse } from "./management.ts";
 import type { Queue } from "./queue.ts";
@@ -250,6 +251,10 @@ export class AmqpServer {
         condition: "amqp:not-allowed",
         description: `Cannot receive from topic '${queue.name}'; receive from one of its subscriptions, '${queue.name}/Subscriptions/<name>'.`,
       });
+      return;
+    }
+    if (forwards(queue)) {
+      link.close({ condition: "amqp:not-allowed", description: RECEIVE_REFUSED });
       return;
     }
     const filter = link.source?.["filter"];

@@ -3,7 +3,7 @@ import { CopyProperty, retryState } from "../domain/envelope.ts";
 import { Attr } from "../telemetry/names.ts";
 import { copyOf } from "./copy.ts";
 import { createEntityReceiver } from "./entity-receiver.ts";
-import { canonicalSubscription, copyTargetProperties, parseEntity, sendTarget } from "../domain/entity.ts";
+import { refuseSubscription } from "../domain/entity.ts";
 import { replayMessageId } from "./message-id.ts";
 import { toIncoming } from "./receiver.ts";
 import { endSpan, injectTraceContext, startSendSpan } from "./tracing.ts";
@@ -85,23 +85,18 @@ export async function replayDeadLetters(
   select: Selector,
   options: ReplayOptions = {},
 ): Promise<ReplayResult> {
-  // A subscription's replay goes to its topic, addressed back to that subscription alone (src/domain/entity.ts).
-  const entity = parseEntity(queue);
-  const sender = client.createSender(sendTarget(entity));
+  // A replay is a send to the queue; a subscription cannot be sent to, and where it forwards is not readable here.
+  refuseSubscription(queue, "sbinbox dlq replay");
+  const sender = client.createSender(queue);
   const replayed: ReplayResult["replayed"] = [];
   try {
     await drain(client, queue, select, options, async (receiver, message, info) => {
       const replay = info.replay + 1;
-      const copyId = replayMessageId(
-        info.inboxKey,
-        replay,
-        entity.kind === "subscription" ? canonicalSubscription(entity.subscription) : undefined,
-      );
+      const copyId = replayMessageId(info.inboxKey, replay);
       const properties: Record<string, string | number> = {
         [CopyProperty.originalKey]: info.inboxKey,
         [CopyProperty.attempt]: 1,
         [CopyProperty.replay]: replay,
-        ...copyTargetProperties(entity),
       };
       const copy = copyOf(message, copyId, properties);
       // The replay is a send of its own: a PRODUCER span whose context the copy carries to the worker.

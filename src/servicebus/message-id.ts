@@ -115,14 +115,7 @@ export function deriveMessageId(type: string, key: string): string {
  * The MessageId of a scheduled retry's copy: derived from the original's inbox key, its replay number and the
  * attempt, so the same retry scheduled twice is dropped by duplicate detection and every other one passes.
  */
-export function retryMessageId(
-  inboxKey: string,
-  replay: number,
-  attempt: number,
-  subscription?: string,
-): string {
-  if (subscription !== undefined)
-    return sbinboxV5(`retry\n${subscription}\n${inboxKey}\n${replay}\n${attempt}`);
+export function retryMessageId(inboxKey: string, replay: number, attempt: number): string {
   return sbinboxV5(`retry\n${inboxKey}\n${replay}\n${attempt}`);
 }
 
@@ -130,7 +123,6 @@ export function retryMessageId(
  * The MessageId of the `replay`th copy an operator replays from the dead-letter queue: a replay re-run after a crash
  * sends the same id (dropped by the broker if the first got through), a later replay a new one.
  */
-export function replayMessageId(inboxKey: string, replay: number, subscription?: string): string {
-  if (subscription !== undefined) return sbinboxV5(`replay\n${subscription}\n${inboxKey}\n${replay}`);
+export function replayMessageId(inboxKey: string, replay: number): string {
   return sbinboxV5(`replay\n${inboxKey}\n${replay}`);
 }

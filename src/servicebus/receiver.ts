@@ -13,7 +13,6 @@ import type { Logger } from "../telemetry/logger.ts";
 import type { Disposition } from "../telemetry/names.ts";
 import { copyOf } from "./copy.ts";
 import { createEntityReceiver } from "./entity-receiver.ts";
-import { copyTargetProperties, parseEntity, sendTarget } from "../domain/entity.ts";
 import { SettlementScheduler } from "./settlement.ts";
 import {
   endProcessSpan,
@@ -244,13 +243,14 @@ export class QueueReceiver {
   ): Promise<Settlement> {
     const { copy } = decision;
     try {
-      // On a subscription the copy goes to the topic, addressed back to this subscription alone.
-      const entity = parseEntity(this.options.queue);
-      this.sender ??= this.options.client.createSender(sendTarget(entity));
+      // The worker's own queue: on a topic its subscription forwards to it, so no other subscription sees the copy.
+      this.sender ??= this.options.client.createSender(this.options.queue);
       const sender = this.sender;
-      const properties = { ...copy.properties, ...copyTargetProperties(entity) };
       await traceRetryScheduled(this.options.queue, ctx, copy, () =>
-        sender.scheduleMessages(copyOf(message, copy.messageId, properties, copy.enqueueAt), copy.enqueueAt),
+        sender.scheduleMessages(
+          copyOf(message, copy.messageId, copy.properties, copy.enqueueAt),
+          copy.enqueueAt,
+        ),
       );
     } catch (error) {
       this.options.logger.warn("scheduling a retry failed; the message is abandoned instead", {

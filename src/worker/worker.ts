@@ -11,14 +11,7 @@ import { errorType, recordAttempt, recordRetryWait } from "../servicebus/tracing
 import { retryMessageId } from "../servicebus/message-id.ts";
 import { CopyProperty } from "../domain/envelope.ts";
 import { Batcher, type BatchOutcome } from "./batcher.ts";
-import {
-  canonicalSubscription,
-  OTHER_SUBSCRIPTION_FILTER,
-  parseEntity,
-  subscriptionRule,
-  TARGET_SUBSCRIPTION_PROPERTY,
-  type Entity,
-} from "../domain/entity.ts";
+import { refuseSubscription } from "../domain/entity.ts";
 import { firstAttempt, processMessage, type Attempt } from "./process-message.ts";
 import { decideRetry, defaultRetryPolicy, retryClass, type RetryPolicy } from "./retry-policy.ts";
 
@@ -26,7 +19,7 @@ export interface WorkerOptions {
   readonly client: ServiceBusClient;
   readonly store: InboxStore;
   readonly handlers: readonly MessageHandler[] | HandlerRegistry;
-  /** The entity path: a queue's name, or "<topic>/Subscriptions/<subscription>" (src/domain/entity.ts). */
+  /** The queue's name; on a topic, the service's own queue, which its subscription forwards to (docs/topics.md). */
   readonly queue: string;
   readonly consumer: string;
   readonly maxConcurrentCalls?: number;
@@ -100,6 +93,7 @@ export interface Worker {
  * burned into the dead-letter queue by repeated abandons.
  */
 export function createWorker(options: WorkerOptions): Worker {
+  refuseSubscription(options.queue, "the worker");
   const logger = options.logger ?? silentLogger;
   const registry =
     options.handlers instanceof HandlerRegistry ? options.handlers : new HandlerRegistry(options.handlers);
@@ -138,7 +132,6 @@ export function createWorker(options: WorkerOptions): Worker {
   let recovery: Promise<boolean> = Promise.resolve(true);
   let endRecovery: (recovered: boolean) => void = () => undefined;
   const timers: NodeJS.Timeout[] = [];
-  const entity = parseEntity(options.queue);
 
   const receiver = new QueueReceiver({
     client: options.client,
@@ -176,16 +169,6 @@ export function createWorker(options: WorkerOptions): Worker {
     message: IncomingMessage,
     ctx: Context,
   ): Promise<Decision & { messageType?: string }> {
-    if (addressedElsewhere(message, entity)) {
-      // Another subscription's retry or replay, let through by a rule that admits it: that subscription has its
-      // own copy, so this one is completed without an effect (counted as a duplicate).
-      logger.debug("a copy addressed to another subscription completed without processing", {
-        messageId: message.messageId,
-        target: message.applicationProperties[TARGET_SUBSCRIPTION_PROPERTY],
-      });
-      stats.duplicate += 1;
-      return { disposition: "complete", outcome: "duplicate" };
-    }
     const receivedAt = Date.now();
     const attempt = firstAttempt();
     /** How long the latest attempt ran: a retry in place must fit under the lock again. */
@@ -271,7 +254,7 @@ export function createWorker(options: WorkerOptions): Worker {
         outcome: "failed",
         error: decision.error,
         errorClass,
-        copy: scheduledCopy(attempt, verdict.attempt, delayMs, entity),
+        copy: scheduledCopy(attempt, verdict.attempt, delayMs),
         messageType: decision.messageType,
       };
       break;
@@ -413,18 +396,6 @@ export function createWorker(options: WorkerOptions): Worker {
         consumer: options.consumer,
         types: registry.types,
       });
-      // Said at every start, since nothing the worker can read tells it the other subscriptions' rules: its retry
-      // and replay copies go to the whole topic, and only sbinbox workers and the sbinbox rule drop copies
-      // addressed elsewhere (docs/topics.md, Limits).
-      if (entity.kind === "subscription")
-        logger.warn(
-          "on a topic: every other subscription on it must exclude this worker's retry and replay copies, or its service applies them as new events",
-          {
-            topic: entity.topic,
-            requiredInEveryOtherSubscriptionFilter: OTHER_SUBSCRIPTION_FILTER,
-            thisSubscriptionRule: subscriptionRule(entity.subscription),
-          },
-        );
     },
     async stop() {
       if (stopping) return;
@@ -482,7 +453,7 @@ const OUTAGE_RETRIES = 3;
  * number and the attempt, so scheduling the same retry twice is dropped by the broker's duplicate detection, while
  * each new attempt (and each replay's attempts) passes it.
  */
-function scheduledCopy(attempt: Attempt, next: number, delayMs: number, entity: Entity): ScheduledCopy {
+function scheduledCopy(attempt: Attempt, next: number, delayMs: number): ScheduledCopy {
   const state = attempt.state!;
   const properties: Record<string, string | number> = {
     [CopyProperty.originalKey]: state.inboxKey,
@@ -491,24 +462,11 @@ function scheduledCopy(attempt: Attempt, next: number, delayMs: number, entity: 
   };
   if (attempt.claimId !== undefined) properties[CopyProperty.claimId] = attempt.claimId;
   return {
-    // On a topic, duplicate detection is shared by every subscription: each one's copies need ids of their own.
-    messageId: retryMessageId(
-      state.inboxKey,
-      state.replay,
-      next,
-      entity.kind === "subscription" ? canonicalSubscription(entity.subscription) : undefined,
-    ),
+    messageId: retryMessageId(state.inboxKey, state.replay, next),
     enqueueAt: new Date(Date.now() + delayMs),
     attempt: next,
     properties,
   };
-}
-
-/** A copy sent to the topic for one subscription (a retry, a replay) that reached another. */
-function addressedElsewhere(message: IncomingMessage, entity: Entity): boolean {
-  if (entity.kind !== "subscription") return false;
-  const target = message.applicationProperties[TARGET_SUBSCRIPTION_PROPERTY];
-  return typeof target === "string" && target.toLowerCase() !== entity.subscription.toLowerCase();
 }
 
 function isOutage(decision: Decision): boolean {

@@ -161,7 +161,11 @@ describe("local broker: configuration in the emulator's Config.json shape", () =
     rejectsNaming(withQueueProperties({ MaxSizeInMegabytes: 0 }), `${p}.MaxSizeInMegabytes`);
     rejectsNaming(withQueueProperties({ MaxSizeInMegabytes: "1024" }), `${p}.MaxSizeInMegabytes`);
     rejectsNaming(withQueueProperties({ MaxSizeInMegabytes: 81_921 }), `${p}.MaxSizeInMegabytes`);
-    rejectsNaming(withQueueProperties({ ForwardTo: "elsewhere" }), `${p}.ForwardTo`);
+    rejectsNaming(withQueueProperties({ ForwardTo: 5 }), `${p}.ForwardTo`);
+    rejectsNaming(
+      withQueueProperties({ ForwardDeadLetteredMessagesTo: ["elsewhere"] }),
+      `${p}.ForwardDeadLetteredMessagesTo`,
+    );
   });
 
   it("`sbinbox broker --config` serves the emulator's sample config to the SDK and stops on SIGINT", async function () {

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { runCli } from "../helpers/cli.ts";
 
 describe("sbinbox demo --topic", function () {
-  it("two consuming services on one topic: each applies each event exactly once; RESULT reports each", async function () {
+  it("two consuming services on one topic, through forwarding: each applies each event exactly once; RESULT reports each", async function () {
     this.timeout(180_000);
     const result = await runCli(["demo", "--topic", "--count", "100", "--timeout", "150"], {});
     const last = result.stdout.trim().split("\n").at(-1) ?? "";
@@ -33,8 +33,10 @@ describe("sbinbox demo --topic", function () {
     );
     assert.ok(
       Number(fields["ledger.retries_scheduled"]) >= 1,
-      "ledger's failOnce event was retried by a copy scheduled on the topic",
+      "ledger's failOnce event was retried by a copy scheduled on its queue",
     );
+    // The foreign subscription (no filter) holds each published message once: 100 events and 3 poison, no copy.
+    assert.equal(fields["audit.messages"], "103", "no retry copy reached the foreign subscription");
     assert.equal(fields["billing.retries_scheduled"], "0", "billing retries under the lock, in place");
     assert.match(result.stdout, /killed between commit and complete/);
   });

@@ -3,19 +3,22 @@ import pg from "pg";
 import { enqueue } from "../../src/outbox/enqueue.ts";
 import { createPostgresOutboxStore } from "../../src/outbox/postgres/store.ts";
 import { startRelay } from "../../src/outbox/relay.ts";
-import { parseConfig, sbinboxTopic } from "../../src/localbroker/config.ts";
+import { defaultConfig } from "../../src/localbroker/config.ts";
+import { serviceTopic } from "../../src/localbroker/service-topic.ts";
 import { deriveMessageId } from "../../src/servicebus/message-id.ts";
 import { createOutboxSender } from "../../src/servicebus/outbox-sender.ts";
 import { useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { createTestDatabase } from "../helpers/postgres.ts";
 
-const config = parseConfig({ UserConfig: { Namespaces: [{ Name: "t", Queues: [{ Name: "unused" }] }] } });
-config.topics = [sbinboxTopic("notes", ["search", "audit"])];
+const config = defaultConfig();
+const { topic, queues } = serviceTopic("notes", ["search", "audit"]);
+config.queues = queues;
+config.topics = [topic];
 
 describe("outbox relay to a topic (real SDK, local broker)", function () {
   const fixture = useLocalBroker(config);
 
-  it("sends each committed row to the topic once: every subscription gets its copy", async function () {
+  it("sends each committed row to the topic once: every service's queue gets its copy through its subscription", async function () {
     const pool = new pg.Pool({ connectionString: await createTestDatabase("outbox topic"), max: 4 });
     const store = createPostgresOutboxStore({ pool });
     await store.migrate();
@@ -35,7 +38,7 @@ describe("outbox relay to a topic (real SDK, local broker)", function () {
       await pool.end();
     }
     for (const sub of ["search", "audit"]) {
-      const receiver = fixture.client.createReceiver("notes", sub, { receiveMode: "receiveAndDelete" });
+      const receiver = fixture.client.createReceiver(sub, { receiveMode: "receiveAndDelete" });
       const got = await receiver.receiveMessages(10, { maxWaitTimeInMs: 1_000 });
       await receiver.close();
       assert.deepEqual(

@@ -6,7 +6,8 @@ import { loadConfig } from "../../src/config/load.ts";
 import { EmbeddedPostgresServer } from "../../src/embedded/postgres.ts";
 import { demoEvent } from "../../src/example/demo-events.ts";
 import { exampleModule } from "../../src/example/module.ts";
-import { parseConfig, sbinboxTopic } from "../../src/localbroker/config.ts";
+import { defaultConfig } from "../../src/localbroker/config.ts";
+import { serviceTopic } from "../../src/localbroker/service-topic.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
 import { silentLogger } from "../../src/telemetry/logger.ts";
 import { getJson } from "../helpers/http.ts";
@@ -15,17 +16,18 @@ import { creditsPerMessage } from "../helpers/worker.ts";
 
 const LOCK_MS = 1_000;
 const MAX_DELIVERY = 3;
-const PATH = "accounts/Subscriptions/billing";
-const config = parseConfig({ UserConfig: { Namespaces: [{ Name: "t", Queues: [{ Name: "unused" }] }] } });
-config.topics = [
-  sbinboxTopic("accounts", ["billing", "ledger"], {
-    lockDurationMs: LOCK_MS,
-    maxDeliveryCount: MAX_DELIVERY,
-  }),
-];
+/** billing's own queue, which its subscription on the topic forwards to. */
+const PATH = "billing";
+const config = defaultConfig();
+const { topic, queues } = serviceTopic("accounts", ["billing", "ledger"], {
+  lockDurationMs: LOCK_MS,
+  maxDeliveryCount: MAX_DELIVERY,
+});
+config.queues = queues;
+config.topics = [topic];
 
-/** The whole app from SBINBOX_TOPIC and SBINBOX_SUBSCRIPTION, on its own PostgreSQL server, stopped for a while. */
-describe("the app on a topic subscription: start-up, readiness and a database outage, as on a queue", function () {
+/** The whole app on a service's queue fed by a topic, on its own PostgreSQL server, stopped for a while. */
+describe("the app on a topic through forwarding: start-up, readiness and a database outage, as on a queue", function () {
   const fixture = useLocalBroker(config);
   let pgServer: EmbeddedPostgresServer;
   let app: App | undefined;
@@ -41,8 +43,8 @@ describe("the app on a topic subscription: start-up, readiness and a database ou
         env: {
           SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString,
           SBINBOX_POSTGRES_URL: url,
-          SBINBOX_TOPIC: "accounts",
-          SBINBOX_SUBSCRIPTION: "billing",
+          SBINBOX_QUEUE: PATH,
+          SBINBOX_CONSUMER: "billing",
           PORT: "0",
           SBINBOX_HTTP_HOST: "127.0.0.1",
           SBINBOX_MAX_CONCURRENT_CALLS: "8",
@@ -62,7 +64,7 @@ describe("the app on a topic subscription: start-up, readiness and a database ou
     await pgServer?.dispose();
   });
 
-  it("pauses through an outage longer than lock x deliveries: nothing dead-lettered, each applied once, consumer = the subscription", async function () {
+  it("pauses through an outage longer than lock x deliveries: nothing dead-lettered, each applied once, consumer billing", async function () {
     this.timeout(60_000);
     const ready = await getJson(app!.httpPort, "/readyz");
     assert.equal(ready?.status, 200);
@@ -100,10 +102,6 @@ describe("the app on a topic subscription: start-up, readiness and a database ou
       rows.map((r) => r.consumer),
       ["billing"],
     );
-    assert.equal(
-      fixture.broker.counts("accounts/Subscriptions/ledger").active,
-      total,
-      "ledger's copies wait for ledger",
-    );
+    assert.equal(fixture.broker.counts("ledger").active, total, "ledger's copies wait for ledger");
   });
 });

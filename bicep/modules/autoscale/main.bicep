@@ -1,5 +1,5 @@
 metadata name = 'Autoscale on queue depth'
-metadata description = 'Scales an App Service plan out and in on the ActiveMessages metric of one Service Bus queue or topic.'
+metadata description = 'Scales an App Service plan out and in on the ActiveMessages metric of one Service Bus queue.'
 
 @description('Required. Name of the autoscale setting.')
 param name string
@@ -16,7 +16,7 @@ param planResourceId string
 @description('Required. Resource ID of the Service Bus namespace that emits the metric.')
 param namespaceResourceId string
 
-@description('Required. Name of the queue, or of the topic, whose ActiveMessages drive the scale. Azure Monitor reports ActiveMessages per queue or topic (dimension EntityName), not per subscription: on a topic it is the sum over its subscriptions.')
+@description('Required. Name of the queue whose ActiveMessages drive the scale (dimension EntityName): the worker\'s own queue, also with a topic, whose subscription forwards to it.')
 param queueName string
 
 @description('Optional. Fewest instances.')

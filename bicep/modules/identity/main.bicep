@@ -1,17 +1,14 @@
 metadata name = 'Worker and publisher role assignments'
-metadata description = 'Least-privilege data-plane roles: on one queue, Data Receiver and Data Sender (its scheduled retries) for the worker and Data Sender for each publisher; or, with a topic, Data Receiver on the worker\'s subscription, Data Sender on the topic for the worker (its scheduled retries) and each publisher; optionally Monitoring Metrics Publisher for the worker on an Application Insights component.'
+metadata description = 'Least-privilege data-plane roles: on the worker\'s queue, Data Receiver and Data Sender (its scheduled retries and replays) for the worker; Data Sender for each publisher on that queue, or with a topic on the topic (the worker gets no right on the topic); optionally Monitoring Metrics Publisher for the worker on an Application Insights component.'
 
 @description('Required. Name of the Service Bus namespace that holds the queue.')
 param namespaceName string
 
-@description('Required. Name of the queue the roles are scoped to.')
+@description('Required. Name of the queue the worker receives from (with a topic, its own queue, which its subscription forwards to).')
 param queueName string
 
-@description('Optional. Name of the topic the worker\'s subscription belongs to; with it the roles are on the topic and subscription instead of the queue.')
+@description('Optional. Name of the topic the publishers send to; without it they get Data Sender on the queue.')
 param topicName string?
-
-@description('Optional. Name of the worker\'s subscription on the topic (required with topicName).')
-param subscriptionName string?
 
 @description('Required. Principal ID of the worker\'s managed identity; it gets Azure Service Bus Data Receiver.')
 param receiverPrincipalId string
@@ -57,39 +54,11 @@ resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' existing = {
 resource topic 'Microsoft.ServiceBus/namespaces/topics@2026-01-01' existing = if (topicName != null) {
   parent: namespace
   name: topicName ?? 'unused'
-
-  resource subscription 'subscriptions' existing = {
-    name: subscriptionName ?? 'unused'
-  }
 }
 
 var onTopic = topicName != null
 
-// Azure RBAC scopes Service Bus data roles down to one entity, a topic subscription included (docs/topics.md): the
-// worker may receive from its own subscription, not from the other services'.
-resource subscriptionReceiverRole 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (onTopic) {
-  name: guid(topic::subscription.id, receiverPrincipalId, dataReceiverRoleId)
-  scope: topic::subscription
-  properties: {
-    principalId: receiverPrincipalId
-    principalType: receiverPrincipalType
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', dataReceiverRoleId)
-    description: 'sbinbox worker receives and settles messages on this subscription.'
-  }
-}
-
-// A retry that does not fit under the lock is a copy scheduled on the topic: a send.
-resource topicRetrySenderRole 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (onTopic) {
-  name: guid(topic.id, receiverPrincipalId, dataSenderRoleId)
-  scope: topic
-  properties: {
-    principalId: receiverPrincipalId
-    principalType: receiverPrincipalType
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', dataSenderRoleId)
-    description: 'sbinbox worker schedules its retries (addressed to its own subscription) on this topic.'
-  }
-}
-
+// Publishers send to the topic; the worker needs nothing on it: its subscription forwards to its queue.
 resource topicSenderRoles 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
   for sender in senders: if (onTopic) {
     name: guid(topic.id, sender.principalId, dataSenderRoleId)
@@ -103,7 +72,7 @@ resource topicSenderRoles 'Microsoft.Authorization/roleAssignments@2022-04-01' =
   }
 ]
 
-resource receiverRole 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!onTopic) {
+resource receiverRole 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   name: guid(namespace::queue.id, receiverPrincipalId, dataReceiverRoleId)
   scope: namespace::queue
   properties: {
@@ -116,7 +85,7 @@ resource receiverRole 'Microsoft.Authorization/roleAssignments@2022-04-01' = if 
 
 // A retry that does not fit under the lock, and `sbinbox dlq replay`, are copies scheduled or sent to the queue: sends.
 // Without this role a failure lasting past the in-place waits ends in an Unauthorized send instead of a retry.
-resource queueRetrySenderRole 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!onTopic) {
+resource queueRetrySenderRole 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   name: guid(namespace::queue.id, receiverPrincipalId, dataSenderRoleId)
   scope: namespace::queue
   properties: {
@@ -155,8 +124,8 @@ resource telemetryPublisherRole 'Microsoft.Authorization/roleAssignments@2022-04
   }
 }
 
-@description('The resource ID of the worker\'s receiver role assignment (on the queue, or on its subscription).')
-output receiverRoleAssignmentId string = onTopic ? subscriptionReceiverRole.id : receiverRole.id
+@description('The resource ID of the worker\'s receiver role assignment (on its queue).')
+output receiverRoleAssignmentId string = receiverRole.id
 
 @description('The resource IDs of the publishers\' role assignments (on the queue, or on the topic).')
 output senderRoleAssignmentIds string[] = [

@@ -1,5 +1,5 @@
 metadata name = 'Service Bus namespace, queue and optional topic'
-metadata description = 'A Service Bus namespace that accepts only Entra ID tokens, one queue with duplicate detection for the inbox worker, and optionally a topic with duplicate detection and one subscription per consuming service.'
+metadata description = 'A Service Bus namespace that accepts only Entra ID tokens, one queue with duplicate detection for the inbox worker, and optionally a topic with duplicate detection and, per consuming service, a queue of its own with duplicate detection fed by a subscription that forwards to it.'
 
 @description('Required. Name of the Service Bus namespace (globally unique, 6-50 characters).')
 @minLength(6)
@@ -56,7 +56,7 @@ param deadLetteringOnMessageExpiration bool = true
 @maxLength(260)
 param topicName string?
 
-@description('Optional. One subscription per consuming service on the topic (its name is the service\'s consumer name). Each gets the rule sbinbox, which admits every event and only its own scheduled retries and replays (the name compared in lowercase). Any subscription on the topic NOT created here must include AND NOT EXISTS([sbinbox-subscription]) in its filter, or it receives every sbinbox retry and replay copy as a new event (docs/topics.md, Limits).')
+@description('Optional. The consuming services of the topic, one name each: each gets a queue of that name (duplicate detection on, the queue settings above) and a subscription of that name with the default true filter that forwards every event to it (forwardTo). The service\'s worker receives from its queue and sends its retries and replays there, so no other subscription on the topic ever sees them.')
 param subscriptionNames string[] = []
 
 @description('Optional. Public endpoint of the namespace: Disabled when it is reached through a private endpoint only (Premium only: Standard has no private endpoints).')
@@ -118,49 +118,43 @@ resource topic 'Microsoft.ServiceBus/namespaces/topics@2026-01-01' = if (topicNa
   }
 }
 
-resource subscriptions 'Microsoft.ServiceBus/namespaces/topics/subscriptions@2026-01-01' = [
+// Each consuming service's own queue: what its worker receives from, where its retries and replays go, what its
+// autoscale reads. Its settings are the ones that count; the subscription only forwards.
+resource serviceQueues 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = [
   for subscriptionName in subscriptionNames: if (topicName != null) {
-    parent: topic
+    parent: namespace
     name: subscriptionName
     properties: {
+      // As on the queue above: it drops a forwarded resend and a retry scheduled twice, and cannot be switched on later.
+      requiresDuplicateDetection: true
+      duplicateDetectionHistoryTimeWindow: duplicateDetectionHistoryTimeWindow
       lockDuration: lockDuration
       maxDeliveryCount: maxDeliveryCount
       defaultMessageTimeToLive: defaultMessageTimeToLive
       deadLetteringOnMessageExpiration: deadLetteringOnMessageExpiration
       requiresSession: false
+      enablePartitioning: false
     }
   }
 ]
 
-// A retry or replay is sent to the topic with the application property sbinbox-subscription naming its subscription,
-// and must not reach the others (src/domain/entity.ts). Service Bus creates each subscription with the rule $Default
-// (a true filter, admitting everything). Whether ARM removes it when another rule is added is not documented, and
-// other tools' trackers say it does not always (hashicorp/terraform-provider-azurerm#20718), so the template does
-// not rely on it: it writes $Default itself as a false filter, which admits nothing whether it existed or not, and
-// the rule sbinbox alone decides. (Deleting a rule is not something a template can do.) Until the rules apply, the
-// worker itself completes a copy addressed elsewhere without an effect.
-resource defaultRules 'Microsoft.ServiceBus/namespaces/topics/subscriptions/rules@2026-01-01' = [
+// Forwarding (learn.microsoft.com, "Chaining Service Bus entities with autoforwarding"): Service Bus moves each
+// message the subscription gets to the service's queue, MessageId and properties kept. The default true filter
+// Service Bus creates stays: no rule of sbinbox's is needed, since no copy of sbinbox's ever reaches the topic. The
+// destination must exist first; naming it through the queue resource orders the two.
+resource subscriptions 'Microsoft.ServiceBus/namespaces/topics/subscriptions@2026-01-01' = [
   for (subscriptionName, index) in subscriptionNames: if (topicName != null) {
-    parent: subscriptions[index]
-    name: '$Default'
+    parent: topic
+    name: subscriptionName
     properties: {
-      filterType: 'SqlFilter'
-      sqlFilter: {
-        sqlExpression: '1=0'
-      }
-    }
-  }
-]
-
-resource subscriptionRules 'Microsoft.ServiceBus/namespaces/topics/subscriptions/rules@2026-01-01' = [
-  for (subscriptionName, index) in subscriptionNames: if (topicName != null) {
-    parent: subscriptions[index]
-    name: 'sbinbox'
-    properties: {
-      filterType: 'SqlFilter'
-      sqlFilter: {
-        sqlExpression: 'NOT EXISTS([sbinbox-subscription]) OR [sbinbox-subscription] = \'${replace(toLower(subscriptionName), '\'', '\'\'')}\''
-      }
+      forwardTo: serviceQueues[index].name
+      // A message the subscription cannot forward (the queue is full) is dead-lettered here; this forwards it on to
+      // the queue once there is space (Azure/azure-service-bus#666), where the worker and `sbinbox dlq` find it.
+      forwardDeadLetteredMessagesTo: serviceQueues[index].name
+      maxDeliveryCount: maxDeliveryCount
+      defaultMessageTimeToLive: defaultMessageTimeToLive
+      deadLetteringOnMessageExpiration: deadLetteringOnMessageExpiration
+      requiresSession: false
     }
   }
 ]

@@ -1,0 +1,235 @@
+import { messageIdKey, type MessageParts } from "./codec.ts";
+import { BrokerConfigError, type BrokerConfig, type QueueSettings } from "./config.ts";
+import type { Consumer, Queue, StoredMessage } from "./queue.ts";
+import type { Topic } from "./topic.ts";
+
+/**
+ * Autoforwarding as Service Bus does it (learn.microsoft.com, "Chaining Service Bus entities with autoforwarding";
+ * "Overview of Service Bus dead-letter queues", section "Dead-lettering in auto forward scenarios"): a queue or a
+ * subscription with ForwardTo hands each message, as it becomes available, to a queue or topic of the namespace.
+ * The message keeps its MessageId, properties and body; the destination treats it as a send, so its duplicate
+ * detection, time to live, size cap and MaxDeliveryCount apply there. The source cannot be received from.
+ */
+
+/** "Don't create a chain that exceeds four hops. Messages that exceed four hops are dead-lettered." */
+export const MAX_TRANSFER_HOPS = 4;
+
+export const HOP_LIMIT_REASON = "MaxTransferHopCountExceeded";
+/** The description Service Bus's dead-letter table gives the reason. */
+export const HOP_LIMIT_DESCRIPTION =
+  "The maximum number of allowed hops when forwarding between queues has been exceeded. This value is set to 4.";
+
+/**
+ * Microsoft documents what happens (the source's dead-letter queue) but not the reason it writes; this one is the
+ * local broker's, named after the SDKs' QuotaExceeded.
+ */
+export const DESTINATION_FULL_REASON = "ForwardingDestinationQuotaExceeded";
+
+/** What Service Bus answers a receive link on a forwarding entity with. */
+export const RECEIVE_REFUSED = "Cannot create a message receiver on an entity with auto-forwarding enabled.";
+
+/**
+ * How many times a message was forwarded, kept beside its parts under a symbol: never encoded, so no client sees
+ * it, and copied with the parts' head when a topic fans a message out.
+ */
+const HOPS = Symbol("sbinbox.transferHops");
+
+export function transferHops(parts: MessageParts): number {
+  return (parts.head as { [HOPS]?: number })[HOPS] ?? 0;
+}
+
+function setTransferHops(parts: MessageParts, hops: number): void {
+  (parts.head as { [HOPS]?: number })[HOPS] = hops;
+}
+
+export type Destination = Queue | Topic;
+
+/**
+ * The forwarding "receiver" on a source entity: unlimited credit, peek-lock, and each message settled at once: sent
+ * on and completed, or dead-lettered in the source when it is past the hop limit or the destination is full (the
+ * docs: "the source entity adds the messages to its dead-letter queue until there's space in the destination").
+ * All in one synchronous step, so no message is ever in both entities or in neither.
+ */
+export class Forwarder implements Consumer {
+  readonly receiveAndDelete = false;
+  private readonly source: Queue;
+  private readonly destination: Destination;
+  /**
+   * On a dead-letter queue (ForwardDeadLetteredMessagesTo) a message the full destination cannot take stays where it
+   * is, as there is no further dead-letter queue: forwarding waits until this many bytes fit, and `retry` resumes it
+   * ("the messages will remain in the DLQ on the origin entity until the destination entity is cleaned up, at which
+   * point the messages will be forwarded again", Azure/azure-service-bus#666).
+   */
+  private waitingFor: number | undefined;
+
+  constructor(source: Queue, destination: Destination) {
+    this.source = source;
+    this.destination = destination;
+  }
+
+  credit(): number {
+    if (this.waitingFor !== undefined) {
+      if (this.destination.quotaExceeded(this.waitingFor) !== undefined) return 0;
+      this.waitingFor = undefined;
+    }
+    return Number.POSITIVE_INFINITY;
+  }
+
+  /** Called by the broker's timer: forwarding that waited for space goes on once there is. */
+  retry(): void {
+    if (this.waitingFor !== undefined) this.source.pump();
+  }
+
+  isClosed(): boolean {
+    return false;
+  }
+
+  deliver(message: StoredMessage, lockToken: string | undefined): void {
+    if (lockToken === undefined) return;
+    const parts = message.parts;
+    const hops = transferHops(parts);
+    if (hops >= MAX_TRANSFER_HOPS && this.source.isDeadLetterQueue) {
+      // Dead-lettering in a dead-letter queue would drop it: it stays there, unforwarded, under a lock that is
+      // taken again each time it runs out, as Azure leaves it (Azure/azure-service-bus#249).
+      return;
+    }
+    if (hops >= MAX_TRANSFER_HOPS) {
+      this.source.settle(lockToken, {
+        kind: "deadLetter",
+        reason: HOP_LIMIT_REASON,
+        description: HOP_LIMIT_DESCRIPTION,
+      });
+      return;
+    }
+    const full = this.destination.quotaExceeded(parts.size);
+    if (full !== undefined && this.source.isDeadLetterQueue) {
+      // Back to the dead-letter queue's head, in order; abandoning there counts a delivery and never drops it.
+      this.waitingFor = parts.size;
+      this.source.settle(lockToken, { kind: "abandon" });
+      return;
+    }
+    if (full !== undefined) {
+      this.source.settle(lockToken, {
+        kind: "deadLetter",
+        reason: DESTINATION_FULL_REASON,
+        description: `Could not forward to '${this.destination.name}': ${full}`,
+      });
+      return;
+    }
+    setTransferHops(parts, hops + 1);
+    // The server gave every message an id on its first send, so the key always exists here.
+    this.destination.send(parts, messageIdKey(parts.head.message_id) ?? "");
+    this.source.settle(lockToken, { kind: "complete" });
+  }
+}
+
+/** One forwarding source: a queue or a subscription, by its entity path, and where it forwards. */
+interface Edge {
+  readonly source: string;
+  readonly setting: "ForwardTo" | "ForwardDeadLetteredMessagesTo";
+  readonly from: string;
+  readonly to: string;
+}
+
+function edges(config: BrokerConfig): Edge[] {
+  const out: Edge[] = [];
+  const add = (source: string, from: string, settings: QueueSettings): void => {
+    if (settings.forwardTo !== undefined)
+      out.push({ source, setting: "ForwardTo", from, to: settings.forwardTo });
+    if (settings.forwardDeadLetteredMessagesTo !== undefined)
+      out.push({
+        source,
+        setting: "ForwardDeadLetteredMessagesTo",
+        from,
+        to: settings.forwardDeadLetteredMessagesTo,
+      });
+  };
+  for (const q of config.queues) add(`queue "${q.name}"`, q.name, q);
+  for (const t of config.topics)
+    for (const s of t.subscriptions) add(`subscription "${s.queue.name}"`, t.name, s.queue);
+  return out;
+}
+
+/**
+ * Refuses what Service Bus refuses when the entity is created: a destination that does not exist (its error reads
+ * "The auto forwarding destination entity does not exist"), and an entity that forwards to itself ("The entity ...
+ * has an auto-forwarding policy to itself"). A longer loop (a -> b -> a) is refused here too, although on Azure it
+ * would only dead-letter every message after four hops: nothing useful is ever built of one.
+ */
+export function checkForwarding(config: BrokerConfig): void {
+  const names = new Map<string, string>();
+  for (const q of config.queues) names.set(q.name.toLowerCase(), q.name);
+  for (const t of config.topics) names.set(t.name.toLowerCase(), t.name);
+  const all = edges(config);
+  for (const edge of all) {
+    if (!names.has(edge.to.toLowerCase()))
+      throw new BrokerConfigError(
+        `${edge.source} ${edge.setting}`,
+        `names "${edge.to}": the auto forwarding destination entity does not exist (queues and topics: ${[...names.values()].join(", ")})`,
+      );
+    if (edge.to.toLowerCase() === edge.from.toLowerCase())
+      throw new BrokerConfigError(
+        `${edge.source} ${edge.setting}`,
+        `names "${edge.to}": the entity has an auto-forwarding policy to itself`,
+      );
+  }
+  const next = new Map<string, string[]>();
+  // Only ForwardTo chains loop: a dead-lettered message forwarded on is one step, not a cycle.
+  for (const edge of all.filter((e) => e.setting === "ForwardTo")) {
+    const from = edge.from.toLowerCase();
+    next.set(from, [...(next.get(from) ?? []), edge.to.toLowerCase()]);
+  }
+  const done = new Set<string>();
+  const visit = (node: string, path: string[]): void => {
+    if (path.includes(node)) {
+      const loop = [...path.slice(path.indexOf(node)), node].map((n) => names.get(n) ?? n);
+      const last = path[path.length - 1];
+      const edge = all.find((e) => e.from.toLowerCase() === last && e.to.toLowerCase() === node);
+      throw new BrokerConfigError(
+        `${edge?.source ?? `"${loop[0]}"`} ForwardTo`,
+        `makes a forwarding loop (${loop.join(" -> ")}); every message in it would be dead-lettered after ${MAX_TRANSFER_HOPS} hops`,
+      );
+    }
+    if (done.has(node)) return;
+    for (const to of next.get(node) ?? []) visit(to, [...path, node]);
+    done.add(node);
+  };
+  for (const node of next.keys()) visit(node, []);
+}
+
+/**
+ * Attaches a Forwarder to every source with ForwardTo, and to its dead-letter queue with
+ * ForwardDeadLetteredMessagesTo; `find` resolves a destination (checkForwarding ran). Returns the forwarders, for
+ * the broker's timer to `retry`.
+ */
+export function startForwarding(
+  sources: Queue[],
+  find: (name: string) => Destination | undefined,
+): Forwarder[] {
+  const forwarders: Forwarder[] = [];
+  const attach = (queue: Queue, to: string): void => {
+    const destination = find(to);
+    if (!destination) throw new Error(`forwarding destination "${to}" not found`);
+    const forwarder = new Forwarder(queue, destination);
+    forwarders.push(forwarder);
+    queue.addConsumer(forwarder);
+  };
+  for (const queue of sources) {
+    const { forwardTo, forwardDeadLetteredMessagesTo } = queue.settings;
+    if (forwardTo !== undefined) attach(queue, forwardTo);
+    if (forwardDeadLetteredMessagesTo !== undefined && queue.deadLetter)
+      attach(queue.deadLetter, forwardDeadLetteredMessagesTo);
+  }
+  return forwarders;
+}
+
+/**
+ * True when no client may receive from this entity: it forwards. A dead-letter queue shares its parent's settings,
+ * so for it ForwardDeadLetteredMessagesTo decides.
+ */
+export function forwards(queue: Queue): boolean {
+  return (
+    (queue.isDeadLetterQueue ? queue.settings.forwardDeadLetteredMessagesTo : queue.settings.forwardTo) !==
+    undefined
+  );
+}
