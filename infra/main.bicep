@@ -110,6 +110,15 @@ param publishers publisherType[] = []
 @description('Optional. Object ID of an upstream App Service\'s managed identity that runs the outbox relay (sbinbox relay, or startRelay in-process). It gets Azure Service Bus Data Sender on the queue, and nothing else: the relay only sends.')
 param outboxRelayPrincipalId string?
 
+@description('Optional. An e-mail address that gets the operations alerts (docs/operations.md). Ignored when alertActionGroupId is set.')
+param alertEmail string = ''
+
+@description('Optional. Resource ID of an existing action group (your on-call tool) that the operations alerts notify instead.')
+param alertActionGroupId string = ''
+
+@description('Optional. The URL of docs/operations.md in your repository (e.g. https://github.com/OWNER/REPO/blob/main/docs/operations.md): each alert links to its section there.')
+param alertRunbookUrl string = 'docs/operations.md'
+
 @description('A principal allowed to publish to the queue.')
 type publisherType = {
   @description('Required. Object ID of the principal.')
@@ -273,6 +282,39 @@ module autoscale '../bicep/modules/autoscale/main.bicep' = {
     maximumCapacity: autoscaleMaximumCapacity
     defaultCapacity: autoscaleMinimumCapacity
     scaleOutThreshold: autoscaleScaleOutThreshold
+  }
+}
+
+// The operator's view (docs/operations.md): a workbook on the component and the alert rules.
+module workbook '../bicep/modules/workbook/main.bicep' = {
+  scope: resourceGroup
+  // The workbook is attached to the component by name.
+  dependsOn: [
+    monitoring
+  ]
+  params: {
+    location: location
+    tags: tags
+    applicationInsightsName: applicationInsightsName
+    namespaceResourceId: serviceBus.outputs.resourceId
+  }
+}
+
+module alerts '../bicep/modules/alerts/main.bicep' = {
+  scope: resourceGroup
+  params: {
+    namePrefix: 'sbinbox-${environmentName}'
+    location: location
+    tags: tags
+    applicationInsightsResourceId: monitoring.outputs.applicationInsightsResourceId
+    logAnalyticsWorkspaceResourceId: monitoring.outputs.logAnalyticsWorkspaceResourceId
+    namespaceResourceId: serviceBus.outputs.resourceId
+    // Azure Monitor names a subscription's dead-letters under its topic (docs/topics.md).
+    entityName: topicName ?? serviceBus.outputs.queueName
+    webAppResourceId: worker.outputs.resourceId
+    alertEmail: alertEmail
+    existingActionGroupId: alertActionGroupId
+    runbookUrl: alertRunbookUrl
   }
 }
 
