@@ -69,13 +69,15 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
   }
   const server = await startConsoleServer(createConsoleService(sources), { host, port });
   closers.unshift(() => server.close());
-  process.stdout.write(`sbinbox console: ${server.url} (${config.queue}); Ctrl-C stops it\n`);
-  await new Promise<void>((resolve) => {
+  // Listening for the signals before the URL is out: whoever starts this may stop it as soon as it reads the URL.
+  const stopped = new Promise<void>((resolve) => {
     const stop = () => resolve();
     process.once("SIGINT", stop);
     process.once("SIGTERM", stop);
     signal?.addEventListener("abort", stop, { once: true });
   });
+  process.stdout.write(`sbinbox console: ${server.url} (${config.queue}); Ctrl-C stops it\n`);
+  await stopped;
   for (const close of closers) await close().catch(() => undefined);
   return 0;
 }
