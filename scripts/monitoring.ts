@@ -43,6 +43,7 @@ function query(name: string, title: string, kql: string, visualization = "timech
       size: 0,
       title,
       timeContextFromParameter: "TimeRange",
+      timeContext: { durationMs: 86_400_000 },
       queryType: 0,
       resourceType: "microsoft.insights/components",
       visualization,

@@ -176,7 +176,10 @@ describe("monitoring: the workbook and the alert rules in infra/main.bicep, comp
     assert.equal((dl.dimensions as JsonObject[])[0]!.name, "EntityName");
     assert.equal(dl.operator, "GreaterThan");
     assert.equal(dl.threshold, 0);
-    assert.equal(criterion(health).metricName, "HealthCheckStatus");
+    const hc = criterion(health);
+    assert.equal(hc.metricName, "HealthCheckStatus");
+    // The best instance below 1: every instance failing, not one of several.
+    assert.deepEqual([hc.timeAggregation, hc.operator, hc.threshold], ["Maximum", "LessThan", 1]);
     const group = single(main, "Microsoft.Insights/actionGroups");
     assert.match(str(group.raw.condition), /variables\('createGroup'\)/);
     const createGroup = str(obj(group.template.variables, "variables").createGroup);

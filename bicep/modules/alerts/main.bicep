@@ -133,10 +133,10 @@ resource healthCheck 'Microsoft.Insights/metricAlerts@2026-01-01' = {
           name: 'HealthCheckStatus'
           metricNamespace: 'Microsoft.Web/sites'
           metricName: 'HealthCheckStatus'
-          // The average over every instance's checks: below 1 only while (almost) none passes anywhere.
+          // The best instance's value: below 1 only while no instance passes (whether the metric counts 0..1 or 0..100).
           operator: 'LessThan'
           threshold: 1
-          timeAggregation: 'Average'
+          timeAggregation: 'Maximum'
         }
       ]
     }
