@@ -9,7 +9,7 @@ import {
 } from "../servicebus/client.ts";
 import { probeQueue } from "../servicebus/probe.ts";
 import { createLogger, type Logger } from "../telemetry/logger.ts";
-import { readinessMetrics } from "../telemetry/readiness-metrics.ts";
+import { startupMetrics } from "../telemetry/startup-metrics.ts";
 import { createWorker, type Worker } from "../worker/worker.ts";
 import { defaultRetryPolicy } from "../worker/retry-policy.ts";
 import { openDatabase, type Database } from "./database.ts";
@@ -81,7 +81,7 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
   });
   cleanups.push(() => health.close());
   // The same answer as /readyz, as a gauge per instance: the "not ready anywhere" alert reads it.
-  const stopReadiness = readinessMetrics.observe(async () => (await readiness()).ready);
+  const stopReadiness = startupMetrics.observeReadiness(async () => (await readiness()).ready);
   cleanups.push(() => Promise.resolve(stopReadiness()));
   logger.info("http listening", { port: health.port, host: config.httpHost });
   try {

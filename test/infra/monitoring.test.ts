@@ -6,7 +6,7 @@ import { NAMESPACE_PLACEHOLDER, alertQueries, generated, workbookQueries } from 
 import { workerMetrics } from "../../src/telemetry/metrics.ts";
 import { Attr, Metric } from "../../src/telemetry/names.ts";
 import { relayMetrics } from "../../src/telemetry/outbox-metrics.ts";
-import { readinessMetrics } from "../../src/telemetry/readiness-metrics.ts";
+import { startupMetrics } from "../../src/telemetry/startup-metrics.ts";
 import { useTelemetryCapture } from "../helpers/telemetry.ts";
 import {
   compileTemplate,
@@ -71,7 +71,7 @@ describe("monitoring: the workbook's and the alerts' queries read the names the 
     worker.recordSettlement({ queue: "q", disposition: "complete", errorType: "MessageLockLost" });
     const stopClaims = worker.observeOpenClaims(() => 2);
     const stopRelay = relayMetrics.observeStatus("q", () => ({ lagMs: 5_000, stale: 1 }));
-    const stopReady = readinessMetrics.observe(() => Promise.resolve(false));
+    const stopReady = startupMetrics.observeReadiness(() => Promise.resolve(false));
     let exported;
     try {
       exported = await capture().collect();
