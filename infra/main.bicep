@@ -113,6 +113,15 @@ param outboxRelayPrincipalId string?
 @description('Optional. Private network (on for prod): the worker\'s outbound traffic through a virtual network, Azure SQL and Service Bus reached through private endpoints only (public network access off; Service Bus is then Premium whatever serviceBusSkuName says, as Standard has no private endpoints), and the worker\'s site refusing every request from outside. The post-provision step (sbinbox migrate) must then run from inside the network: docs/deploy.md.')
 param privateNetwork bool = false
 
+@description('Optional. An e-mail address that gets the operations alerts (docs/operations.md). Ignored when alertActionGroupId is set.')
+param alertEmail string = ''
+
+@description('Optional. Resource ID of an existing action group (your on-call tool) that the operations alerts notify instead.')
+param alertActionGroupId string = ''
+
+@description('Optional. The URL of docs/operations.md in your repository (e.g. https://github.com/OWNER/REPO/blob/main/docs/operations.md): each alert links to its section there.')
+param alertRunbookUrl string = 'docs/operations.md'
+
 @description('A principal allowed to publish to the queue.')
 type publisherType = {
   @description('Required. Object ID of the principal.')
@@ -318,6 +327,39 @@ module autoscale '../bicep/modules/autoscale/main.bicep' = {
     maximumCapacity: autoscaleMaximumCapacity
     defaultCapacity: autoscaleMinimumCapacity
     scaleOutThreshold: autoscaleScaleOutThreshold
+  }
+}
+
+// The operator's view (docs/operations.md): a workbook on the component and the alert rules.
+module workbook '../bicep/modules/workbook/main.bicep' = {
+  scope: resourceGroup
+  // The workbook is attached to the component by name.
+  dependsOn: [
+    monitoring
+  ]
+  params: {
+    location: location
+    tags: tags
+    applicationInsightsName: applicationInsightsName
+    namespaceResourceId: serviceBus.outputs.resourceId
+  }
+}
+
+module alerts '../bicep/modules/alerts/main.bicep' = {
+  scope: resourceGroup
+  params: {
+    namePrefix: 'sbinbox-${environmentName}'
+    location: location
+    tags: tags
+    applicationInsightsResourceId: monitoring.outputs.applicationInsightsResourceId
+    logAnalyticsWorkspaceResourceId: monitoring.outputs.logAnalyticsWorkspaceResourceId
+    namespaceResourceId: serviceBus.outputs.resourceId
+    // The worker's own queue: with a topic its subscription forwards there, dead-letters included (docs/topics.md).
+    entityName: workerQueueName
+    webAppResourceId: worker.outputs.resourceId
+    alertEmail: alertEmail
+    existingActionGroupId: alertActionGroupId
+    runbookUrl: alertRunbookUrl
   }
 }
 

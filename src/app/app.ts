@@ -9,6 +9,7 @@ import {
 } from "../servicebus/client.ts";
 import { probeQueue } from "../servicebus/probe.ts";
 import { createLogger, type Logger } from "../telemetry/logger.ts";
+import { startupMetrics } from "../telemetry/startup-metrics.ts";
 import { createWorker, type Worker } from "../worker/worker.ts";
 import { defaultRetryPolicy } from "../worker/retry-policy.ts";
 import { openDatabase, type Database } from "./database.ts";
@@ -67,17 +68,21 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
   };
   let worker: Worker | undefined;
   const startup: Record<string, StartupState> = {};
+  const readiness = async (): Promise<ReadinessReport> => {
+    if (!worker) return { ready: false, status: "starting", ...startup };
+    const { ready, status, receiver, database } = await worker.readiness();
+    return { ready, status, receiver, database };
+  };
   const health: HealthServer = await startHealthServer({
     port: config.port,
     host: config.httpHost,
-    readiness: async (): Promise<ReadinessReport> => {
-      if (!worker) return { ready: false, status: "starting", ...startup };
-      const { ready, status, receiver, database } = await worker.readiness();
-      return { ready, status, receiver, database };
-    },
+    readiness,
     onError: (error) => logger.warn("readiness check failed", { error }),
   });
   cleanups.push(() => health.close());
+  // The same answer as /readyz, as a gauge per instance: the "not ready anywhere" alert reads it.
+  const stopReadiness = startupMetrics.observeReadiness(async () => (await readiness()).ready);
+  cleanups.push(() => Promise.resolve(stopReadiness()));
   logger.info("http listening", { port: health.port, host: config.httpHost });
   try {
     let embeddedConnectionString: string | undefined;

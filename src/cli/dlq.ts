@@ -10,6 +10,7 @@ import {
   type DeadLetter,
   type Selector,
 } from "../servicebus/dead-letter.ts";
+import { duration, selectorOf } from "../servicebus/dead-letter-select.ts";
 import { createProgress } from "./progress.ts";
 
 const usage = `usage: sbinbox dlq <list | replay | purge> [options]
@@ -149,7 +150,7 @@ function selector(
   action: string,
   args: { id?: string[]; reason?: string; all?: boolean; "older-than"?: string },
 ): Selector {
-  const ids = args.id && args.id.length > 0 ? new Set(args.id) : undefined;
+  const ids = args.id && args.id.length > 0 ? args.id : undefined;
   const olderThanMs = args["older-than"] === undefined ? undefined : duration(args["older-than"]);
   if (action === "replay" && olderThanMs !== undefined)
     throw new Error("replay selects by --id, --reason or --all");
@@ -161,23 +162,8 @@ function selector(
         : "say what to purge: --older-than AGE, --reason R or --all",
     );
   }
-  if (args.all && (ids || args.reason !== undefined || olderThanMs !== undefined))
-    throw new Error("--all cannot be combined with another selection");
-  return (m: DeadLetter) =>
-    // A retry copy or a replay has a MessageId of its own; the operator knows the original's, the inbox key.
-    (ids === undefined || ids.has(m.messageId) || ids.has(m.inboxKey)) &&
-    (args.reason === undefined || m.reason === args.reason) &&
-    (olderThanMs === undefined ||
-      (m.enqueuedTime !== undefined && Date.now() - m.enqueuedTime.getTime() > olderThanMs));
-}
-
-const UNITS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
-
-export function duration(text: string): number {
-  const match = /^(\d+)(ms|s|m|h|d)$/.exec(text.trim());
-  if (!match)
-    throw new Error(`--older-than "${text}" must be a number and a unit: ms, s, m, h or d (e.g. 7d)`);
-  return Number(match[1]) * UNITS[match[2]!]!;
+  // The console builds its selections with the same function (src/console/).
+  return selectorOf({ ids, reason: args.reason, olderThanMs, all: args.all });
 }
 
 function positive(text: string, name: string): number {

@@ -12,6 +12,10 @@ const commands: Record<
     describe: "list, replay or purge the dead-letter queue",
     load: () => import("./dlq.ts"),
   },
+  console: {
+    describe: "a local web page over the dead-letter queue, the inbox and the outbox",
+    load: () => import("./console.ts"),
+  },
   demo: { describe: "run the end-to-end demo on embedded defaults", load: () => import("./demo.ts") },
 };
 

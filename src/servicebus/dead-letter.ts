@@ -1,4 +1,5 @@
 import type { ServiceBusClient, ServiceBusReceivedMessage, ServiceBusReceiver } from "@azure/service-bus";
+import Long from "long";
 import { CopyProperty, retryState } from "../domain/envelope.ts";
 import { Attr } from "../telemetry/names.ts";
 import { copyOf } from "./copy.ts";
@@ -42,22 +43,38 @@ export async function peekDeadLetters(
   const max = options.max ?? Number.MAX_SAFE_INTEGER;
   const out: DeadLetter[] = [];
   try {
-    // Each call continues after the last message the previous one returned.
-    for (;;) {
-      const page = await receiver.peekMessages(Math.min(PAGE, max - out.length));
-      if (page.length === 0) break;
-      for (const m of page) out.push(describe(m, options.bodies === true));
-      if (out.length >= max) break;
-    }
+    for await (const m of peekAll(receiver, max)) out.push(describe(m, options.bodies === true));
   } finally {
     await receiver.close();
   }
   return out;
 }
 
+/**
+ * Peeks an entity from its first message, up to `max`. The start is explicit: without one the SDK goes on after the
+ * last message peeked on that entity by any receiver of the same client (its management link keeps the cursor), so
+ * a second read in a long-lived process (the console) would see nothing.
+ */
+export async function* peekAll(
+  receiver: ServiceBusReceiver,
+  max = Number.MAX_SAFE_INTEGER,
+): AsyncGenerator<ServiceBusReceivedMessage> {
+  let from = Long.ONE;
+  let n = 0;
+  while (n < max) {
+    const page = await receiver.peekMessages(Math.min(PAGE, max - n), { fromSequenceNumber: from });
+    if (page.length === 0) return;
+    for (const m of page) {
+      if (n++ >= max) return;
+      yield m;
+    }
+    from = Long.fromValue(page[page.length - 1]!.sequenceNumber!).add(1);
+  }
+}
+
 export interface DrainOptions {
-  /** Called after each message acted on, with the count so far. */
-  readonly onProgress?: (done: number) => void;
+  /** Called after each message acted on, with the count so far and that message. */
+  readonly onProgress?: (done: number, message: DeadLetter) => void;
   /** Stop after this many acted on. */
   readonly max?: number;
 }
@@ -177,7 +194,7 @@ async function drain(
           throw error;
         }
         done += 1;
-        options.onProgress?.(done);
+        options.onProgress?.(done, info);
       }
     }
   } finally {

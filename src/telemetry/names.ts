@@ -101,6 +101,8 @@ export const Metric = {
   outboxSetAside: "sbinbox.outbox.set_aside",
   outboxStale: "sbinbox.outbox.stale",
   startupWait: "sbinbox.startup.wait",
+  /** 1 while the instance's /readyz would answer 200, else 0: what an alert reads per instance. */
+  ready: "sbinbox.ready",
 } as const;
 
 /**

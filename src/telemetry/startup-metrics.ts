@@ -4,7 +4,11 @@ import { Attr, METER_NAME, Metric } from "./names.ts";
 /** A start-up step still waiting: how long so far, and its current state word (waiting, unreachable, refused). */
 export type StartupWaitSource = () => { waitedMs: number; state: string };
 
+/** Whether the process is ready, as /readyz decides it. */
+export type ReadinessSource = () => Promise<boolean>;
+
 const sources = new Map<StartupWaitSource, string>();
+const readiness = new Set<ReadinessSource>();
 let provider: MeterProvider | undefined;
 
 // Created on first use and again when the global provider changes, as in metrics.ts.
@@ -12,8 +16,22 @@ function register(): void {
   const current = metrics.getMeterProvider();
   if (provider === current) return;
   provider = current;
-  current
-    .getMeter(METER_NAME)
+  const meter = current.getMeter(METER_NAME);
+  meter
+    .createObservableGauge(Metric.ready, {
+      description:
+        "1 while this instance's /readyz answers 200 (receiver attached, database answering), 0 otherwise.",
+      unit: "1",
+    })
+    .addCallback(async (result: ObservableResult) => {
+      await Promise.all(
+        [...readiness].map(async (read) => {
+          // A readiness check that throws is a 503 on /readyz too.
+          result.observe((await read().catch(() => false)) ? 1 : 0);
+        }),
+      );
+    });
+  meter
     .createObservableGauge(Metric.startupWait, {
       description:
         "Time a start-up step (database, serviceBus) has waited so far for its dependency; reported only while it waits.",
@@ -37,5 +55,15 @@ export const startupMetrics = {
     register();
     sources.set(read, step);
     return () => void sources.delete(read);
+  },
+  /**
+   * Reports `read` (what /readyz answers) at each collection, per instance (the exporter tags cloud_RoleInstance),
+   * so an alert can tell "not ready on every instance" from one instance restarting. Returns a function that stops
+   * reporting.
+   */
+  observeReadiness(read: ReadinessSource): () => void {
+    register();
+    readiness.add(read);
+    return () => void readiness.delete(read);
   },
 };

@@ -1,0 +1,292 @@
+metadata name = 'Operations alerts'
+metadata description = 'Alert rules for sbinbox (dead-letters, an outage pause, no instance ready, health checks failing, retries exhausted, stale outbox rows, a queue not drained) and an optional e-mail action group.'
+
+@description('Required. Prefix of the rules\' names.')
+param namePrefix string
+
+@description('Required. Resource ID of the Application Insights component the worker (and the relay) send telemetry to.')
+param applicationInsightsResourceId string
+
+@description('Required. Resource ID of the Log Analytics workspace of that component and of the namespace\'s diagnostic setting.')
+param logAnalyticsWorkspaceResourceId string
+
+@description('Required. Resource ID of the Service Bus namespace.')
+param namespaceResourceId string
+
+@description('Required. The queue, or the topic, whose dead-letter count is watched (the EntityName dimension).')
+param entityName string
+
+@description('Required. Resource ID of the worker\'s web app (its health-check metric).')
+param webAppResourceId string
+
+@description('Optional. Location of the log alert rules (the metric alerts and the action group are global).')
+param location string = resourceGroup().location
+
+@description('Optional. Tags of the resources.')
+param tags object = {}
+
+@description('Optional. An e-mail address that gets every alert: creates an action group for it. Ignored when existingActionGroupId is set.')
+param alertEmail string = ''
+
+@description('Optional. Resource ID of an existing action group to notify instead (your on-call tool). With neither, the rules fire in the portal only.')
+param existingActionGroupId string = ''
+
+@description('Optional. An outage pause (the database unreachable) longer than this many seconds raises an alert.')
+@minValue(1)
+param outagePauseAlertSeconds int = 300
+
+@description('Optional. Minutes without a processed message, while the queue holds messages, before an alert.')
+@minValue(5)
+@maxValue(1440)
+param idleAlertMinutes int = 15
+
+@description('Optional. Where the rules\' descriptions point: docs/operations.md, best as your repository\'s URL of it so the links in a notification are clickable.')
+param runbookUrl string = 'docs/operations.md'
+
+// Generated from src/telemetry/names.ts by scripts/monitoring.ts; test/infra/monitoring.test.ts keeps it current.
+var queries = loadJsonContent('queries.json')
+var createGroup = empty(existingActionGroupId) && !empty(alertEmail)
+var actionGroupIds = !empty(existingActionGroupId)
+  ? [existingActionGroupId]
+  : createGroup ? [actionGroup.id] : []
+var metricActions = [for id in actionGroupIds: { actionGroupId: id }]
+var logActions = {
+  actionGroups: actionGroupIds
+}
+
+resource actionGroup 'Microsoft.Insights/actionGroups@2023-01-01' = if (createGroup) {
+  name: '${namePrefix}-ag'
+  location: 'global'
+  tags: tags
+  properties: {
+    groupShortName: 'sbinbox'
+    enabled: true
+    emailReceivers: [
+      {
+        name: 'operator'
+        emailAddress: alertEmail
+        useCommonAlertSchema: true
+      }
+    ]
+  }
+}
+
+resource deadLetterCount 'Microsoft.Insights/metricAlerts@2026-01-01' = {
+  name: '${namePrefix}-dead-letters-present'
+  location: 'global'
+  tags: tags
+  properties: {
+    description: 'Messages are in ${entityName}\'s dead-letter queue: they were not applied and wait for an operator. See which reasons with `sbinbox dlq list` or `sbinbox console`, fix the cause, then replay or purge: ${runbookUrl}#dead-letters-present'
+    severity: 2
+    enabled: true
+    scopes: [
+      namespaceResourceId
+    ]
+    evaluationFrequency: 'PT5M'
+    windowSize: 'PT5M'
+    criteria: {
+      'odata.type': 'Microsoft.Azure.Monitor.SingleResourceMultipleMetricCriteria'
+      allOf: [
+        {
+          criterionType: 'StaticThresholdCriterion'
+          name: 'DeadletteredMessages'
+          metricNamespace: 'Microsoft.ServiceBus/namespaces'
+          metricName: 'DeadletteredMessages'
+          dimensions: [
+            {
+              name: 'EntityName'
+              operator: 'Include'
+              values: [
+                entityName
+              ]
+            }
+          ]
+          operator: 'GreaterThan'
+          threshold: 0
+          timeAggregation: 'Maximum'
+        }
+      ]
+    }
+    autoMitigate: true
+    actions: metricActions
+  }
+}
+
+resource healthCheck 'Microsoft.Insights/metricAlerts@2026-01-01' = {
+  name: '${namePrefix}-health-check-failing'
+  location: 'global'
+  tags: tags
+  properties: {
+    description: 'App Service\'s health check (/healthz) fails on every worker instance: no process answers, so nothing is received. Look at the log stream and the last deployment: ${runbookUrl}#health-check-failing'
+    severity: 1
+    enabled: true
+    scopes: [
+      webAppResourceId
+    ]
+    evaluationFrequency: 'PT1M'
+    windowSize: 'PT5M'
+    criteria: {
+      'odata.type': 'Microsoft.Azure.Monitor.SingleResourceMultipleMetricCriteria'
+      allOf: [
+        {
+          criterionType: 'StaticThresholdCriterion'
+          name: 'HealthCheckStatus'
+          metricNamespace: 'Microsoft.Web/sites'
+          metricName: 'HealthCheckStatus'
+          // The best instance's value: below 1 only while no instance passes (whether the metric counts 0..1 or 0..100).
+          operator: 'LessThan'
+          threshold: 1
+          timeAggregation: 'Maximum'
+        }
+      ]
+    }
+    autoMitigate: true
+    actions: metricActions
+  }
+}
+
+var logRules = [
+  {
+    key: 'deadLettered'
+    name: 'dead-lettered-by-reason'
+    displayName: 'sbinbox: messages dead-lettered, by reason'
+    description: 'The worker dead-lettered messages in the last 15 minutes (one alert per reason). The reason names what went wrong: fix it, then replay the group: ${runbookUrl}#dead-lettered-by-reason'
+    severity: 2
+    scope: applicationInsightsResourceId
+    window: 'PT15M'
+    measure: 'deadLettered'
+    aggregation: 'Total'
+    threshold: 0
+    dimensions: [
+      {
+        name: 'reason'
+        operator: 'Include'
+        values: [
+          '*'
+        ]
+      }
+    ]
+  }
+  {
+    key: 'outagePause'
+    name: 'outage-pause'
+    displayName: 'sbinbox: receiving paused for a database outage'
+    description: 'The worker paused receiving for longer than ${outagePauseAlertSeconds} s because the database did not answer. Messages wait safely in the queue; look at the database: ${runbookUrl}#outage-pause'
+    severity: 2
+    scope: applicationInsightsResourceId
+    window: 'PT15M'
+    measure: 'longestSeconds'
+    aggregation: 'Maximum'
+    threshold: outagePauseAlertSeconds
+    dimensions: []
+  }
+  {
+    key: 'notReady'
+    name: 'not-ready-anywhere'
+    displayName: 'sbinbox: /readyz failing on every instance'
+    description: 'No worker instance was ready (/readyz 503: receiver detached, database not answering, or still starting) for 10 minutes. Nothing is processed; /readyz\'s state words say which dependency: ${runbookUrl}#not-ready-anywhere'
+    severity: 1
+    scope: applicationInsightsResourceId
+    window: 'PT10M'
+    measure: ''
+    aggregation: 'Count'
+    threshold: 0
+    dimensions: [
+      {
+        name: 'cloud_RoleName'
+        operator: 'Include'
+        values: [
+          '*'
+        ]
+      }
+    ]
+  }
+  {
+    key: 'retriesExhausted'
+    name: 'retries-exhausted'
+    displayName: 'sbinbox: retries exhausted'
+    description: 'Messages failed every retry and were dead-lettered as RetriesExhausted: a dependency is down or a handler fails. Fix it, then replay with `sbinbox dlq replay --reason RetriesExhausted`: ${runbookUrl}#retries-exhausted'
+    severity: 2
+    scope: applicationInsightsResourceId
+    window: 'PT15M'
+    measure: 'exhausted'
+    aggregation: 'Total'
+    threshold: 0
+    dimensions: []
+  }
+  {
+    key: 'outboxStale'
+    name: 'outbox-stale'
+    displayName: 'sbinbox: stale outbox rows'
+    description: 'The relay holds outbox rows first tried longer ago than the duplicate-detection window: it will not send them, because a copy may already be on the queue. An operator decides: ${runbookUrl}#outbox-stale'
+    severity: 2
+    scope: applicationInsightsResourceId
+    window: 'PT15M'
+    measure: 'staleRows'
+    aggregation: 'Maximum'
+    threshold: 0
+    dimensions: [
+      {
+        name: 'destination'
+        operator: 'Include'
+        values: [
+          '*'
+        ]
+      }
+    ]
+  }
+  {
+    key: 'idle'
+    name: 'queue-not-drained'
+    displayName: 'sbinbox: no message processed while the queue holds some'
+    description: 'The queue held messages for ${idleAlertMinutes} minutes and no worker processed one: the workers are stopped, stuck, or cannot receive. Check /readyz and the log: ${runbookUrl}#queue-not-drained'
+    severity: 1
+    scope: logAnalyticsWorkspaceResourceId
+    window: 'PT${idleAlertMinutes}M'
+    measure: ''
+    aggregation: 'Count'
+    threshold: 0
+    dimensions: []
+  }
+]
+
+resource logAlerts 'Microsoft.Insights/scheduledQueryRules@2026-03-01' = [
+  for rule in logRules: {
+    name: '${namePrefix}-${rule.name}'
+    location: location
+    tags: tags
+    kind: 'LogAlert'
+      properties: {
+      displayName: rule.displayName
+      description: rule.description
+      severity: rule.severity
+      enabled: true
+      scopes: [
+        rule.scope
+      ]
+      evaluationFrequency: 'PT5M'
+      windowSize: rule.window
+      criteria: {
+        allOf: [
+          {
+            query: queries[rule.key]
+            timeAggregation: rule.aggregation
+            metricMeasureColumn: empty(rule.measure) ? null : rule.measure
+            dimensions: rule.dimensions
+            operator: 'GreaterThan'
+            threshold: rule.threshold
+            failingPeriods: {
+              numberOfEvaluationPeriods: 1
+              minFailingPeriodsToAlert: 1
+            }
+          }
+        ]
+      }
+      autoMitigate: true
+      actions: logActions
+    }
+  }
+]
+
+@description('The action group the rules notify, empty when none.')
+output actionGroupIds string[] = actionGroupIds

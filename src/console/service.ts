@@ -1,0 +1,221 @@
+import { randomUUID } from "node:crypto";
+import type { ServiceBusClient } from "@azure/service-bus";
+import type { OutboxStatus } from "../outbox/store.ts";
+import {
+  peekAll,
+  peekDeadLetters,
+  purgeDeadLetters,
+  replayDeadLetters,
+  type DeadLetter,
+} from "../servicebus/dead-letter.ts";
+import { selectorOf, type Selection } from "../servicebus/dead-letter-select.ts";
+import { createEntityReceiver } from "../servicebus/entity-receiver.ts";
+
+/** What the console reads besides Service Bus; both optional (no database configured). */
+export interface ConsoleSources {
+  readonly client: ServiceBusClient;
+  /** The queue, or topic/Subscriptions/subscription. */
+  readonly entity: string;
+  readonly openClaims?: () => Promise<number>;
+  readonly outboxStatus?: () => Promise<OutboxStatus>;
+}
+
+export type Action = "replay" | "purge";
+
+export interface ConsoleState {
+  readonly entity: string;
+  /** Counted by peeking (Data Receiver is enough; the management API would need Manage): capped at COUNT_CAP. */
+  readonly active: number;
+  readonly deadLettered: number;
+  readonly capped: boolean;
+  readonly groups: { reason: string; messages: DeadLetter[] }[];
+  readonly inbox?: { openClaims: number } | { error: string };
+  readonly outbox?: OutboxStatus | { error: string };
+}
+
+export interface Plan {
+  readonly token: string;
+  readonly action: Action;
+  readonly messages: { sequenceNumber: string; messageId: string; reason?: string }[];
+}
+
+export type MessageResult =
+  | { sequenceNumber: string; messageId: string; result: "replayed"; copyMessageId: string }
+  | { sequenceNumber: string; messageId: string; result: "purged" }
+  | { sequenceNumber: string; messageId: string; result: "not done"; why: string };
+
+export interface Job {
+  readonly id: string;
+  readonly action: Action;
+  readonly total: number;
+  state: "running" | "done" | "failed";
+  done: number;
+  results: MessageResult[];
+  error?: string;
+}
+
+export const COUNT_CAP = 5_000;
+/** A plan not confirmed within this is void: the queue may have changed under the operator's eyes. */
+const PLAN_TTL_MS = 5 * 60_000;
+const NO_REASON = "(no reason)";
+
+export interface ConsoleService {
+  state(): Promise<ConsoleState>;
+  body(sequenceNumber: string): Promise<string | undefined>;
+  /** What a write would touch, and the one-time token that confirms exactly that. */
+  plan(action: Action, selection: Selection): Promise<Plan>;
+  /** Starts the confirmed plan; throws when the token is unknown, used or expired, or a job runs. */
+  run(token: string): Job;
+  job(id: string): Job | undefined;
+}
+
+export function createConsoleService(sources: ConsoleSources, now: () => number = Date.now): ConsoleService {
+  const plans = new Map<string, Plan & { expires: number }>();
+  const jobs = new Map<string, Job>();
+  let running: Job | undefined;
+
+  const countActive = async (): Promise<number> => {
+    const receiver = createEntityReceiver(sources.client, sources.entity, { skipParsingBodyAsJson: true });
+    let n = 0;
+    try {
+      for await (const _ of peekAll(receiver, COUNT_CAP)) n++;
+      return n;
+    } finally {
+      await receiver.close();
+    }
+  };
+
+  const guard = async <T>(
+    read: (() => Promise<T>) | undefined,
+  ): Promise<T | { error: string } | undefined> => {
+    if (!read) return undefined;
+    try {
+      return await read();
+    } catch (error) {
+      return { error: (error as Error).message };
+    }
+  };
+
+  return {
+    async state() {
+      const [active, dead, openClaims, outbox] = await Promise.all([
+        countActive(),
+        peekDeadLetters(sources.client, sources.entity, { max: COUNT_CAP }),
+        guard(sources.openClaims),
+        guard(sources.outboxStatus),
+      ]);
+      const groups = new Map<string, DeadLetter[]>();
+      for (const m of dead) {
+        const reason = m.reason ?? NO_REASON;
+        groups.set(reason, [...(groups.get(reason) ?? []), m]);
+      }
+      return {
+        entity: sources.entity,
+        active,
+        deadLettered: dead.length,
+        capped: active >= COUNT_CAP || dead.length >= COUNT_CAP,
+        groups: [...groups].map(([reason, messages]) => ({ reason, messages })),
+        inbox: typeof openClaims === "number" ? { openClaims } : openClaims,
+        outbox,
+      };
+    },
+
+    async body(sequenceNumber) {
+      const all = await peekDeadLetters(sources.client, sources.entity, { max: COUNT_CAP, bodies: true });
+      return all.find((m) => m.sequenceNumber === sequenceNumber)?.body;
+    },
+
+    async plan(action, selection) {
+      const select = selectorOf(
+        selection.reason === NO_REASON ? { ...selection, reason: undefined, all: true } : selection,
+      );
+      const matching = (await peekDeadLetters(sources.client, sources.entity, { max: COUNT_CAP })).filter(
+        (m) => select(m) && (selection.reason !== NO_REASON || m.reason === undefined),
+      );
+      if (matching.length === 0) throw new Error("no dead-lettered message matches");
+      for (const [token, p] of plans) if (p.expires < now()) plans.delete(token);
+      const plan: Plan = {
+        token: randomUUID(),
+        action,
+        messages: matching.map((m) => ({
+          sequenceNumber: m.sequenceNumber,
+          messageId: m.messageId,
+          ...(m.reason === undefined ? {} : { reason: m.reason }),
+        })),
+      };
+      plans.set(plan.token, { ...plan, expires: now() + PLAN_TTL_MS });
+      return plan;
+    },
+
+    run(token) {
+      const plan = plans.get(token);
+      if (!plan || plan.expires < now())
+        throw new Error("this confirmation is unknown or expired: ask again");
+      if (running) throw new Error("another replay or purge is running");
+      plans.delete(token);
+      const job: Job = {
+        id: randomUUID(),
+        action: plan.action,
+        total: plan.messages.length,
+        state: "running",
+        done: 0,
+        results: [],
+      };
+      jobs.set(job.id, job);
+      running = job;
+      void execute(sources, plan, job).finally(() => {
+        running = undefined;
+      });
+      return job;
+    },
+
+    job: (id) => jobs.get(id),
+  };
+}
+
+/** The confirmed messages exactly, by sequence number, through the same functions as `sbinbox dlq`. */
+async function execute(sources: ConsoleSources, plan: Plan, job: Job): Promise<void> {
+  const select = selectorOf({ sequenceNumbers: plan.messages.map((m) => m.sequenceNumber) });
+  const acted = new Set<string>();
+  const options = {
+    onProgress: (done: number, m: DeadLetter) => {
+      job.done = done;
+      acted.add(m.sequenceNumber);
+      job.results.push(
+        plan.action === "purge"
+          ? { sequenceNumber: m.sequenceNumber, messageId: m.messageId, result: "purged" }
+          : // The copy's MessageId is known when the replay returns; one that fails later keeps this entry.
+            {
+              sequenceNumber: m.sequenceNumber,
+              messageId: m.messageId,
+              result: "replayed",
+              copyMessageId: "",
+            },
+      );
+    },
+  };
+  try {
+    if (plan.action === "replay") {
+      const { replayed } = await replayDeadLetters(sources.client, sources.entity, select, options);
+      // Both lists are in the order the messages were acted on.
+      replayed.forEach((r, i) => {
+        const entry = job.results[i];
+        if (entry?.result === "replayed") entry.copyMessageId = r.copyMessageId;
+      });
+    } else {
+      await purgeDeadLetters(sources.client, sources.entity, select, options);
+    }
+    job.state = "done";
+  } catch (error) {
+    job.error = (error as Error).message;
+    job.state = "failed";
+  }
+  for (const m of plan.messages) {
+    if (!acted.has(m.sequenceNumber))
+      job.results.push({
+        ...m,
+        result: "not done",
+        why: job.error ?? "no longer in the dead-letter queue (replayed or purged meanwhile)",
+      });
+  }
+}

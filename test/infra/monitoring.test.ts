@@ -1,0 +1,189 @@
+import assert from "node:assert/strict";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { repoRoot } from "../../scripts/bicep.ts";
+import { NAMESPACE_PLACEHOLDER, alertQueries, generated, workbookQueries } from "../../scripts/monitoring.ts";
+import { workerMetrics } from "../../src/telemetry/metrics.ts";
+import { Attr, Metric } from "../../src/telemetry/names.ts";
+import { relayMetrics } from "../../src/telemetry/outbox-metrics.ts";
+import { startupMetrics } from "../../src/telemetry/startup-metrics.ts";
+import { useTelemetryCapture } from "../helpers/telemetry.ts";
+import {
+  compileTemplate,
+  obj,
+  ofType,
+  parameterDefault,
+  props,
+  single,
+  str,
+  type JsonObject,
+} from "./arm.ts";
+
+const allQueries = (): string[] => [
+  ...Object.values(workbookQueries).map((q) => q.kql),
+  ...Object.values(alertQueries()),
+];
+const metricNames = (kql: string): string[] =>
+  [...kql.matchAll(/\bname == "([^"]+)"|\bName == "([^"]+)"/g)].map((m) => (m[1] ?? m[2])!);
+const attributeNames = (kql: string): string[] =>
+  [...kql.matchAll(/customDimensions\["([^"]+)"\]/g)].map((m) => m[1]!);
+
+/** GitHub's heading anchors: lowercase, spaces to hyphens, punctuation dropped. */
+async function operationsAnchors(): Promise<Set<string>> {
+  const text = await readFile(join(repoRoot, "docs/operations.md"), "utf8");
+  return new Set(
+    [...text.matchAll(/^#+ (.+)$/gm)].map((m) =>
+      m[1]!
+        .trim()
+        .toLowerCase()
+        .replace(/[^\w\- ]/g, "")
+        .replace(/ /g, "-"),
+    ),
+  );
+}
+
+describe("monitoring: the workbook's and the alerts' queries read the names the code emits", function () {
+  const capture = useTelemetryCapture();
+
+  it("the committed workbook.json and queries.json are what scripts/monitoring.ts generates from names.ts", async function () {
+    for (const [path, content] of Object.entries(await generated())) {
+      const committed = await readFile(join(repoRoot, path), "utf8");
+      assert.equal(committed, content, `${path} is stale: run node scripts/monitoring.ts`);
+    }
+  });
+
+  it("every metric and attribute a query reads is one names.ts defines", function () {
+    const metrics = new Set<string>(Object.values(Metric));
+    const attributes = new Set<string>(Object.values(Attr));
+    for (const kql of allQueries()) {
+      for (const name of metricNames(kql)) assert.ok(metrics.has(name), `${name} is no metric of names.ts`);
+      for (const name of attributeNames(kql))
+        assert.ok(attributes.has(name), `${name} is no attribute of names.ts`);
+    }
+  });
+
+  it("the metrics the queries read are the ones the instruments export, with the attributes read", async function () {
+    const worker = workerMetrics();
+    worker.recordProcessed({ queue: "q", outcome: "duplicate", durationMs: 3 });
+    worker.recordRetry("q", "exhausted", "transient");
+    worker.recordOutagePause(12_000);
+    worker.recordBatch(4, "committed");
+    worker.recordSettlement({ queue: "q", disposition: "complete", errorType: "MessageLockLost" });
+    const stopClaims = worker.observeOpenClaims(() => 2);
+    const stopRelay = relayMetrics.observeStatus("q", () => ({ lagMs: 5_000, stale: 1 }));
+    const stopReady = startupMetrics.observeReadiness(() => Promise.resolve(false));
+    let exported;
+    try {
+      exported = await capture().collect();
+    } finally {
+      stopClaims();
+      stopRelay();
+      stopReady();
+    }
+    const byName = new Map(exported.map((m) => [m.descriptor.name, m]));
+    for (const kql of allQueries()) {
+      const read = attributeNames(kql);
+      for (const name of metricNames(kql)) {
+        const data = byName.get(name);
+        assert.ok(data, `a query reads ${name}, which no instrument exported`);
+        const keys = new Set(data.dataPoints.flatMap((p) => Object.keys(p.attributes)));
+        for (const attribute of read.filter((a) => a !== Attr.operationName && a !== Attr.dispositionStatus))
+          assert.ok(keys.has(attribute), `${name} has no ${attribute} (exported: ${[...keys].join(", ")})`);
+      }
+    }
+    const ready = byName.get(Metric.ready)!.dataPoints[0]!.value;
+    assert.equal(ready, 0, "a process that is not ready reports 0");
+  });
+});
+
+describe("monitoring: the workbook and the alert rules in infra/main.bicep, compiled by the pinned Bicep CLI", function () {
+  this.timeout(120_000);
+  let main: JsonObject;
+
+  before(async function () {
+    main = await compileTemplate("infra/main.bicep");
+  });
+
+  it("deploys the workbook on the Application Insights component, with every query and Service Bus's metrics", function () {
+    const workbook = single(main, "Microsoft.Insights/workbooks");
+    const p = props(workbook);
+    assert.equal(workbook.raw.kind, "shared");
+    assert.match(
+      str(p.sourceId),
+      /resourceId\('Microsoft\.Insights\/components', parameters\('applicationInsightsName'\)\)/,
+    );
+    assert.equal(p.serializedData, "[variables('content')]");
+    const variables = obj(workbook.template.variables, "variables");
+    assert.match(
+      str(variables.content),
+      /replace\(variables\('\$fxv#0'\), '__SERVICE_BUS_NAMESPACE_ID__', parameters\('namespaceResourceId'\)\)/,
+      "the namespace's ID is put in at deployment",
+    );
+    const content = JSON.parse(str(variables["$fxv#0"], "the loaded workbook.json")) as {
+      items: { content: Record<string, unknown> }[];
+    };
+    const kqls = content.items.map((i) => i.content.query).filter((q) => typeof q === "string");
+    for (const q of Object.values(workbookQueries)) assert.ok(kqls.includes(q.kql), q.title);
+    const charted = content.items.flatMap((i) =>
+      ((i.content.metrics as { metric: string; splitBy: string[] }[] | undefined) ?? []).map(
+        (m) => `${m.metric} by ${m.splitBy.join()}`,
+      ),
+    );
+    assert.deepEqual(charted, [
+      "microsoft.servicebus/namespaces--ActiveMessages by EntityName",
+      "microsoft.servicebus/namespaces--DeadletteredMessages by EntityName",
+    ]);
+    assert.ok(JSON.stringify(content).includes(NAMESPACE_PLACEHOLDER));
+  });
+
+  it("has each alert with a severity, a description saying what to do and a link to a heading of docs/operations.md", async function () {
+    const anchors = await operationsAnchors();
+    const metricAlerts = ofType(main, "Microsoft.Insights/metricAlerts");
+    const logAlerts = single(main, "Microsoft.Insights/scheduledQueryRules");
+    assert.equal(metricAlerts.length, 2);
+    const copy = obj(logAlerts.raw.copy, "the log rules' copy loop");
+    const rules = obj(logAlerts.template.variables, "variables").logRules as JsonObject[];
+    assert.equal(copy.count, "[length(variables('logRules'))]");
+    const descriptions = [
+      ...metricAlerts.map((a) => ({ severity: props(a).severity, text: str(props(a).description) })),
+      ...rules.map((r) => ({ severity: r.severity, text: str(r.description) })),
+    ];
+    assert.equal(descriptions.length, 8);
+    const linked: string[] = [];
+    for (const { severity, text } of descriptions) {
+      assert.ok(typeof severity === "number" && severity >= 0 && severity <= 4, text);
+      // format('... {0}#anchor', parameters('runbookUrl')): the URL of docs/operations.md, then the section.
+      const anchor = /\{\d\}#([\w-]+)/.exec(text)?.[1];
+      assert.ok(anchor, `no link to docs/operations.md in: ${text}`);
+      assert.ok(anchors.has(anchor), `docs/operations.md has no heading #${anchor}`);
+      linked.push(anchor);
+    }
+    assert.equal(new Set(linked).size, 8, "each alert has its own section");
+    assert.match(str(parameterDefault(logAlerts.template, "runbookUrl")), /(^|\/)docs\/operations\.md$/);
+    assert.deepEqual(
+      rules.map((r) => r.key),
+      Object.keys(alertQueries()),
+      "a rule for every generated query",
+    );
+  });
+
+  it("watches dead-letters on the queue's EntityName, health checks on the web app, and notifies an optional group", function () {
+    const [deadLetters, health] = ofType(main, "Microsoft.Insights/metricAlerts");
+    const criterion = (alert: typeof deadLetters) =>
+      (obj(props(alert!).criteria, "criteria").allOf as JsonObject[])[0]!;
+    const dl = criterion(deadLetters);
+    assert.equal(dl.metricName, "DeadletteredMessages");
+    assert.equal((dl.dimensions as JsonObject[])[0]!.name, "EntityName");
+    assert.equal(dl.operator, "GreaterThan");
+    assert.equal(dl.threshold, 0);
+    const hc = criterion(health);
+    assert.equal(hc.metricName, "HealthCheckStatus");
+    // The best instance below 1: every instance failing, not one of several.
+    assert.deepEqual([hc.timeAggregation, hc.operator, hc.threshold], ["Maximum", "LessThan", 1]);
+    const group = single(main, "Microsoft.Insights/actionGroups");
+    assert.match(str(group.raw.condition), /variables\('createGroup'\)/);
+    const createGroup = str(obj(group.template.variables, "variables").createGroup);
+    assert.match(createGroup, /empty\(parameters\('existingActionGroupId'\)\)/);
+    assert.match(createGroup, /not\(empty\(parameters\('alertEmail'\)\)\)/);
+  });
+});

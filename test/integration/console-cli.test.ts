@@ -1,0 +1,107 @@
+import assert from "node:assert/strict";
+import { peekDeadLetters } from "../../src/servicebus/dead-letter.ts";
+import { sendRawMessages } from "../../src/servicebus/raw.ts";
+import { brokerConfig, useLocalBroker } from "../helpers/broker.ts";
+import { startCli } from "../helpers/cli.ts";
+
+const QUEUE = "console-cli";
+
+describe("sbinbox console: binding, the warning off loopback, and reads that can be repeated", function () {
+  const fixture = useLocalBroker(brokerConfig({ [QUEUE]: {} }));
+
+  before(async function () {
+    await sendRawMessages(fixture.client, QUEUE, [
+      { messageId: "p-1", subject: "X", body: Buffer.from("{}") },
+      { messageId: "p-2", subject: "X", body: Buffer.from("{}") },
+    ]);
+    const receiver = fixture.client.createReceiver(QUEUE);
+    try {
+      for (const m of await receiver.receiveMessages(2, { maxWaitTimeInMs: 2_000 }))
+        await receiver.deadLetterMessage(m, {
+          deadLetterReason: "Test",
+          deadLetterErrorDescription: "for peeking",
+        });
+    } finally {
+      await receiver.close();
+    }
+  });
+
+  it("peeks the dead-letter queue from its start on every call, on one client (the SDK keeps a cursor)", async function () {
+    const first = await peekDeadLetters(fixture.client, QUEUE);
+    const second = await peekDeadLetters(fixture.client, QUEUE);
+    assert.deepEqual(
+      first.map((m) => m.messageId),
+      ["p-1", "p-2"],
+    );
+    assert.deepEqual(
+      second.map((m) => m.messageId),
+      ["p-1", "p-2"],
+    );
+    const one = await peekDeadLetters(fixture.client, QUEUE, { max: 1 });
+    assert.deepEqual(
+      one.map((m) => m.messageId),
+      ["p-1"],
+    );
+  });
+
+  async function startConsole(args: string[]): Promise<{ url: string; stop: () => Promise<string> }> {
+    const cli = startCli(["console", ...args], {
+      SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString,
+      SBINBOX_QUEUE: QUEUE,
+    });
+    const url = await new Promise<string>((resolve, reject) => {
+      let out = "";
+      cli.child.stdout!.on("data", (d: Buffer) => {
+        out += String(d);
+        const found = /(http:\/\/\S+\/) /.exec(out)?.[1];
+        if (found) resolve(found);
+      });
+      void cli.done.then((r) => reject(new Error(`console exited ${r.code}: ${r.stderr}`)));
+    });
+    return {
+      url,
+      stop: async () => {
+        cli.child.kill("SIGINT");
+        const result = await cli.done;
+        assert.equal(result.code, 0, result.stderr);
+        return result.stderr;
+      },
+    };
+  }
+
+  it("serves on 127.0.0.1 by default, with no warning, and shows no database when none is configured", async function () {
+    const console = await startConsole([]);
+    try {
+      assert.match(console.url, /^http:\/\/127\.0\.0\.1:\d+\/$/);
+      const page = await fetch(console.url);
+      assert.equal(page.status, 200);
+      assert.match(page.headers.get("content-security-policy") ?? "", /default-src 'none'/);
+      const html = await page.text();
+      const token = /name="sbinbox-token" content="([^"]+)"/.exec(html)?.[1];
+      assert.ok(token);
+      const state = (await (
+        await fetch(new URL("/api/state", console.url), { headers: { "x-sbinbox-token": token } })
+      ).json()) as {
+        deadLettered: number;
+        inbox?: unknown;
+        groups: { reason: string }[];
+      };
+      assert.equal(state.deadLettered, 2);
+      assert.deepEqual(
+        state.groups.map((g) => g.reason),
+        ["Test"],
+      );
+      assert.equal(state.inbox, undefined, "no database configured");
+      assert.equal((await fetch(new URL("/api/state", console.url))).status, 403, "no token, no data");
+    } finally {
+      assert.doesNotMatch(await console.stop(), /WARNING/);
+    }
+  });
+
+  it("serves elsewhere only when asked, and then warns on stderr", async function () {
+    const console = await startConsole(["--host", "0.0.0.0"]);
+    const stderr = await console.stop();
+    assert.match(console.url, /^http:\/\/0\.0\.0\.0:\d+\/$/);
+    assert.match(stderr, /WARNING: serving on 0\.0\.0\.0, not loopback/);
+  });
+});
