@@ -13,7 +13,7 @@ param logAnalyticsWorkspaceResourceId string
 @description('Required. Resource ID of the Service Bus namespace.')
 param namespaceResourceId string
 
-@description('Required. The queue, or the topic, whose dead-letter count is watched (the EntityName dimension).')
+@description('Required. The worker\'s queue (with a topic, its own queue, where its subscription forwards), whose dead-letter count is watched (the EntityName dimension).')
 param entityName string
 
 @description('Required. Resource ID of the worker\'s web app (its health-check metric).')
