@@ -72,8 +72,8 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
     host: config.httpHost,
     readiness: async (): Promise<ReadinessReport> => {
       if (!worker) return { ready: false, status: "starting", ...startup };
-      const { ready, status, receiver, database } = await worker.readiness();
-      return { ready, status, receiver, database };
+      const { ready, status, receiver, database, serviceBus } = await worker.readiness();
+      return { ready, status, receiver, database, serviceBus };
     },
     onError: (error) => logger.warn("readiness check failed", { error }),
   });

@@ -46,6 +46,8 @@ export const Attr = {
   /** A start-up step (database, serviceBus) and its state while it waits (waiting, unreachable, refused). */
   startupStep: "sbinbox.startup.step",
   startupState: "sbinbox.startup.state",
+  /** Whether the worker's connection to Service Bus is heard from (ok) or has gone silent (silent). */
+  serviceBusState: "sbinbox.servicebus.state",
 } as const;
 
 export const MESSAGING_SYSTEM = "servicebus";
@@ -101,6 +103,7 @@ export const Metric = {
   outboxSetAside: "sbinbox.outbox.set_aside",
   outboxStale: "sbinbox.outbox.stale",
   startupWait: "sbinbox.startup.wait",
+  serviceBusSilence: "sbinbox.servicebus.silence",
 } as const;
 
 /**
