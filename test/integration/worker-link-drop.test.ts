@@ -16,7 +16,10 @@ const QUEUE = "sbinbox";
 const LOCK_MS = 3_000;
 /** The settlement guard's least wait (SettlementGuard's MIN_WAIT_MS), the bound on a silent link's settlement here. */
 const SETTLE_BOUND_MS = Math.max(5_000, LOCK_MS);
-/** The silence: long past each message's lock and the silence threshold below (scaled down from Azure's). */
+/**
+ * The silence: long past each message's lock and the silence threshold below (scaled down from Azure's);
+ * SBINBOX_TEST_SILENCE_MS=30000 runs the 30 s of the outside fault test.
+ */
 const SILENCE_MS = Number(process.env.SBINBOX_TEST_SILENCE_MS ?? 10_000);
 /** Thresholds scaled down: what is tested is their order, not the wall clock. */
 const PROGRESS = { quietMs: 300, probeTimeoutMs: 500, silentAfterMs: 2_000, recoverAfterMs: 1_000 };
@@ -141,10 +144,12 @@ for (const batchSize of [1, 8]) {
       const freedMs = Date.now() - resetAt;
       // The SDK alone: 60 s per attempt, 4 attempts 30 s apart (330 s). The guard ends them on the drop itself.
       assert.ok(freedMs < 2_000, `in flight until ${freedMs} ms after the reset`);
+      // What SIGTERM does (src/cli/worker.ts through app.stop): stop the worker, then close the client.
       const stopAt = Date.now();
       await worker.stop();
+      await proxied.close();
       const stopMs = Date.now() - stopAt;
-      assert.ok(stopMs < GRACE_MS / 2, `a stop right after the reset took ${stopMs} ms`);
+      assert.ok(stopMs < GRACE_MS / 4, `a stop right after the reset took ${stopMs} ms`);
 
       const notConfirmed = logs.lines.filter((l) => l.reason === "connection-dropped");
       assert.equal(notConfirmed.length, count, "one line per settlement given up");
