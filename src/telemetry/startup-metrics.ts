@@ -1,31 +1,14 @@
-import { metrics, type MeterProvider, type ObservableResult } from "@opentelemetry/api";
-import { Attr, METER_NAME, Metric } from "./names.ts";
+import { Attr, Metric } from "./names.ts";
+import { observedGauge } from "./observed-gauge.ts";
 
 /** A start-up step still waiting: how long so far, and its current state word (waiting, unreachable, refused). */
 export type StartupWaitSource = () => { waitedMs: number; state: string };
 
-const sources = new Map<StartupWaitSource, string>();
-let provider: MeterProvider | undefined;
-
-// Created on first use and again when the global provider changes, as in metrics.ts.
-function register(): void {
-  const current = metrics.getMeterProvider();
-  if (provider === current) return;
-  provider = current;
-  current
-    .getMeter(METER_NAME)
-    .createObservableGauge(Metric.startupWait, {
-      description:
-        "Time a start-up step (database, serviceBus) has waited so far for its dependency; reported only while it waits.",
-      unit: "s",
-    })
-    .addCallback((result: ObservableResult) => {
-      for (const [read, step] of sources) {
-        const { waitedMs, state } = read();
-        result.observe(waitedMs / 1000, { [Attr.startupStep]: step, [Attr.startupState]: state });
-      }
-    });
-}
+const wait = observedGauge(Metric.startupWait, {
+  description:
+    "Time a start-up step (database, serviceBus) has waited so far for its dependency; reported only while it waits.",
+  unit: "s",
+});
 
 export const startupMetrics = {
   /**
@@ -34,8 +17,12 @@ export const startupMetrics = {
    * rising, is what shows an endless wait to an alert; /healthz stays 200 all along.
    */
   observeWait(step: string, read: StartupWaitSource): () => void {
-    register();
-    sources.set(read, step);
-    return () => void sources.delete(read);
+    return wait.observe(() => {
+      const { waitedMs, state } = read();
+      return {
+        value: waitedMs / 1000,
+        attributes: { [Attr.startupStep]: step, [Attr.startupState]: state },
+      };
+    });
   },
 };

@@ -3,10 +3,10 @@ import { ServiceBusClient } from "@azure/service-bus";
 import type { Database } from "../../src/app/database.ts";
 import { demoEvent } from "../../src/example/demo-events.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
-import { createLogger } from "../../src/telemetry/logger.ts";
 import { Attr, Metric } from "../../src/telemetry/names.ts";
 import type { Worker } from "../../src/worker/worker.ts";
 import { brokerConfig, takeDeadLetters, useLocalBroker, waitUntil } from "../helpers/broker.ts";
+import { capturedLogs } from "../helpers/logs.ts";
 import { StallProxy } from "../helpers/stall-proxy.ts";
 import { metricTotal, useTelemetryCapture } from "../helpers/telemetry.ts";
 import { creditsPerMessage, exampleDatabase, startTestWorker } from "../helpers/worker.ts";
@@ -24,15 +24,6 @@ const SILENCE_MS = Number(process.env.SBINBOX_TEST_SILENCE_MS ?? 10_000);
 /** Thresholds scaled down: what is tested is their order, not the wall clock. */
 const PROGRESS = { quietMs: 300, probeTimeoutMs: 500, silentAfterMs: 2_000, recoverAfterMs: 1_000 };
 const GRACE_MS = 20_000;
-
-function capturedLogs() {
-  const lines: Record<string, unknown>[] = [];
-  const logger = createLogger({
-    level: "debug",
-    write: (line) => lines.push(JSON.parse(line) as Record<string, unknown>),
-  });
-  return { logger, lines };
-}
 
 /** A gate the handlers' settlements wait at until the test opens it. */
 function gate() {
@@ -112,9 +103,8 @@ for (const batchSize of [1, 8]) {
       assert.equal((await takeDeadLetters(fixture.client, QUEUE)).length, 0);
     }
 
-    it("a reset while completes are in flight: each applied once, nothing in flight at once, a stop right after is quick", async function () {
-      this.timeout(60_000);
-      const count = 8;
+    /** A worker on the proxied client whose settlements wait at a gate, its log lines kept. */
+    function gatedWorker(count: number) {
       const logs = capturedLogs();
       const settling = gate();
       const worker = startTestWorker({
@@ -128,6 +118,13 @@ for (const batchSize of [1, 8]) {
         progress: PROGRESS,
       });
       workers.push(worker);
+      return { logs, settling, worker };
+    }
+
+    it("a reset while completes are in flight: each applied once, nothing in flight at once, a stop right after is quick", async function () {
+      this.timeout(60_000);
+      const count = 8;
+      const { logs, settling, worker } = gatedWorker(count);
       const ids = await publish("reset", count);
       // Every message committed and about to be completed; then the completes go into a link that forwards nothing.
       await waitUntil(() => settling.waiting === count, "every message committed", 20_000);
@@ -212,19 +209,7 @@ for (const batchSize of [1, 8]) {
     it("a silent link: not ready while it lasts, ready again after it answers; nothing lost or dead-lettered", async function () {
       this.timeout(60_000 + SILENCE_MS * 2);
       const count = 8;
-      const logs = capturedLogs();
-      const settling = gate();
-      const worker = startTestWorker({
-        client: proxied,
-        db,
-        maxConcurrentCalls: count,
-        batchSize,
-        gracePeriodMs: GRACE_MS,
-        beforeSettle: settling.beforeSettle,
-        logger: logs.logger,
-        progress: PROGRESS,
-      });
-      workers.push(worker);
+      const { logs, settling, worker } = gatedWorker(count);
       // An idle queue first: the probes answer, so it stays ready through several quiet periods.
       const idleUntil = Date.now() + PROGRESS.silentAfterMs * 2;
       while (Date.now() < idleUntil) {

@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
-import { createLogger } from "../../src/telemetry/logger.ts";
 import type { LinkProbe } from "../../src/servicebus/link-probe.ts";
 import { ProgressMonitor } from "../../src/worker/progress.ts";
 import { SettlementUnconfirmedError } from "../../src/servicebus/settlement-guard.ts";
 import { waitUntil } from "../helpers/broker.ts";
+import { capturedLogs } from "../helpers/logs.ts";
 
 const SETTINGS = { quietMs: 40, probeTimeoutMs: 40, silentAfterMs: 400, recoverAfterMs: 300 };
 
@@ -24,13 +24,6 @@ function scriptedProbe() {
   return probe;
 }
 
-function monitorWith(probe: LinkProbe) {
-  const lines: Record<string, unknown>[] = [];
-  const logger = createLogger({ write: (line) => lines.push(JSON.parse(line) as Record<string, unknown>) });
-  const monitor = new ProgressMonitor({ ...SETTINGS, probe, logger, queue: "q" });
-  return { monitor, lines };
-}
-
 describe("ProgressMonitor: a silent link told from an idle queue, with hysteresis", function () {
   let stop: (() => Promise<void>) | undefined;
   afterEach(async () => {
@@ -38,11 +31,19 @@ describe("ProgressMonitor: a silent link told from an idle queue, with hysteresi
     stop = undefined;
   });
 
-  it("an idle queue whose probes answer stays ok through many quiet periods", async () => {
+  /** A started monitor on a scripted probe that answers or not; stopped after the test. */
+  function started(answering: boolean) {
     const probe = scriptedProbe();
-    const { monitor } = monitorWith(probe);
+    probe.answering = answering;
+    const { logger, lines } = capturedLogs();
+    const monitor = new ProgressMonitor({ ...SETTINGS, probe, logger, queue: "q" });
     monitor.start();
     stop = () => monitor.stop();
+    return { probe, monitor, lines };
+  }
+
+  it("an idle queue whose probes answer stays ok through many quiet periods", async () => {
+    const { probe, monitor } = started(true);
     const until = Date.now() + SETTINGS.silentAfterMs * 3;
     while (Date.now() < until) {
       assert.equal(monitor.state, "ok");
@@ -52,11 +53,7 @@ describe("ProgressMonitor: a silent link told from an idle queue, with hysteresi
   });
 
   it("unanswered probes turn it silent only after silentAfterMs without an answer", async () => {
-    const probe = scriptedProbe();
-    probe.answering = false;
-    const { monitor, lines } = monitorWith(probe);
-    monitor.start();
-    stop = () => monitor.stop();
+    const { monitor, lines } = started(false);
     await waitUntil(() => monitor.state === "silent", "silent", 5_000);
     const line = lines.find((l) => String(l.msg).startsWith("Service Bus silent"));
     assert.ok(Number(line?.silentMs) >= SETTINGS.silentAfterMs, `silent after ${String(line?.silentMs)} ms`);
@@ -64,11 +61,7 @@ describe("ProgressMonitor: a silent link told from an idle queue, with hysteresi
   });
 
   it("messages received keep it ok while probes fail (a busy queue through resets)", async () => {
-    const probe = scriptedProbe();
-    probe.answering = false;
-    const { monitor } = monitorWith(probe);
-    monitor.start();
-    stop = () => monitor.stop();
+    const { probe, monitor } = started(false);
     const until = Date.now() + SETTINGS.silentAfterMs * 3;
     while (Date.now() < until) {
       monitor.heard();
@@ -79,11 +72,7 @@ describe("ProgressMonitor: a silent link told from an idle queue, with hysteresi
   });
 
   it("one answer amid silence does not make it ok; answers throughout recoverAfterMs do", async () => {
-    const probe = scriptedProbe();
-    probe.answering = false;
-    const { monitor, lines } = monitorWith(probe);
-    monitor.start();
-    stop = () => monitor.stop();
+    const { probe, monitor, lines } = started(false);
     await waitUntil(() => monitor.state === "silent", "silent", 5_000);
     // One answer, then silence again: still silent, and the recovery starts over.
     probe.answering = true;
@@ -102,11 +91,7 @@ describe("ProgressMonitor: a silent link told from an idle queue, with hysteresi
   });
 
   it("a settlement answered is heard; one that waited out its lock counts as unanswered", async () => {
-    const probe = scriptedProbe();
-    probe.answering = false;
-    const { monitor } = monitorWith(probe);
-    monitor.start();
-    stop = () => monitor.stop();
+    const { monitor } = started(false);
     await waitUntil(() => monitor.state === "silent", "silent", 5_000);
     const lockExpired = new SettlementUnconfirmedError("lock-expired", 5_000, undefined);
     monitor.settled({ settled: false, error: lockExpired, disposition: "complete" });
