@@ -9,7 +9,8 @@ import { brokerConfig, takeDeadLetters, useLocalBroker, waitUntil } from "../hel
 import { capturedLogs } from "../helpers/logs.ts";
 import { StallProxy } from "../helpers/stall-proxy.ts";
 import { metricTotal, useTelemetryCapture } from "../helpers/telemetry.ts";
-import { creditsPerMessage, exampleDatabase, startTestWorker } from "../helpers/worker.ts";
+import { startCli } from "../helpers/cli.ts";
+import { countCredits, creditsPerMessage, exampleDatabase, startTestWorker } from "../helpers/worker.ts";
 
 const QUEUE = "sbinbox";
 /** Short locks, so what a lost settlement leaves behind comes back within the test. */
@@ -275,3 +276,65 @@ for (const batchSize of [1, 8]) {
     });
   });
 }
+
+describe("sbinbox worker as a process: SIGTERM right after a reset", function () {
+  const fixture = useLocalBroker(brokerConfig({ [QUEUE]: { LockDuration: `PT${LOCK_MS / 1000}S` } }));
+
+  it("exits 0 well inside the grace period; every message applied once by the next worker", async function () {
+    this.timeout(120_000);
+    const db = await exampleDatabase("link_drop_cli");
+    const proxy = await StallProxy.start(fixture.broker.port);
+    const next: Worker[] = [];
+    try {
+      const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
+      const ids: string[] = [];
+      const events = Array.from({ length: 300 }, (_, i) => demoEvent("cli-reset", i));
+      for (let i = 0; i < events.length; i += 100)
+        ids.push(...(await publisher.publishBatch(events.slice(i, i + 100))).map((r) => r.messageId));
+      await publisher.close();
+      const { child, done } = startCli(["worker"], {
+        SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString.replace(
+          `sb://localhost:${fixture.broker.port};`,
+          `sb://127.0.0.1:${proxy.port};`,
+        ),
+        SBINBOX_POSTGRES_URL: db.url,
+        PORT: "0",
+        SBINBOX_HTTP_HOST: "127.0.0.1",
+        SBINBOX_GRACE_PERIOD_MS: String(GRACE_MS),
+        SBINBOX_LOG_LEVEL: "warn",
+      });
+      await waitUntil(() => child.exitCode === null, "the worker runs");
+      let applied = 0;
+      while (applied < 30 && child.exitCode === null) applied = await countCredits(db);
+      // Stalled, the worker still commits what it holds; the completes of those go into the stall.
+      proxy.stall();
+      const atStall = await countCredits(db);
+      const deadline = Date.now() + 10_000;
+      while ((await countCredits(db)) === atStall && Date.now() < deadline)
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      proxy.reset();
+      const signalledAt = Date.now();
+      child.kill("SIGTERM");
+      const result = await done;
+      const exitMs = Date.now() - signalledAt;
+      assert.equal(result.code, 0, result.stderr.slice(-2000));
+      assert.ok(exitMs < GRACE_MS / 2, `exited ${exitMs} ms after SIGTERM (grace period ${GRACE_MS} ms)`);
+      assert.match(result.stderr, /complete not confirmed: the connection the message came on dropped/);
+
+      next.push(startTestWorker({ client: fixture.client, db, consumer: "sbinbox" }));
+      const counts = () => fixture.broker.counts(QUEUE);
+      await waitUntil(() => counts().active + counts().locked === 0, "the queue empties", 30_000);
+      const credits = await creditsPerMessage(db);
+      assert.deepEqual(
+        ids.filter((id) => credits.get(id) !== 1),
+        [],
+        "each message applied once",
+      );
+      assert.equal(counts().deadLettered, 0);
+    } finally {
+      for (const worker of next) await worker.stop();
+      await proxy.close();
+      await db.close();
+    }
+  });
+});
