@@ -11,11 +11,14 @@ const SETTINGS = { quietMs: 40, probeTimeoutMs: 40, silentAfterMs: 400, recoverA
 function scriptedProbe() {
   const probe = {
     answering: true,
+    /** Answers to give even while not answering (one answer amid silence). */
+    answersLeft: 0,
     calls: 0,
     answers: [] as number[],
     check(): Promise<void> {
       probe.calls += 1;
-      if (!probe.answering) return Promise.reject(new Error("no answer"));
+      if (!probe.answering && probe.answersLeft === 0) return Promise.reject(new Error("no answer"));
+      if (!probe.answering) probe.answersLeft -= 1;
       probe.answers.push(Date.now());
       return Promise.resolve();
     },
@@ -32,11 +35,11 @@ describe("ProgressMonitor: a silent link told from an idle queue, with hysteresi
   });
 
   /** A started monitor on a scripted probe that answers or not; stopped after the test. */
-  function started(answering: boolean) {
+  function started(answering: boolean, settings: Partial<typeof SETTINGS> = {}) {
     const probe = scriptedProbe();
     probe.answering = answering;
     const { logger, lines } = capturedLogs();
-    const monitor = new ProgressMonitor({ ...SETTINGS, probe, logger, queue: "q" });
+    const monitor = new ProgressMonitor({ ...SETTINGS, ...settings, probe, logger, queue: "q" });
     monitor.start();
     stop = () => monitor.stop();
     return { probe, monitor, lines };
@@ -61,23 +64,25 @@ describe("ProgressMonitor: a silent link told from an idle queue, with hysteresi
   });
 
   it("messages received keep it ok while probes fail (a busy queue through resets)", async () => {
-    const { probe, monitor } = started(false);
-    const until = Date.now() + SETTINGS.silentAfterMs * 3;
+    // Messages 100 ms apart: past the quiet time, so probes run (and fail) between them, far inside the threshold.
+    const silentAfterMs = 2_000;
+    const { probe, monitor } = started(false, { silentAfterMs });
+    const until = Date.now() + silentAfterMs * 1.5;
     while (Date.now() < until) {
       monitor.heard();
       assert.equal(monitor.state, "ok");
-      await new Promise((resolve) => setTimeout(resolve, 20));
+      await new Promise((resolve) => setTimeout(resolve, 100));
     }
-    assert.ok(probe.calls > 0, "probes still ran between the messages");
+    assert.equal(monitor.state, "ok");
+    assert.ok(probe.calls > 0, "probes ran, unanswered, between the messages");
   });
 
   it("one answer amid silence does not make it ok; answers throughout recoverAfterMs do", async () => {
     const { probe, monitor, lines } = started(false);
     await waitUntil(() => monitor.state === "silent", "silent", 5_000);
     // One answer, then silence again: still silent, and the recovery starts over.
-    probe.answering = true;
+    probe.answersLeft = 1;
     await waitUntil(() => probe.answers.length === 1, "one answer", 5_000);
-    probe.answering = false;
     const failedAfter = probe.calls;
     await waitUntil(() => probe.calls > failedAfter, "a probe fails again", 5_000);
     assert.equal(monitor.state, "silent");
