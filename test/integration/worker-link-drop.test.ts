@@ -23,7 +23,7 @@ const SETTLE_BOUND_MS = Math.max(5_000, LOCK_MS);
  */
 const SILENCE_MS = Number(process.env.SBINBOX_TEST_SILENCE_MS ?? 10_000);
 /** Thresholds scaled down: what is tested is their order, not the wall clock. */
-const PROGRESS = { quietMs: 300, probeTimeoutMs: 500, silentAfterMs: 2_000, recoverAfterMs: 1_000 };
+const PROGRESS = { quietMs: 300, probeTimeoutMs: 2_000, silentAfterMs: 4_000, recoverAfterMs: 1_000 };
 const GRACE_MS = 20_000;
 
 /** A gate the handlers' settlements wait at until the test opens it. */
@@ -212,7 +212,7 @@ for (const batchSize of [1, 8]) {
       const count = 8;
       const { logs, settling, worker } = gatedWorker(count);
       // An idle queue first: the probes answer, so it stays ready through several quiet periods.
-      const idleUntil = Date.now() + PROGRESS.silentAfterMs * 2;
+      const idleUntil = Date.now() + PROGRESS.silentAfterMs * 1.5;
       while (Date.now() < idleUntil) {
         const ready = await worker.readiness();
         assert.deepEqual([ready.ready, ready.serviceBus], [true, "ok"], "ready on an idle queue");
