@@ -70,8 +70,8 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
   const startup: Record<string, StartupState> = {};
   const readiness = async (): Promise<ReadinessReport> => {
     if (!worker) return { ready: false, status: "starting", ...startup };
-    const { ready, status, receiver, database } = await worker.readiness();
-    return { ready, status, receiver, database };
+    const { ready, status, receiver, database, serviceBus } = await worker.readiness();
+    return { ready, status, receiver, database, serviceBus };
   };
   const health: HealthServer = await startHealthServer({
     port: config.port,

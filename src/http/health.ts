@@ -10,7 +10,7 @@ export interface ReadinessReport {
   readonly ready: boolean;
   /** starting, running, paused, stopping. */
   readonly status: string;
-  /** A component's state: "ok", "unreachable", "refused", "waiting", "attached", "detached". */
+  /** A component's state: "ok", "unreachable", "refused", "waiting", "attached", "detached", "silent". */
   readonly [component: string]: string | boolean;
 }
 

@@ -14,6 +14,7 @@ import type { Disposition } from "../telemetry/names.ts";
 import { copyOf } from "./copy.ts";
 import { createEntityReceiver } from "./entity-receiver.ts";
 import { SettlementScheduler } from "./settlement.ts";
+import { logSettlementFailure, SettlementGuard } from "./settlement-guard.ts";
 import {
   endProcessSpan,
   errorType,
@@ -78,6 +79,7 @@ export interface ReceiverStats {
 export class QueueReceiver {
   private readonly options: QueueReceiverOptions;
   private readonly scheduler: SettlementScheduler;
+  private readonly guard: SettlementGuard;
   private receiver: ServiceBusReceiver | undefined;
   private sender: ServiceBusSender | undefined;
   private subscription: { close(): Promise<void> } | undefined;
@@ -90,6 +92,18 @@ export class QueueReceiver {
   constructor(options: QueueReceiverOptions) {
     this.options = options;
     this.scheduler = options.scheduler ?? new SettlementScheduler();
+    this.guard = new SettlementGuard({
+      onLateOutcome: (message, error) =>
+        options.logger.debug("a settlement given up on failed later", {
+          messageId: message.messageId,
+          error,
+        }),
+    });
+  }
+
+  /** Settlements sent and not yet answered (each bounded by SettlementGuard). */
+  get settling(): number {
+    return this.guard.pending;
   }
 
   /** True while a subscription is open and taking messages. */
@@ -281,7 +295,7 @@ export class QueueReceiver {
         : decisionOrDisposition;
     if (decision.disposition === "reschedule") return this.reschedule(receiver, message, decision, ctx);
     const disposition = decision.disposition;
-    const issue = (): Promise<void> => {
+    const sdkSettle = (): Promise<void> => {
       switch (decision.disposition) {
         case "complete":
           return receiver.completeMessage(message);
@@ -294,20 +308,13 @@ export class QueueReceiver {
           });
       }
     };
+    const issue = (): Promise<void> => this.guard.settle(message, sdkSettle, receiver);
     try {
       await traceSettlement(disposition, queue, ctx, () => this.scheduler.settle(disposition, issue));
       return { settled: true, disposition };
     } catch (error) {
       this.stats.settlementFailures += 1;
-      this.options.logger.warn(
-        "settlement failed; the message will be redelivered and the inbox absorbs it",
-        {
-          messageId: message.messageId,
-          disposition,
-          code: isServiceBusError(error) ? error.code : undefined,
-          error,
-        },
-      );
+      logSettlementFailure(this.options.logger, message, disposition, error);
       return { settled: false, error, disposition };
     }
   }

@@ -46,6 +46,8 @@ export const Attr = {
   /** A start-up step (database, serviceBus) and its state while it waits (waiting, unreachable, refused). */
   startupStep: "sbinbox.startup.step",
   startupState: "sbinbox.startup.state",
+  /** Whether the worker's connection to Service Bus is heard from (ok) or has gone silent (silent). */
+  serviceBusState: "sbinbox.servicebus.state",
 } as const;
 
 export const MESSAGING_SYSTEM = "servicebus";
@@ -103,6 +105,7 @@ export const Metric = {
   startupWait: "sbinbox.startup.wait",
   /** 1 while the instance's /readyz would answer 200, else 0: what an alert reads per instance. */
   ready: "sbinbox.ready",
+  serviceBusSilence: "sbinbox.servicebus.silence",
 } as const;
 
 /**

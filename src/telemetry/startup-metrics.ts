@@ -1,5 +1,5 @@
-import { metrics, type MeterProvider, type ObservableResult } from "@opentelemetry/api";
-import { Attr, METER_NAME, Metric } from "./names.ts";
+import { Attr, Metric } from "./names.ts";
+import { observedGauge } from "./observed-gauge.ts";
 
 /** A start-up step still waiting: how long so far, and its current state word (waiting, unreachable, refused). */
 export type StartupWaitSource = () => { waitedMs: number; state: string };
@@ -7,43 +7,17 @@ export type StartupWaitSource = () => { waitedMs: number; state: string };
 /** Whether the process is ready, as /readyz decides it. */
 export type ReadinessSource = () => Promise<boolean>;
 
-const sources = new Map<StartupWaitSource, string>();
-const readiness = new Set<ReadinessSource>();
-let provider: MeterProvider | undefined;
+const ready = observedGauge(Metric.ready, {
+  description:
+    "1 while this instance's /readyz answers 200 (receiver attached, database answering), 0 otherwise.",
+  unit: "1",
+});
 
-// Created on first use and again when the global provider changes, as in metrics.ts.
-function register(): void {
-  const current = metrics.getMeterProvider();
-  if (provider === current) return;
-  provider = current;
-  const meter = current.getMeter(METER_NAME);
-  meter
-    .createObservableGauge(Metric.ready, {
-      description:
-        "1 while this instance's /readyz answers 200 (receiver attached, database answering), 0 otherwise.",
-      unit: "1",
-    })
-    .addCallback(async (result: ObservableResult) => {
-      await Promise.all(
-        [...readiness].map(async (read) => {
-          // A readiness check that throws is a 503 on /readyz too.
-          result.observe((await read().catch(() => false)) ? 1 : 0);
-        }),
-      );
-    });
-  meter
-    .createObservableGauge(Metric.startupWait, {
-      description:
-        "Time a start-up step (database, serviceBus) has waited so far for its dependency; reported only while it waits.",
-      unit: "s",
-    })
-    .addCallback((result: ObservableResult) => {
-      for (const [read, step] of sources) {
-        const { waitedMs, state } = read();
-        result.observe(waitedMs / 1000, { [Attr.startupStep]: step, [Attr.startupState]: state });
-      }
-    });
-}
+const wait = observedGauge(Metric.startupWait, {
+  description:
+    "Time a start-up step (database, serviceBus) has waited so far for its dependency; reported only while it waits.",
+  unit: "s",
+});
 
 export const startupMetrics = {
   /**
@@ -52,9 +26,13 @@ export const startupMetrics = {
    * rising, is what shows an endless wait to an alert; /healthz stays 200 all along.
    */
   observeWait(step: string, read: StartupWaitSource): () => void {
-    register();
-    sources.set(read, step);
-    return () => void sources.delete(read);
+    return wait.observe(() => {
+      const { waitedMs, state } = read();
+      return {
+        value: waitedMs / 1000,
+        attributes: { [Attr.startupStep]: step, [Attr.startupState]: state },
+      };
+    });
   },
   /**
    * Reports `read` (what /readyz answers) at each collection, per instance (the exporter tags cloud_RoleInstance),
@@ -62,8 +40,7 @@ export const startupMetrics = {
    * reporting.
    */
   observeReadiness(read: ReadinessSource): () => void {
-    register();
-    readiness.add(read);
-    return () => void readiness.delete(read);
+    // A readiness check that throws is a 503 on /readyz too.
+    return ready.observe(async () => ({ value: (await read().catch(() => false)) ? 1 : 0, attributes: {} }));
   },
 };

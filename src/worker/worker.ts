@@ -14,6 +14,8 @@ import { Batcher, type BatchOutcome } from "./batcher.ts";
 import { refuseSubscription } from "../domain/entity.ts";
 import { firstAttempt, processMessage, type Attempt } from "./process-message.ts";
 import { decideRetry, defaultRetryPolicy, retryClass, type RetryPolicy } from "./retry-policy.ts";
+import { ProgressMonitor, type LinkState, type ProgressOptions } from "./progress.ts";
+import { createLinkProbe } from "../servicebus/link-probe.ts";
 
 export interface WorkerOptions {
   readonly client: ServiceBusClient;
@@ -46,6 +48,8 @@ export interface WorkerOptions {
   /** Which failures are retried, after how long, in place or by a scheduled copy (defaultRetryPolicy). */
   readonly retryPolicy?: RetryPolicy;
   readonly logger?: Logger;
+  /** When the worker's connection counts as silent (src/worker/progress.ts; tests shorten it). */
+  readonly progress?: ProgressOptions;
   /** Runs after a message's decision and before its settlement (fault injection; tests). */
   readonly beforeSettle?: (message: IncomingMessage, decision: Decision) => void | Promise<void>;
   /** Runs after a retry's copy is scheduled and before the original is completed (fault injection; tests). */
@@ -75,6 +79,8 @@ export interface Readiness {
   readonly status: "running" | "paused" | "stopping";
   readonly receiver: "attached" | "detached";
   readonly database: "ok" | "unreachable";
+  /** Whether the worker's connection to Service Bus is heard from ("ok") or has gone silent. */
+  readonly serviceBus: LinkState;
 }
 
 export interface Worker {
@@ -85,6 +91,10 @@ export interface Worker {
   readonly stats: WorkerStats;
   /** True while receiving is paused for a database outage. */
   readonly paused: boolean;
+  /** Messages being processed or settled now. */
+  readonly inFlight: number;
+  /** Settlements sent and not yet answered. */
+  readonly settling: number;
 }
 
 /**
@@ -132,6 +142,12 @@ export function createWorker(options: WorkerOptions): Worker {
   let recovery: Promise<boolean> = Promise.resolve(true);
   let endRecovery: (recovered: boolean) => void = () => undefined;
   const timers: NodeJS.Timeout[] = [];
+  const progress = new ProgressMonitor({
+    ...options.progress,
+    probe: createLinkProbe(options.client, options.queue),
+    logger,
+    queue: options.queue,
+  });
 
   const receiver = new QueueReceiver({
     client: options.client,
@@ -142,8 +158,12 @@ export function createWorker(options: WorkerOptions): Worker {
     handle: (message: IncomingMessage, ctx: Context) => handle(message, ctx),
     beforeSettle: options.beforeSettle,
     beforeComplete: options.beforeComplete,
-    onReceived: () => telemetry.recordConsumed(options.queue),
+    onReceived: () => {
+      progress.heard();
+      telemetry.recordConsumed(options.queue);
+    },
     onSettled: (decision, result) => {
+      progress.settled(result);
       if (result.settled) stats.settled += 1;
       else stats.settlementFailures += 1;
       telemetry.recordSettlement({
@@ -374,10 +394,17 @@ export function createWorker(options: WorkerOptions): Worker {
     get paused() {
       return paused;
     },
+    get inFlight() {
+      return receiver.stats.inFlight;
+    },
+    get settling() {
+      return receiver.settling;
+    },
     start() {
       if (started) return;
       started = true;
       receiver.start();
+      progress.start();
       stopObservingClaims = telemetry.observeOpenClaims(() => store.countOpenClaims());
       const claimTimeoutMs = options.claimTimeoutMs ?? 300_000;
       every(options.sweepIntervalMs ?? 60_000, "claim sweep", async () => {
@@ -407,6 +434,7 @@ export function createWorker(options: WorkerOptions): Worker {
       wakeOutage?.();
       await outageLoop;
       await receiver.detach(gracePeriodMs);
+      await progress.stop();
       stats.held = receiver.stats.held;
       logger.info("worker stopped", { ...stats });
     },
@@ -418,11 +446,13 @@ export function createWorker(options: WorkerOptions): Worker {
         database = "unreachable";
       }
       const attached = receiver.attached;
+      const serviceBus = progress.state;
       return {
-        ready: attached && database === "ok" && !stopping,
+        ready: attached && database === "ok" && serviceBus === "ok" && !stopping,
         status: stopping ? "stopping" : paused ? "paused" : "running",
         receiver: attached ? "attached" : "detached",
         database,
+        serviceBus,
       };
     },
   };

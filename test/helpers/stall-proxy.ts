@@ -2,7 +2,8 @@ import net from "node:net";
 
 /**
  * A TCP proxy on 127.0.0.1 in front of a server, for tests: `stall()` stops forwarding in both directions
- * without closing anything (as when packets are dropped and no reset comes), `resume()` forwards again.
+ * without closing anything (as when packets are dropped and no reset comes), `resume()` forwards again, `reset()`
+ * drops every connection at once (as a load balancer's failover does) and forwards the new ones, stalled or not.
  */
 export class StallProxy {
   readonly port: number;
@@ -35,6 +36,12 @@ export class StallProxy {
   resume(): void {
     this.stalled = false;
     for (const socket of this.sockets) socket.resume();
+  }
+
+  /** Destroys every connection through the proxy (both sides see a reset); new ones are accepted as before. */
+  reset(): void {
+    this.stalled = false;
+    for (const socket of this.sockets) socket.resetAndDestroy();
   }
 
   async close(): Promise<void> {

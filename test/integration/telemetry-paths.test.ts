@@ -14,11 +14,11 @@ import {
 } from "../../src/example/index.ts";
 import { deriveMessageId } from "../../src/servicebus/message-id.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
-import { createLogger } from "../../src/telemetry/logger.ts";
 import { Attr, Metric, SpanEvent, SpanName } from "../../src/telemetry/names.ts";
 import { defaultRetryPolicy } from "../../src/worker/retry-policy.ts";
 import type { Worker } from "../../src/worker/worker.ts";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
+import { capturedLogs } from "../helpers/logs.ts";
 import { creditsPerMessage, exampleDatabase, startTestWorker } from "../helpers/worker.ts";
 import { histogramOf, metricTotal, useTelemetryCapture } from "../helpers/telemetry.ts";
 
@@ -74,16 +74,6 @@ describe("telemetry: every path traced and measured (real SDK, local broker, Pos
     } finally {
       await publisher.close();
     }
-  }
-
-  /** A logger that keeps its JSON lines, parsed. */
-  function capturedLogs() {
-    const lines: Record<string, unknown>[] = [];
-    const logger = createLogger({
-      level: "debug",
-      write: (line) => lines.push(JSON.parse(line) as Record<string, unknown>),
-    });
-    return { logger, lines };
   }
 
   const spans = () => telemetry().spans();

@@ -1,0 +1,53 @@
+import { isServiceBusError, type ServiceBusClient, type ServiceBusReceiver } from "@azure/service-bus";
+import { createEntityReceiver } from "./entity-receiver.ts";
+
+/** Asks the broker one cheap question on the client's own connection; resolves when it answered. */
+export interface LinkProbe {
+  /** Resolves when the broker answered (a refusal is an answer too); rejects when it did not within `timeoutMs`. */
+  check(timeoutMs: number): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** Codes the SDK gives when nothing came back from the broker, as opposed to a refusal the broker sent. */
+const NO_ANSWER = new Set(["ServiceCommunicationProblem", "ServiceTimeout"]);
+
+/**
+ * A `peekMessages(1)` on a receiver of the worker's own client, so it travels on the same AMQP connection as the
+ * receive link (one connection per client) and answers whether that connection still carries anything. It takes
+ * no lock and needs only the Listen right the worker has. The receiver is never subscribed, so it opens no receive
+ * link; the SDK's `$management` link for the entity is the one lock renewals use.
+ */
+export function createLinkProbe(client: ServiceBusClient, entityPath: string): LinkProbe {
+  let receiver: ServiceBusReceiver | undefined;
+  return {
+    async check(timeoutMs) {
+      receiver ??= createEntityReceiver(client, entityPath, { receiveMode: "peekLock" });
+      const controller = new AbortController();
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => {
+          controller.abort();
+          reject(new Error(`no answer from Service Bus within ${timeoutMs} ms`));
+        }, timeoutMs);
+      });
+      const peek = receiver.peekMessages(1, { abortSignal: controller.signal }).then(
+        () => undefined,
+        (error: unknown) => {
+          if (controller.signal.aborted) return; // the time-out below reports it
+          if (isServiceBusError(error) && !NO_ANSWER.has(error.code)) return; // the broker answered: a refusal
+          throw error;
+        },
+      );
+      try {
+        await Promise.race([peek, late]);
+      } finally {
+        clearTimeout(timer);
+        peek.catch(() => undefined);
+      }
+    },
+    async close() {
+      await receiver?.close();
+      receiver = undefined;
+    },
+  };
+}
