@@ -32,12 +32,16 @@ export type {
 } from "./domain/handler.ts";
 export type { SqlExecutor, SqlResult, Dialect, DialectSql } from "./domain/sql.ts";
 export type { HandlerModule } from "./domain/handler-module.ts";
+export { loadHandlerModule } from "./app/handler-module.ts";
+export { migrate, type MigrateOptions, type MigrateResult } from "./app/migrate.ts";
 export type { Decision } from "./domain/settlement.ts";
 export {
   PoisonMessageError,
   ConfigError,
   RetryAfterError,
   DoNotRetryError,
+  isDoNotRetryError,
+  isRetryAfterError,
   type PoisonReason,
 } from "./domain/errors.ts";
 export {

@@ -19,7 +19,7 @@ import {
   TARGET_SUBSCRIPTION_PROPERTY,
   type Entity,
 } from "../domain/entity.ts";
-import { firstAttempt, processMessage, type Attempt } from "./process-message.ts";
+import { firstAttempt, processMessage, releaseDeadLetteredClaim, type Attempt } from "./process-message.ts";
 import { decideRetry, defaultRetryPolicy, retryClass, type RetryPolicy } from "./retry-policy.ts";
 
 export interface WorkerOptions {
@@ -234,6 +234,11 @@ export function createWorker(options: WorkerOptions): Worker {
       if (verdict.action === "dead_letter") {
         stats.retriesExhausted += 1;
         telemetry.recordRetry(options.queue, "exhausted", errorClass);
+        await releaseDeadLetteredClaim(store, options.consumer, attempt, (error) =>
+          logger.warn("a dead-lettered message's claim could not be released; the sweeper frees it", {
+            error,
+          }),
+        );
         decision = {
           disposition: "dead_letter",
           outcome: "failed",
