@@ -8,11 +8,9 @@ import assert from "node:assert/strict";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { runCli } from "../helpers/cli.ts";
 import { createTestDatabase } from "../helpers/postgres.ts";
 
-const root = fileURLToPath(new URL("../..", import.meta.url));
 const STACK = /^\s+at /m;
 
 /** A module with these migration files per dialect, in a folder of its own. */
