@@ -10,6 +10,7 @@ const lib = await import(inCheckout ? source.href : "./dist/index.js");
 
 export const {
   ConfigError,
+  CopyProperty,
   DEFAULT_RELAY_SETTINGS,
   DoNotRetryError,
   FakeMailer,

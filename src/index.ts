@@ -22,7 +22,7 @@ export {
 export { openDatabase, type Database } from "./app/database.ts";
 export { loadConfig, settings, type Config } from "./config/index.ts";
 
-export { HandlerRegistry, decodeMessage, TYPE_PROPERTY } from "./domain/envelope.ts";
+export { HandlerRegistry, decodeMessage, TYPE_PROPERTY, CopyProperty } from "./domain/envelope.ts";
 export type { IncomingMessage, DecodedMessage } from "./domain/envelope.ts";
 export type {
   MessageHandler,
