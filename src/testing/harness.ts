@@ -78,9 +78,9 @@ export interface Harness {
   /** Publishes as an upstream service does (MessageId derived from type and key); returns the MessageId. */
   publish(type: string, key: string, body: unknown): Promise<string>;
   /**
-   * Sends `message` as given. With `pastDuplicateWindow`, the broker's clock first moves past its duplicate
-   * detection window, so a resend of a MessageId already used reaches the worker (send it while nothing else is
-   * in flight: locks and schedules see the same clock).
+   * Sends `message` as given. With `pastDuplicateWindow`, the broker's clock runs past its duplicate-detection
+   * window for this send only, so a resend of a MessageId already used reaches the worker, and the window of every
+   * MessageId sent before is over. Send it while nothing else is in flight: locks and schedules read that clock.
    */
   sendRaw(message: RawMessage, options?: { readonly pastDuplicateWindow?: boolean }): Promise<string>;
   /**
@@ -147,7 +147,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     const settings: QueueSettings = { ...queueDefaults, ...options.queue, name: QUEUE };
     const config = defaultConfig();
     config.queues = [settings];
-    // The broker's clock runs ahead when a test resends past the duplicate-detection window.
+    // The broker's clock runs ahead while a test resends past the duplicate-detection window.
     let skewMs = 0;
     const broker = await LocalBroker.start({ port: 0, config, now: () => Date.now() + skewMs });
     cleanups.push(() => broker.stop());
@@ -201,12 +201,16 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
         return (await publisher.publish(type, key, body)).messageId;
       },
       async sendRaw(message, sendOptions) {
-        if (sendOptions?.pastDuplicateWindow) skewMs += settings.duplicateDetectionWindowMs + 1_000;
         const { body, ...rest } = message;
-        await sender.sendMessages({
-          ...rest,
-          body: Buffer.isBuffer(body) ? body : Buffer.from(JSON.stringify(body)),
-        });
+        if (sendOptions?.pastDuplicateWindow) skewMs = settings.duplicateDetectionWindowMs + 1_000;
+        try {
+          await sender.sendMessages({
+            ...rest,
+            body: Buffer.isBuffer(body) ? body : Buffer.from(JSON.stringify(body)),
+          });
+        } finally {
+          skewMs = 0;
+        }
         return message.messageId;
       },
       outcome: (messageId, outcomeOptions) => tracker.next(messageId, outcomeOptions?.timeoutMs ?? timeoutMs),
