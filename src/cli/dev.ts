@@ -2,7 +2,7 @@ import { mkdir, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import type { EmbeddedPostgresServer, LocalBroker } from "sbinbox-dev";
-import { DevPackageMissingError, loadDevPackage } from "../app/dev-package.ts";
+import { devPackageOrSay, untilSignal } from "./dev-tools.ts";
 
 const usage = `usage: sbinbox dev [--data .sbinbox] [--port 5672] [--postgres-port 55432]
 
@@ -45,14 +45,8 @@ export async function run(argv: string[]): Promise<number> {
     }
     ports[flag] = port;
   }
-  let dev;
-  try {
-    dev = await loadDevPackage("sbinbox dev");
-  } catch (error) {
-    if (!(error instanceof DevPackageMissingError)) throw error;
-    process.stderr.write(`sbinbox dev: ${error.message}\n`);
-    return 2;
-  }
+  const dev = await devPackageOrSay("dev");
+  if (!dev) return 2;
   const data = resolve(values.data);
   const pgData = join(data, "postgres");
   await mkdir(pgData, { recursive: true });
@@ -87,15 +81,7 @@ export async function run(argv: string[]): Promise<number> {
       "",
     ].join("\n"),
   );
-  await new Promise<void>((done) => {
-    const stop = (): void => {
-      process.off("SIGINT", stop);
-      process.off("SIGTERM", stop);
-      done();
-    };
-    process.on("SIGINT", stop);
-    process.on("SIGTERM", stop);
-  });
+  await untilSignal();
   await broker.stop();
   await postgres.stop();
   process.stdout.write("stopped; the database is kept\n");
