@@ -242,6 +242,8 @@ describe("the deployed worker, started as App Service starts it", function () {
       "bin",
       "dist",
       "dist-handlers",
+      // The package's entry: dist/index.js when installed (src/index.ts only in a checkout).
+      "index.js",
       "node_modules",
       "package-lock.json",
       "package.json",
