@@ -1,11 +1,12 @@
 // `npm run check:tsql`: parses every T-SQL statement the SQL Server adapter can send (every string constant in
-// src/inbox/sqlserver/statements.ts and src/outbox/sqlserver/statements.ts), the handlers' statements, the
+// src/inbox/sqlserver/statements.ts and src/outbox/sqlserver/statements.ts), the handlers' statements (every
+// `{ sqlserver }` any module in handlers/ exports: scripts/tsql-handlers.ts), the
 // database-user batch and every SQL Server migration (inbox, outbox, example, handlers/) with Microsoft's own parser
 // (ScriptDom, run by tools/tsql-parse). Fails on any syntax error. Builds the tool on first use; later runs reuse
 // the build.
 import { spawnSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
-import { join, relative } from "node:path";
+import { join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
@@ -13,11 +14,14 @@ const toolDir = join(root, "tools", "tsql-parse");
 const toolOut = join(toolDir, "bin", "out");
 const toolBinary = join(toolOut, "tsql-parse");
 const migrationsDir = join(root, "src", "inbox", "sqlserver", "migrations");
+// The team's module: handlers/, or the folder `--handlers <dir>` names (the check's own test gives one).
+const handlersFlag = process.argv.indexOf("--handlers");
+const handlersDir = handlersFlag > 0 ? resolve(process.argv[handlersFlag + 1] ?? "") : join(root, "handlers");
 const migrationsDirs = [
   migrationsDir,
   join(root, "src", "outbox", "sqlserver", "migrations"),
   join(root, "src", "example", "migrations", "sqlserver"),
-  join(root, "handlers", "migrations", "sqlserver"),
+  join(handlersDir, "migrations", "sqlserver"),
 ];
 
 interface Item {
@@ -103,9 +107,8 @@ async function main(): Promise<number> {
   const { accountSql } = await import("../src/example/accounts.ts");
   for (const [name, sql] of Object.entries(accountSql))
     items.push({ name: `example/accounts.ts:${name}`, sql: sql.sqlserver });
-  const { notesSql } = await import("../handlers/statements.ts");
-  for (const [name, sql] of Object.entries(notesSql))
-    items.push({ name: `handlers/statements.ts:${name}`, sql: sql.sqlserver });
+  const { handlerStatements } = await import("./tsql-handlers.ts");
+  items.push(...(await handlerStatements(handlersDir, root)));
   // `sbinbox migrate --app-user` builds its batch from a name and a client ID; one instance of it stands for all.
   const { appUserBatch } = await import("../src/inbox/sqlserver/app-user.ts");
   items.push({

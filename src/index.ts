@@ -22,7 +22,7 @@ export {
 export { openDatabase, type Database } from "./app/database.ts";
 export { loadConfig, settings, type Config } from "./config/index.ts";
 
-export { HandlerRegistry, decodeMessage, TYPE_PROPERTY } from "./domain/envelope.ts";
+export { HandlerRegistry, decodeMessage, TYPE_PROPERTY, CopyProperty } from "./domain/envelope.ts";
 export type { IncomingMessage, DecodedMessage } from "./domain/envelope.ts";
 export type {
   MessageHandler,
@@ -32,12 +32,16 @@ export type {
 } from "./domain/handler.ts";
 export type { SqlExecutor, SqlResult, Dialect, DialectSql } from "./domain/sql.ts";
 export type { HandlerModule } from "./domain/handler-module.ts";
+export { loadHandlerModule } from "./app/handler-module.ts";
+export { migrate, type MigrateOptions, type MigrateResult } from "./app/migrate.ts";
 export type { Decision } from "./domain/settlement.ts";
 export {
   PoisonMessageError,
   ConfigError,
   RetryAfterError,
   DoNotRetryError,
+  isDoNotRetryError,
+  isRetryAfterError,
   type PoisonReason,
 } from "./domain/errors.ts";
 export {

@@ -85,6 +85,8 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
   cleanups.push(() => Promise.resolve(stopReadiness()));
   logger.info("http listening", { port: health.port, host: config.httpHost });
   try {
+    // First: a module that cannot be loaded is a configuration error, said before anything else starts.
+    const module = options.handlers ? undefined : await loadHandlerModule(config.handlersModule);
     let embeddedConnectionString: string | undefined;
     let connection = config.database;
     let serviceBus = config.serviceBus;
@@ -114,7 +116,6 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
       timeouts: config.databaseTimeouts,
     });
     cleanups.push(() => db.close());
-    const module = options.handlers ? undefined : await loadHandlerModule(config.handlersModule);
     const migrations = module ? await moduleMigrations(module, db.dialect) : undefined;
     const handlers = options.handlers ?? (await module!.handlers());
     // One credential for the start-up probes and the worker's client, so its token cache is shared.

@@ -1,3 +1,4 @@
+import { existsSync } from "node:fs";
 import { isAbsolute, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import type { HandlerModule } from "../domain/handler-module.ts";
@@ -15,15 +16,18 @@ const MODULE_NAME = /^[a-z0-9][a-z0-9_-]{0,99}$/;
  */
 export async function loadHandlerModule(specifier: string | undefined): Promise<HandlerModule> {
   if (specifier === undefined) return (await import("../example/module.ts")).exampleModule;
-  const url =
-    /^[./]/.test(specifier) || isAbsolute(specifier)
-      ? pathToFileURL(resolve(process.cwd(), specifier)).href
-      : specifier;
+  const isPath = /^[./]/.test(specifier) || isAbsolute(specifier);
+  const url = isPath ? pathToFileURL(resolve(process.cwd(), specifier)).href : specifier;
   let loaded: Record<string, unknown>;
   try {
     loaded = (await import(url)) as Record<string, unknown>;
   } catch (error) {
-    throw new ConfigError(SETTING, `cannot load "${specifier}" (${(error as Error).message})`);
+    // A bare name is a package to Node; a newcomer's "handlers/index.ts" means the file in this folder.
+    const hint =
+      !isPath && existsSync(resolve(process.cwd(), specifier))
+        ? `; a file path starts with ./ or /: did you mean "./${specifier}"?`
+        : "";
+    throw new ConfigError(SETTING, `cannot load "${specifier}" (${(error as Error).message})${hint}`);
   }
   return checkModule(loaded.default ?? loaded.handlerModule, specifier);
 }

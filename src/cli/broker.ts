@@ -1,6 +1,6 @@
 import { parseArgs } from "node:util";
 import type { BrokerConfig, LocalBroker } from "sbinbox-dev";
-import { DevPackageMissingError, loadDevPackage } from "../app/dev-package.ts";
+import { devPackageOrSay, untilSignal } from "./dev-tools.ts";
 
 const usage = `usage: sbinbox broker [--port 5672] [--host 127.0.0.1] [--config Config.json] [--verbose]
 
@@ -31,14 +31,8 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(usage);
     return 0;
   }
-  let dev;
-  try {
-    dev = await loadDevPackage("sbinbox broker");
-  } catch (error) {
-    if (!(error instanceof DevPackageMissingError)) throw error;
-    process.stderr.write(`sbinbox broker: ${error.message}\n`);
-    return 2;
-  }
+  const dev = await devPackageOrSay("broker");
+  if (!dev) return 2;
   const { BrokerConfigError, LocalBroker, consoleLogger, defaultConfig, loadConfigFile } = dev;
   const port = Number(values.port);
   if (!Number.isInteger(port) || port < 0 || port > 65535) {
@@ -87,15 +81,7 @@ export async function run(argv: string[]): Promise<number> {
       "",
     ].join("\n"),
   );
-  await new Promise<void>((resolve) => {
-    const stop = (): void => {
-      process.off("SIGINT", stop);
-      process.off("SIGTERM", stop);
-      resolve();
-    };
-    process.on("SIGINT", stop);
-    process.on("SIGTERM", stop);
-  });
+  await untilSignal();
   await broker.stop();
   process.stdout.write("broker stopped\n");
   return 0;

@@ -5,6 +5,10 @@ const commands: Record<
 > = {
   migrate: { describe: "apply pending inbox (or --outbox) migrations", load: () => import("./migrate.ts") },
   broker: { describe: "run the local Service Bus broker", load: () => import("./broker.ts") },
+  dev: {
+    describe: "run the local broker and a PostgreSQL kept between runs, for local development",
+    load: () => import("./dev.ts"),
+  },
   worker: { describe: "run the worker", load: () => import("./worker.ts") },
   relay: { describe: "run the outbox relay (upstream side)", load: () => import("./relay.ts") },
   publish: { describe: "publish events", load: () => import("./publish.ts") },

@@ -1,10 +1,12 @@
-import { loadHandlerModule, moduleMigrations } from "../app/handler-module.ts";
+import { loadHandlerModule } from "../app/handler-module.ts";
+import { migrateStore, openStore } from "../app/migrate.ts";
 import { parsers } from "../config/schema.ts";
 import type mssql from "mssql";
 import { ConfigError } from "../domain/errors.ts";
 import type { HandlerModule } from "../domain/handler-module.ts";
 import { appRoles, appUserBatch, FIREWALL_REFUSED, isFirewallRefusal } from "../inbox/sqlserver/app-user.ts";
-import type { InboxStore, InboxStoreConfig } from "../inbox/index.ts";
+import type { InboxStoreConfig } from "../inbox/index.ts";
+import { MigrationFailedError, MigrationFileError } from "../inbox/migrations.ts";
 
 /** The database to migrate, from the environment (exactly one of the two variables). */
 export function migrateTarget(env: NodeJS.ProcessEnv): InboxStoreConfig {
@@ -31,16 +33,6 @@ function inboxSchema(env: NodeJS.ProcessEnv): string | undefined {
       `${parsed.error.issues[0]?.message ?? "is invalid"} (got ${JSON.stringify(raw)})`,
     );
   return parsed.data;
-}
-
-/** The store for the target, loading only that database's driver. */
-async function openStore(target: InboxStoreConfig): Promise<InboxStore> {
-  if (target.kind === "postgres") {
-    const { createPostgresInboxStore } = await import("../inbox/postgres/adapter.ts");
-    return createPostgresInboxStore(target);
-  }
-  const { createSqlServerInboxStore } = await import("../inbox/sqlserver/adapter.ts");
-  return createSqlServerInboxStore(target);
 }
 
 /** SBINBOX_HANDLERS, validated as the worker validates it. */
@@ -140,7 +132,9 @@ export async function run(
   if (!inbox) return 0;
   const store = await openStore(target);
   try {
-    const { applied } = await store.migrate(await moduleMigrations(module, store.dialect));
+    const { applied } = await migrateStore(store, module, (warning) =>
+      err(`sbinbox migrate: warning: ${warning}`),
+    );
     out(
       applied.length === 0 ? "sbinbox migrate: up to date" : `sbinbox migrate: applied ${applied.join(", ")}`,
     );
@@ -156,6 +150,15 @@ export async function run(
           `a new rule can take minutes to apply: ${(error as Error).message}`,
       );
       return FIREWALL_EXIT_CODE;
+    }
+    // A team's own mistake in its migrations: said in one line, naming the file, without a stack.
+    if (error instanceof MigrationFileError) {
+      err(`sbinbox migrate: ${error.message}`);
+      return 2;
+    }
+    if (error instanceof MigrationFailedError) {
+      err(`sbinbox migrate: ${error.message}`);
+      return 1;
     }
     throw error;
   } finally {

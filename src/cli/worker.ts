@@ -68,6 +68,12 @@ export async function run(argv: string[]): Promise<number> {
       setTimeout(() => process.exit(0), 1_000).unref();
       return 0;
     }
+    if (error instanceof ConfigError) {
+      // Named, one line, no stack: nothing was started (startApp loads the handler module first).
+      process.stderr.write(`sbinbox worker: configuration error: ${error.message}\n`);
+      setTimeout(() => process.exit(2), 1_000).unref();
+      return 2;
+    }
     const what = error instanceof StartupFailedError ? error.step : "start-up";
     logger.error("worker failed to start", { step: what, error });
     process.stderr.write(`sbinbox worker: failed to start: ${(error as Error).message}\n`);

@@ -1,4 +1,4 @@
-import { chmodSync, statSync } from "node:fs";
+import { chmodSync, existsSync, statSync } from "node:fs";
 import { chmod, mkdtemp, rm } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { tmpdir, userInfo } from "node:os";
@@ -61,7 +61,8 @@ export class EmbeddedPostgresServer {
       onLog: (m: unknown) => log(String(m)),
       onError: (m: unknown) => log(String(m)),
     });
-    await server.initialise();
+    // A data folder kept from an earlier run (`sbinbox dev`) is started as it is: initdb refuses a folder in use.
+    if (!existsSync(join(dataDir, "data", "PG_VERSION"))) await server.initialise();
     const instance = new EmbeddedPostgresServer(server, port, dataDir, ownsDataDir);
     await instance.start();
     return instance;

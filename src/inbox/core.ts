@@ -34,6 +34,8 @@ export interface InboxStatements {
    * inserting a fresh one; returns the new row { id }, or no row when that claim row is no longer there.
    */
   readonly reenterClaim: string;
+  /** [messageId, consumer, id]: deletes the open claim only if it is still this claim row. */
+  readonly releaseClaim: string;
   /** [seconds, milliseconds]: deletes claims open longer than that, on the database's clock. */
   readonly sweepStaleClaims: string;
   /** Returns { n }. */
@@ -428,6 +430,11 @@ export class InboxCore implements InboxStore {
     const marker = await this.readMarker(key);
     if (marker?.processed && (claimId === undefined || marker.id === claimId)) return;
     throw new ClaimLostError(key, claimId);
+  }
+
+  async releaseClaim(key: InboxKey, claimId: string): Promise<boolean> {
+    const result = await this.driver.query(this.sql.releaseClaim, [key.messageId, key.consumer, claimId]);
+    return result.rowCount === 1;
   }
 
   async sweepStaleClaims(olderThanMs: number): Promise<number> {

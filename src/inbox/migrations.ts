@@ -8,6 +8,8 @@ export interface Migration {
   readonly version: number;
   readonly name: string;
   readonly sql: string;
+  /** The file it was read from, for errors. */
+  readonly file?: string;
 }
 
 /**
@@ -33,17 +35,79 @@ export async function loadMigrations(dir: string): Promise<Migration[]> {
   const migrations: Migration[] = [];
   for (const file of files) {
     const match = FILE.exec(file);
-    if (!match) throw new Error(`migration file "${file}" in ${dir} is not named NNNN_name.sql`);
+    if (!match) throw new MigrationFileError(join(dir, file), "is not named NNNN_name.sql");
     const version = Number(match[1]);
     const expected = migrations.length + 1;
-    if (version !== expected) throw new Error(`migration ${file} in ${dir}: expected number ${expected}`);
+    if (version !== expected) {
+      const next = `${String(expected).padStart(4, "0")}_name.sql`;
+      const what = version < expected ? `repeats number ${match[1]}` : "leaves a gap";
+      throw new MigrationFileError(join(dir, file), `${what} (expected ${next} next)`);
+    }
     migrations.push({
       version,
       name: file.replace(/\.sql$/, ""),
       sql: await readFile(join(dir, file), "utf8"),
+      file: join(dir, file),
     });
   }
   return migrations;
+}
+
+/** A migration folder that cannot be applied as it is: a file misnamed or misnumbered. */
+export class MigrationFileError extends Error {
+  override readonly name = "MigrationFileError";
+  readonly file: string;
+  constructor(file: string, problem: string) {
+    super(`migration ${file} ${problem}`);
+    this.file = file;
+  }
+}
+
+/** A migration the database refused; names the file and the module it belongs to, with the database's reason. */
+export class MigrationFailedError extends Error {
+  override readonly name = "MigrationFailedError";
+  readonly migration: string;
+  /** `owner`: whose migration, as said in the message ("the inbox's", `module "notes"'s`). */
+  constructor(migration: Migration, owner: string, cause: unknown) {
+    super(
+      `${owner} migration ${migration.file ?? migration.name} failed, nothing of this run was applied: ${(cause as Error)?.message ?? String(cause)}`,
+      { cause },
+    );
+    this.migration = migration.name;
+  }
+}
+
+/** Runs one migration, turning the database's refusal into an error that names the file and its module. */
+export async function applying<T>(migration: Migration, owner: string, run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (error) {
+    throw new MigrationFailedError(migration, owner, error);
+  }
+}
+
+/**
+ * The files one dialect's folder has and the other's lacks, by name: a module whose two folders differ deploys a
+ * different schema on SQL Server than the one its tests ran on PostgreSQL.
+ */
+export async function dialectDifferences(folders: Partial<Record<string, string>>): Promise<string[]> {
+  const entries = Object.entries(folders).filter((e): e is [string, string] => typeof e[1] === "string");
+  if (entries.length < 2) return [];
+  const names = await Promise.all(
+    entries.map(async ([dialect, dir]) => {
+      const files = await readdir(dir).catch(() => [] as string[]);
+      return [dialect, new Set(files.filter((f) => f.endsWith(".sql")).map((f) => f.slice(0, -4)))] as const;
+    }),
+  );
+  const problems: string[] = [];
+  for (const [dialect, own] of names) {
+    for (const [other, theirs] of names) {
+      if (other === dialect) continue;
+      const missing = [...own].filter((n) => !theirs.has(n)).sort();
+      if (missing.length > 0) problems.push(`${dialect} has ${missing.join(", ")}, which ${other} has not`);
+    }
+  }
+  return problems;
 }
 
 /** The migrations of `all` whose version is not in `applied`, named as `sbinbox migrate` reports them. */

@@ -97,6 +97,11 @@ export interface InboxStore {
    * Throws ClaimLostError when the claim is gone (swept) or, given `claimId`, now belongs to another claimant.
    */
   markProcessed(key: InboxKey, claimId?: string): Promise<void>;
+  /**
+   * Gives up the open claim `claimId` (its message is dead-lettered), so a replay claims afresh at once instead of
+   * finding it busy until the sweeper frees it. False when it is no longer open under that id.
+   */
+  releaseClaim(key: InboxKey, claimId: string): Promise<boolean>;
   /** Makes claims open longer than `olderThanMs` retryable; returns how many. */
   sweepStaleClaims(olderThanMs: number): Promise<number>;
   /** Number of claims still open (for metrics). */

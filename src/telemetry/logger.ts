@@ -48,10 +48,11 @@ export const REDACTED_FIELDS: readonly string[] = [
 /**
  * Secrets inside free text (an error message quoting a connection string): the value after the key is masked.
  * A development emulator's key (`UseDevelopmentEmulator=true`, the local broker's) is public and stays readable,
- * so a worker on embedded defaults can log where to publish.
+ * so a worker on embedded defaults can log where to publish. Neither part crosses a quote: a line is JSON, and a
+ * match running from one string field into the next would swallow both.
  */
 const SECRET_IN_TEXT =
-  /((?:SharedAccessKey|SharedAccessSignature|AccountKey|Password|Pwd|InstrumentationKey)\s*=\s*)(?![^;"\s]+;UseDevelopmentEmulator=true)[^;"\s]+|(\w+:\/\/[^:/@\s]+:)[^@\s]+(@)/gi;
+  /((?:SharedAccessKey|SharedAccessSignature|AccountKey|Password|Pwd|InstrumentationKey)\s*=\s*)(?![^;"\s]+;UseDevelopmentEmulator=true)[^;"\s]+|(\w+:\/\/[^:/@\s"]+:)[^@\s"]+(@)/gi;
 
 /** Structured JSON lines (pino) carrying the active span's trace and span ids, so logs join traces. */
 export function createLogger(options: LoggerOptions = {}): Logger {

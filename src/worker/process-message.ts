@@ -25,10 +25,18 @@ export interface ProcessMessageDeps {
   ) => Promise<ProcessOutcome>;
 }
 
-/** A claim another claimant holds open: not an error of this message, so it is retried later. */
+/**
+ * An open two-phase claim this attempt did not take: another delivery of the message performing now (a redelivery
+ * after a lost lock, a second worker), or one that died before marking it. Not an error of this message, so it is
+ * retried later.
+ */
 export class ClaimBusyError extends Error {
   constructor(messageId: string) {
-    super(`message ${messageId} is claimed by another instance that has not finished`);
+    super(
+      `message ${messageId} has an open two-phase claim that another delivery of it took and has not marked ` +
+        "processed (one performing now, or one that stopped before it finished, freed by the claim sweeper after " +
+        "SBINBOX_CLAIM_TIMEOUT_MS)",
+    );
     this.name = "ClaimBusyError";
   }
 }
@@ -141,6 +149,27 @@ export async function processMessage(
     return { ...failed(error, safeClassify(deps.store, error)), messageType: type };
   }
   return { disposition: "complete", outcome: "committed", messageType: type };
+}
+
+/**
+ * A message dead-lettered after its claim was taken gives the claim up, so `sbinbox dlq replay` claims afresh at
+ * once instead of finding it busy until the sweeper frees it. The external effect may have happened: the replay
+ * performs again with the same idempotency key, which is the contract of a two-phase handler anyway. Never throws:
+ * a claim left open is freed by the sweeper.
+ */
+export async function releaseDeadLetteredClaim(
+  store: InboxStore,
+  consumer: string,
+  attempt: Attempt,
+  onError: (error: unknown) => void,
+): Promise<void> {
+  if (attempt.claimId === undefined || attempt.state === undefined) return;
+  try {
+    await store.releaseClaim({ messageId: attempt.state.inboxKey, consumer }, attempt.claimId);
+    attempt.claimId = undefined;
+  } catch (error) {
+    onError(error);
+  }
 }
 
 /**

@@ -12,7 +12,7 @@ import { retryMessageId } from "../servicebus/message-id.ts";
 import { CopyProperty } from "../domain/envelope.ts";
 import { Batcher, type BatchOutcome } from "./batcher.ts";
 import { refuseSubscription } from "../domain/entity.ts";
-import { firstAttempt, processMessage, type Attempt } from "./process-message.ts";
+import { firstAttempt, processMessage, releaseDeadLetteredClaim, type Attempt } from "./process-message.ts";
 import { decideRetry, defaultRetryPolicy, retryClass, type RetryPolicy } from "./retry-policy.ts";
 import { ProgressMonitor, type LinkState, type ProgressOptions } from "./progress.ts";
 import { createLinkProbe } from "../servicebus/link-probe.ts";
@@ -237,6 +237,11 @@ export function createWorker(options: WorkerOptions): Worker {
       if (verdict.action === "dead_letter") {
         stats.retriesExhausted += 1;
         telemetry.recordRetry(options.queue, "exhausted", errorClass);
+        await releaseDeadLetteredClaim(store, options.consumer, attempt, (error) =>
+          logger.warn("a dead-lettered message's claim could not be released; the sweeper frees it", {
+            error,
+          }),
+        );
         decision = {
           disposition: "dead_letter",
           outcome: "failed",

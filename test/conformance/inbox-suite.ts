@@ -560,6 +560,22 @@ export function inboxConformance(backend: Backend): void {
         );
       });
 
+      it("a released claim (its message dead-lettered) is claimed afresh at once; a processed or another's is kept", async function () {
+        const k = key("mailer");
+        const first = await store.claim(k);
+        const claimId = first.kind === "claimed" ? first.claimId : "0";
+        assert.equal(await store.releaseClaim(k, String(Number(claimId) + 1_000_000)), false, "another id");
+        assert.equal((await store.claim(k)).kind, "busy");
+        assert.equal(await store.releaseClaim(k, claimId), true);
+        assert.equal(await store.releaseClaim(k, claimId), false, "released once");
+        const again = await store.claim(k);
+        assert.equal(again.kind, "claimed", "a replay claims at once, no sweeper needed");
+        const againId = again.kind === "claimed" ? again.claimId : "0";
+        await store.markProcessed(k, againId);
+        assert.equal(await store.releaseClaim(k, againId), false, "a processed marker is never released");
+        assert.equal((await store.claim(k)).kind, "duplicate");
+      });
+
       it("a claim left open is found by the sweeper and retried by one claimant", async function () {
         const k = key("mailer");
         const abandoned = await store.claim(k);

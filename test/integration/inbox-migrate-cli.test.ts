@@ -3,6 +3,7 @@ import { execFile } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import pg from "pg";
+import { loadHandlerModule, moduleMigrations } from "../../src/app/handler-module.ts";
 import { run } from "../../src/cli/migrate.ts";
 import { createTestDatabase } from "../helpers/postgres.ts";
 
@@ -43,11 +44,22 @@ describe("sbinbox migrate", function () {
     };
     const cwd = fileURLToPath(new URL("../..", import.meta.url));
     const first = await promisify(execFile)(process.execPath, [bin, "migrate"], { env, cwd });
-    assert.match(first.stdout, /applied 0001_inbox, notes:0001_notes\n/);
+    // Whatever the team has put in handlers/ (its folder): the inbox's, then each of the module's files, in order.
+    const team = await loadHandlerModule("./handlers/index.ts");
+    const files = (await moduleMigrations(team, "postgres")).migrations;
+    assert.ok(files.length > 0, "the probe must see the module's migrations");
+    const expected = ["0001_inbox", ...files.map((m) => `${team.name}:${m.name}`)];
+    assert.equal(first.stdout, `sbinbox migrate: applied ${expected.join(", ")}\n`);
     const client = new pg.Client({ connectionString: url });
     await client.connect();
     try {
-      await client.query(`INSERT INTO notes (note_id, text, message_id) VALUES (1, 'a', 'm1')`);
+      const recorded = await client.query<{ Module: string; Version: number }>(
+        `SELECT "Module", "Version" FROM "SbInboxModuleVersion" ORDER BY "Version"`,
+      );
+      assert.deepEqual(
+        recorded.rows,
+        files.map((m) => ({ Module: team.name, Version: m.version })),
+      );
       const example = await client.query<{ t: string | null }>(`SELECT to_regclass('example_credits') AS t`);
       assert.equal(example.rows[0]?.t, null, "the example's tables are not created for another module");
     } finally {

@@ -17,3 +17,18 @@ describe("sbinbox-dev's entry (packages/dev/index.js)", () => {
     }
   });
 });
+
+describe("sbinbox-dev/testing's entry (packages/dev/testing.js)", () => {
+  it("re-exports exactly the names src/testing/index.ts exports", async () => {
+    const source = await import("../../src/testing/index.ts");
+    const entry: Record<string, unknown> = await import("sbinbox-dev/testing");
+    assert.ok(
+      Object.keys(source).includes("startHarness"),
+      "the probe must see src/testing/index.ts's exports",
+    );
+    assert.deepEqual(Object.keys(entry).sort(), Object.keys(source).sort());
+    for (const name of Object.keys(source)) {
+      assert.equal(entry[name], source[name as keyof typeof source], name);
+    }
+  });
+});

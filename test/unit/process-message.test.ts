@@ -44,6 +44,7 @@ class ScriptedStore implements InboxStore {
   migrate = () => Promise.resolve({ applied: [] });
   pendingMigrations = () => Promise.resolve([]);
   isProcessed = () => Promise.resolve(false);
+  releaseClaim = () => Promise.resolve(false);
   sweepStaleClaims = () => Promise.resolve(0);
   countOpenClaims = () => Promise.resolve(0);
   cleanup = () => Promise.resolve(0);

@@ -127,3 +127,18 @@ describe("telemetry: the local broker's public connection string stays readable"
     assert.equal(lines[0]!.localBrokerConnectionString, local);
   });
 });
+
+describe("telemetry: masking stays inside one JSON field", () => {
+  it("keeps the embedded defaults' two fields apart, the PostgreSQL URL's password masked in its own", () => {
+    const { logger, lines } = capturingLogger();
+    // The line the worker logs on embedded defaults (src/app/app.ts), with the values of a real run.
+    const local =
+      "Endpoint=sb://localhost:31467;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true";
+    logger.info("embedded defaults: local broker and embedded PostgreSQL started", {
+      localBrokerConnectionString: local,
+      postgres: "postgres://postgres:postgres@127.0.0.1:31471/postgres",
+    });
+    assert.equal(lines[0]!.localBrokerConnectionString, local);
+    assert.equal(lines[0]!.postgres, "postgres://postgres:[redacted]@127.0.0.1:31471/postgres");
+  });
+});

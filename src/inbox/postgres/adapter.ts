@@ -5,7 +5,13 @@ import type { SqlResult } from "../../domain/sql.ts";
 import type { InboxDriver, InboxStoreOptions, InboxTransaction, StatementOrigin } from "../core.ts";
 import { InboxCore } from "../core.ts";
 import { traceInboxDriver, traceInboxStore } from "../../telemetry/inbox-tracing.ts";
-import { loadMigrations, modulePrefix, pendingMigrationNames, type MigrationSet } from "../migrations.ts";
+import {
+  applying,
+  loadMigrations,
+  modulePrefix,
+  pendingMigrationNames,
+  type MigrationSet,
+} from "../migrations.ts";
 import type { MigrationResult, ModuleMigrations } from "../store.ts";
 import type { DatabaseTimeouts } from "../timeouts.ts";
 import { classifyPostgresError } from "./classify.ts";
@@ -264,7 +270,8 @@ export class PostgresDriver implements InboxDriver {
       const names: string[] = [];
       for (const migration of migrations) {
         if (applied.has(migration.version)) continue;
-        await tx.query(migration.sql); // no parameters: the simple protocol runs every statement in the file
+        // no parameters: the simple protocol runs every statement in the file
+        await applying(migration, inbox ? "the inbox's" : "the outbox's", () => tx.query(migration.sql));
         await tx.query(set.recordVersion, [migration.version, migration.name]);
         names.push(migration.name);
       }
@@ -278,7 +285,7 @@ export class PostgresDriver implements InboxDriver {
         await tx.query(this.sql.RESET_MIGRATION_SEARCH_PATH);
         for (const migration of module.migrations) {
           if (done.has(migration.version)) continue;
-          await tx.query(migration.sql);
+          await applying(migration, `module "${module.module}"'s`, () => tx.query(migration.sql));
           await tx.query(this.sql.RECORD_MODULE_VERSION, [module.module, migration.version, migration.name]);
           names.push(`${modulePrefix(module.module)}${migration.name}`);
         }

@@ -66,6 +66,8 @@ WHERE "MessageId" = $1 AND "Consumer" = $2 AND "Id" = $3::bigint AND "ProcessedU
   RETURNING "MessageId", "Consumer"
 )
 INSERT INTO ${s}."Inbox" ("MessageId", "Consumer") SELECT "MessageId", "Consumer" FROM gone RETURNING "Id" AS id`,
+      releaseClaim: `DELETE FROM ${s}."Inbox"
+WHERE "MessageId" = $1 AND "Consumer" = $2 AND "Id" = $3::bigint AND "ProcessedUtc" IS NULL`,
       // The predicate is re-checked on each row as it is locked, so a claim closed meanwhile is left alone, and a
       // deleted claim can be inserted again by exactly one claimant (the unique index decides).
       sweepStaleClaims: `DELETE FROM ${s}."Inbox"

@@ -6,7 +6,13 @@ import type { SqlResult } from "../../domain/sql.ts";
 import type { InboxDriver, InboxStoreOptions, InboxTransaction, StatementOrigin } from "../core.ts";
 import { InboxCore } from "../core.ts";
 import { traceInboxDriver, traceInboxStore } from "../../telemetry/inbox-tracing.ts";
-import { loadMigrations, modulePrefix, pendingMigrationNames, type MigrationSet } from "../migrations.ts";
+import {
+  applying,
+  loadMigrations,
+  modulePrefix,
+  pendingMigrationNames,
+  type MigrationSet,
+} from "../migrations.ts";
 import type { MigrationResult, ModuleMigrations } from "../store.ts";
 import { clientGraceMs, DEFAULT_DATABASE_TIMEOUTS, type DatabaseTimeouts } from "../timeouts.ts";
 import { classifySqlServerError } from "./classify.ts";
@@ -258,7 +264,9 @@ export class SqlServerDriver implements InboxDriver {
       for (const migration of migrations) {
         if (applied.has(migration.version)) continue;
         // a single batch: the files hold no GO
-        await new mssql.Request(tx).batch(inbox ? this.sql.migrationInSchema(migration.sql) : migration.sql);
+        await applying(migration, inbox ? "the inbox's" : "the outbox's", () =>
+          new mssql.Request(tx).batch(inbox ? this.sql.migrationInSchema(migration.sql) : migration.sql),
+        );
         await bindParameters(new mssql.Request(tx), [migration.version, migration.name]).query(
           set.recordVersion,
         );
@@ -276,7 +284,9 @@ export class SqlServerDriver implements InboxDriver {
         for (const migration of module.migrations) {
           if (done.has(migration.version)) continue;
           // As written: a module's tables live where its own statements name them, not in the inbox's schema.
-          await new mssql.Request(tx).batch(migration.sql);
+          await applying(migration, `module "${module.module}"'s`, () =>
+            new mssql.Request(tx).batch(migration.sql),
+          );
           await bindParameters(new mssql.Request(tx), [
             module.module,
             migration.version,

@@ -69,6 +69,7 @@ SELECT @p1, @p2 WHERE NOT EXISTS (
   SELECT 1 FROM ${s}.Inbox WITH (UPDLOCK, HOLDLOCK) WHERE MessageId = @p1 AND Consumer = @p2
 );
 COMMIT TRANSACTION;`,
+    releaseClaim: `DELETE FROM ${s}.Inbox WHERE MessageId = @p1 AND Consumer = @p2 AND Id = @p3 AND ProcessedUtc IS NULL;`,
     // The predicate is evaluated on each row under its update lock, so a claim closed meanwhile stays.
     sweepStaleClaims: `DELETE FROM ${s}.Inbox
 WHERE ProcessedUtc IS NULL
