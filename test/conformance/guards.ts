@@ -14,7 +14,7 @@ export interface Gate {
  * afterEach) resolves every gate a test left closed, so a transaction held open by a failed test ends instead of
  * holding its connection until the clean-up's time-out.
  */
-export function gateKeeper(): { gate(): Gate; openAll(): void } {
+export function gateKeeper(): { gate: () => Gate; openAll: () => void } {
   const closed = new Set<() => void>();
   return {
     gate() {

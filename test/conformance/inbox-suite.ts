@@ -83,7 +83,9 @@ export function inboxConformance(backend: Backend): void {
 
     /** Why a test that must see a consumer wait on a key cannot run here, if it cannot (probeOnly: by the probe). */
     const cannotSeeWait = (probeOnly = false): string | undefined =>
-      probeOnly || !seesBlocking ? (lacks.probe && `${lacks.view ?? "by the probe alone"}; ${lacks.probe}`) : undefined;
+      probeOnly || !seesBlocking
+        ? lacks.probe && `${lacks.view ?? "by the probe alone"}; ${lacks.probe}`
+        : undefined;
 
     // A failed test may leave a gate closed, and its transaction open with it: open them, so clean-up never waits.
     afterEach(openAll);

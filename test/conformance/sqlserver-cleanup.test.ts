@@ -20,7 +20,10 @@ if (connectionString) {
         const left = `SELECT COUNT(*) AS n FROM sys.tables AS t JOIN sys.schemas AS s ON s.schema_id = t.schema_id
           WHERE s.name = @p1`;
         assert.equal(await scalar(db.raw, left, [schema]), 0, "tables left in the dropped schema");
-        assert.equal(await scalar(db.raw, "SELECT COUNT(*) AS n FROM sys.schemas WHERE name = @p1", [schema]), 0);
+        assert.equal(
+          await scalar(db.raw, "SELECT COUNT(*) AS n FROM sys.schemas WHERE name = @p1", [schema]),
+          0,
+        );
       });
     });
   });
