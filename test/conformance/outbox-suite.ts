@@ -207,11 +207,16 @@ export function outboxConformance(backend: Backend): void {
     it("a relay that dies between send and mark causes a resend the broker drops: one delivery", async function () {
       await upstream.run([10, 11, 12]);
       const dropped = fixture.broker.counts(QUEUE).duplicatesDropped;
+      // Batches released unsent because their lease ran short before the send could start (a slow claim on a
+      // loaded machine): each is claimed once more, and nothing crashes for them.
+      let releasedUnsent = 0;
+      const counting = (sent: readonly string[]) => {
+        if (sent.length === 0) releasedUnsent += 1;
+        return sent.length > 0;
+      };
       const crashed = await relay({
-        // Only once something was sent: a batch whose lease ran short before its send started sends nothing, and
-        // is claimed again.
         afterSend: (sent) => {
-          if (sent.length > 0) throw new Error("crash between send and mark");
+          if (counting(sent)) throw new Error("crash between send and mark");
         },
         retryDelayMs: 60_000,
         duplicateWindowMs: 600_000,
@@ -219,11 +224,18 @@ export function outboxConformance(backend: Backend): void {
       await waitUntil(() => fixture.broker.counts(QUEUE).active >= 3, "first copies");
       await crashed.stop();
       assert.equal(await count(q.countUnsent!), 3, "sent but not marked");
-      const restarted = await relay();
+      const restarted = await relay({ afterSend: (sent) => void counting(sent) });
       await waitUntil(() => restarted.counters.sent === 3, "the resend after the lease", 10_000);
       assert.equal(fixture.broker.counts(QUEUE).duplicatesDropped, dropped + 3);
       assert.deepEqual((await receive(3)).map(idOf), [10, 11, 12]);
-      assert.equal(await count(q.countAttemptsNot!, [2]), 0, "each row was tried twice");
+      if (releasedUnsent === 0)
+        assert.equal(await count(q.countAttemptsNot!, [2]), 0, "each row was tried twice");
+      else
+        assert.equal(
+          await count(q.countAttemptsAbove!, [2 + releasedUnsent]),
+          0,
+          "a row was tried more often than its releases explain",
+        );
     });
 
     it("two relays at once send every row exactly once", async function () {
