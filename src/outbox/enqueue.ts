@@ -183,7 +183,7 @@ function postgresParams(rows: readonly Row[]): unknown[] {
   ];
 }
 
-/** The rows' values in insertRowsSql's order (OUTBOX_ROW_COLUMNS), row after row. */
+/** The rows' values in insertRowsSql's order (its 8 columns), row after row. */
 function sqlServerParams(rows: readonly Row[]): unknown[] {
   return rows.flatMap((r) => [
     r.messageId,

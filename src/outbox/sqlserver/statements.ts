@@ -8,7 +8,7 @@ import type { OutboxStatements } from "../statements.ts";
  */
 
 /** Parameters of one outbox row in insertRowsSql, in this order. */
-export const OUTBOX_ROW_COLUMNS = [
+const OUTBOX_ROW_COLUMNS = [
   "MessageId",
   "Type",
   "[Key]",
