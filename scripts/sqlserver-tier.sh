@@ -23,7 +23,22 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+# Each step runs in a session of its own, waited for in the background, so that a signal to this script stops the
+# step and every process it started (the end-to-end run's workers too), and then the server.
+step=
+on_signal() {
+  [ -z "$step" ] || kill -- -"$step" 2>/dev/null || true
+  exit 130
+}
+trap on_signal INT TERM
+run() {
+  local rc=0
+  setsid "$@" &
+  step=$!
+  wait "$step" || rc=$?
+  step=
+  return "$rc"
+}
 
 free_port() { node -e 'const s = require("node:net").createServer(); s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });'; }
 
@@ -48,8 +63,8 @@ import mssql from "mssql";
 const pool = await new mssql.ConnectionPool(process.env.SBINBOX_TEST_MSSQL_SERVER).connect();
 await pool.request().batch("CREATE DATABASE sbinbox_ci");
 await pool.close();'
-SBINBOX_TEST_MSSQL="$cs;Database=sbinbox_ci" npx mocha \
+SBINBOX_TEST_MSSQL="$cs;Database=sbinbox_ci" run npx mocha \
   test/conformance/sqlserver.test.ts test/conformance/sqlserver-cleanup.test.ts test/conformance/outbox-sqlserver.test.ts
 echo "sqlserver-tier: conformance suites done ($((SECONDS - began)) s)"
-SBINBOX_TEST_MSSQL_SERVER=$cs node scripts/sqlserver-e2e.ts
+SBINBOX_TEST_MSSQL_SERVER=$cs run node scripts/sqlserver-e2e.ts
 echo "sqlserver-tier: passed in $((SECONDS - began)) s"
