@@ -5,8 +5,8 @@
 export interface OutboxStatements {
   /**
    * [messageIds, types, keys, bodies, properties, correlationIds, traceParents, traceStates] on PostgreSQL (one
-   * array each); on SQL Server the statement for one row, [its 8 values] (insertRowsSql(n) takes n rows). Inserts the rows in the order given (PostgreSQL returns
-   * { id }; nothing reads it).
+   * array each); on SQL Server the statement for one row, [its 8 values] (insertRowsSql(n) takes n rows). Inserts
+   * the rows in the order given (PostgreSQL returns { id }; nothing reads it).
    */
   readonly insertRows: string;
   /** Wakes listening relays when the caller's transaction commits (PostgreSQL); empty where there is none. */

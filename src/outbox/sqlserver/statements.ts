@@ -80,8 +80,8 @@ export const statements: OutboxStatements = {
   // server that ignores the hints, a second relay's update waits for the first's and then finds the row leased.
   // Not an UPDATE through a CTE: the same plan, but not every TDS server updates through one. The lease then keeps
   // the rows from other relays while this one sends, and frees them if it dies. firstAttemptBefore is the row's
-  // FirstAttemptUtc before this claim, as OUTPUT DELETED gives it. The aliases are
-  // bracketed: some TDS servers fold an unquoted OUTPUT alias to lower case.
+  // FirstAttemptUtc before this claim, as OUTPUT DELETED gives it (a bare column: not every TDS server takes DELETED
+  // inside an expression). The aliases are bracketed: some TDS servers fold an unquoted OUTPUT alias to lower case.
   claim: `UPDATE dbo.Outbox WITH (ROWLOCK, READPAST, READCOMMITTEDLOCK) SET
   Attempts = Outbox.Attempts + 1,
   FirstAttemptUtc = COALESCE(Outbox.FirstAttemptUtc, SYSUTCDATETIME()),
