@@ -30,11 +30,13 @@ export const accountSql = {
     postgres:
       "INSERT INTO example_accounts (account_id, balance) VALUES ($1, $2) " +
       "ON CONFLICT (account_id) DO UPDATE SET balance = example_accounts.balance + EXCLUDED.balance",
+    // Not MERGE, which has documented concurrency pitfalls and which not every TDS server has: the update holds the
+    // key (or, when the row is missing, the range where it would be) until commit, so a concurrent credit of the
+    // same new account waits and then updates the row this one inserts; on a server that ignores the hints, the
+    // second insert meets the primary key, its transaction rolls back whole and the message is redelivered.
     sqlserver:
-      "MERGE dbo.ExampleAccounts WITH (HOLDLOCK) AS a USING (SELECT @p1 AS AccountId, @p2 AS Amount) AS s " +
-      "ON a.AccountId = s.AccountId " +
-      "WHEN MATCHED THEN UPDATE SET Balance = a.Balance + s.Amount " +
-      "WHEN NOT MATCHED THEN INSERT (AccountId, Balance) VALUES (s.AccountId, s.Amount);",
+      "UPDATE dbo.ExampleAccounts WITH (UPDLOCK, HOLDLOCK) SET Balance = Balance + @p2 WHERE AccountId = @p1; " +
+      "IF @@ROWCOUNT = 0 INSERT INTO dbo.ExampleAccounts (AccountId, Balance) VALUES (@p1, @p2);",
   },
   /** Per MessageId, how many credit rows exist: the demo's lost/doubled check. */
   creditsPerMessage: {

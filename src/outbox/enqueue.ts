@@ -3,7 +3,7 @@ import type { SqlExecutor } from "../domain/sql.ts";
 import { deriveMessageId } from "../servicebus/message-id.ts";
 import { endSpan, startCreateSpan, traceparentOf, tracestateOf } from "../servicebus/tracing.ts";
 import { statements as postgresStatements } from "./postgres/statements.ts";
-import { statements as sqlServerStatements } from "./sqlserver/statements.ts";
+import { insertRowsSql, SQLSERVER_INSERT_MAX_ROWS } from "./sqlserver/statements.ts";
 
 /** One event for the outbox: its type (the message's subject), its business key, a JSON-serialisable body. */
 export interface OutboxEvent {
@@ -25,10 +25,11 @@ export interface EnqueueOptions {
 }
 
 /**
- * SQL Server rows per INSERT statement: lock escalation turns more than about 5,000 row locks of one statement
- * into a table lock, which would keep every relay's claim waiting until the caller commits.
+ * SQL Server rows per INSERT statement: the parameter limit (2,100, 8 a row) allows 250, which also stays far under
+ * lock escalation (about 5,000 row locks of one statement become a table lock, which would keep every relay's claim
+ * waiting until the caller commits).
  */
-export const SQLSERVER_INSERT_CHUNK = 1_000;
+export const SQLSERVER_INSERT_CHUNK = SQLSERVER_INSERT_MAX_ROWS;
 
 export interface EnqueueResult {
   readonly messageId: string;
@@ -141,8 +142,7 @@ async function insert(tx: OutboxTransaction, rows: readonly Row[], notify: boole
       if (notify) await tx.query(postgresStatements.notify);
     } else {
       // One statement after the other, in order: identity values still follow the caller's order.
-      for (const chunk of chunks(rows))
-        await tx.query(sqlServerStatements.insertRows, [JSON.stringify(chunk)]);
+      for (const chunk of chunks(rows)) await tx.query(insertRowsSql(chunk.length), sqlServerParams(chunk));
     }
     return;
   }
@@ -152,8 +152,8 @@ async function insert(tx: OutboxTransaction, rows: readonly Row[], notify: boole
       throw new TypeError("enqueue: the mssql Transaction is not open (call begin() first)");
     for (const chunk of chunks(rows)) {
       const request = tx.request();
-      request.input("p1", JSON.stringify(chunk));
-      await request.query(sqlServerStatements.insertRows);
+      sqlServerParams(chunk).forEach((value, i) => request.input(`p${i + 1}`, value));
+      await request.query(insertRowsSql(chunk.length));
     }
     return;
   }
@@ -181,6 +181,20 @@ function postgresParams(rows: readonly Row[]): unknown[] {
     rows.map((r) => r.traceParent),
     rows.map((r) => r.traceState),
   ];
+}
+
+/** The rows' values in insertRowsSql's order (its 8 columns), row after row. */
+function sqlServerParams(rows: readonly Row[]): unknown[] {
+  return rows.flatMap((r) => [
+    r.messageId,
+    r.type,
+    r.key,
+    r.body,
+    r.properties,
+    r.correlationId,
+    r.traceParent,
+    r.traceState,
+  ]);
 }
 
 function isExecutor(tx: OutboxTransaction): tx is SqlExecutor {

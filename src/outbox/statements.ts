@@ -5,7 +5,8 @@
 export interface OutboxStatements {
   /**
    * [messageIds, types, keys, bodies, properties, correlationIds, traceParents, traceStates] on PostgreSQL (one
-   * array each); [json array of row objects] on SQL Server. Inserts the rows in the order given; returns { id }.
+   * array each); on SQL Server the statement for one row, [its 8 values] (insertRowsSql(n) takes n rows). Inserts
+   * the rows in the order given (PostgreSQL returns { id }; nothing reads it).
    */
   readonly insertRows: string;
   /** Wakes listening relays when the caller's transaction commits (PostgreSQL); empty where there is none. */
@@ -44,8 +45,10 @@ export interface OutboxRowRecord {
   readonly traceParent: string | null;
   readonly traceState: string | null;
   readonly attempts: number;
-  /** FirstAttemptUtc was unset before this claim (true or 1). */
-  readonly firstTry: boolean | number;
+  /** FirstAttemptUtc was unset before this claim (true or 1): PostgreSQL's claim says so directly. */
+  readonly firstTry?: boolean | number;
+  /** Or the row's FirstAttemptUtc before this claim, null on a first try: SQL Server's claim (OUTPUT DELETED). */
+  readonly firstAttemptBefore?: Date | string | null;
 }
 
 /** The PostgreSQL channel a committed enqueue notifies and relays listen on. */

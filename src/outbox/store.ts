@@ -59,7 +59,8 @@ export class OutboxStore {
         correlationId: r.correlationId,
         traceParent: r.traceParent,
         traceState: r.traceState,
-        firstTry: r.firstTry === true || r.firstTry === 1,
+        firstTry:
+          r.firstTry === undefined ? r.firstAttemptBefore === null : r.firstTry === true || r.firstTry === 1,
       }))
       .sort((a, b) => compareIds(a.id, b.id)); // UPDATE ... RETURNING / OUTPUT promise no order
   }

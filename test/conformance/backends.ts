@@ -213,18 +213,33 @@ END CATCH;
 SET LOCK_TIMEOUT -1;
 SELECT @n AS n;`,
     countVersions: `SELECT COUNT(*) AS n FROM ${q}.SbInboxSchemaVersion`,
-    countUniqueIndex: `SELECT COUNT(*) AS n FROM sys.indexes
-    WHERE name = 'IX_Inbox_MessageId_Consumer' AND object_id = OBJECT_ID(N'${q}.Inbox') AND is_unique = 1`,
+    // By its key columns, (MessageId, Consumer) in that order, not by its name: the guarantee is a unique index on
+    // them, and SQL Server's classifier goes by the marker insert's error number. (Some TDS servers also store
+    // index names altered in sys.indexes.)
+    countUniqueIndex: `SELECT COUNT(*) AS n FROM sys.indexes AS i
+    WHERE i.object_id = OBJECT_ID(N'${q}.Inbox') AND i.is_unique = 1 AND i.is_primary_key = 0
+      AND (SELECT COUNT(*) FROM sys.index_columns AS ic
+           WHERE ic.object_id = i.object_id AND ic.index_id = i.index_id AND ic.key_ordinal > 0) = 2
+      AND EXISTS (SELECT 1 FROM sys.index_columns AS ic
+        JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
+        WHERE ic.object_id = i.object_id AND ic.index_id = i.index_id AND ic.key_ordinal = 1 AND c.name = N'MessageId')
+      AND EXISTS (SELECT 1 FROM sys.index_columns AS ic
+        JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
+        WHERE ic.object_id = i.object_id AND ic.index_id = i.index_id AND ic.key_ordinal = 2 AND c.name = N'Consumer')`,
     dropSchema: DROP_SQLSERVER_SCHEMA,
   };
 }
 
-/** Drops every table of schema @p1, then the schema: what a schema-scoped run leaves behind. */
-const DROP_SQLSERVER_SCHEMA = `DECLARE @drop nvarchar(max) = N'';
-SELECT @drop = @drop + N'DROP TABLE ' + QUOTENAME(s.name) + N'.' + QUOTENAME(t.name) + N'; '
+/**
+ * Drops every table of schema @p1, then the schema: what a schema-scoped run leaves behind. STRING_AGG builds the
+ * statement: Microsoft documents `SELECT @v = @v + ... FROM` over several rows as giving undefined results (some
+ * servers keep only the last row, and the schema's drop then fails on the tables left).
+ */
+const DROP_SQLSERVER_SCHEMA = `DECLARE @drop nvarchar(max);
+SELECT @drop = STRING_AGG(CAST(N'DROP TABLE ' + QUOTENAME(s.name) + N'.' + QUOTENAME(t.name) AS nvarchar(max)), N'; ')
 FROM sys.tables AS t JOIN sys.schemas AS s ON s.schema_id = t.schema_id WHERE s.name = @p1;
-IF SCHEMA_ID(@p1) IS NOT NULL SET @drop = @drop + N'DROP SCHEMA ' + QUOTENAME(@p1) + N';';
-EXEC sp_executesql @drop;`;
+IF SCHEMA_ID(@p1) IS NOT NULL SET @drop = COALESCE(@drop + N'; ', N'') + N'DROP SCHEMA ' + QUOTENAME(@p1) + N';';
+IF @drop IS NOT NULL EXEC sp_executesql @drop;`;
 
 /** A schema name for one run: unique, a plain identifier, at most 63 characters. */
 export function runSchemaName(label: string): string {

@@ -4,18 +4,27 @@ import { TransactionControlError, UnawaitedStatementError } from "../../src/inbo
 import type { InboxKey, InboxStore } from "../../src/inbox/store.ts";
 import { scalar, type Backend, type BackendDatabase } from "./backends.ts";
 
-/** Statements these tests need that differ by dialect. */
-const dialectSql: Record<Dialect, { slowEffect: string; sessionSet: string; sneakedCommit: string }> = {
-  postgres: {
-    slowEffect: `INSERT INTO "Effects" ("MessageId", "Consumer") SELECT $1, $2 FROM pg_sleep(0.2)`,
+/**
+ * Statements these tests need that differ by dialect, for the run's schema. The slow effect waits 200 ms in a loop
+ * on the server's clock rather than with WAITFOR, which not every TDS server has: both take the loop, and it keeps
+ * the statement running while the next one is given.
+ */
+const dialectSql: Record<
+  Dialect,
+  (schema: string) => { slowEffect: string; sessionSet: string; sneakedCommit: string }
+> = {
+  postgres: (schema) => ({
+    slowEffect: `INSERT INTO "${schema}"."Effects" ("MessageId", "Consumer") SELECT $1, $2 FROM pg_sleep(0.2)`,
     sessionSet: `SET search_path TO pg_catalog`,
     sneakedCommit: `SELECT 1; /* ; */ COMMIT`,
-  },
-  sqlserver: {
-    slowEffect: `WAITFOR DELAY '00:00:00.200'; INSERT INTO dbo.Effects (MessageId, Consumer) VALUES (@p1, @p2)`,
+  }),
+  sqlserver: (schema) => ({
+    slowEffect: `DECLARE @until datetime2(7) = DATEADD(millisecond, 200, SYSUTCDATETIME());
+WHILE SYSUTCDATETIME() < @until SET @until = @until;
+INSERT INTO [${schema}].Effects (MessageId, Consumer) VALUES (@p1, @p2);`,
     sessionSet: `SET XACT_ABORT OFF`,
     sneakedCommit: `SELECT 1 AS one COMMIT`,
-  },
+  }),
 };
 
 let counter = 0;
@@ -29,10 +38,12 @@ export function transactionHandleConformance(backend: Backend): void {
   describe(`inbox transaction handle: ${backend.name}`, function () {
     let db: BackendDatabase;
     let store: InboxStore;
-    const sql = dialectSql[backend.dialect];
+    // The statements for this run's schema, known once its database is (for the tests' titles: the default's).
+    let sql = dialectSql[backend.dialect](backend.dialect === "postgres" ? "public" : "dbo");
 
     before(async function () {
       db = await backend.database(`txhandle_${backend.dialect}`);
+      sql = dialectSql[backend.dialect](db.schema ?? (backend.dialect === "postgres" ? "public" : "dbo"));
       store = db.createStore({ preCheck: false });
       await store.migrate();
       await db.raw.query(db.sql.createEffects);

@@ -2,9 +2,51 @@ import type { OutboxStatements } from "../statements.ts";
 
 /**
  * Every T-SQL statement the SQL Server outbox sends, except the migration files themselves; `npm run check:tsql`
- * parses each one. Parameters are @p1..@pn, bound from the positional parameter array. Lists of ids and of rows
- * travel as one JSON parameter read by OPENJSON (compatibility level 130 or later, as on every Azure SQL database).
+ * parses each one. Parameters are @p1..@pn, bound from the positional parameter array. Lists of ids travel as one
+ * JSON parameter read by OPENJSON (compatibility level 130 or later, as on every Azure SQL database); rows travel as
+ * parameters of their own (insertRowsSql).
  */
+
+/** Parameters of one outbox row in insertRowsSql, in this order. */
+const OUTBOX_ROW_COLUMNS = [
+  "MessageId",
+  "Type",
+  "[Key]",
+  "Body",
+  "Properties",
+  "CorrelationId",
+  "TraceParent",
+  "TraceState",
+] as const;
+
+/** Rows one insert takes: 8 parameters a row stay under SQL Server's 2,100 parameters a request. */
+export const SQLSERVER_INSERT_MAX_ROWS = 250;
+
+/**
+ * The insert of `rows` outbox rows, [row 1's 8 values, row 2's, ...]. INSERT ... SELECT ... ORDER BY assigns
+ * identity values in that order: the caller's order. Each value is a parameter of its own rather than a string
+ * inside one JSON parameter read by OPENJSON: OPENJSON must unescape the body's quotes, which not every TDS server
+ * does. No OUTPUT clause: nothing reads the ids, and not every TDS server takes OUTPUT together with ORDER BY.
+ */
+export function insertRowsSql(rows: number): string {
+  if (!Number.isInteger(rows) || rows < 1 || rows > SQLSERVER_INSERT_MAX_ROWS)
+    throw new RangeError(`an outbox insert takes 1 to ${SQLSERVER_INSERT_MAX_ROWS} rows, not ${rows}`);
+  const width = OUTBOX_ROW_COLUMNS.length;
+  const values = Array.from(
+    { length: rows },
+    (_, r) => `(${r + 1}, ${OUTBOX_ROW_COLUMNS.map((_c, c) => `@p${r * width + c + 1}`).join(", ")})`,
+  );
+  const columns = OUTBOX_ROW_COLUMNS.join(", ");
+  return `INSERT INTO dbo.Outbox (${columns})
+SELECT ${OUTBOX_ROW_COLUMNS.map((c) => `v.${c}`).join(", ")}
+FROM (VALUES
+  ${values.join(",\n  ")}
+) AS v (n, ${columns})
+ORDER BY v.n;`;
+}
+
+/** The insert at one, two and the most rows, so that `npm run check:tsql` parses what is sent. */
+export const INSERT_ROWS_SAMPLES = [1, 2, SQLSERVER_INSERT_MAX_ROWS].map(insertRowsSql);
 
 export const ACQUIRE_MIGRATION_LOCK = `DECLARE @result int;
 EXEC @result = sp_getapplock @Resource = @p1, @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 120000;
@@ -23,44 +65,37 @@ export const RECORD_VERSION = "INSERT INTO dbo.SbOutboxSchemaVersion (Version, N
 
 const UNSENT = "SentUtc IS NULL AND SetAsideUtc IS NULL";
 
+/** Unsent, not leased by another relay, first tried inside the window (@p3 ms): the rows a claim may take. */
+const CLAIMABLE = (t: string) => `${t}.SentUtc IS NULL AND ${t}.SetAsideUtc IS NULL
+    AND (${t}.LockedUntilUtc IS NULL OR ${t}.LockedUntilUtc <= SYSUTCDATETIME())
+    AND (${t}.FirstAttemptUtc IS NULL OR ${t}.FirstAttemptUtc > DATEADD(millisecond, -@p3, SYSUTCDATETIME()))`;
+
 export const statements: OutboxStatements = {
-  // INSERT ... SELECT ... ORDER BY assigns identity values in that order: the caller's order.
-  insertRows: `INSERT INTO dbo.Outbox (MessageId, Type, [Key], Body, Properties, CorrelationId, TraceParent, TraceState)
-OUTPUT INSERTED.Id AS id
-SELECT e.messageId, e.type, e.[key], e.body, e.properties, e.correlationId, e.traceParent, e.traceState
-FROM OPENJSON(@p1) AS j
-CROSS APPLY OPENJSON(j.[value]) WITH (
-  messageId nvarchar(128) '$.messageId',
-  type nvarchar(200) '$.type',
-  [key] nvarchar(400) '$.key',
-  body nvarchar(max) '$.body',
-  properties nvarchar(max) '$.properties',
-  correlationId nvarchar(128) '$.correlationId',
-  traceParent varchar(55) '$.traceParent',
-  traceState varchar(512) '$.traceState'
-) AS e
-ORDER BY CAST(j.[key] AS int);`,
+  insertRows: insertRowsSql(1),
   notify: "",
-  // UPDLOCK with READPAST: rows another relay is claiming right now are skipped, not waited on; ROWLOCK keeps
-  // the locks on rows. READCOMMITTEDLOCK: with READ_COMMITTED_SNAPSHOT ON (Azure SQL's default) READ COMMITTED
-  // reads row versions, and SQL Server refuses READPAST there (error 650) unless the read takes locks. The lease then keeps them from other relays while this one sends, and frees them if it dies.
-  claim: `WITH c AS (
-  SELECT TOP (@p1) Id, MessageId, Type, [Key], Body, Properties, CorrelationId, TraceParent, TraceState,
-    Attempts, FirstAttemptUtc, LockedUntilUtc
-  FROM dbo.Outbox WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-  WHERE ${UNSENT}
-    AND (LockedUntilUtc IS NULL OR LockedUntilUtc <= SYSUTCDATETIME())
-    AND (FirstAttemptUtc IS NULL OR FirstAttemptUtc > DATEADD(millisecond, -@p3, SYSUTCDATETIME()))
-  ORDER BY Id
-)
-UPDATE c SET
-  Attempts = Attempts + 1,
-  FirstAttemptUtc = COALESCE(FirstAttemptUtc, SYSUTCDATETIME()),
+  // The inner read picks the rows: UPDLOCK with READPAST skips rows another relay is claiming right now instead of
+  // waiting on them, ROWLOCK keeps the locks on rows, and READCOMMITTEDLOCK lets READPAST run under
+  // READ_COMMITTED_SNAPSHOT ON (Azure SQL's default), where SQL Server refuses it otherwise (error 650). The update
+  // reads with the same hints and repeats the conditions, so a row is claimed only while still claimable: on a
+  // server that ignores the hints, a second relay's update waits for the first's and then finds the row leased.
+  // Not an UPDATE through a CTE: the same plan, but not every TDS server updates through one. The lease then keeps
+  // the rows from other relays while this one sends, and frees them if it dies. firstAttemptBefore is the row's
+  // FirstAttemptUtc before this claim, as OUTPUT DELETED gives it (a bare column: not every TDS server takes DELETED
+  // inside an expression). The aliases are bracketed: some TDS servers fold an unquoted OUTPUT alias to lower case.
+  claim: `UPDATE dbo.Outbox WITH (ROWLOCK, READPAST, READCOMMITTEDLOCK) SET
+  Attempts = Outbox.Attempts + 1,
+  FirstAttemptUtc = COALESCE(Outbox.FirstAttemptUtc, SYSUTCDATETIME()),
   LockedUntilUtc = DATEADD(millisecond, @p2, SYSUTCDATETIME())
-OUTPUT INSERTED.Id AS id, INSERTED.MessageId AS messageId, INSERTED.Type AS type, INSERTED.[Key] AS [key],
-  INSERTED.Body AS body, INSERTED.Properties AS properties, INSERTED.CorrelationId AS correlationId,
-  INSERTED.TraceParent AS traceParent, INSERTED.TraceState AS traceState, INSERTED.Attempts AS attempts,
-  CASE WHEN DELETED.FirstAttemptUtc IS NULL THEN 1 ELSE 0 END AS firstTry;`,
+OUTPUT INSERTED.Id AS [id], INSERTED.MessageId AS [messageId], INSERTED.Type AS [type], INSERTED.[Key] AS [key],
+  INSERTED.Body AS [body], INSERTED.Properties AS [properties], INSERTED.CorrelationId AS [correlationId],
+  INSERTED.TraceParent AS [traceParent], INSERTED.TraceState AS [traceState], INSERTED.Attempts AS [attempts],
+  DELETED.FirstAttemptUtc AS [firstAttemptBefore]
+WHERE ${CLAIMABLE("Outbox")}
+  AND Outbox.Id IN (
+    SELECT TOP (@p1) c.Id FROM dbo.Outbox AS c WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+    WHERE ${CLAIMABLE("c")}
+    ORDER BY c.Id
+  );`,
   markSent: `UPDATE dbo.Outbox SET SentUtc = SYSUTCDATETIME(), LockedUntilUtc = NULL
 WHERE Id IN (SELECT CAST([value] AS bigint) FROM OPENJSON(@p1));`,
   release: `UPDATE dbo.Outbox SET LockedUntilUtc = DATEADD(millisecond, @p2, SYSUTCDATETIME()),
