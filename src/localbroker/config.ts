@@ -16,6 +16,8 @@ export interface QueueSettings {
   maxMessageSizeBytes: number;
   /** MaxSizeInMegabytes: the entity's size cap, dead-letter subqueue included; a send past it is QuotaExceeded. */
   maxSizeBytes: number;
+  /** RequiresSession: every message carries a session id and is received through a session lock (sessions.ts). */
+  requiresSession: boolean;
 }
 
 /** A subscription: a queue of its own (locks, delivery count, dead-letter subqueue) fed by its rules. */
@@ -57,6 +59,7 @@ export const queueDefaults: Omit<QueueSettings, "name"> = {
   maxMessageSizeBytes: 256 * 1024,
   // Azure's smallest MaxSizeInMegabytes, 1 GB.
   maxSizeBytes: 1024 * 1024 * 1024,
+  requiresSession: false,
 };
 
 export function defaultConfig(): BrokerConfig {
@@ -266,6 +269,7 @@ function parseSubscription(
     p,
     queue.deadLetteringOnMessageExpiration,
   );
+  queue.requiresSession = boolean(props, "RequiresSession", p, false);
   refuseUnsupported(props, p);
   const rawRules = raw["Rules"] ?? [];
   if (!Array.isArray(rawRules)) throw new BrokerConfigError(`${path}.Rules`, "must be an array");
@@ -361,11 +365,6 @@ function parseRule(raw: unknown, path: string, warnings: string[]): Rule {
 }
 
 function refuseUnsupported(props: Json, p: string): void {
-  if (boolean(props, "RequiresSession", p, false))
-    throw new BrokerConfigError(
-      `${p}.RequiresSession`,
-      "is not supported by the local broker (sessions); set it to false",
-    );
   for (const forward of ["ForwardTo", "ForwardDeadLetteredMessagesTo"]) {
     const value = props[forward];
     if (value !== undefined && value !== "" && value !== null)
@@ -410,6 +409,7 @@ function parseQueue(raw: unknown, path: string): QueueSettings {
     integer(props, "MaxSizeInMegabytes", p, settings.maxSizeBytes / (1024 * 1024), 1, MAX_SIZE_IN_MEGABYTES) *
     1024 *
     1024;
+  settings.requiresSession = boolean(props, "RequiresSession", p, false);
   refuseUnsupported(props, p);
   return settings;
 }
