@@ -69,7 +69,7 @@ export function openSessionLink(link: Link, queue: Queue): SessionLinkConsumer |
   const sessions = queue.sessions;
   const filter = link.source?.["filter"] as Record<string, unknown> | undefined;
   if (!sessions) {
-    link.set_source({ ...(link.source ?? {}), filter: { [SESSION_FILTER]: null } });
+    refuseWithNullSource(link);
     link.close({
       condition: "amqp:not-allowed",
       description: `It is not possible for an entity that does not require sessions to create a sessionful message receiver: '${queue.name}' has RequiresSession false.`,
@@ -81,7 +81,7 @@ export function openSessionLink(link: Link, queue: Queue): SessionLinkConsumer |
   if (typeof requested === "string") {
     const session = sessions.acceptById(requested, consumer);
     if (!session) {
-      link.set_source({ ...(link.source ?? {}), filter: { [SESSION_FILTER]: null } });
+      refuseWithNullSource(link);
       link.close({
         condition: "com.microsoft:session-cannot-be-locked",
         description: `The requested session '${requested}' cannot be accepted. It may be locked by another receiver.`,
@@ -107,7 +107,7 @@ export function openSessionLink(link: Link, queue: Queue): SessionLinkConsumer |
         open.open();
         return;
       }
-      link.set_source({ ...(link.source ?? {}), filter: { [SESSION_FILTER]: null } });
+      refuseWithNullSource(link);
       open.open();
       link.close({
         condition: "com.microsoft:timeout",
@@ -116,6 +116,15 @@ export function openSessionLink(link: Link, queue: Queue): SessionLinkConsumer |
     },
   });
   return consumer;
+}
+
+/**
+ * A refused session attach is answered with a null source, as AMQP lets a refusing peer (2.6.3) and as the .NET
+ * SDK needs: with the source echoed it reads the reply as a session and fails on its missing parts. The JavaScript
+ * SDK reads the detach's error either way.
+ */
+function refuseWithNullSource(link: Link): void {
+  link.local.attach["source"] = null;
 }
 
 type Body = Record<string, unknown>;
