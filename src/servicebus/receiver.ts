@@ -77,7 +77,7 @@ export interface ReceiverStats {
  * credit, and closing the link hands them back to the broker with their delivery count spent at most once.
  */
 export class QueueReceiver {
-  private readonly options: QueueReceiverOptions;
+  protected readonly options: QueueReceiverOptions;
   private readonly scheduler: SettlementScheduler;
   private receiver: ServiceBusReceiver | undefined;
   private sender: ServiceBusSender | undefined;
@@ -85,7 +85,7 @@ export class QueueReceiver {
   private accepting = false;
   private releaseHeld: (() => void) | undefined;
   private heldGate: Promise<void> | undefined;
-  private readonly inFlight = new Set<Promise<void>>();
+  protected readonly inFlight = new Set<Promise<void>>();
   readonly stats: ReceiverStats = { inFlight: 0, held: 0, settlementFailures: 0, receiveErrors: 0 };
 
   constructor(options: QueueReceiverOptions) {
@@ -192,7 +192,7 @@ export class QueueReceiver {
     }
   }
 
-  private async processOne(receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage): Promise<void> {
+  protected async processOne(receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage): Promise<void> {
     const began = performance.now();
     this.options.onReceived?.();
     const incoming = toIncoming(message);
@@ -314,6 +314,10 @@ export class QueueReceiver {
 
   private onError(args: ProcessErrorArgs): Promise<void> {
     this.stats.receiveErrors += 1;
+    if (/requires sessions to create a non-sessionful/.test(String((args.error as Error | undefined)?.message)))
+      this.options.logger.error("the entity requires sessions: set SBINBOX_MAX_CONCURRENT_SESSIONS above 0", {
+        queue: this.options.queue,
+      });
     this.options.logger.warn("receive error", {
       source: args.errorSource,
       code: isServiceBusError(args.error) ? args.error.code : undefined,

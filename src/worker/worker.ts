@@ -4,7 +4,8 @@ import type { MessageHandler } from "../domain/handler.ts";
 import type { Decision, ScheduledCopy } from "../domain/settlement.ts";
 import type { InboxStore } from "../inbox/store.ts";
 import type { ServiceBusClient } from "../servicebus/client.ts";
-import { QueueReceiver } from "../servicebus/receiver.ts";
+import { QueueReceiver, type QueueReceiverOptions } from "../servicebus/receiver.ts";
+import { SessionQueueReceiver } from "../servicebus/session-receiver.ts";
 import { workerMetrics } from "../telemetry/metrics.ts";
 import { silentLogger, type Logger } from "../telemetry/logger.ts";
 import { errorType, recordAttempt, recordRetryWait } from "../servicebus/tracing.ts";
@@ -30,6 +31,11 @@ export interface WorkerOptions {
   readonly queue: string;
   readonly consumer: string;
   readonly maxConcurrentCalls?: number;
+  /**
+   * Session mode (a session-enabled entity): up to `maxSessions` sessions at once, one message at a time each, in
+   * order; a failed message's retries all wait with its session held (docs/failure-handling.md, Sessions).
+   */
+  readonly sessions?: { readonly maxSessions: number; readonly idleMs?: number };
   readonly maxAutoLockRenewalMs?: number;
   readonly maxMessageBytes?: number;
   /** Most messages per transaction (group commit, docs/batching.md); 1, the default, is one per message. */
@@ -140,7 +146,7 @@ export function createWorker(options: WorkerOptions): Worker {
   const timers: NodeJS.Timeout[] = [];
   const entity = parseEntity(options.queue);
 
-  const receiver = new QueueReceiver({
+  const receiverOptions: QueueReceiverOptions = {
     client: options.client,
     queue: options.queue,
     maxConcurrentCalls: options.maxConcurrentCalls ?? 16,
@@ -170,7 +176,15 @@ export function createWorker(options: WorkerOptions): Worker {
               : undefined,
       });
     },
-  });
+  };
+  const sessions = options.sessions;
+  const receiver = sessions
+    ? new SessionQueueReceiver({
+        ...receiverOptions,
+        maxSessions: sessions.maxSessions,
+        sessionIdleMs: sessions.idleMs,
+      })
+    : new QueueReceiver(receiverOptions);
 
   async function handle(
     message: IncomingMessage,
@@ -244,7 +258,9 @@ export function createWorker(options: WorkerOptions): Worker {
         break;
       }
       let delayMs = verdict.delayMs;
-      if (verdict.action === "wait" && !stopping) {
+      // With sessions a scheduled copy would land behind the session's later messages: every retry waits in place,
+      // the session held (and its lock renewed) meanwhile; the session's other messages wait behind it.
+      if ((verdict.action === "wait" || sessions) && !stopping) {
         logger.info("attempt failed; retrying under the lock", {
           messageId: message.messageId,
           attempt: attempt.attempt,
@@ -263,6 +279,11 @@ export function createWorker(options: WorkerOptions): Worker {
         }
         // Stopping: the rest of the wait becomes a scheduled copy, so the stop spends no delivery.
         delayMs = Math.max(0, delayMs - (Date.now() - began));
+      }
+      if (sessions) {
+        // Stopping in session mode: abandoned, the message stays its session's head (one delivery spent).
+        decision = { ...decision, errorClass };
+        break;
       }
       stats.retriesScheduled += 1;
       telemetry.recordRetry(options.queue, "scheduled", errorClass);
@@ -306,6 +327,7 @@ export function createWorker(options: WorkerOptions): Worker {
 
   /** How long this delivery's lock can still be held: while the SDK renews it, or until it expires. */
   function lockRemaining(message: IncomingMessage, receivedAt: number): number | undefined {
+    if (sessions) return Infinity; // the session receiver renews the session's lock while it holds the session
     if (maxAutoLockRenewalMs > 0) return receivedAt + maxAutoLockRenewalMs - Date.now();
     return message.lockedUntil ? message.lockedUntil.getTime() - Date.now() : undefined;
   }
