@@ -192,7 +192,10 @@ export class QueueReceiver {
     }
   }
 
-  protected async processOne(receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage): Promise<void> {
+  protected async processOne(
+    receiver: ServiceBusReceiver,
+    message: ServiceBusReceivedMessage,
+  ): Promise<void> {
     const began = performance.now();
     this.options.onReceived?.();
     const incoming = toIncoming(message);
@@ -201,6 +204,7 @@ export class QueueReceiver {
       messageId: incoming.messageId,
       correlationId: incoming.correlationId,
       deliveryCount: incoming.deliveryCount,
+      sessionId: incoming.sessionId,
       applicationProperties: incoming.applicationProperties,
     });
     let decision: Decision & { messageType?: string };
@@ -314,7 +318,9 @@ export class QueueReceiver {
 
   private onError(args: ProcessErrorArgs): Promise<void> {
     this.stats.receiveErrors += 1;
-    if (/requires sessions to create a non-sessionful/.test(String((args.error as Error | undefined)?.message)))
+    if (
+      /requires sessions to create a non-sessionful/.test(String((args.error as Error | undefined)?.message))
+    )
       this.options.logger.error("the entity requires sessions: set SBINBOX_MAX_CONCURRENT_SESSIONS above 0", {
         queue: this.options.queue,
       });
@@ -337,6 +343,7 @@ export function toIncoming(message: ServiceBusReceivedMessage): IncomingMessage 
     deliveryCount: message.deliveryCount ?? 0,
     enqueuedTime: message.enqueuedTimeUtc,
     lockedUntil: message.lockedUntilUtc,
+    ...(message.sessionId !== undefined ? { sessionId: message.sessionId } : {}),
     applicationProperties: message.applicationProperties ?? {},
   };
 }

@@ -190,10 +190,12 @@ export function createWorker(options: WorkerOptions): Worker {
     message: IncomingMessage,
     ctx: Context,
   ): Promise<Decision & { messageType?: string }> {
+    // In session mode every line about the message names its session.
+    const log = message.sessionId === undefined ? logger : logger.child({ sessionId: message.sessionId });
     if (addressedElsewhere(message, entity)) {
       // Another subscription's retry or replay, let through by a rule that admits it: that subscription has its
       // own copy, so this one is completed without an effect (counted as a duplicate).
-      logger.debug("a copy addressed to another subscription completed without processing", {
+      log.debug("a copy addressed to another subscription completed without processing", {
         messageId: message.messageId,
         target: message.applicationProperties[TARGET_SUBSCRIPTION_PROPERTY],
       });
@@ -261,7 +263,7 @@ export function createWorker(options: WorkerOptions): Worker {
       // With sessions a scheduled copy would land behind the session's later messages: every retry waits in place,
       // the session held (and its lock renewed) meanwhile; the session's other messages wait behind it.
       if ((verdict.action === "wait" || sessions) && !stopping) {
-        logger.info("attempt failed; retrying under the lock", {
+        log.info("attempt failed; retrying under the lock", {
           messageId: message.messageId,
           attempt: attempt.attempt,
           delayMs,
@@ -299,7 +301,7 @@ export function createWorker(options: WorkerOptions): Worker {
     }
     stats[decision.outcome] += 1;
     if (decision.disposition === "abandon") {
-      logger.warn("message abandoned", {
+      log.warn("message abandoned", {
         messageId: message.messageId,
         deliveryCount: message.deliveryCount,
         errorClass: decision.errorClass,
@@ -307,7 +309,7 @@ export function createWorker(options: WorkerOptions): Worker {
       });
       if (isOutage(decision)) enterOutage();
     } else if (decision.disposition === "reschedule") {
-      logger.warn("attempt failed; retry scheduled", {
+      log.warn("attempt failed; retry scheduled", {
         messageId: message.messageId,
         attempt: decision.copy.attempt - 1,
         retryMessageId: decision.copy.messageId,
@@ -316,7 +318,7 @@ export function createWorker(options: WorkerOptions): Worker {
         error: decision.error,
       });
     } else if (decision.disposition === "dead_letter") {
-      logger.warn("message dead-lettered", {
+      log.warn("message dead-lettered", {
         messageId: message.messageId,
         reason: decision.reason,
         description: decision.description,

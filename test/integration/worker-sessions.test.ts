@@ -6,7 +6,9 @@ import type { MessageContext, MessageHandler } from "../../src/domain/handler.ts
 import { localConnectionString } from "../../src/localbroker/broker.ts";
 import { defaultRetryPolicy } from "../../src/worker/retry-policy.ts";
 import type { Worker } from "../../src/worker/worker.ts";
-import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
+import { createLogger } from "../../src/telemetry/logger.ts";
+import { brokerConfig, takeDeadLetters, useLocalBroker, waitUntil } from "../helpers/broker.ts";
+import { useTelemetryCapture } from "../helpers/telemetry.ts";
 import { StallProxy } from "../helpers/stall-proxy.ts";
 import { exampleDatabase, startTestWorker } from "../helpers/worker.ts";
 
@@ -229,5 +231,70 @@ describe("worker in session mode: each account's events applied in order, exactl
     await waitUntil(() => logs.length > 0, "the mismatch is logged");
     assert.match(logs[0]!, /'plain' is not session-enabled/);
     assert.equal((await worker.readiness()).receiver, "detached");
+  });
+});
+
+describe("worker in session mode: poison, and the session id on the process span and in the logs", function () {
+  const fixture = useLocalBroker(brokerConfig({ [ORDERED]: { RequiresSession: true } }));
+  const telemetry = useTelemetryCapture();
+  let db: Database;
+  before(async () => {
+    db = await exampleDatabase("worker_sessions_telemetry");
+    await db.sql.query(
+      "CREATE TABLE session_steps (id bigserial PRIMARY KEY, account text NOT NULL, seq int NOT NULL, message_id text NOT NULL)",
+    );
+  });
+  after(async () => {
+    await db.close();
+  });
+
+  it("a poison message in a session is dead-lettered and the session goes on; each span and log line names the session", async function () {
+    const sender = fixture.client.createSender(ORDERED);
+    const step = (seq: number) => ({
+      messageId: `tel-${seq}`,
+      sessionId: "acct-tel",
+      subject: "Step",
+      body: Buffer.from(JSON.stringify({ account: "acct-tel", seq })),
+    });
+    await sender.sendMessages([
+      step(0),
+      { ...step(1), body: Buffer.from("{not json") },
+      { ...step(2), body: Buffer.from(JSON.stringify({ account: "acct-tel", seq: 1 })) },
+    ]);
+    await sender.close();
+    const lines: string[] = [];
+    const worker = startTestWorker({
+      client: fixture.client,
+      db,
+      queue: ORDERED,
+      handlers: [stepHandler()],
+      sessions: { maxSessions: 2, idleMs: 300 },
+      logger: createLogger({ level: "debug", write: (line) => lines.push(line) }),
+    });
+    try {
+      await waitUntil(() => worker.stats.settled === 3, "three settled");
+    } finally {
+      await worker.stop();
+    }
+    assert.equal(worker.stats.poison, 1);
+    assert.equal(worker.stats.committed, 2, "the session went on past its poison message");
+    const dead = await takeDeadLetters(fixture.client, ORDERED);
+    assert.deepEqual(
+      dead.map((m) => [m.messageId, m.sessionId, m.deadLetterReason]),
+      [["tel-1", "acct-tel", "UndecodableBody"]],
+    );
+    const spans = telemetry()
+      .spans()
+      .filter((s) => s.name === `process ${ORDERED}`);
+    assert.equal(spans.length, 3);
+    assert.ok(spans.every((s) => s.attributes["sbinbox.session.id"] === "acct-tel"));
+    const deadLine = lines
+      .map((l) => JSON.parse(l) as Record<string, unknown>)
+      .find((l) => l["msg"] === "message dead-lettered");
+    assert.equal(
+      deadLine?.["sessionId"],
+      "acct-tel",
+      `the dead-letter log line names the session: ${JSON.stringify(deadLine)}`,
+    );
   });
 });
