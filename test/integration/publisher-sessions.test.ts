@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { replayDeadLetters } from "../../src/servicebus/dead-letter.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
 import { brokerConfig, useLocalBroker } from "../helpers/broker.ts";
 
@@ -47,5 +48,37 @@ describe("publisher: a session key per event, for a session-enabled queue", () =
     } finally {
       await publisher.close();
     }
+  });
+
+  it("sbinbox dlq replay on a session entity: the copy carries its session id and joins the session's tail", async () => {
+    const sender = fixture.client.createSender("accounts");
+    await sender.sendMessages([
+      { messageId: "dl-0", sessionId: "acct-dl", body: 0 },
+      { messageId: "dl-1", sessionId: "acct-dl", body: 1 },
+    ]);
+    await sender.close();
+    const receiver = await fixture.client.acceptSession("accounts", "acct-dl");
+    const [first] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 1000 });
+    await receiver.deadLetterMessage(first!, {
+      deadLetterReason: "Broken",
+      deadLetterErrorDescription: "test",
+    });
+    await receiver.close();
+    const result = await replayDeadLetters(fixture.client, "accounts", (m) => m.messageId === "dl-0");
+    assert.equal(result.replayed.length, 1);
+    const again = await fixture.client.acceptSession("accounts", "acct-dl");
+    const got = await again.receiveMessages(2, { maxWaitTimeInMs: 1000 });
+    for (let i = 0; got.length < 2 && i < 5; i++)
+      got.push(...(await again.receiveMessages(1, { maxWaitTimeInMs: 500 })));
+    assert.deepEqual(
+      got.map((m) => [m.body as number, m.sessionId]),
+      [
+        [1, "acct-dl"],
+        [0, "acct-dl"],
+      ],
+      "the replayed copy is in its session, after the messages sent before the replay",
+    );
+    for (const m of got) await again.completeMessage(m);
+    await again.close();
   });
 });

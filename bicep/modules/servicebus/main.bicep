@@ -51,6 +51,12 @@ param defaultMessageTimeToLive string = 'P14D'
 @description('Optional. Move expired messages to the dead-letter queue instead of dropping them.')
 param deadLetteringOnMessageExpiration bool = true
 
+@description('Optional. Sessions on the queue (requiresSession): every message must carry a session id, and the worker runs in session mode. Cannot be changed after the queue exists.')
+param queueRequiresSession bool = false
+
+@description('Optional. The subscriptions (of subscriptionNames) that require sessions. Cannot be changed after a subscription exists.')
+param sessionSubscriptionNames string[] = []
+
 @description('Optional. Name of a topic with duplicate detection, for events with several consuming services; none when omitted.')
 @minLength(1)
 @maxLength(260)
@@ -94,7 +100,7 @@ resource queue 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = {
     maxDeliveryCount: maxDeliveryCount
     defaultMessageTimeToLive: defaultMessageTimeToLive
     deadLetteringOnMessageExpiration: deadLetteringOnMessageExpiration
-    requiresSession: false
+    requiresSession: queueRequiresSession
     enablePartitioning: false
   }
 }
@@ -120,7 +126,7 @@ resource subscriptions 'Microsoft.ServiceBus/namespaces/topics/subscriptions@202
       maxDeliveryCount: maxDeliveryCount
       defaultMessageTimeToLive: defaultMessageTimeToLive
       deadLetteringOnMessageExpiration: deadLetteringOnMessageExpiration
-      requiresSession: false
+      requiresSession: contains(sessionSubscriptionNames, subscriptionName)
     }
   }
 ]
