@@ -85,7 +85,7 @@ export class QueueReceiver {
   private accepting = false;
   private releaseHeld: (() => void) | undefined;
   private heldGate: Promise<void> | undefined;
-  protected readonly inFlight = new Set<Promise<void>>();
+  private readonly inFlight = new Set<Promise<void>>();
   readonly stats: ReceiverStats = { inFlight: 0, held: 0, settlementFailures: 0, receiveErrors: 0 };
 
   constructor(options: QueueReceiverOptions) {
@@ -181,6 +181,11 @@ export class QueueReceiver {
       await this.heldGate;
       return;
     }
+    await this.run(receiver, message);
+  }
+
+  /** Processes and settles one message, counted in flight meanwhile (a stop's drain waits for it). */
+  protected async run(receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage): Promise<void> {
     const work = this.processOne(receiver, message);
     this.inFlight.add(work);
     this.stats.inFlight = this.inFlight.size;
@@ -192,10 +197,7 @@ export class QueueReceiver {
     }
   }
 
-  protected async processOne(
-    receiver: ServiceBusReceiver,
-    message: ServiceBusReceivedMessage,
-  ): Promise<void> {
+  private async processOne(receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage): Promise<void> {
     const began = performance.now();
     this.options.onReceived?.();
     const incoming = toIncoming(message);

@@ -133,15 +133,7 @@ export class SessionQueueReceiver extends QueueReceiver {
         if (!message) break;
         // Taken as the receiver stopped: left unsettled, it goes back uncounted when the session closes.
         if (!this.running) break;
-        const work = this.processOne(session, message);
-        this.inFlight.add(work);
-        this.stats.inFlight = this.inFlight.size;
-        try {
-          await work;
-        } finally {
-          this.inFlight.delete(work);
-          this.stats.inFlight = this.inFlight.size;
-        }
+        await this.run(session, message);
       }
     } catch (error) {
       logger.warn("session ended", {

@@ -63,6 +63,12 @@ async function sendSteps(
   return sent;
 }
 
+function createStepsTable(db: Database): Promise<unknown> {
+  return db.sql.query(
+    "CREATE TABLE session_steps (id bigserial PRIMARY KEY, account text NOT NULL, seq int NOT NULL, message_id text NOT NULL)",
+  );
+}
+
 /** Out of order per account, read from the database: a step applied after a later one, or twice. */
 async function outOfOrder(
   db: Database,
@@ -99,9 +105,7 @@ describe("worker in session mode: each account's events applied in order, exactl
 
   before(async () => {
     db = await exampleDatabase("worker_sessions");
-    await db.sql.query(
-      "CREATE TABLE session_steps (id bigserial PRIMARY KEY, account text NOT NULL, seq int NOT NULL, message_id text NOT NULL)",
-    );
+    await createStepsTable(db);
   });
   afterEach(async () => {
     await Promise.all(workers.splice(0).map((w) => w.stop()));
@@ -240,9 +244,7 @@ describe("worker in session mode: poison, and the session id on the process span
   let db: Database;
   before(async () => {
     db = await exampleDatabase("worker_sessions_telemetry");
-    await db.sql.query(
-      "CREATE TABLE session_steps (id bigserial PRIMARY KEY, account text NOT NULL, seq int NOT NULL, message_id text NOT NULL)",
-    );
+    await createStepsTable(db);
   });
   after(async () => {
     await db.close();
