@@ -132,6 +132,23 @@ describe("worker in session mode: each account's events applied in order, exactl
     assert.equal(counts.active + counts.locked + counts.deadLettered, 0);
   });
 
+  it("with group commit on (batch size 8 over 8 sessions), each session keeps its order, nothing doubled", async function () {
+    const accounts = Array.from({ length: 16 }, (_, i) => `batch-${i}`);
+    const sent = await sendSteps(fixture.client, ORDERED, accounts, 5);
+    const worker = startTestWorker({
+      client: fixture.client,
+      db,
+      queue: ORDERED,
+      handlers: [stepHandler()],
+      sessions: { maxSessions: 8, idleMs: 300 },
+      batchSize: 8,
+      batchWaitMs: 20,
+    });
+    workers.push(worker);
+    await waitUntil(() => worker.stats.settled === sent, `all ${sent} settled`, 50_000);
+    assert.deepEqual(await outOfOrder(db, "batch-"), { outOfOrder: 0, rows: sent, doubled: 0 });
+  });
+
   it("a failure lasting 30 s in one session holds that session only, then its steps go on in order", async function () {
     this.timeout(90_000);
     const accounts = Array.from({ length: 10 }, (_, i) => `fail-${i}`);
