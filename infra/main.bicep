@@ -78,6 +78,14 @@ param inboxRetentionMarginHours int = 24
 @minValue(1)
 param maxConcurrentCalls int = 4
 
+@description('Optional. Sessions (requiresSession) on the worker\'s entity, the queue or, with a topic, its own queue (which its subscription forwards to): events of one session key applied in order (docs/failure-handling.md, Sessions). Cannot be changed after the entity exists.')
+param requiresSession bool = false
+
+@description('Optional. With requiresSession, the sessions the worker holds at once on each instance.')
+@minValue(1)
+@maxValue(1000)
+param maxConcurrentSessions int = 8
+
 @description('Optional. SKU of the App Service plan (Standard or Premium, for autoscale).')
 param appServicePlanSkuName string = 'P0v3'
 
@@ -175,6 +183,8 @@ module serviceBus '../bicep/modules/servicebus/main.bicep' = {
     queueName: queueName
     topicName: topicName
     subscriptionNames: subscriptionNames
+    queueRequiresSession: topicName == null && requiresSession
+    sessionSubscriptionNames: topicName != null && requiresSession ? [consumerName] : []
     duplicateDetectionHistoryTimeWindow: duplicateDetectionHistoryTimeWindow
     lockDuration: 'PT${lockDurationSeconds}S'
     maxDeliveryCount: maxDeliveryCount
@@ -221,6 +231,7 @@ module worker '../bicep/modules/appservice/main.bicep' = {
       SBINBOX_SQLSERVER_SERVER: '${sqlServerName}${environment().suffixes.sqlServerHostname}'
       SBINBOX_SQLSERVER_DATABASE: sqlDatabaseName
       SBINBOX_MAX_CONCURRENT_CALLS: string(maxConcurrentCalls)
+      SBINBOX_MAX_CONCURRENT_SESSIONS: requiresSession ? string(maxConcurrentSessions) : '0'
       // The queue's own settings, so the worker can check its inbox retention outlives every redelivery.
       SBINBOX_QUEUE_LOCK_DURATION_MS: string(lockDurationSeconds * 1000)
       SBINBOX_QUEUE_MAX_DELIVERY_COUNT: string(maxDeliveryCount)

@@ -1,6 +1,6 @@
 // `npm run test:dotnet`: starts the local broker in this process and runs tools/sb-client, Microsoft's .NET
 // Service Bus SDK driving the behaviours a .NET service uses (prefetch in both receive modes, the processor, peek,
-// deferral, scheduling, dead-letter, lock renewal, the size cap), so the broker is checked by a second,
+// deferral, scheduling, dead-letter, lock renewal, the size cap, sessions), so the broker is checked by a second,
 // independent client. Afterwards every queue must be empty: a message lost or stuck fails the run. Builds the
 // tool on first use (NuGet restore); later runs reuse the build. Exits non-zero on failure.
 import { spawn, spawnSync } from "node:child_process";
@@ -20,7 +20,7 @@ const dotnetEnv = { ...process.env, DOTNET_CLI_TELEMETRY_OPTOUT: "1", DOTNET_NOL
 
 function ensureTool(): void {
   const newest = Math.max(
-    ...["Program.cs", "sb-client.csproj"].map((f) => statSync(join(toolDir, f)).mtimeMs),
+    ...["Program.cs", "Sessions.cs", "sb-client.csproj"].map((f) => statSync(join(toolDir, f)).mtimeMs),
   );
   if (existsSync(toolBinary) && statSync(toolBinary).mtimeMs >= newest) return;
   process.stderr.write("test:dotnet: building tools/sb-client (dotnet build)\n");
@@ -52,6 +52,8 @@ async function main(): Promise<number> {
             ...["peeklock", "receiveanddelete"].flatMap((mode) =>
               [0, 1, 5, 100].map((prefetch) => ({ Name: `sbinbox-${mode}-${prefetch}`, Properties: {} })),
             ),
+            { Name: "sbinbox-sessions", Properties: { RequiresSession: true } },
+            { Name: "sbinbox-sessions-processor", Properties: { RequiresSession: true } },
             {
               Name: "sbinbox-capped",
               Properties: { MaxSizeInMegabytes: 1, RequiresDuplicateDetection: false },
@@ -73,10 +75,14 @@ async function main(): Promise<number> {
   });
   try {
     const started = Date.now();
-    const child = spawn(toolBinary, [broker.connectionString, "sbinbox", "sbinbox-capped", "sbinbox-topic"], {
-      stdio: "inherit",
-      env: dotnetEnv,
-    });
+    const child = spawn(
+      toolBinary,
+      [broker.connectionString, "sbinbox", "sbinbox-capped", "sbinbox-topic", "sbinbox-sessions"],
+      {
+        stdio: "inherit",
+        env: dotnetEnv,
+      },
+    );
     const code = await new Promise<number>((resolve, reject) => {
       const timer = setTimeout(() => {
         child.kill("SIGKILL");

@@ -174,6 +174,7 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
       queue: config.queue,
       consumer: config.consumer,
       maxConcurrentCalls: config.maxConcurrentCalls,
+      sessions: config.maxConcurrentSessions > 0 ? { maxSessions: config.maxConcurrentSessions } : undefined,
       maxAutoLockRenewalMs: config.maxAutoLockRenewalMs,
       maxMessageBytes: config.maxMessageBytes,
       batchSize: config.batchSize,

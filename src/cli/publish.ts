@@ -10,7 +10,8 @@ import { createProgress } from "./progress.ts";
 
 const usage = `usage: sbinbox publish (--file EVENTS.jsonl | --count N | --type T --key K --body JSON) [--run-id ID] [--in-flight N]
 
-  --file F       one event per line: {"type": "AccountCredited", "key": "42", "body": {...}}; the whole (regular)
+  --file F       one event per line: {"type": "AccountCredited", "key": "42", "body": {...}}, with
+                 "sessionId": "<aggregate id>" for a session-enabled queue; the whole (regular)
                  file is checked first (nothing is sent from a file with a bad or too large line), then streamed
   --type T --key K --body JSON
                  one event: its type, its business key (with the type, the MessageId) and its JSON body
@@ -320,10 +321,17 @@ function parseEventLine(line: string, where: string): PublishEvent {
     throw new Error(`${where}: needs "type" and "key" strings and a "body"`);
   }
   if (!("body" in e)) throw new Error(`${where}: needs a "body"`);
+  if (
+    e.sessionId !== undefined &&
+    (typeof e.sessionId !== "string" || e.sessionId === "" || e.sessionId.length > 128)
+  )
+    throw new Error(`${where}: "sessionId" must be a string of 1 to 128 characters`);
   try {
     canonicalName(e.type, e.key);
   } catch (error) {
     throw new Error(`${where}: ${(error as Error).message}`);
   }
-  return { type: e.type, key: e.key, body: e.body };
+  return e.sessionId === undefined
+    ? { type: e.type, key: e.key, body: e.body }
+    : { type: e.type, key: e.key, body: e.body, sessionId: e.sessionId };
 }

@@ -33,6 +33,8 @@ export interface Config {
   /** SBINBOX_HANDLERS: the handler module; the built-in example when absent. */
   readonly handlersModule?: string;
   readonly maxConcurrentCalls: number;
+  /** Session mode when above 0 (SBINBOX_MAX_CONCURRENT_SESSIONS). */
+  readonly maxConcurrentSessions: number;
   readonly maxAutoLockRenewalMs: number;
   readonly precheck: PreCheckMode;
   readonly batchSize: number;
@@ -105,6 +107,7 @@ export function loadConfig(options: LoadOptions = {}): Config {
     ...entitySettings(s, options.purpose ?? "worker"),
     handlersModule: s.SBINBOX_HANDLERS,
     maxConcurrentCalls: s.SBINBOX_MAX_CONCURRENT_CALLS,
+    maxConcurrentSessions: s.SBINBOX_MAX_CONCURRENT_SESSIONS,
     maxAutoLockRenewalMs: s.SBINBOX_MAX_AUTO_LOCK_RENEWAL_MS,
     precheck: s.SBINBOX_PRECHECK,
     batchSize: batchSize(s),

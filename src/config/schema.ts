@@ -26,6 +26,8 @@ export const settings = {
     "the handler module (file path or package) the worker runs and `sbinbox migrate` migrates; unset: the example",
   SBINBOX_INBOX_SCHEMA: "schema of the inbox's tables (default dbo on SQL Server, public on PostgreSQL)",
   SBINBOX_MAX_CONCURRENT_CALLS: "messages handled at once",
+  SBINBOX_MAX_CONCURRENT_SESSIONS:
+    "session mode when above 0: most sessions held at once, one message each at a time, in order (the entity must require sessions)",
   SBINBOX_MAX_AUTO_LOCK_RENEWAL_MS: "how long the SDK keeps renewing a message lock (0 turns renewal off)",
   SBINBOX_BATCH_SIZE:
     "most messages per inbox transaction (group commit, docs/batching.md); 1 is one transaction per message",
@@ -185,6 +187,7 @@ export const parsers = {
     )
     .optional(),
   SBINBOX_MAX_CONCURRENT_CALLS: int(1, 1000).default(16),
+  SBINBOX_MAX_CONCURRENT_SESSIONS: int(0, 1000).default(0),
   SBINBOX_MAX_AUTO_LOCK_RENEWAL_MS: ms(0).default(300_000),
   // 1,000: SQL Server's VALUES list limit (and 1,001 parameters, under its 2,100).
   SBINBOX_BATCH_SIZE: int(1, 1000).default(1),

@@ -13,6 +13,8 @@ export interface IncomingMessage {
   readonly enqueuedTime?: Date;
   /** When this delivery's lock expires unless renewed. */
   readonly lockedUntil?: Date;
+  /** The session the message belongs to, on a session-enabled entity. */
+  readonly sessionId?: string;
   readonly applicationProperties: Readonly<Record<string, unknown>>;
 }
 

@@ -20,6 +20,8 @@ export interface QueueSettings {
   forwardTo?: string;
   /** ForwardDeadLetteredMessagesTo: where the dead-letter subqueue forwards to; it then cannot be received from. */
   forwardDeadLetteredMessagesTo?: string;
+  /** RequiresSession: every message carries a session id and is received through a session lock (sessions.ts). */
+  requiresSession: boolean;
 }
 
 /** A subscription: a queue of its own (locks, delivery count, dead-letter subqueue) fed by its rules. */
@@ -61,6 +63,7 @@ export const queueDefaults: Omit<QueueSettings, "name"> = {
   maxMessageSizeBytes: 256 * 1024,
   // Azure's smallest MaxSizeInMegabytes, 1 GB.
   maxSizeBytes: 1024 * 1024 * 1024,
+  requiresSession: false,
 };
 
 export function defaultConfig(): BrokerConfig {
@@ -240,7 +243,7 @@ function parseSubscription(
     p,
     queue.deadLetteringOnMessageExpiration,
   );
-  refuseUnsupported(props, p);
+  queue.requiresSession = boolean(props, "RequiresSession", p, false);
   readForwarding(props, p, queue);
   const rawRules = raw["Rules"] ?? [];
   if (!Array.isArray(rawRules)) throw new BrokerConfigError(`${path}.Rules`, "must be an array");
@@ -335,14 +338,6 @@ function parseRule(raw: unknown, path: string, warnings: string[]): Rule {
   );
 }
 
-function refuseUnsupported(props: Json, p: string): void {
-  if (boolean(props, "RequiresSession", p, false))
-    throw new BrokerConfigError(
-      `${p}.RequiresSession`,
-      "is not supported by the local broker (sessions); set it to false",
-    );
-}
-
 /**
  * ForwardTo and ForwardDeadLetteredMessagesTo: a queue's or topic's name in this namespace (checked against the
  * entities once all are read, src/localbroker/forwarding.ts).
@@ -400,7 +395,7 @@ function parseQueue(raw: unknown, path: string): QueueSettings {
     integer(props, "MaxSizeInMegabytes", p, settings.maxSizeBytes / (1024 * 1024), 1, MAX_SIZE_IN_MEGABYTES) *
     1024 *
     1024;
-  refuseUnsupported(props, p);
+  settings.requiresSession = boolean(props, "RequiresSession", p, false);
   readForwarding(props, p, settings);
   return settings;
 }

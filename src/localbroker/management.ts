@@ -1,6 +1,8 @@
 import { MalformedMessageError, messageIdKey, parseMessage, setMessageId } from "./codec.ts";
 import { newLockToken, tokenFromWire } from "./lock-token.ts";
 import type { Queue, Settlement } from "./queue.ts";
+import { sessionLockLostResponse, sessionOperation } from "./session-link.ts";
+import { NO_SESSION_ID_SEND, sessionIdOfParts } from "./sessions.ts";
 import { Topic } from "./topic.ts";
 import { encodeStored, longArray, timestampArray, toSequenceNumber, uuidOf } from "./wire.ts";
 
@@ -94,7 +96,7 @@ function queueOperation(queue: Queue, operation: unknown, body: Body): Managemen
       const count = body["message-count"];
       if (from === undefined || typeof count !== "number" || count < 1)
         return bad("from-sequence-number and message-count are required");
-      const messages = queue.peek(from, count);
+      const messages = queue.peek(from, count, sessionIdIn(body));
       if (messages.length === 0) return { status: 204, description: "No messages to peek" };
       return {
         status: 200,
@@ -137,7 +139,10 @@ function queueOperation(queue: Queue, operation: unknown, body: Body): Managemen
       const seqs = sequenceNumbers(body);
       if (!seqs) return bad("sequence-numbers must be an array of longs");
       const receiveAndDelete = body["receiver-settle-mode"] === 0;
-      const received = queue.receiveDeferred(seqs, receiveAndDelete);
+      const sessionId = sessionIdIn(body);
+      if (queue.sessions && (sessionId === undefined || !queue.sessions.lockedSession(sessionId)))
+        return sessionLockLostResponse(sessionId ?? "");
+      const received = queue.receiveDeferred(seqs, receiveAndDelete, sessionId);
       if (!received)
         return {
           status: 404,
@@ -157,12 +162,19 @@ function queueOperation(queue: Queue, operation: unknown, body: Body): Managemen
       };
     }
     default:
-      return {
-        status: 501,
-        condition: "amqp:not-implemented",
-        description: `The operation ${String(operation)} is not supported by the local broker.`,
-      };
+      return (
+        sessionOperation(queue, operation, body) ?? {
+          status: 501,
+          condition: "amqp:not-implemented",
+          description: `The operation ${String(operation)} is not supported by the local broker.`,
+        }
+      );
   }
+}
+
+function sessionIdIn(body: Body): string | undefined {
+  const id = body["session-id"];
+  return typeof id === "string" ? id : undefined;
 }
 
 function schedule(entity: Schedulable, body: Body): ManagementResponse {
@@ -192,6 +204,8 @@ function schedule(entity: Schedulable, body: Body): ManagementResponse {
       if (error instanceof MalformedMessageError) return bad(error.message);
       throw error;
     }
+    if ("sessions" in entity && entity.sessions && sessionIdOfParts(parts) === undefined)
+      return { status: 400, condition: "amqp:not-allowed", description: NO_SESSION_ID_SEND };
     let key = messageIdKey(parts.head.message_id);
     if (key === undefined) {
       key = newLockToken().replace(/-/g, "");

@@ -1,6 +1,7 @@
 import type { QueueSettings } from "./config.ts";
 import { modifyApplicationProperties, type MessageParts } from "./codec.ts";
 import { newLockToken } from "./lock-token.ts";
+import { inSession, Sessions } from "./sessions.ts";
 
 export type MessageState = "active" | "locked" | "deferred" | "scheduled" | "gone";
 
@@ -57,6 +58,8 @@ export class Queue {
   readonly name: string;
   readonly settings: QueueSettings;
   readonly deadLetter: Queue | undefined;
+  /** Present on a session-enabled queue or subscription (not on its dead-letter queue, which has no sessions). */
+  readonly sessions: Sessions | undefined;
   private readonly now: () => number;
   private readonly nextSequence: () => number;
   private ready: StoredMessage[] = [];
@@ -82,6 +85,7 @@ export class Queue {
     this.name = name ?? settings.name;
     this.now = now;
     this.deadLetter = deadLetter;
+    this.sessions = deadLetter && settings.requiresSession ? new Sessions(this, now) : undefined;
     let sequence = 0;
     this.nextSequence = () => ++sequence;
   }
@@ -179,6 +183,7 @@ export class Queue {
         : this.settings.defaultTimeToLiveMs;
     message.expiresAt = this.isDeadLetterQueue ? Infinity : now + ttlMs;
     this.earliestExpiry = Math.min(this.earliestExpiry, message.expiresAt);
+    if (this.sessions) return this.sessions.enqueue(message);
     this.ready.push(message);
     this.pump();
   }
@@ -207,24 +212,30 @@ export class Queue {
 
   /** Hands available messages to consumers with credit, one at a time in turn, so competing receivers share. */
   pump(): void {
-    if (this.pumping || this.consumers.length === 0) return;
+    if (this.pumping || (this.consumers.length === 0 && !this.sessions)) return;
     this.pumping = true;
     try {
+      if (this.sessions) return this.sessions.deliver();
       for (;;) {
         const consumer = this.nextConsumerWithCredit();
         if (!consumer) break;
         const message = this.takeNext();
         if (!message) break;
-        if (consumer.receiveAndDelete) {
-          this.remove(message);
-          consumer.deliver(message, undefined);
-        } else {
-          const token = this.lock(message);
-          consumer.deliver(message, token);
-        }
+        this.handOut(message, consumer);
       }
     } finally {
       this.pumping = false;
+    }
+  }
+
+  /** Delivers one message: removed in receive-and-delete, locked in peek-lock. */
+  handOut(message: StoredMessage, consumer: Consumer): void {
+    if (consumer.receiveAndDelete) {
+      this.remove(message);
+      consumer.deliver(message, undefined);
+    } else {
+      const token = this.lock(message);
+      consumer.deliver(message, token);
     }
   }
 
@@ -270,7 +281,7 @@ export class Queue {
     const token = newLockToken();
     message.state = "locked";
     message.lockToken = token;
-    message.lockedUntil = this.now() + this.settings.lockDurationMs;
+    message.lockedUntil = this.sessions?.lockFor(message) ?? this.now() + this.settings.lockDurationMs;
     this.locks.set(token, message);
     return token;
   }
@@ -286,6 +297,7 @@ export class Queue {
   private locked(token: string): StoredMessage | undefined {
     const message = this.locks.get(token);
     if (!message || message.state !== "locked" || message.lockToken !== token) return undefined;
+    if (this.sessions) return this.sessions.holdsLock(message) ? message : undefined;
     if (message.lockedUntil <= this.now()) {
       this.lockExpired(message);
       return undefined;
@@ -336,7 +348,8 @@ export class Queue {
       return;
     }
     message.state = "active";
-    insertSorted(this.returned, message, (m) => m.seq);
+    if (this.sessions) this.sessions.returnToHead(message);
+    else insertSorted(this.returned, message, (m) => m.seq);
     this.pump();
   }
 
@@ -345,7 +358,24 @@ export class Queue {
     this.releaseLock(message);
   }
 
-  private moveToDeadLetter(
+  /**
+   * A session lock's end for one message it covered: counted as an attempt when the lock expired, not when its
+   * receiver closed the session (the table in Microsoft's "Message sessions").
+   */
+  unlock(message: StoredMessage, countAttempt: boolean): void {
+    if (countAttempt) return this.lockExpired(message);
+    if (message.lockToken !== undefined) this.locks.delete(message.lockToken);
+    message.lockToken = undefined;
+    if (message.wasDeferred) {
+      message.state = "deferred";
+      message.wasDeferred = false;
+      return;
+    }
+    message.state = "active";
+    this.sessions?.returnToHead(message);
+  }
+
+  moveToDeadLetter(
     message: StoredMessage,
     reason: string | undefined,
     description: string | undefined,
@@ -362,7 +392,7 @@ export class Queue {
     target.receiveDeadLettered(message);
   }
 
-  private expire(message: StoredMessage): void {
+  expire(message: StoredMessage): void {
     this.expired += 1;
     if (this.settings.deadLetteringOnMessageExpiration) {
       this.moveToDeadLetter(message, "TTLExpiredException", "The message expired and was dead lettered.");
@@ -373,7 +403,7 @@ export class Queue {
 
   renewLock(token: string): number | undefined {
     const message = this.locked(token);
-    if (!message) return undefined;
+    if (!message || this.sessions) return undefined;
     message.lockedUntil = this.now() + this.settings.lockDurationMs;
     this.locks.delete(token);
     this.locks.set(token, message);
@@ -384,9 +414,10 @@ export class Queue {
   receiveDeferred(
     seqs: number[],
     receiveAndDelete: boolean,
+    sessionId?: string,
   ): { message: StoredMessage; token: string | undefined }[] | undefined {
     const messages = seqs.map((s) => this.bySeq.get(s));
-    if (messages.some((m) => !m || m.state !== "deferred")) return undefined;
+    if (messages.some((m) => !m || m.state !== "deferred" || !inSession(m, sessionId))) return undefined;
     return (messages as StoredMessage[]).map((message) => {
       if (receiveAndDelete) {
         this.remove(message);
@@ -398,10 +429,10 @@ export class Queue {
   }
 
   /** Peek sees active, locked, deferred and scheduled messages in sequence order, without locking them. */
-  peek(fromSeq: number, count: number): StoredMessage[] {
+  peek(fromSeq: number, count: number, sessionId?: string): StoredMessage[] {
     const result: StoredMessage[] = [];
     for (const message of [...this.bySeq.values()].sort((a, b) => a.seq - b.seq)) {
-      if (message.seq < fromSeq || message.state === "gone") continue;
+      if (message.seq < fromSeq || message.state === "gone" || !inSession(message, sessionId)) continue;
       result.push(message);
       if (result.length >= count) break;
     }
@@ -420,7 +451,8 @@ export class Queue {
   /** Called by the broker's timer: expires locks, releases scheduled messages, expires messages past their TTL. */
   tick(): void {
     const now = this.now();
-    for (const [token, message] of this.locks) {
+    this.sessions?.tick(now);
+    for (const [token, message] of this.sessions ? [] : this.locks) {
       if (message.lockedUntil > now) break;
       this.locks.delete(token);
       if (message.state === "locked" && message.lockToken === token) this.lockExpired(message);
@@ -433,7 +465,7 @@ export class Queue {
   }
 
   private expireDue(now: number): void {
-    let earliest = Infinity;
+    let earliest = this.sessions?.expireDue(now) ?? Infinity;
     const keep: StoredMessage[] = [];
     for (let i = this.readyHead; i < this.ready.length; i++) {
       const message = this.ready[i]!;

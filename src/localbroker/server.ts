@@ -15,6 +15,8 @@ import { forwards, RECEIVE_REFUSED } from "./forwarding.ts";
 import { newLockToken } from "./lock-token.ts";
 import { handleManagement, type ManagementResponse } from "./management.ts";
 import type { Queue } from "./queue.ts";
+import { openSessionLink, SESSION_FILTER } from "./session-link.ts";
+import { NO_SESSION_ID_SEND, sessionIdOfParts } from "./sessions.ts";
 import { Topic } from "./topic.ts";
 import {
   amqp,
@@ -258,16 +260,21 @@ export class AmqpServer {
       return;
     }
     const filter = link.source?.["filter"];
-    if (typeof filter === "object" && filter !== null && "com.microsoft:session-filter" in filter) {
+    const sessionful = typeof filter === "object" && filter !== null && SESSION_FILTER in filter;
+    if (queue.sessions && !sessionful) {
       link.close({
-        condition: "amqp:not-implemented",
-        description: "Sessions are not supported by the local broker.",
+        condition: "amqp:not-allowed",
+        description: `It is not possible for an entity that requires sessions to create a non-sessionful message receiver: accept a session of '${queue.name}'.`,
       });
       return;
     }
     answerDrainsWithoutCredit(link);
-    const consumer = new LinkConsumer(link, queue, link.snd_settle_mode === 1);
+    const consumer = sessionful
+      ? openSessionLink(link, queue)
+      : new LinkConsumer(link, queue, link.snd_settle_mode === 1);
+    if (!consumer) return;
     this.roles.set(link, { kind: "consumer", consumer });
+    if (sessionful) return;
     queue.addConsumer(consumer);
   }
 
@@ -358,6 +365,10 @@ export class AmqpServer {
     } catch (error) {
       if (!(error instanceof MalformedMessageError)) throw error;
       delivery.update(true, rejected("amqp:decode-error", error.message));
+      return;
+    }
+    if ("sessions" in queue && queue.sessions && messages.some((m) => sessionIdOfParts(m) === undefined)) {
+      delivery.update(true, rejected("amqp:not-allowed", NO_SESSION_ID_SEND));
       return;
     }
     for (const parts of messages) {

@@ -37,6 +37,11 @@ export interface PublishEvent {
   /** Extra application properties; `traceparent` and `Diagnostic-Id` are set by the publisher. */
   readonly properties?: Readonly<Record<string, string | number | boolean>>;
   readonly correlationId?: string;
+  /**
+   * The session key (e.g. the aggregate's id) on a session-enabled entity: set as `sessionId` and as the partition
+   * key, which Service Bus requires to match it. Events of one key are then received in the order they were sent.
+   */
+  readonly sessionId?: string;
 }
 
 export interface PublishResult {
@@ -124,6 +129,14 @@ export function toServiceBusMessage(event: PublishEvent): ServiceBusMessage {
   // Set only when given (assigned, not spread from a temporary object per message): absent rather than empty, since
   // the SDK encodes even an empty map, per message.
   if (event.correlationId !== undefined) message.correlationId = event.correlationId;
+  if (event.sessionId !== undefined) {
+    if (typeof event.sessionId !== "string" || event.sessionId === "" || event.sessionId.length > 128)
+      throw new TypeError(
+        `the sessionId of ${event.type}:${event.key} must be a string of 1 to 128 characters (Service Bus's limit)`,
+      );
+    message.sessionId = event.sessionId;
+    message.partitionKey = event.sessionId;
+  }
   if (event.properties) message.applicationProperties = { ...event.properties };
   return message;
 }
@@ -456,7 +469,7 @@ function sizeBound(message: ServiceBusMessage): number {
   const body = message.body as Buffer;
   if (!Buffer.isBuffer(body)) return Infinity;
   let strings = utf8Bound(message.messageId) + utf8Bound(message.subject) + utf8Bound(message.contentType);
-  strings += utf8Bound(message.correlationId);
+  strings += utf8Bound(message.correlationId) + 2 * utf8Bound(message.sessionId);
   const properties = message.applicationProperties;
   if (properties !== undefined) {
     for (const k in properties) {

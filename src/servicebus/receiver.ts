@@ -77,7 +77,7 @@ export interface ReceiverStats {
  * credit, and closing the link hands them back to the broker with their delivery count spent at most once.
  */
 export class QueueReceiver {
-  private readonly options: QueueReceiverOptions;
+  protected readonly options: QueueReceiverOptions;
   private readonly scheduler: SettlementScheduler;
   private readonly guard: SettlementGuard;
   private receiver: ServiceBusReceiver | undefined;
@@ -194,6 +194,11 @@ export class QueueReceiver {
       await this.heldGate;
       return;
     }
+    await this.run(receiver, message);
+  }
+
+  /** Processes and settles one message, counted in flight meanwhile (a stop's drain waits for it). */
+  protected async run(receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage): Promise<void> {
     const work = this.processOne(receiver, message);
     this.inFlight.add(work);
     this.stats.inFlight = this.inFlight.size;
@@ -214,6 +219,7 @@ export class QueueReceiver {
       messageId: incoming.messageId,
       correlationId: incoming.correlationId,
       deliveryCount: incoming.deliveryCount,
+      sessionId: incoming.sessionId,
       applicationProperties: incoming.applicationProperties,
     });
     let decision: Decision & { messageType?: string };
@@ -321,6 +327,12 @@ export class QueueReceiver {
 
   private onError(args: ProcessErrorArgs): Promise<void> {
     this.stats.receiveErrors += 1;
+    if (
+      /requires sessions to create a non-sessionful/.test(String((args.error as Error | undefined)?.message))
+    )
+      this.options.logger.error("the entity requires sessions: set SBINBOX_MAX_CONCURRENT_SESSIONS above 0", {
+        queue: this.options.queue,
+      });
     this.options.logger.warn("receive error", {
       source: args.errorSource,
       code: isServiceBusError(args.error) ? args.error.code : undefined,
@@ -340,6 +352,7 @@ export function toIncoming(message: ServiceBusReceivedMessage): IncomingMessage 
     deliveryCount: message.deliveryCount ?? 0,
     enqueuedTime: message.enqueuedTimeUtc,
     lockedUntil: message.lockedUntilUtc,
+    ...(message.sessionId !== undefined ? { sessionId: message.sessionId } : {}),
     applicationProperties: message.applicationProperties ?? {},
   };
 }

@@ -58,6 +58,7 @@ export interface ProcessSpanInput {
   readonly messageId: string;
   readonly correlationId?: string;
   readonly deliveryCount: number;
+  readonly sessionId?: string;
   readonly applicationProperties: Readonly<Record<string, unknown>>;
 }
 
@@ -86,6 +87,7 @@ export function startProcessSpan(input: ProcessSpanInput): { span: Span; ctx: Co
         // passes on the AMQP header, which counts earlier attempts only (0 on the first delivery).
         [Attr.deliveryCount]: input.deliveryCount + 1,
         ...(input.correlationId !== undefined ? { [Attr.conversationId]: input.correlationId } : {}),
+        ...(input.sessionId !== undefined ? { [Attr.sessionId]: input.sessionId } : {}),
       },
     },
     parent,

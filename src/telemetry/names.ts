@@ -31,6 +31,8 @@ export const Attr = {
   deadLetterReason: "sbinbox.dead_letter.reason",
   /** The attempt a process span ended on (1 on the first processing; more after in-place or scheduled retries). */
   attempt: "sbinbox.attempt",
+  /** The message's session (its AMQP group-id) on a session-enabled entity. */
+  sessionId: "sbinbox.session.id",
   retryDelay: "sbinbox.retry.delay_ms",
   retryOutcome: "sbinbox.retry.outcome",
   /** The dead-lettered message a replayed copy was made from. */

@@ -4,7 +4,8 @@ import type { MessageHandler } from "../domain/handler.ts";
 import type { Decision, ScheduledCopy } from "../domain/settlement.ts";
 import type { InboxStore } from "../inbox/store.ts";
 import type { ServiceBusClient } from "../servicebus/client.ts";
-import { QueueReceiver } from "../servicebus/receiver.ts";
+import { QueueReceiver, type QueueReceiverOptions } from "../servicebus/receiver.ts";
+import { SessionQueueReceiver } from "../servicebus/session-receiver.ts";
 import { workerMetrics } from "../telemetry/metrics.ts";
 import { silentLogger, type Logger } from "../telemetry/logger.ts";
 import { errorType, recordAttempt, recordRetryWait } from "../servicebus/tracing.ts";
@@ -25,6 +26,11 @@ export interface WorkerOptions {
   readonly queue: string;
   readonly consumer: string;
   readonly maxConcurrentCalls?: number;
+  /**
+   * Session mode (a session-enabled entity): up to `maxSessions` sessions at once, one message at a time each, in
+   * order; a failed message's retries all wait with its session held (docs/failure-handling.md, Sessions).
+   */
+  readonly sessions?: { readonly maxSessions: number; readonly idleMs?: number };
   readonly maxAutoLockRenewalMs?: number;
   readonly maxMessageBytes?: number;
   /** Most messages per transaction (group commit, docs/batching.md); 1, the default, is one per message. */
@@ -149,7 +155,7 @@ export function createWorker(options: WorkerOptions): Worker {
     queue: options.queue,
   });
 
-  const receiver = new QueueReceiver({
+  const receiverOptions: QueueReceiverOptions = {
     client: options.client,
     queue: options.queue,
     maxConcurrentCalls: options.maxConcurrentCalls ?? 16,
@@ -183,12 +189,22 @@ export function createWorker(options: WorkerOptions): Worker {
               : undefined,
       });
     },
-  });
+  };
+  const sessions = options.sessions;
+  const receiver = sessions
+    ? new SessionQueueReceiver({
+        ...receiverOptions,
+        maxSessions: sessions.maxSessions,
+        sessionIdleMs: sessions.idleMs,
+      })
+    : new QueueReceiver(receiverOptions);
 
   async function handle(
     message: IncomingMessage,
     ctx: Context,
   ): Promise<Decision & { messageType?: string }> {
+    // In session mode every line about the message names its session.
+    const log = message.sessionId === undefined ? logger : logger.child({ sessionId: message.sessionId });
     const receivedAt = Date.now();
     const attempt = firstAttempt();
     /** How long the latest attempt ran: a retry in place must fit under the lock again. */
@@ -252,8 +268,10 @@ export function createWorker(options: WorkerOptions): Worker {
         break;
       }
       let delayMs = verdict.delayMs;
-      if (verdict.action === "wait" && !stopping) {
-        logger.info("attempt failed; retrying under the lock", {
+      // With sessions a scheduled copy would land behind the session's later messages: every retry waits in place,
+      // the session held (and its lock renewed) meanwhile; the session's other messages wait behind it.
+      if ((verdict.action === "wait" || sessions) && !stopping) {
+        log.info("attempt failed; retrying under the lock", {
           messageId: message.messageId,
           attempt: attempt.attempt,
           delayMs,
@@ -272,6 +290,11 @@ export function createWorker(options: WorkerOptions): Worker {
         // Stopping: the rest of the wait becomes a scheduled copy, so the stop spends no delivery.
         delayMs = Math.max(0, delayMs - (Date.now() - began));
       }
+      if (sessions) {
+        // Stopping in session mode: abandoned, the message stays its session's head (one delivery spent).
+        decision = { ...decision, errorClass };
+        break;
+      }
       stats.retriesScheduled += 1;
       telemetry.recordRetry(options.queue, "scheduled", errorClass);
       decision = {
@@ -286,7 +309,7 @@ export function createWorker(options: WorkerOptions): Worker {
     }
     stats[decision.outcome] += 1;
     if (decision.disposition === "abandon") {
-      logger.warn("message abandoned", {
+      log.warn("message abandoned", {
         messageId: message.messageId,
         deliveryCount: message.deliveryCount,
         errorClass: decision.errorClass,
@@ -294,7 +317,7 @@ export function createWorker(options: WorkerOptions): Worker {
       });
       if (isOutage(decision)) enterOutage();
     } else if (decision.disposition === "reschedule") {
-      logger.warn("attempt failed; retry scheduled", {
+      log.warn("attempt failed; retry scheduled", {
         messageId: message.messageId,
         attempt: decision.copy.attempt - 1,
         retryMessageId: decision.copy.messageId,
@@ -303,7 +326,7 @@ export function createWorker(options: WorkerOptions): Worker {
         error: decision.error,
       });
     } else if (decision.disposition === "dead_letter") {
-      logger.warn("message dead-lettered", {
+      log.warn("message dead-lettered", {
         messageId: message.messageId,
         reason: decision.reason,
         description: decision.description,
@@ -314,6 +337,7 @@ export function createWorker(options: WorkerOptions): Worker {
 
   /** How long this delivery's lock can still be held: while the SDK renews it, or until it expires. */
   function lockRemaining(message: IncomingMessage, receivedAt: number): number | undefined {
+    if (sessions) return Infinity; // the session receiver renews the session's lock while it holds the session
     if (maxAutoLockRenewalMs > 0) return receivedAt + maxAutoLockRenewalMs - Date.now();
     return message.lockedUntil ? message.lockedUntil.getTime() - Date.now() : undefined;
   }

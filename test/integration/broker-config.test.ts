@@ -89,6 +89,7 @@ describe("local broker: configuration in the emulator's Config.json shape", () =
         deadLetteringOnMessageExpiration: false,
         maxMessageSizeBytes: 256 * 1024,
         maxSizeBytes: 1024 * 1024 * 1024,
+        requiresSession: false,
       },
     ]);
     assert.deepEqual(config.warnings, []);
@@ -157,7 +158,7 @@ describe("local broker: configuration in the emulator's Config.json shape", () =
       withQueueProperties({ DeadLetteringOnMessageExpiration: 1 }),
       `${p}.DeadLetteringOnMessageExpiration`,
     );
-    rejectsNaming(withQueueProperties({ RequiresSession: true }), `${p}.RequiresSession`);
+    rejectsNaming(withQueueProperties({ RequiresSession: "yes" }), `${p}.RequiresSession`);
     rejectsNaming(withQueueProperties({ MaxSizeInMegabytes: 0 }), `${p}.MaxSizeInMegabytes`);
     rejectsNaming(withQueueProperties({ MaxSizeInMegabytes: "1024" }), `${p}.MaxSizeInMegabytes`);
     rejectsNaming(withQueueProperties({ MaxSizeInMegabytes: 81_921 }), `${p}.MaxSizeInMegabytes`);

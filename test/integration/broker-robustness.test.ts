@@ -71,11 +71,11 @@ describe("local broker: robustness", () => {
     await roundTrip(fixture, "after-unknown-operation");
   });
 
-  it("refuses a session receiver at once with a clear error (sessions are not supported)", async () => {
+  it("refuses a session receiver on a queue without sessions at once, with a clear error", async () => {
     await assert.rejects(
       fixture.client.acceptNextSession("sbinbox", { maxAutoLockRenewalDurationInMs: 0 }),
       (error: unknown) => {
-        assert.match(String((error as Error).message), /Sessions are not supported by the local broker/);
+        assert.match(String((error as Error).message), /'sbinbox' has RequiresSession false/);
         return true;
       },
     );

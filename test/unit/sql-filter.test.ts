@@ -140,8 +140,13 @@ describe("broker config: topics", () => {
       /CorrelationFilter\.Color is not a correlation filter field/,
     );
     assert.throws(
-      () => parseConfig(topic({ Properties: { RequiresSession: true } })),
-      /RequiresSession is not supported/,
+      () => parseConfig(topic({ Properties: { RequiresSession: 1 } })),
+      /RequiresSession must be true or false/,
+    );
+    assert.equal(
+      parseConfig(topic({ Properties: { RequiresSession: true } })).topics[0]!.subscriptions[0]!.queue
+        .requiresSession,
+      true,
     );
     assert.throws(
       () =>

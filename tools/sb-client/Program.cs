@@ -4,13 +4,14 @@
 // lock) fails the scenario. Every scenario's message ids start with a prefix of its own, and only those are
 // counted, so a message one failed scenario strands (a locked one cannot be purged until its lock expires) fails
 // that scenario alone. Exits 1 if any scenario fails.
-// usage: sb-client "<connection string>" [queue] [capped-queue] [topic]
+// usage: sb-client "<connection string>" [queue] [capped-queue] [topic] [session-queue]
 //   queue: requires duplicate detection, starts empty. capped-queue (optional): MaxSizeInMegabytes 1, empty.
 //   Each prefetch scenario runs on a queue of its own, <queue>-peeklock-<n> and <queue>-receiveanddelete-<n> for
 //   PrefetchCount n in 0, 1, 5, 100 (empty, must exist): the defect they guard strands locked messages, which a
 //   receiver on a shared queue would get once their lock expires, failing later scenarios too.
 //   topic (optional): duplicate detection on, subscriptions "billing" and "ledger" that forward to the queues
 //   "billing" and "ledger" (duplicate detection on, empty), as sbinbox deploys a topic.
+//   session-queue (optional): RequiresSession true, empty, and <session-queue>-processor likewise (Sessions.cs).
 //   SB_CLIENT_ITERATIONS (default 3): receivers opened per prefetch scenario (the defect it guards is a race).
 using System.Collections.Concurrent;
 using System.Diagnostics;
@@ -478,6 +479,10 @@ if (topic != null)
         Check(ledgerLeft == null, $"left in ledger: {ledgerLeft}");
     }, "billing");
 }
+
+var sessionQueue = args.Length > 4 && args[4] != "" ? args[4] : null;
+if (sessionQueue != null)
+    await SessionScenarios.Run(connectionString, client, sessionQueue, (name, body, on) => Scenario(name, body, on), () => prefix);
 
 Console.WriteLine(failures == 0 ? "all scenarios passed" : $"{failures} scenario(s) failed");
 return failures == 0 ? 0 : 1;

@@ -51,6 +51,12 @@ param defaultMessageTimeToLive string = 'P14D'
 @description('Optional. Move expired messages to the dead-letter queue instead of dropping them.')
 param deadLetteringOnMessageExpiration bool = true
 
+@description('Optional. Sessions on the queue (requiresSession): every message must carry a session id, and the worker runs in session mode. Cannot be changed after the queue exists.')
+param queueRequiresSession bool = false
+
+@description('Optional. The consuming services (of subscriptionNames) whose own queue requires sessions; their subscriptions forward to it. Cannot be changed after the queue exists.')
+param sessionSubscriptionNames string[] = []
+
 @description('Optional. Name of a topic with duplicate detection, for events with several consuming services; none when omitted.')
 @minLength(1)
 @maxLength(260)
@@ -101,7 +107,7 @@ resource queue 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = {
     maxDeliveryCount: maxDeliveryCount
     defaultMessageTimeToLive: defaultMessageTimeToLive
     deadLetteringOnMessageExpiration: deadLetteringOnMessageExpiration
-    requiresSession: false
+    requiresSession: queueRequiresSession
     enablePartitioning: false
   }
 }
@@ -132,7 +138,9 @@ resource serviceQueues 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = [
       maxDeliveryCount: maxDeliveryCount
       defaultMessageTimeToLive: defaultMessageTimeToLive
       deadLetteringOnMessageExpiration: deadLetteringOnMessageExpiration
-      requiresSession: false
+      // A session-enabled service receives its events in order per session id from its own queue; the subscription
+      // that forwards to it needs no sessions itself.
+      requiresSession: contains(sessionSubscriptionNames, subscriptionName)
       enablePartitioning: false
     }
   }
