@@ -58,6 +58,15 @@ function resolveSetting(main: JsonObject, name: string, value: string): string {
       "[if(equals(parameters('topicName'), null()), reference('serviceBus').outputs.queueName.value, '')]"
   )
     return scalar(parameterDefault(main, "queueName"), name);
+  // Session mode with requiresSession at its default (off): no sessions.
+  if (
+    value === "[if(parameters('requiresSession'), string(parameters('maxConcurrentSessions')), '0')]" &&
+    parameterDefault(main, "requiresSession") === false
+  )
+    return "0";
+  // The worker's own queue: the queue without a topic (workerQueueName in infra/main.bicep).
+  if (noTopic && value === "[variables('workerQueueName')]")
+    return scalar(parameterDefault(main, "queueName"), name);
   if (
     noTopic &&
     (value === "[coalesce(parameters('topicName'), '')]" ||

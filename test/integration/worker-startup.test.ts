@@ -149,6 +149,7 @@ describe("worker start-up waits for its database and Service Bus", function () {
           status: "running",
           receiver: "attached",
           database: "ok",
+          serviceBus: "ok",
         });
       } finally {
         readyz.stop();
