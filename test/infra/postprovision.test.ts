@@ -362,67 +362,56 @@ function refusingServer(message: string, number = 40615): Server {
   });
 }
 
-describe("sbinbox migrate against a server that refuses the login with Azure SQL's firewall error", function () {
-  this.timeout(60_000);
-  let server: Server;
-  let port = 0;
+const refusals = [
+  {
+    what: "refuses the login with Azure SQL's firewall error",
+    message: REFUSAL,
+    number: 40615,
+    title: "exits 75 (the code post-provision retries on), through the real mssql and tedious",
+    code: FIREWALL_EXIT_CODE,
+    exit: 75,
+    says: /firewall refused this machine \(error 40615\)/,
+  },
+  {
+    what: "has public network access off",
+    message: PUBLIC_ACCESS_OFF,
+    number: 47073,
+    title: "exits 77 (not 75: no retry helps) naming the virtual network, through the real mssql and tedious",
+    code: PUBLIC_ACCESS_EXIT_CODE,
+    exit: 77,
+    says: /public network access is off \(error 47073 or 42101\); run this from inside/,
+  },
+];
 
-  before(async () => {
-    server = refusingServer(REFUSAL);
-    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-    port = (server.address() as AddressInfo).port;
+for (const refusal of refusals) {
+  describe(`sbinbox migrate against a server that ${refusal.what}`, function () {
+    this.timeout(60_000);
+    let server: Server;
+    let port = 0;
+
+    before(async () => {
+      server = refusingServer(refusal.message, refusal.number);
+      await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+      port = (server.address() as AddressInfo).port;
+    });
+
+    after(async () => {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    });
+
+    it(refusal.title, async function () {
+      const errors: string[] = [];
+      const code = await migrate(
+        ["--app-user", "id-sbinbox-worker-x", "--app-client-id", CLIENT_ID],
+        {
+          SBINBOX_SQLSERVER_CONNECTION_STRING: `Server=127.0.0.1,${port};Database=sbinbox;User Id=deployer;Password=unused;Encrypt=false;TrustServerCertificate=true;Connect Timeout=20`,
+        },
+        () => {},
+        (line) => errors.push(line),
+      );
+      assert.equal(code, refusal.code, errors.join("\n"));
+      assert.equal(code, refusal.exit);
+      assert.match(errors.join("\n"), refusal.says);
+    });
   });
-
-  after(async () => {
-    await new Promise<void>((resolve) => server.close(() => resolve()));
-  });
-
-  it("exits 75 (the code post-provision retries on), through the real mssql and tedious", async function () {
-    const errors: string[] = [];
-    const code = await migrate(
-      ["--app-user", "id-sbinbox-worker-x", "--app-client-id", CLIENT_ID],
-      {
-        SBINBOX_SQLSERVER_CONNECTION_STRING: `Server=127.0.0.1,${port};Database=sbinbox;User Id=deployer;Password=unused;Encrypt=false;TrustServerCertificate=true;Connect Timeout=20`,
-      },
-      () => {},
-      (line) => errors.push(line),
-    );
-    assert.equal(code, FIREWALL_EXIT_CODE, errors.join("\n"));
-    assert.equal(code, 75);
-    assert.match(errors.join("\n"), /firewall refused this machine \(error 40615\)/);
-  });
-});
-
-describe("sbinbox migrate against a server whose public network access is off", function () {
-  this.timeout(60_000);
-  let server: Server;
-  let port = 0;
-
-  before(async () => {
-    server = refusingServer(PUBLIC_ACCESS_OFF, 47073);
-    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-    port = (server.address() as AddressInfo).port;
-  });
-
-  after(async () => {
-    await new Promise<void>((resolve) => server.close(() => resolve()));
-  });
-
-  it("exits 77 (not 75: no retry helps) naming the virtual network, through the real mssql and tedious", async function () {
-    const errors: string[] = [];
-    const code = await migrate(
-      ["--app-user", "id-sbinbox-worker-x", "--app-client-id", CLIENT_ID],
-      {
-        SBINBOX_SQLSERVER_CONNECTION_STRING: `Server=127.0.0.1,${port};Database=sbinbox;User Id=deployer;Password=unused;Encrypt=false;TrustServerCertificate=true;Connect Timeout=20`,
-      },
-      () => {},
-      (line) => errors.push(line),
-    );
-    assert.equal(code, PUBLIC_ACCESS_EXIT_CODE, errors.join("\n"));
-    assert.equal(code, 77);
-    assert.match(
-      errors.join("\n"),
-      /public network access is off \(error 47073 or 42101\); run this from inside/,
-    );
-  });
-});
+}
