@@ -1,16 +1,10 @@
 import { loadHandlerModule, moduleMigrations } from "../app/handler-module.ts";
 import { parsers } from "../config/schema.ts";
 import type mssql from "mssql";
+import { isPublicAccessRefusal, PUBLIC_ACCESS_DENIED } from "../inbox/sqlserver/public-access.ts";
 import { ConfigError } from "../domain/errors.ts";
 import type { HandlerModule } from "../domain/handler-module.ts";
-import {
-  appRoles,
-  appUserBatch,
-  FIREWALL_REFUSED,
-  isFirewallRefusal,
-  isPublicAccessRefusal,
-  PUBLIC_ACCESS_DENIED,
-} from "../inbox/sqlserver/app-user.ts";
+import { appRoles, appUserBatch, FIREWALL_REFUSED, isFirewallRefusal } from "../inbox/sqlserver/app-user.ts";
 import type { InboxStore, InboxStoreConfig } from "../inbox/index.ts";
 
 /** The database to migrate, from the environment (exactly one of the two variables). */
@@ -158,19 +152,19 @@ export async function run(
     }
     return 0;
   } catch (error) {
-    if (target.kind === "sqlserver" && (await refusedByFirewall(error))) {
-      err(
-        `sbinbox migrate: the SQL server's firewall refused this machine (error ${FIREWALL_REFUSED}); ` +
-          `a new rule can take minutes to apply: ${(error as Error).message}`,
-      );
-      return FIREWALL_EXIT_CODE;
-    }
     if (target.kind === "sqlserver" && (await refusedForPublicAccess(error))) {
       err(
         `sbinbox migrate: the SQL server's public network access is off (error ${PUBLIC_ACCESS_DENIED.join(" or ")}); ` +
           `run this from inside its virtual network, through the private endpoint: ${(error as Error).message}`,
       );
       return PUBLIC_ACCESS_EXIT_CODE;
+    }
+    if (target.kind === "sqlserver" && (await refusedByFirewall(error))) {
+      err(
+        `sbinbox migrate: the SQL server's firewall refused this machine (error ${FIREWALL_REFUSED}); ` +
+          `a new rule can take minutes to apply: ${(error as Error).message}`,
+      );
+      return FIREWALL_EXIT_CODE;
     }
     throw error;
   } finally {

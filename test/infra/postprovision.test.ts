@@ -13,7 +13,8 @@ import mssql from "mssql";
 import * as tedious from "tedious";
 import { type AddressInfo, createServer, type Server, type Socket } from "node:net";
 import { FIREWALL_EXIT_CODE, PUBLIC_ACCESS_EXIT_CODE, run as migrate } from "../../src/cli/migrate.ts";
-import { isFirewallRefusal, isPublicAccessRefusal } from "../../src/inbox/sqlserver/app-user.ts";
+import { isFirewallRefusal } from "../../src/inbox/sqlserver/app-user.ts";
+import { isPublicAccessRefusal } from "../../src/inbox/sqlserver/public-access.ts";
 import { sqlServerErrorChain } from "../../src/inbox/sqlserver/error-chain.ts";
 
 const script = fileURLToPath(new URL("../../infra/scripts/postprovision.sh", import.meta.url));
