@@ -118,6 +118,12 @@ param publishers publisherType[] = []
 @description('Optional. Object ID of an upstream App Service\'s managed identity that runs the outbox relay (sbinbox relay, or startRelay in-process). It gets Azure Service Bus Data Sender on the queue, and nothing else: the relay only sends.')
 param outboxRelayPrincipalId string?
 
+@description('Optional. With privateNetwork: address prefix of a subnet for GitHub-hosted runners with Azure private networking (delegated to GitHub.Network/networkSettings), for the migrate step inside the VNet; empty for none (docs/deploy.md, "Where migrate runs").')
+param runnerSubnetPrefix string = ''
+
+@description('Optional. With privateNetwork: resource IDs of virtual networks (a self-hosted runner\'s, peered with this one) to link to the private DNS zones of Azure SQL and Service Bus.')
+param runnerVirtualNetworkIds string[] = []
+
 @description('Optional. Private network (on for prod): the worker\'s outbound traffic through a virtual network, Azure SQL and Service Bus reached through private endpoints only (public network access off; Service Bus is then Premium whatever serviceBusSkuName says, as Standard has no private endpoints), and the worker\'s site refusing every request from outside. The post-provision step (sbinbox migrate) must then run from inside the network: docs/deploy.md.')
 param privateNetwork bool = false
 
@@ -274,6 +280,8 @@ module network '../bicep/modules/network/main.bicep' = if (privateNetwork) {
     name: 'vnet-sbinbox-${resourceToken}'
     location: location
     tags: tags
+    runnerSubnetPrefix: runnerSubnetPrefix
+    linkedVirtualNetworkIds: runnerVirtualNetworkIds
   }
 }
 
@@ -401,6 +409,9 @@ output SERVICEBUS_QUEUE string = serviceBus.outputs.queueName
 
 @description('Whether the environment is on the private network: the post-provision step then opens no firewall rule.')
 output PRIVATE_NETWORK bool = privateNetwork
+
+@description('With privateNetwork and runnerSubnetPrefix: the runner subnet\'s resource ID, for the GitHub.Network/networkSettings resource (docs/deploy.md); empty otherwise.')
+output RUNNER_SUBNET_ID string = privateNetwork ? network!.outputs.runnerSubnetId : ''
 
 @description('The SQL server name.')
 output SQL_SERVER_NAME string = sql.outputs.name

@@ -10,7 +10,12 @@
  */
 import { execFile } from "node:child_process";
 import { parseArgs } from "node:util";
-import { githubEnvironmentSubject, type Repository, type SubjectCustomization } from "./oidc-subject.ts";
+import {
+  credentialName,
+  githubEnvironmentSubject,
+  type Repository,
+  type SubjectCustomization,
+} from "./oidc-subject.ts";
 
 const ISSUER = "https://token.actions.githubusercontent.com";
 // What azure/login asks GitHub's token for, and Entra ID expects of a GitHub credential.
@@ -88,22 +93,48 @@ async function main(argv: string[]): Promise<number> {
         "which misses a rename or transfer after 2026-07-15 (check the token with github/actions-oidc-debugger)\n",
     );
   }
-  for (const environment of environments) {
-    const subject = githubEnvironmentSubject(repository, customization, environment, organizationKeys);
-    // Entra ID: letters, digits, '-' and '_'; unique per application or identity.
-    const credential = `github-${repository.repo}-${environment}`
-      .replace(/[^A-Za-z0-9_-]/g, "-")
-      .slice(0, 120);
+  // Every subject first: a template that cannot be computed is refused before anything is asked of az.
+  const subjects = environments.map(
+    (environment) =>
+      [
+        environment,
+        githubEnvironmentSubject(repository, customization, environment, organizationKeys),
+      ] as const,
+  );
+  // The credentials that exist, so a rerun updates its own instead of failing on the name.
+  const listArgs = byApp
+    ? ["ad", "app", "federated-credential", "list", "--id", values["app-id"]!]
+    : [
+        "identity",
+        "federated-credential",
+        "list",
+        "--identity-name",
+        values.identity!,
+        "--resource-group",
+        values["resource-group"]!,
+      ];
+  const existing = values["dry-run"]
+    ? []
+    : (await run("az", [...listArgs, "--query", "[].name", "--output", "tsv"]))
+        .split("\n")
+        .map((line) => line.trim())
+        .filter(Boolean);
+  const made: string[] = [];
+  for (const [environment, subject] of subjects) {
+    const credential = credentialName(repository, environment, subject);
+    made.push(credential);
     process.stdout.write(`${environment}: ${subject}\n`);
     if (values["dry-run"]) continue;
+    const verb = existing.includes(credential) ? "update" : "create";
     if (byApp) {
       await run("az", [
         "ad",
         "app",
         "federated-credential",
-        "create",
+        verb,
         "--id",
         values["app-id"]!,
+        ...(verb === "update" ? ["--federated-credential-id", credential] : []),
         "--parameters",
         JSON.stringify({ name: credential, issuer: ISSUER, subject, audiences: [AUDIENCE] }),
         "--output",
@@ -113,7 +144,7 @@ async function main(argv: string[]): Promise<number> {
       await run("az", [
         "identity",
         "federated-credential",
-        "create",
+        verb,
         "--name",
         credential,
         "--identity-name",
@@ -130,7 +161,18 @@ async function main(argv: string[]): Promise<number> {
         "none",
       ]);
     }
-    process.stdout.write(`  created federated credential ${credential}\n`);
+    process.stdout.write(
+      `  ${verb === "update" ? "updated" : "created"} federated credential ${credential}\n`,
+    );
+  }
+  // A rename or transfer changes the subject, so the credentials for the old one stay: named, not deleted (the
+  // old name may still be in use until the repository's tokens carry the new one).
+  const others = existing.filter((name) => name.startsWith("github-") && !made.includes(name));
+  if (others.length > 0) {
+    process.stdout.write(
+      `other github-* credentials, not touched (delete one that was for an old repository name with ` +
+        `${byApp ? "az ad app federated-credential delete --id <app id> --federated-credential-id <name>" : "az identity federated-credential delete --name <name> --identity-name <identity> --resource-group <rg>"}): ${others.join(", ")}\n`,
+    );
   }
   return 0;
 }

@@ -12,6 +12,7 @@
  *   `environment:ENV` for such a job, and the immutable ids stay in the `repo` segment.
  * A `:` inside a value is sent as `%3A`.
  */
+import { createHash } from "node:crypto";
 
 /** `gh api repos/OWNER/REPO/actions/oidc/customization/sub`. */
 export interface SubjectCustomization {
@@ -103,4 +104,17 @@ export function githubEnvironmentSubject(
       }
     })
     .join(":");
+}
+
+/**
+ * The federated credential's name: Entra ID allows letters, digits, '-' and '_' (at most 120), so the readable part
+ * loses characters ("prod eu" and "prod/eu" both read prod-eu) and is cut; the subject's short hash keeps two
+ * credentials of one application apart, whichever environments or owners they are for.
+ */
+export function credentialName(repository: Repository, environment: string, subject: string): string {
+  const hash = createHash("sha256").update(subject).digest("hex").slice(0, 10);
+  const readable = `github-${repository.owner}-${repository.repo}-${environment}`
+    .replace(/[^A-Za-z0-9_-]/g, "-")
+    .slice(0, 120 - hash.length - 1);
+  return `${readable}-${hash}`;
 }

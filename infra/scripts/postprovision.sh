@@ -135,6 +135,11 @@ while true; do
     node bin/sbinbox.js migrate --app-user "$WORKER_IDENTITY_NAME" --app-client-id "$WORKER_IDENTITY_CLIENT_ID") ||
     status=$?
   [ "$status" -eq 0 ] && break
+  # 77: the server's public network access is off (Azure SQL error 47073 or 42101): no rule or wait lets this in.
+  if [ "$status" -eq 77 ]; then
+    echo "postprovision: the SQL server's public network access is off: run this from inside the virtual network (docs/deploy.md, Network)" >&2
+    exit 77
+  fi
   # 75: the firewall refused this machine (Azure SQL error 40615). Anything else is not going to pass by waiting.
   if [ "$status" -ne 75 ]; then
     echo "postprovision: sbinbox migrate failed (exit $status)" >&2

@@ -2,6 +2,7 @@ import { loadHandlerModule } from "../app/handler-module.ts";
 import { migrateStore, openStore } from "../app/migrate.ts";
 import { parsers } from "../config/schema.ts";
 import type mssql from "mssql";
+import { isPublicAccessRefusal, PUBLIC_ACCESS_DENIED } from "../inbox/sqlserver/public-access.ts";
 import { ConfigError } from "../domain/errors.ts";
 import type { HandlerModule } from "../domain/handler-module.ts";
 import { appRoles, appUserBatch, FIREWALL_REFUSED, isFirewallRefusal } from "../inbox/sqlserver/app-user.ts";
@@ -52,7 +53,8 @@ Applies pending migrations: the inbox's, then those of the handler module SBINBO
 unset); with --outbox the outbox's instead (an upstream service's database), with --inbox --outbox both. The database comes from SBINBOX_POSTGRES_URL or SBINBOX_SQLSERVER_CONNECTION_STRING; run it as a user with
 DDL rights. With --app-user (SQL Server), also makes that managed identity a database user with db_datareader and
 db_datawriter only, created from its client ID. Exit code 75 when Azure SQL's firewall refused this machine (error
-40615): a new firewall rule can take minutes to apply, so the caller may retry.
+40615): a new firewall rule can take minutes to apply, so the caller may retry. Exit code 77 when the server's public
+network access is off (error 47073 or 42101): run it from inside the virtual network.
 `;
 
 /** The options; throws a ConfigError naming the bad one. */
@@ -144,6 +146,13 @@ export async function run(
     }
     return 0;
   } catch (error) {
+    if (target.kind === "sqlserver" && (await refusedForPublicAccess(error))) {
+      err(
+        `sbinbox migrate: the SQL server's public network access is off (error ${PUBLIC_ACCESS_DENIED.join(" or ")}); ` +
+          `run this from inside its virtual network, through the private endpoint: ${(error as Error).message}`,
+      );
+      return PUBLIC_ACCESS_EXIT_CODE;
+    }
     if (target.kind === "sqlserver" && (await refusedByFirewall(error))) {
       err(
         `sbinbox migrate: the SQL server's firewall refused this machine (error ${FIREWALL_REFUSED}); ` +
@@ -172,6 +181,14 @@ export const FIREWALL_EXIT_CODE = 75;
 async function refusedByFirewall(error: unknown): Promise<boolean> {
   const { sqlServerErrorChain } = await import("../inbox/sqlserver/error-chain.ts");
   return sqlServerErrorChain(error).some(isFirewallRefusal);
+}
+
+/** EX_NOPERM: no retry helps; the machine must be inside the network. */
+export const PUBLIC_ACCESS_EXIT_CODE = 77;
+
+async function refusedForPublicAccess(error: unknown): Promise<boolean> {
+  const { sqlServerErrorChain } = await import("../inbox/sqlserver/error-chain.ts");
+  return sqlServerErrorChain(error).some(isPublicAccessRefusal);
 }
 
 async function runSqlServerBatch(config: mssql.config | string, batch: string): Promise<void> {

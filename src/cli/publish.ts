@@ -165,7 +165,12 @@ export async function run(argv: string[]): Promise<number> {
     const prefix = notes.length > 0 ? ` (${notes.join("; ")})` : "";
     process.stderr.write(
       `\nsbinbox publish: failed after ${done} events acknowledged${prefix}: ${describeError(error)}\n` +
-        rerunAdvice(argv, args.file, args["run-id"], runId),
+        rerunAdvice(
+          argv,
+          single ? "type" : args.file !== undefined ? "file" : "count",
+          args["run-id"],
+          runId,
+        ),
     );
     return 1;
   } finally {
@@ -174,15 +179,24 @@ export async function run(argv: string[]): Promise<number> {
 }
 
 /**
- * What a rerun does. Only the same events get the same MessageIds: a file, or demo events with the same run id. The
+ * What a rerun does. Only the same events get the same MessageIds: a file, one --type event (its type and key give
+ * the MessageId), or demo events with the same run id. The
  * broker drops a resend only inside its duplicate-detection window (10 minutes unless the queue says otherwise);
  * after that only the consumer's inbox drops it, while its retention still holds the first copy.
  */
-function rerunAdvice(argv: string[], file?: string, givenRunId?: string, runId?: string): string {
+function rerunAdvice(
+  argv: string[],
+  source: "type" | "file" | "count",
+  givenRunId?: string,
+  runId?: string,
+): string {
   const window =
     "The broker drops the events it already has only inside its duplicate-detection window (default 10 minutes);\n" +
     "after that the consumer's inbox drops them, while its retention still covers them.\n";
-  if (file !== undefined || givenRunId !== undefined) {
+  if (source === "type") {
+    return `A rerun of the same command is safe: the same type and key give the same MessageId.\n${window}`;
+  }
+  if (source === "file" || givenRunId !== undefined) {
     return `A rerun of the same command is safe: the events keep their MessageIds.\n${window}`;
   }
   const rerun = ["sbinbox", "publish", ...argv, "--run-id", runId!].map(shellWord).join(" ");

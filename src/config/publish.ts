@@ -130,7 +130,7 @@ export async function loadPublishConfig(env: NodeJS.ProcessEnv = process.env): P
   if (cs === undefined && ns === undefined) {
     throw new ConfigError(
       "SBINBOX_SERVICEBUS_CONNECTION_STRING",
-      "required to publish (or SBINBOX_SERVICEBUS_NAMESPACE); a worker on embedded defaults logs the one to use",
+      "required to publish (or SBINBOX_SERVICEBUS_NAMESPACE, or the deployment's output SERVICEBUS_NAMESPACE); a worker on embedded defaults logs the one to use",
     );
   }
   if (cs !== undefined && ns !== undefined) {

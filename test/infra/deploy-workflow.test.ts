@@ -1,6 +1,8 @@
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { readFile } from "node:fs/promises";
+import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { promisify } from "node:util";
 import { parse } from "yaml";
 
@@ -111,9 +113,63 @@ describe("the deploy workflow's structure (.github/workflows/deploy.yml)", funct
     const deploy = jobs.deploy as Job & { "runs-on"?: string };
     assert.equal(deploy["runs-on"], "${{ inputs.runner }}");
     const inputs = (
-      workflow as unknown as { on: { workflow_dispatch: { inputs: Record<string, { default?: string }> } } }
+      workflow as unknown as {
+        on: { workflow_dispatch: { inputs: Record<string, { default?: string; description?: string }> } };
+      }
     ).on.workflow_dispatch.inputs;
     assert.equal(inputs.runner?.default, "ubuntu-latest");
+    // A choice, not free text: a typo would otherwise queue the job for a runner that never comes.
+    assert.deepEqual(inputs.runner, {
+      description: inputs.runner?.description,
+      type: "choice",
+      options: ["ubuntu-latest", "sbinbox-vnet"],
+      default: "ubuntu-latest",
+    });
+  });
+
+  it("asks api.ipify.org for the runner's address only off the private network", async function () {
+    const post = jobs.deploy!.steps.find((s) => /postprovision\.sh$/m.test(s.run ?? ""))!;
+    const dir = await mkdtemp(join(tmpdir(), "sbinbox-deploy-post-"));
+    try {
+      await mkdir(join(dir, "bin"));
+      await mkdir(join(dir, "infra", "scripts"), { recursive: true });
+      await writeFile(
+        join(dir, "bin", "curl"),
+        `#!/usr/bin/env bash\necho "curl $*" >> log\necho 203.0.113.9\n`,
+      );
+      await chmod(join(dir, "bin", "curl"), 0o755);
+      await writeFile(
+        join(dir, "infra", "scripts", "postprovision.sh"),
+        `echo "postprovision ip=\${SBINBOX_CLIENT_IP:-none}" >> log\n`,
+      );
+      const stepRun = async (privateNetwork: string | undefined) => {
+        await rm(join(dir, "log"), { force: true });
+        await writeFile(join(dir, "github_env"), "");
+        await run("bash", ["-eo", "pipefail", "-c", post.run!], {
+          cwd: dir,
+          env: {
+            PATH: `${join(dir, "bin")}:${process.env.PATH ?? ""}`,
+            GITHUB_ENV: join(dir, "github_env"),
+            ...(privateNetwork === undefined ? {} : { PRIVATE_NETWORK: privateNetwork }),
+          },
+        });
+        return {
+          log: (await readFile(join(dir, "log"), "utf8")).trim().split("\n"),
+          env: (await readFile(join(dir, "github_env"), "utf8")).trim(),
+        };
+      };
+      for (const privateNetwork of ["True", "true"]) {
+        assert.deepEqual(await stepRun(privateNetwork), { log: ["postprovision ip=none"], env: "" });
+      }
+      for (const privateNetwork of [undefined, "False"]) {
+        assert.deepEqual(await stepRun(privateNetwork), {
+          log: ["curl -fsS https://api.ipify.org", "postprovision ip=203.0.113.9"],
+          env: "SBINBOX_CLIENT_IP=203.0.113.9",
+        });
+      }
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   it("reads the deployment's outputs whatever the case ARM returns their names in", async function () {

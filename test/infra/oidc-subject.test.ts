@@ -5,6 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import {
+  credentialName,
   githubEnvironmentSubject,
   type Repository,
   type SubjectCustomization,
@@ -113,6 +114,27 @@ describe("the GitHub OIDC subject a deploy job in an environment presents (scrip
   });
 });
 
+describe("the federated credential's name (scripts/oidc-subject.ts credentialName)", function () {
+  const subject = (r: Repository, env: string) => `repo:${r.owner}/${r.repo}:environment:${env}`;
+  it("keeps apart environments that read the same once cleaned, and one repo name under two owners", function () {
+    const names = [
+      credentialName(octo, "prod eu", subject(octo, "prod eu")),
+      credentialName(octo, "prod/eu", subject(octo, "prod/eu")),
+      credentialName({ ...octo, owner: "other-org" }, "dev", subject({ ...octo, owner: "other-org" }, "dev")),
+      credentialName(octo, "dev", subject(octo, "dev")),
+    ];
+    assert.equal(new Set(names).size, 4, names.join("\n"));
+    assert.match(names[0]!, /^github-octo-org-octo-repo-prod-eu-[0-9a-f]{10}$/);
+    assert.match(names[2]!, /^github-other-org-octo-repo-dev-[0-9a-f]{10}$/);
+  });
+  it("stays within Entra ID's 120 characters and alphabet, with the hash kept whole", function () {
+    const long = { ...octo, owner: "o".repeat(39), repo: "r".repeat(100) };
+    const name = credentialName(long, "production-europe", subject(long, "production-europe"));
+    assert.equal(name.length, 120);
+    assert.match(name, /^[A-Za-z0-9_-]+-[0-9a-f]{10}$/);
+  });
+});
+
 describe("scripts/federated-credential.ts against stand-ins for gh and az", function () {
   this.timeout(30_000);
   let dir: string;
@@ -130,7 +152,10 @@ case "$2" in
 esac
 `,
     );
-    await writeFile(join(dir, "az"), `#!/usr/bin/env bash\nprintf '%s\\n' "$*" >> "$STANDIN_LOG"\n`);
+    await writeFile(
+      join(dir, "az"),
+      `#!/usr/bin/env bash\nprintf '%s\\n' "$*" >> "$STANDIN_LOG"\ncase "$*" in *" list "*) printf '%b' "\${STANDIN_EXISTING:-}" ;; esac\n`,
+    );
     await chmod(join(dir, "gh"), 0o755);
     await chmod(join(dir, "az"), 0o755);
   });
@@ -141,13 +166,19 @@ esac
   function start(
     args: string[],
     sub: string,
+    existing = "",
   ): Promise<{ code: number; stdout: string; stderr: string; log: string[] }> {
     return new Promise((resolve) => {
       execFile(
         process.execPath,
         [script, ...args],
         {
-          env: { PATH: `${dir}:${process.env.PATH ?? ""}`, STANDIN_SUB: sub, STANDIN_LOG: join(dir, "log") },
+          env: {
+            PATH: `${dir}:${process.env.PATH ?? ""}`,
+            STANDIN_SUB: sub,
+            STANDIN_LOG: join(dir, "log"),
+            STANDIN_EXISTING: existing,
+          },
         },
         (error, stdout, stderr) => {
           void readFile(join(dir, "log"), "utf8")
@@ -171,28 +202,53 @@ esac
       '{"use_default": true, "use_immutable_subject": false, "sub_claim_prefix": "repo:octo-org@123456/octo-repo@456789"}',
     );
     assert.equal(result.code, 0, result.stderr);
-    assert.equal(result.log.length, 2);
-    const parameters = result.log.map(
-      (line) => JSON.parse(/--parameters (\{.*\}) --output none$/.exec(line)![1]!) as Record<string, unknown>,
+    assert.equal(
+      result.log[0],
+      "ad app federated-credential list --id 11111111-2222-3333-4444-555555555555 --query [].name --output tsv",
     );
+    assert.equal(result.log.length, 3);
+    const parameters = result.log
+      .slice(1)
+      .map(
+        (line) =>
+          JSON.parse(/--parameters (\{.*\}) --output none$/.exec(line)![1]!) as Record<string, unknown>,
+      );
     assert.deepEqual(parameters, [
       {
-        name: "github-octo-repo-dev",
+        name: "github-octo-org-octo-repo-dev-e9c336bd4a",
         issuer: "https://token.actions.githubusercontent.com",
         subject: "repo:octo-org@123456/octo-repo@456789:environment:dev",
         audiences: ["api://AzureADTokenExchange"],
       },
       {
-        name: "github-octo-repo-prod",
+        name: "github-octo-org-octo-repo-prod-095065c960",
         issuer: "https://token.actions.githubusercontent.com",
         subject: "repo:octo-org@123456/octo-repo@456789:environment:prod",
         audiences: ["api://AzureADTokenExchange"],
       },
     ]);
     assert.match(
-      result.log[0]!,
+      result.log[1]!,
       /^ad app federated-credential create --id 11111111-2222-3333-4444-555555555555 /,
     );
+  });
+
+  it("updates a credential that exists (a rerun), and names other github-* ones without deleting them", async function () {
+    const result = await start(
+      ["--repo", "octo-org/octo-repo", "--app-id", "app-1", "--environment", "dev"],
+      '{"use_default": true, "sub_claim_prefix": "repo:octo-org@123456/octo-repo@456789"}',
+      "github-octo-org-octo-repo-dev-e9c336bd4a\\ngithub-old-name-dev\\nsomeone-else\\n",
+    );
+    assert.equal(result.code, 0, result.stderr);
+    assert.equal(result.log.length, 2, result.log.join("\n"));
+    assert.match(
+      result.log[1]!,
+      /^ad app federated-credential update --id app-1 --federated-credential-id github-octo-org-octo-repo-dev-e9c336bd4a --parameters /,
+    );
+    assert.match(result.stdout, /updated federated credential github-octo-org-octo-repo-dev-e9c336bd4a/);
+    assert.match(result.stdout, /other github-\* credentials, not touched .*: github-old-name-dev\n/);
+    assert.doesNotMatch(result.stdout, /someone-else/);
+    assert.ok(!result.log.some((l) => / delete /.test(l)));
   });
 
   it("for a user-assigned identity, and says when GitHub gave no prefix", async function () {
@@ -212,7 +268,8 @@ esac
     assert.equal(result.code, 0, result.stderr);
     assert.match(result.stderr, /no sub_claim_prefix/);
     assert.deepEqual(result.log, [
-      "identity federated-credential create --name github-octo-repo-dev --identity-name id-deploy --resource-group rg-deploy --issuer https://token.actions.githubusercontent.com --subject repo:octo-org@123456/octo-repo@456789:environment:dev --audiences api://AzureADTokenExchange --output none",
+      "identity federated-credential list --identity-name id-deploy --resource-group rg-deploy --query [].name --output tsv",
+      "identity federated-credential create --name github-octo-org-octo-repo-dev-e9c336bd4a --identity-name id-deploy --resource-group rg-deploy --issuer https://token.actions.githubusercontent.com --subject repo:octo-org@123456/octo-repo@456789:environment:dev --audiences api://AzureADTokenExchange --output none",
     ]);
   });
 

@@ -12,8 +12,9 @@ import { fileURLToPath } from "node:url";
 import mssql from "mssql";
 import * as tedious from "tedious";
 import { type AddressInfo, createServer, type Server, type Socket } from "node:net";
-import { FIREWALL_EXIT_CODE, run as migrate } from "../../src/cli/migrate.ts";
+import { FIREWALL_EXIT_CODE, PUBLIC_ACCESS_EXIT_CODE, run as migrate } from "../../src/cli/migrate.ts";
 import { isFirewallRefusal } from "../../src/inbox/sqlserver/app-user.ts";
+import { isPublicAccessRefusal } from "../../src/inbox/sqlserver/public-access.ts";
 import { sqlServerErrorChain } from "../../src/inbox/sqlserver/error-chain.ts";
 
 const script = fileURLToPath(new URL("../../infra/scripts/postprovision.sh", import.meta.url));
@@ -26,6 +27,13 @@ const REFUSAL =
   "allowed to access the server. To enable access, use the Azure Management Portal or run sp_set_firewall_rule " +
   "on the master database to create a firewall rule for this IP address or address range. It may take up to " +
   "five minutes for this change to take effect.";
+// Error 47073 as Azure SQL words it when public network access is off ("Azure SQL connectivity settings").
+const PUBLIC_ACCESS_OFF =
+  "Reason: An instance-specific error occurred while establishing a connection to SQL Server. Connection was " +
+  "denied since Deny Public Network Access is set to Yes " +
+  "(https://docs.microsoft.com/azure/azure-sql/database/connectivity-settings#deny-public-network-access). To " +
+  "connect to this server, use the Private Endpoint from inside your virtual network " +
+  "(https://docs.microsoft.com/azure/sql-database/sql-database-private-endpoint-overview#how-to-set-up-private-link-for-azure-sql-database).";
 
 interface Run {
   code: number;
@@ -200,6 +208,20 @@ exec "${process.execPath}" "$@"
     assert.match(result.log.at(-1) ?? "", /firewall-rule delete/);
   });
 
+  it("a server with public access off (migrate's exit 77): says to run from inside the network, at once", async function () {
+    const result = await start({ STANDIN_MIGRATE_EXIT: "77", PRIVATE_NETWORK: "true" });
+    assert.equal(result.code, 77, result.stderr);
+    assert.match(result.stderr, /public network access is off: run this from inside the virtual network/);
+    assert.equal(result.log.filter((l) => l.startsWith("migrate")).length, 1);
+    // The same without the output (a server switched by hand): a rule was made, and it is removed.
+    await rm(join(dir, "log"), { force: true });
+    const manual = await start({ STANDIN_MIGRATE_EXIT: "77" });
+    assert.equal(manual.code, 77, manual.stderr);
+    assert.match(manual.stderr, /public network access is off/);
+    assert.equal(manual.log.filter((l) => l.startsWith("migrate")).length, 1);
+    assert.match(manual.log.at(-1) ?? "", /firewall-rule delete/);
+  });
+
   it("does not retry a failure the firewall did not cause", async function () {
     const result = await start({ STANDIN_MIGRATE_EXIT: "1" });
     assert.equal(result.code, 1);
@@ -251,6 +273,14 @@ describe("recognising the firewall's refusal in what mssql and tedious raise", f
     assert.ok(sqlServerErrorChain(raised).some(isFirewallRefusal));
   });
 
+  it("tells public access off (47073) from the firewall's refusal, in the same chain", function () {
+    const raised = new mssql.ConnectionError(new tedious.ConnectionError(PUBLIC_ACCESS_OFF, "ELOGIN"));
+    assert.ok(sqlServerErrorChain(raised).some(isPublicAccessRefusal));
+    assert.ok(!sqlServerErrorChain(raised).some(isFirewallRefusal));
+    const firewall = new mssql.ConnectionError(new tedious.ConnectionError(REFUSAL, "ELOGIN"));
+    assert.ok(!sqlServerErrorChain(firewall).some(isPublicAccessRefusal));
+  });
+
   it("does not take another login failure, or the same text from elsewhere, for it", function () {
     const denied = new mssql.ConnectionError(
       new tedious.ConnectionError("Login failed for user '<token-identified principal>'.", "ELOGIN"),
@@ -279,7 +309,7 @@ function ucs2(text: string): Buffer {
   return Buffer.from(text, "utf16le");
 }
 
-function refusingServer(message: string): Server {
+function refusingServer(message: string, number = 40615): Server {
   const prelogin = Buffer.from([
     // VERSION at 11, 6 bytes; ENCRYPTION at 17, 1 byte; terminator.
     0x00,
@@ -312,7 +342,7 @@ function refusingServer(message: string): Server {
     Buffer.from([0]), // no procedure
     Buffer.from([0, 0, 0, 0]), // line number
   ]);
-  body.writeInt32LE(40615, 0);
+  body.writeInt32LE(number, 0);
   const error = Buffer.concat([Buffer.from([0xaa, body.length & 0xff, body.length >> 8]), body]);
   const done = Buffer.alloc(13);
   done.writeUInt8(0xfd, 0);
@@ -333,33 +363,56 @@ function refusingServer(message: string): Server {
   });
 }
 
-describe("sbinbox migrate against a server that refuses the login with Azure SQL's firewall error", function () {
-  this.timeout(60_000);
-  let server: Server;
-  let port = 0;
+const refusals = [
+  {
+    what: "refuses the login with Azure SQL's firewall error",
+    message: REFUSAL,
+    number: 40615,
+    title: "exits 75 (the code post-provision retries on), through the real mssql and tedious",
+    code: FIREWALL_EXIT_CODE,
+    exit: 75,
+    says: /firewall refused this machine \(error 40615\)/,
+  },
+  {
+    what: "has public network access off",
+    message: PUBLIC_ACCESS_OFF,
+    number: 47073,
+    title: "exits 77 (not 75: no retry helps) naming the virtual network, through the real mssql and tedious",
+    code: PUBLIC_ACCESS_EXIT_CODE,
+    exit: 77,
+    says: /public network access is off \(error 47073 or 42101\); run this from inside/,
+  },
+];
 
-  before(async () => {
-    server = refusingServer(REFUSAL);
-    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-    port = (server.address() as AddressInfo).port;
-  });
+for (const refusal of refusals) {
+  describe(`sbinbox migrate against a server that ${refusal.what}`, function () {
+    this.timeout(60_000);
+    let server: Server;
+    let port = 0;
 
-  after(async () => {
-    await new Promise<void>((resolve) => server.close(() => resolve()));
-  });
+    before(async () => {
+      server = refusingServer(refusal.message, refusal.number);
+      await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+      port = (server.address() as AddressInfo).port;
+    });
 
-  it("exits 75 (the code post-provision retries on), through the real mssql and tedious", async function () {
-    const errors: string[] = [];
-    const code = await migrate(
-      ["--app-user", "id-sbinbox-worker-x", "--app-client-id", CLIENT_ID],
-      {
-        SBINBOX_SQLSERVER_CONNECTION_STRING: `Server=127.0.0.1,${port};Database=sbinbox;User Id=deployer;Password=unused;Encrypt=false;TrustServerCertificate=true;Connect Timeout=20`,
-      },
-      () => {},
-      (line) => errors.push(line),
-    );
-    assert.equal(code, FIREWALL_EXIT_CODE, errors.join("\n"));
-    assert.equal(code, 75);
-    assert.match(errors.join("\n"), /firewall refused this machine \(error 40615\)/);
+    after(async () => {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    });
+
+    it(refusal.title, async function () {
+      const errors: string[] = [];
+      const code = await migrate(
+        ["--app-user", "id-sbinbox-worker-x", "--app-client-id", CLIENT_ID],
+        {
+          SBINBOX_SQLSERVER_CONNECTION_STRING: `Server=127.0.0.1,${port};Database=sbinbox;User Id=deployer;Password=unused;Encrypt=false;TrustServerCertificate=true;Connect Timeout=20`,
+        },
+        () => {},
+        (line) => errors.push(line),
+      );
+      assert.equal(code, refusal.code, errors.join("\n"));
+      assert.equal(code, refusal.exit);
+      assert.match(errors.join("\n"), refusal.says);
+    });
   });
-});
+}

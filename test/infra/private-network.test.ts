@@ -52,15 +52,25 @@ describe("the private network option (privateNetwork), compiled to ARM JSON by t
 
   it("has a VNet with a subnet delegated to App Service and one for the private endpoints", function () {
     const vnet = single(main, "Microsoft.Network/virtualNetworks");
-    const subnets = props(vnet).subnets;
-    assert.ok(Array.isArray(subnets));
-    const byName = new Map(
-      subnets.map((s) => [str(obj(s, "subnet").name), obj(obj(s, "subnet").properties, "p")]),
+    // All inline (a subnet added by hand to a VNet with inline subnets is removed by the next deployment): app and
+    // endpoints always, the GitHub runners' subnet (delegated to GitHub.Network/networkSettings) when given a prefix.
+    const app =
+      "createObject('name', 'app', 'properties', createObject('addressPrefix', parameters('appSubnetPrefix'), 'delegations', createArray(createObject('name', 'app-service', 'properties', createObject('serviceName', 'Microsoft.Web/serverFarms')))))";
+    const endpoints =
+      "createObject('name', 'endpoints', 'properties', createObject('addressPrefix', parameters('endpointSubnetPrefix')))";
+    const runner =
+      "createObject('name', 'runner', 'properties', createObject('addressPrefix', parameters('runnerSubnetPrefix'), 'delegations', createArray(createObject('name', 'github-runners', 'properties', createObject('serviceName', 'GitHub.Network/networkSettings')))))";
+    assert.equal(
+      props(vnet).subnets,
+      `[concat(createArray(${app}, ${endpoints}), if(empty(parameters('runnerSubnetPrefix')), createArray(), createArray(${runner})))]`,
     );
-    assert.deepEqual([...byName.keys()], ["app", "endpoints"]);
-    assert.deepEqual(byName.get("app")!.delegations, [
-      { name: "app-service", properties: { serviceName: "Microsoft.Web/serverFarms" } },
-    ]);
+    assert.equal(param("network", "runnerSubnetPrefix"), "[parameters('runnerSubnetPrefix')]");
+    assert.equal(parameterDefault(main, "runnerSubnetPrefix"), "");
+    const outputs = obj(main.outputs, "outputs");
+    assert.equal(
+      obj(outputs.RUNNER_SUBNET_ID, "RUNNER_SUBNET_ID").value,
+      "[if(parameters('privateNetwork'), reference('network').outputs.runnerSubnetId.value, '')]",
+    );
     assert.equal(
       str(param("worker", "virtualNetworkSubnetId")),
       "[if(parameters('privateNetwork'), createObject('value', reference('network').outputs.appSubnetId.value), createObject('value', null()))]",
@@ -83,7 +93,28 @@ describe("the private network option (privateNetwork), compiled to ARM JSON by t
     assert.equal(parameterDefault(network, "serviceBusDnsZoneName"), "privatelink.servicebus.windows.net");
     assert.equal(zones.raw.location, "global");
 
-    const links = single(main, "Microsoft.Network/privateDnsZones/virtualNetworkLinks");
+    const allLinks = ofType(main, "Microsoft.Network/privateDnsZones/virtualNetworkLinks");
+    const linkLoop = (name: string) => allLinks.find((l) => obj(l.raw.copy, "copy").name === name)!;
+    assert.deepEqual(allLinks.map((l) => obj(l.raw.copy, "copy").name).sort(), [
+      "links",
+      "serviceBusZoneExtraLinks",
+      "sqlZoneExtraLinks",
+    ]);
+    // A runner's VNet (peered) gets its own link to each zone, one per id given, zone 0 SQL's and zone 1 Service Bus'.
+    assert.equal(param("network", "linkedVirtualNetworkIds"), "[parameters('runnerVirtualNetworkIds')]");
+    for (const [loop, zone] of [
+      ["sqlZoneExtraLinks", 0],
+      ["serviceBusZoneExtraLinks", 1],
+    ] as const) {
+      const extra = linkLoop(loop);
+      assert.equal(obj(extra.raw.copy, "copy").count, "[length(parameters('linkedVirtualNetworkIds'))]");
+      assert.ok(extra.name.startsWith(`[format('{0}/{1}', ${names}[${zone}], `), extra.name);
+      assert.deepEqual(props(extra), {
+        registrationEnabled: false,
+        virtualNetwork: { id: "[parameters('linkedVirtualNetworkIds')[copyIndex()]]" },
+      });
+    }
+    const links = linkLoop("links");
     assert.equal(obj(links.raw.copy, "copy").count, `[length(${names})]`);
     assert.match(
       links.name,

@@ -150,6 +150,20 @@ describe("sbinbox publish (streaming, in flight)", function () {
     assert.doesNotMatch(result.stderr, /is safe/);
   });
 
+  it("after a failed --type: a rerun of the same command is safe (same type and key), no run id", async function () {
+    const result = await runCli(
+      ["publish", "--type", "NoteCreated", "--key", "note-1", "--body", '{"noteId": 1, "text": "x"}'],
+      { ...env(), SBINBOX_QUEUE: "no-such-queue" },
+    );
+    assert.equal(result.code, 1, result.stderr);
+    assert.match(result.stderr, /failed after 0 events acknowledged/);
+    assert.match(
+      result.stderr,
+      /A rerun of the same command is safe: the same type and key give the same MessageId/,
+    );
+    assert.doesNotMatch(result.stderr, /Run id|--run-id|undefined/);
+  });
+
   it("refuses a pipe for --file (it is read twice), sending nothing", async function () {
     const before = fixture.broker.counts(QUEUE).active;
     const child = spawn(process.execPath, [BIN, "publish", "--file", "/dev/stdin"], {
