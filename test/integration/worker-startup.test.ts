@@ -138,7 +138,12 @@ describe("worker start-up waits for its database and Service Bus", function () {
         const failedAfterUp = lines.filter(
           (l) => l.at > upAt && l.line.includes("database still unreachable"),
         );
-        assert.equal(failedAfterUp.length, 0, "the first attempt after the database came up succeeded");
+        // An attempt already in flight when the server came up may still fail, and its line is written after upAt
+        // (the app shares this process, so a busy event loop delays it); the attempt after it must succeed.
+        assert.ok(
+          failedAfterUp.length <= 1,
+          `${failedAfterUp.length} attempts failed after the database came up`,
+        );
         assert.ok(
           tookMs < BACKOFF_MAX_MS + 5_000,
           `ready ${tookMs} ms after the database came up (one back-off step is at most ${BACKOFF_MAX_MS} ms)`,
@@ -220,7 +225,11 @@ describe("worker start-up waits for its database and Service Bus", function () {
         const failedAfterUp = lines.filter(
           (l) => l.at > upAt && l.line.includes("serviceBus still unreachable"),
         );
-        assert.equal(failedAfterUp.length, 0, "the first probe after the broker came up succeeded");
+        // As above: only a probe in flight when the broker came up may fail; the next succeeds.
+        assert.ok(
+          failedAfterUp.length <= 1,
+          `${failedAfterUp.length} probes failed after the broker came up`,
+        );
         assert.ok(tookMs < BACKOFF_MAX_MS + 5_000, `ready ${tookMs} ms after the broker came up`);
         await waitUntil(() => readyz.latest()?.status === 200, "readyz 200", 10_000);
       } finally {
