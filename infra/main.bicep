@@ -112,10 +112,10 @@ param handlersModule string = './dist-handlers/index.js'
 @description('Optional. Average ActiveMessages above which a worker instance is added.')
 param autoscaleScaleOutThreshold int = 100
 
-@description('Optional. Publishers (upstream identities) that get Azure Service Bus Data Sender on the queue.')
+@description('Optional. Publishers (upstream identities) that get Azure Service Bus Data Sender on the queue, or with topicName on the topic.')
 param publishers publisherType[] = []
 
-@description('Optional. Object ID of an upstream App Service\'s managed identity that runs the outbox relay (sbinbox relay, or startRelay in-process). It gets Azure Service Bus Data Sender on the queue, and nothing else: the relay only sends.')
+@description('Optional. Object ID of an upstream App Service\'s managed identity that runs the outbox relay (sbinbox relay, or startRelay in-process). It gets Azure Service Bus Data Sender on the queue, or with topicName on the topic, and nothing else: the relay only sends.')
 param outboxRelayPrincipalId string?
 
 @description('Optional. With privateNetwork: address prefix of a subnet for GitHub-hosted runners with Azure private networking (delegated to GitHub.Network/networkSettings), for the migrate step inside the VNet; empty for none (docs/deploy.md, "Where migrate runs").')
