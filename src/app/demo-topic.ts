@@ -79,7 +79,11 @@ export async function runTopicDemo(options: DemoOptions): Promise<DemoResult> {
     // whatever reaches the topic.
     topic.subscriptions.push({
       name: FOREIGN,
-      queue: { ...queueDefaults, name: `${TOPIC}/Subscriptions/${FOREIGN}`, requiresDuplicateDetection: false },
+      queue: {
+        ...queueDefaults,
+        name: `${TOPIC}/Subscriptions/${FOREIGN}`,
+        requiresDuplicateDetection: false,
+      },
       rules: topic.subscriptions[0]!.rules,
     });
     config.queues = queues;
