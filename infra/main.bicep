@@ -42,7 +42,7 @@ param sqlDatabaseMaxSizeGb int = 2
 ])
 param serviceBusSkuName string = 'Standard'
 
-@description('Optional. Name of the queue.')
+@description('Optional. Name of the queue, without topicName (with it, the worker\'s queue is named consumerName and this one is not created).')
 param queueName string = 'notes'
 
 @description('Optional. Name the worker records as the consumer in the inbox; with a topic, also the name of the worker\'s own queue and of the subscription that forwards to it.')
@@ -401,11 +401,11 @@ output WORKER_IDENTITY_CLIENT_ID string = worker.outputs.identityClientId
 @description('The Service Bus namespace, fully qualified.')
 output SERVICEBUS_NAMESPACE string = serviceBus.outputs.fullyQualifiedNamespace
 
-@description('The resource ID of the queue (scope for extra role assignments).')
-output SERVICEBUS_QUEUE_RESOURCE_ID string = serviceBus.outputs.queueResourceId
+@description('The resource ID of the worker\'s queue (scope for extra role assignments); with a topic, its own queue, consumerName.')
+output SERVICEBUS_QUEUE_RESOURCE_ID string = serviceBus.outputs.?queueResourceId ?? '${serviceBus.outputs.resourceId}/queues/${workerQueueName}'
 
-@description('The queue name.')
-output SERVICEBUS_QUEUE string = serviceBus.outputs.queueName
+@description('The worker\'s queue name; with a topic, its own queue, consumerName.')
+output SERVICEBUS_QUEUE string = workerQueueName
 
 @description('Whether the environment is on the private network: the post-provision step then opens no firewall rule.')
 output PRIVATE_NETWORK bool = privateNetwork
