@@ -42,7 +42,7 @@ param sqlDatabaseMaxSizeGb int = 2
 ])
 param serviceBusSkuName string = 'Standard'
 
-@description('Optional. Name of the queue.')
+@description('Optional. Name of the queue, without topicName (with it, the worker\'s queue is named consumerName and this one is not created).')
 param queueName string = 'notes'
 
 @description('Optional. Name the worker records as the consumer in the inbox; with a topic, also the name of the worker\'s own queue and of the subscription that forwards to it.')
@@ -112,10 +112,10 @@ param handlersModule string = './dist-handlers/index.js'
 @description('Optional. Average ActiveMessages above which a worker instance is added.')
 param autoscaleScaleOutThreshold int = 100
 
-@description('Optional. Publishers (upstream identities) that get Azure Service Bus Data Sender on the queue.')
+@description('Optional. Publishers (upstream identities) that get Azure Service Bus Data Sender on the queue, or with topicName on the topic.')
 param publishers publisherType[] = []
 
-@description('Optional. Object ID of an upstream App Service\'s managed identity that runs the outbox relay (sbinbox relay, or startRelay in-process). It gets Azure Service Bus Data Sender on the queue, and nothing else: the relay only sends.')
+@description('Optional. Object ID of an upstream App Service\'s managed identity that runs the outbox relay (sbinbox relay, or startRelay in-process). It gets Azure Service Bus Data Sender on the queue, or with topicName on the topic, and nothing else: the relay only sends.')
 param outboxRelayPrincipalId string?
 
 @description('Optional. With privateNetwork: address prefix of a subnet for GitHub-hosted runners with Azure private networking (delegated to GitHub.Network/networkSettings), for the migrate step inside the VNet; empty for none (docs/deploy.md, "Where migrate runs").')
@@ -401,11 +401,11 @@ output WORKER_IDENTITY_CLIENT_ID string = worker.outputs.identityClientId
 @description('The Service Bus namespace, fully qualified.')
 output SERVICEBUS_NAMESPACE string = serviceBus.outputs.fullyQualifiedNamespace
 
-@description('The resource ID of the queue (scope for extra role assignments).')
-output SERVICEBUS_QUEUE_RESOURCE_ID string = serviceBus.outputs.queueResourceId
+@description('The resource ID of the worker\'s queue (scope for extra role assignments); with a topic, its own queue, consumerName.')
+output SERVICEBUS_QUEUE_RESOURCE_ID string = serviceBus.outputs.?queueResourceId ?? '${serviceBus.outputs.resourceId}/queues/${workerQueueName}'
 
-@description('The queue name.')
-output SERVICEBUS_QUEUE string = serviceBus.outputs.queueName
+@description('The worker\'s queue name; with a topic, its own queue, consumerName.')
+output SERVICEBUS_QUEUE string = workerQueueName
 
 @description('Whether the environment is on the private network: the post-provision step then opens no firewall rule.')
 output PRIVATE_NETWORK bool = privateNetwork

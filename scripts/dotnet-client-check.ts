@@ -67,11 +67,24 @@ async function main(): Promise<number> {
   const { topic, queues } = serviceTopic("sbinbox-topic", ["billing", "ledger"]);
   config.queues.push(...queues);
   config.topics = [topic];
+  // The broker's own record of the receivers it refused: the .NET SDK's receive on a forwarding subscription
+  // returns nothing instead of throwing, and nothing is what an accepted receiver would get too (everything is
+  // forwarded before it attaches), so the refusal itself is checked here.
+  const logger = consoleLogger(false);
+  const refused: string[] = [];
+  const REFUSAL = /^refusing a receiver on (\S+): /;
   const broker = await LocalBroker.start({
     port: 0,
     host: "127.0.0.1",
     config,
-    logger: consoleLogger(false),
+    logger: {
+      ...logger,
+      debug: (message) => {
+        const entity = REFUSAL.exec(message)?.[1];
+        if (entity) refused.push(entity);
+        logger.debug(message);
+      },
+    },
   });
   try {
     const started = Date.now();
@@ -109,12 +122,18 @@ async function main(): Promise<number> {
           ];
     });
     for (const line of leftovers) process.stdout.write(`test:dotnet: left in the broker: ${line}\n`);
-    const ok = code === 0 && leftovers.length === 0;
+    const forwarding = `${topic.name}/Subscriptions/billing`;
+    const refusedOk = refused.includes(forwarding);
+    if (!refusedOk)
+      process.stdout.write(
+        `test:dotnet: the broker refused no receiver on ${forwarding} (refused: ${refused.join(", ") || "none"})\n`,
+      );
+    const ok = code === 0 && leftovers.length === 0 && refusedOk;
     const seconds = ((Date.now() - started) / 1000).toFixed(1);
     process.stdout.write(
       ok
         ? `test:dotnet: the .NET client's scenarios passed in ${seconds} s\n`
-        : `test:dotnet: FAILED (exit ${code}, ${leftovers.length} queue(s) not empty)\n`,
+        : `test:dotnet: FAILED (exit ${code}, ${leftovers.length} queue(s) not empty, forwarding refusal ${refusedOk ? "seen" : "missing"})\n`,
     );
     return ok ? 0 : 1;
   } finally {

@@ -50,7 +50,7 @@ interface Service {
  * The topic variant of the demo: one topic, two consuming services (billing with two competing workers, ledger with
  * one), each on its own queue (its subscription forwards to it) with its own database, and a foreign subscription that
  * must hold each published message once, whatever the services retry. N events with resends (dropped by the topic's duplicate
- * detection), poison (dead-lettered per subscription), a transient failure (retried per service), and a billing
+ * detection), poison (dead-lettered in each service's queue), a transient failure (retried per service), and a billing
  * worker killed between commit and complete. It holds when each service applied each event exactly once.
  */
 export async function runTopicDemo(options: DemoOptions): Promise<DemoResult> {
@@ -66,7 +66,7 @@ export async function runTopicDemo(options: DemoOptions): Promise<DemoResult> {
     out(
       "starting the local broker (a topic, three subscriptions, two forwarded to queues) and an embedded PostgreSQL ...",
     );
-    const { EmbeddedPostgresServer, LocalBroker, defaultConfig, serviceTopic } =
+    const { EmbeddedPostgresServer, LocalBroker, defaultConfig, queueDefaults, serviceTopic } =
       await loadDevPackage("sbinbox demo");
     const config = defaultConfig();
     const { topic, queues } = serviceTopic(
@@ -74,14 +74,17 @@ export async function runTopicDemo(options: DemoOptions): Promise<DemoResult> {
       SERVICES.map((s) => s.consumer),
       { lockDurationMs: LOCK_MS, maxDeliveryCount: MAX_DELIVERY_COUNT },
     );
+    // Another team's subscription: the broker's defaults (a subscription has no duplicate detection), no forwarding
+    // of any kind, and only the default true filter (the rule serviceTopic gives every subscription), so it sees
+    // whatever reaches the topic.
     topic.subscriptions.push({
-      ...topic.subscriptions[0]!,
       name: FOREIGN,
       queue: {
-        ...topic.subscriptions[0]!.queue,
+        ...queueDefaults,
         name: `${TOPIC}/Subscriptions/${FOREIGN}`,
-        forwardTo: undefined,
+        requiresDuplicateDetection: false,
       },
+      rules: topic.subscriptions[0]!.rules,
     });
     config.queues = queues;
     config.topics = [topic];

@@ -13,8 +13,8 @@ const usage = `usage: sbinbox console [--port N] [--host H]
     --host H     address to listen on (default 127.0.0.1). Anything else serves the page, with your Service Bus
                  rights, beyond this machine: only with care, and a warning is printed
 
-Settings as for \`sbinbox dlq\` (SBINBOX_SERVICEBUS_CONNECTION_STRING or SBINBOX_SERVICEBUS_NAMESPACE, SBINBOX_QUEUE
-or SBINBOX_TOPIC with SBINBOX_SUBSCRIPTION); the database as for the worker (SBINBOX_DATABASE, ...), optional.
+Settings as for \`sbinbox dlq\` (SBINBOX_SERVICEBUS_CONNECTION_STRING or SBINBOX_SERVICEBUS_NAMESPACE, SBINBOX_QUEUE:
+on a topic, the service's own queue); the database as for the worker (SBINBOX_DATABASE, ...), optional.
 `;
 
 const LOOPBACK = new Set(["127.0.0.1", "::1", "localhost"]);

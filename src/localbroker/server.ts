@@ -256,6 +256,7 @@ export class AmqpServer {
       return;
     }
     if (forwards(queue)) {
+      this.options.logger.debug(`refusing a receiver on ${queue.name}: ${RECEIVE_REFUSED}`);
       link.close({ condition: "amqp:not-allowed", description: RECEIVE_REFUSED });
       return;
     }

@@ -23,6 +23,26 @@ describe("infra: the optional topic through forwarding, compiled to ARM JSON by 
     );
   });
 
+  it("creates the template's queueName queue only without a topic; the outputs name the worker's queue either way", function () {
+    const [plain, ...more] = ofType(main, "Microsoft.ServiceBus/namespaces/queues").filter(
+      (q) => q.symbol === "queue",
+    );
+    assert.ok(plain, "the queue resource");
+    assert.equal(more.length, 0);
+    assert.equal(str(plain.raw.condition, "condition"), "[equals(parameters('topicName'), null())]");
+    const outputs = obj(main.outputs, "outputs");
+    assert.deepEqual(
+      obj(outputs.SERVICEBUS_QUEUE, "SERVICEBUS_QUEUE").value,
+      "[variables('workerQueueName')]",
+    );
+    // The module's queue without a topic; with one, the worker's own queue in the namespace.
+    assert.equal(
+      str(obj(outputs.SERVICEBUS_QUEUE_RESOURCE_ID, "SERVICEBUS_QUEUE_RESOURCE_ID").value),
+      "[coalesce(tryGet(tryGet(reference('serviceBus').outputs, 'queueResourceId'), 'value'), " +
+        "format('{0}/queues/{1}', reference('serviceBus').outputs.resourceId.value, variables('workerQueueName')))]",
+    );
+  });
+
   it("gives each consuming service a queue of its name with duplicate detection and the queue's settings", function () {
     const [queue, ...more] = serviceQueues();
     assert.ok(queue, "a looped queue resource");

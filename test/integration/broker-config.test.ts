@@ -111,9 +111,24 @@ describe("local broker: configuration in the emulator's Config.json shape", () =
     const config = await loadConfigFile("config/emulator.Config.json");
     assert.deepEqual(
       config.queues.map((q) => q.name),
-      ["sbinbox", "queue.1"],
+      ["sbinbox", "queue.1", "billing", "ledger"],
     );
     assert.equal(config.queues[0]?.requiresDuplicateDetection, true);
+    // The topology sbinbox deploys on a topic: each service's subscription forwards to its own queue, with the
+    // default true filter and no sbinbox rule.
+    const [topic] = config.topics;
+    assert.deepEqual(
+      topic?.subscriptions.map((sub) => [
+        sub.queue.name,
+        sub.queue.forwardTo,
+        sub.queue.forwardDeadLetteredMessagesTo,
+        sub.rules.map((r) => r.name),
+      ]),
+      [
+        ["sbinbox-events/Subscriptions/billing", "billing", "billing", ["$Default"]],
+        ["sbinbox-events/Subscriptions/ledger", "ledger", "ledger", ["$Default"]],
+      ],
+    );
     assert.deepEqual(config.warnings, [], "its rule names are ones Azure accepts ($Default is not)");
   });
 

@@ -11,6 +11,7 @@ import { exampleModule } from "../../src/example/module.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
 import type { Worker } from "../../src/worker/worker.ts";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
+import { waitUntilSettled } from "../helpers/settled.ts";
 import { appRoleDatabase, createTestDatabase } from "../helpers/postgres.ts";
 import { StallProxy } from "../helpers/stall-proxy.ts";
 import { createPostgresInboxStore } from "../../src/inbox/postgres/adapter.ts";
@@ -134,11 +135,7 @@ describe("worker: PostgreSQL refusing logins pauses receiving; nothing is dead-l
       "nothing dead-lettered while logins are refused",
     );
     await logins!.allowLogins();
-    await waitUntil(
-      () => worker!.stats.committed + worker!.stats.duplicate >= 25,
-      "everything applies",
-      30_000,
-    );
+    await waitUntilSettled(fixture.broker, QUEUE, () => worker!.stats, 25, 30_000);
     await publisher.close();
     assert.equal(fixture.broker.counts(QUEUE).deadLettered, 0);
     assert.ok(worker.stats.outages >= 1);
@@ -232,11 +229,7 @@ describe("worker: a database that stops answering without closing connections", 
     await new Promise((resolve) => setTimeout(resolve, 2_000 * MAX_DELIVERY + 500));
     assert.equal(fixture.broker.counts(QUEUE).deadLettered, 0);
     proxy.resume();
-    await waitUntil(
-      () => worker!.stats.committed + worker!.stats.duplicate >= total,
-      "everything applies",
-      45_000,
-    );
+    await waitUntilSettled(fixture.broker, QUEUE, () => worker!.stats, total, 45_000);
     await waitUntil(() => !worker!.paused, "receiving resumes", 10_000);
     await publisher.close();
     assert.equal(fixture.broker.counts(QUEUE).deadLettered, 0, "nothing dead-lettered");

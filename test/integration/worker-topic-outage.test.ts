@@ -12,6 +12,7 @@ import { createPublisher } from "../../src/servicebus/publisher.ts";
 import { silentLogger } from "../../src/telemetry/logger.ts";
 import { getJson } from "../helpers/http.ts";
 import { useLocalBroker, waitUntil } from "../helpers/broker.ts";
+import { waitUntilSettled } from "../helpers/settled.ts";
 import { creditsPerMessage } from "../helpers/worker.ts";
 
 const LOCK_MS = 1_000;
@@ -83,11 +84,7 @@ describe("the app on a topic through forwarding: start-up, readiness and a datab
     const outageMs = LOCK_MS * MAX_DELIVERY + 1_500;
     await new Promise((r) => setTimeout(r, Math.max(0, outageMs - (Date.now() - stoppedAt))));
     await pgServer.start();
-    await waitUntil(
-      () => app!.worker.stats.committed + app!.worker.stats.duplicate >= total,
-      "everything is applied",
-      30_000,
-    );
+    await waitUntilSettled(fixture.broker, PATH, () => app!.worker.stats, total, 30_000);
     await publisher.close();
     const counts = fixture.broker.counts(PATH);
     assert.equal(counts.deadLettered, 0, "nothing was dead-lettered");

@@ -424,7 +424,9 @@ if (topic != null)
 
         // The subscription forwards: no receiver may take from it, as on Service Bus. The broker refuses the link
         // (the JavaScript SDK reports it, test/integration/broker-forwarding.test.ts); the .NET SDK's receive
-        // returns nothing within its wait instead of throwing, so what is checked here is that nothing comes.
+        // returns nothing within its wait instead of throwing. Nothing is also what an accepted receiver would get
+        // (the events are forwarded before it attaches), so the refusal itself is checked by the broker's record
+        // in scripts/dotnet-client-check.ts; here only that the client gets no message and no other error.
         await using (var fromSubscription = client.CreateReceiver(topic, "billing"))
         {
             ServiceBusReceivedMessage? taken = null;

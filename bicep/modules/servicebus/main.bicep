@@ -1,5 +1,5 @@
 metadata name = 'Service Bus namespace, queue and optional topic'
-metadata description = 'A Service Bus namespace that accepts only Entra ID tokens, one queue with duplicate detection for the inbox worker, and optionally a topic with duplicate detection and, per consuming service, a queue of its own with duplicate detection fed by a subscription that forwards to it.'
+metadata description = 'A Service Bus namespace that accepts only Entra ID tokens, one queue with duplicate detection for the inbox worker (without a topic), or a topic with duplicate detection and, per consuming service, a queue of its own with duplicate detection fed by a subscription that forwards to it.'
 
 @description('Required. Name of the Service Bus namespace (globally unique, 6-50 characters).')
 @minLength(6)
@@ -29,7 +29,7 @@ param skuName string = 'Standard'
 ])
 param premiumMessagingUnits int = 1
 
-@description('Required. Name of the queue the worker consumes.')
+@description('Required. Name of the queue the worker consumes without a topic; with topicName no such queue is created (each service has its own, subscriptionNames).')
 @minLength(1)
 @maxLength(260)
 param queueName string
@@ -96,7 +96,9 @@ resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' = {
   }
 }
 
-resource queue 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = {
+// Without a topic only: with one, each service's worker consumes its own queue (serviceQueues), and this one would
+// sit unused, taking a name in the namespace.
+resource queue 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = if (topicName == null) {
   parent: namespace
   name: queueName
   properties: {
@@ -199,11 +201,11 @@ output resourceId string = namespace.id
 @description('The fully qualified host name of the namespace, as the SDK takes it.')
 output fullyQualifiedNamespace string = split(replace(namespace.properties.serviceBusEndpoint, 'https://', ''), ':')[0]
 
-@description('The name of the queue.')
-output queueName string = queue.name
+@description('The name of the queue, without a topic.')
+output queueName string? = topicName == null ? queue.name : null
 
-@description('The resource ID of the queue.')
-output queueResourceId string = queue.id
+@description('The resource ID of the queue, without a topic.')
+output queueResourceId string? = topicName == null ? queue.id : null
 
 @description('The name of the topic, when one was asked for.')
 output topicName string? = topicName != null ? topic.name : null
