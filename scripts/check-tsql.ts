@@ -103,6 +103,9 @@ async function main(): Promise<number> {
   const conformance: Record<string, string | undefined> = { ...conformanceSql("sbinbox_check") };
   for (const [name, sql] of Object.entries(conformance))
     if (sql !== undefined) items.push({ name: `test/conformance/backends.ts:${name}`, sql });
+  const { featureProbeSql } = await import("../test/conformance/server-features.ts");
+  for (const [name, sql] of Object.entries(featureProbeSql("[sbinbox_check].FeatureProbe_1")))
+    items.push({ name: `test/conformance/server-features.ts:${name}`, sql });
   // The handlers' statements are sent by the worker too (dialect SQL as data).
   const { accountSql } = await import("../src/example/accounts.ts");
   for (const [name, sql] of Object.entries(accountSql))

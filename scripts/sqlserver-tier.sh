@@ -36,6 +36,8 @@ run() {
   setsid "$@" &
   step=$!
   wait "$step" || rc=$?
+  # Whatever the step left in its session (a worker, mocha's global PostgreSQL after a kill) ends with it.
+  kill -- -"$step" 2>/dev/null || true
   step=
   return "$rc"
 }
@@ -63,7 +65,8 @@ import mssql from "mssql";
 const pool = await new mssql.ConnectionPool(process.env.SBINBOX_TEST_MSSQL_SERVER).connect();
 await pool.request().batch("CREATE DATABASE sbinbox_ci");
 await pool.close();'
-SBINBOX_TEST_MSSQL="$cs;Database=sbinbox_ci" run npx mocha \
+# SBINBOX_TEST_POSTGRES=off: these files use SQL Server only, so mocha's global fixture starts no PostgreSQL.
+SBINBOX_TEST_MSSQL="$cs;Database=sbinbox_ci" SBINBOX_TEST_POSTGRES=off run npx mocha \
   test/conformance/sqlserver.test.ts test/conformance/sqlserver-cleanup.test.ts test/conformance/outbox-sqlserver.test.ts
 echo "sqlserver-tier: conformance suites done ($((SECONDS - began)) s)"
 SBINBOX_TEST_MSSQL_SERVER=$cs run node scripts/sqlserver-e2e.ts

@@ -4,7 +4,8 @@ import type { SqlExecutor } from "../../src/domain/sql.ts";
 import { ClaimLostError } from "../../src/inbox/errors.ts";
 import type { InboxKey, InboxStore } from "../../src/inbox/store.ts";
 import { keyLocked, scalar, type Backend, type BackendDatabase } from "./backends.ts";
-import { disposingAfter, gateKeeper, skipFor, unavailable } from "./guards.ts";
+import { disposingAfter, gateKeeper, skipFor } from "./guards.ts";
+import { probeServer } from "./server-features.ts";
 
 /** Polls a condition on the database (not a sleep: it returns as soon as the condition holds). */
 async function waitUntil(what: string, condition: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
@@ -50,36 +51,16 @@ export function inboxConformance(backend: Backend): void {
       await db.raw.query(db.sql.createEffects);
       await db.raw.query(db.sql.createOrders);
       await db.raw.query(db.sql.createNaiveInbox);
-      const viewError = await unavailable(() => scalar(db.raw, db.sql.blockedSessions));
-      seesBlocking = viewError === undefined && (await scalar(db.raw, db.sql.canSeeBlocking)) === 1;
-      if (!seesBlocking)
-        lacks.view = `other sessions' lock waits cannot be seen (${viewError ?? "no permission to see them"})`;
-      lacks.probe = await probeFindsHeldKey();
-      lacks.transactionId = await unavailable(async () => {
-        const tx = await db.raw.begin();
-        try {
-          await tx.query(db.sql.transactionId);
-        } finally {
-          await tx.rollback();
-        }
-      });
-      if (lacks.transactionId) lacks.transactionId = `no transaction id to read (${lacks.transactionId})`;
+      // The server's features are probed by themselves (server-features.ts); the project's statements that use
+      // them are then run unguarded, so a broken one fails the tests rather than skipping them.
+      const server = await probeServer(db);
+      seesBlocking = server.view === undefined && (await scalar(db.raw, db.sql.canSeeBlocking)) === 1;
+      if (seesBlocking) await scalar(db.raw, db.sql.blockedSessions);
+      else
+        lacks.view = `other sessions' lock waits cannot be seen (${server.view ?? "no permission to see them"})`;
+      lacks.probe = server.hintedWait && `the key probe cannot work here: ${server.hintedWait}`;
+      lacks.transactionId = server.transactionId && `no transaction id to read (${server.transactionId})`;
     });
-
-    /** The key probe's own check: a key another transaction holds must probe as held, or the probe shows nothing. */
-    async function probeFindsHeldKey(): Promise<string | undefined> {
-      const k = key();
-      const holder = await db.raw.begin();
-      try {
-        await holder.query(db.sql.insertAgedMarker, [k.messageId, k.consumer, 0]);
-        const held = await keyLocked(db, k.messageId, k.consumer);
-        return held ? undefined : "the key probe (a locking read that does not wait) does not see a key held";
-      } catch (error) {
-        return `the key probe fails (${error instanceof Error ? error.message : String(error)})`;
-      } finally {
-        await holder.rollback();
-      }
-    }
 
     /** Why a test that must see a consumer wait on a key cannot run here, if it cannot (probeOnly: by the probe). */
     const cannotSeeWait = (probeOnly = false): string | undefined =>

@@ -3,24 +3,29 @@ import type { Dialect } from "../../src/domain/sql.ts";
 import { TransactionControlError, UnawaitedStatementError } from "../../src/inbox/errors.ts";
 import type { InboxKey, InboxStore } from "../../src/inbox/store.ts";
 import { scalar, type Backend, type BackendDatabase } from "./backends.ts";
+import { probeServer } from "./server-features.ts";
 
 /**
- * Statements these tests need that differ by dialect, for the run's schema. The slow effect waits 200 ms in a loop
- * on the server's clock rather than with WAITFOR, which not every TDS server has: both take the loop, and it keeps
- * the statement running while the next one is given.
+ * Statements these tests need that differ by dialect, for the run's schema. The slow effect keeps its statement
+ * running for 200 ms while the next one is given: WAITFOR DELAY where the server has it (probed once), and a loop
+ * on the server's clock only where it does not (Babelfish), since the loop keeps a core busy.
  */
 const dialectSql: Record<
   Dialect,
-  (schema: string) => { slowEffect: string; sessionSet: string; sneakedCommit: string }
+  (schema: string, waitfor: boolean) => { slowEffect: string; sessionSet: string; sneakedCommit: string }
 > = {
   postgres: (schema) => ({
     slowEffect: `INSERT INTO "${schema}"."Effects" ("MessageId", "Consumer") SELECT $1, $2 FROM pg_sleep(0.2)`,
     sessionSet: `SET search_path TO pg_catalog`,
     sneakedCommit: `SELECT 1; /* ; */ COMMIT`,
   }),
-  sqlserver: (schema) => ({
-    slowEffect: `DECLARE @until datetime2(7) = DATEADD(millisecond, 200, SYSUTCDATETIME());
-WHILE SYSUTCDATETIME() < @until SET @until = @until;
+  sqlserver: (schema, waitfor) => ({
+    slowEffect: `${
+      waitfor
+        ? "WAITFOR DELAY '00:00:00.200';"
+        : `DECLARE @until datetime2(7) = DATEADD(millisecond, 200, SYSUTCDATETIME());
+WHILE SYSUTCDATETIME() < @until SET @until = @until;`
+    }
 INSERT INTO [${schema}].Effects (MessageId, Consumer) VALUES (@p1, @p2);`,
     sessionSet: `SET XACT_ABORT OFF`,
     sneakedCommit: `SELECT 1 AS one COMMIT`,
@@ -39,11 +44,15 @@ export function transactionHandleConformance(backend: Backend): void {
     let db: BackendDatabase;
     let store: InboxStore;
     // The statements for this run's schema, known once its database is (for the tests' titles: the default's).
-    let sql = dialectSql[backend.dialect](backend.dialect === "postgres" ? "public" : "dbo");
+    let sql = dialectSql[backend.dialect](backend.dialect === "postgres" ? "public" : "dbo", true);
 
     before(async function () {
       db = await backend.database(`txhandle_${backend.dialect}`);
-      sql = dialectSql[backend.dialect](db.schema ?? (backend.dialect === "postgres" ? "public" : "dbo"));
+      const { waitfor } = await probeServer(db);
+      sql = dialectSql[backend.dialect](
+        db.schema ?? (backend.dialect === "postgres" ? "public" : "dbo"),
+        waitfor === undefined,
+      );
       store = db.createStore({ preCheck: false });
       await store.migrate();
       await db.raw.query(db.sql.createEffects);

@@ -17,18 +17,20 @@ function recording(): { tx: SqlExecutor; sent: { sql: string; params: readonly u
 }
 
 describe("the SQL Server outbox insert", function () {
-  it("binds 8 parameters a row, numbers the rows in the caller's order, and takes 1 to 250 rows", function () {
+  it("binds 8 parameters a row, numbers the rows in the caller's order, and takes 1 to 262 rows", function () {
+    // 2,100 parameters a request, less the two sp_executesql takes: 262 rows of 8.
+    assert.equal(SQLSERVER_INSERT_MAX_ROWS, 262);
     const most = insertRowsSql(SQLSERVER_INSERT_MAX_ROWS);
-    assert.match(most, /@p2000\)/);
-    assert.doesNotMatch(most, /@p2001\b/);
+    assert.match(most, /@p2096\)/);
+    assert.doesNotMatch(most, /@p2097\b/);
     assert.match(insertRowsSql(2), /\(1, @p1, [^)]*@p8\),\s*\(2, @p9, [^)]*@p16\)[\s\S]*ORDER BY v\.n;$/);
     assert.throws(() => insertRowsSql(0), RangeError);
     assert.throws(() => insertRowsSql(SQLSERVER_INSERT_MAX_ROWS + 1), RangeError);
   });
 
-  it("enqueue sends 251 events as a statement of 250 rows, then one of 1, each value a parameter as given", async function () {
+  it("enqueue sends 263 events as a statement of 262 rows, then one of 1, each value a parameter as given", async function () {
     const { tx, sent } = recording();
-    const events = Array.from({ length: 251 }, (_, i) => ({
+    const events = Array.from({ length: 263 }, (_, i) => ({
       type: "NoteCreated",
       key: `k${i}`,
       body: { text: `quote " and backslash \\ ${i}` },
@@ -36,15 +38,15 @@ describe("the SQL Server outbox insert", function () {
     await enqueue(tx, events);
     assert.deepEqual(
       sent.map((s) => s.params.length),
-      [2000, 8],
+      [2096, 8],
     );
-    assert.equal(sent[0]!.sql, insertRowsSql(250));
+    assert.equal(sent[0]!.sql, insertRowsSql(262));
     assert.equal(sent[1]!.sql, insertRowsSql(1));
     // [messageId, type, key, body, properties, correlationId, traceParent, traceState]: the body as JSON text.
     assert.deepEqual(sent[1]!.params.slice(1, 6), [
       "NoteCreated",
-      "k250",
-      JSON.stringify({ text: 'quote " and backslash \\ 250' }),
+      "k262",
+      JSON.stringify({ text: 'quote " and backslash \\ 262' }),
       null,
       null,
     ]);

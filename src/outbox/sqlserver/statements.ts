@@ -19,8 +19,12 @@ const OUTBOX_ROW_COLUMNS = [
   "TraceState",
 ] as const;
 
-/** Rows one insert takes: 8 parameters a row stay under SQL Server's 2,100 parameters a request. */
-export const SQLSERVER_INSERT_MAX_ROWS = 250;
+/**
+ * Rows one insert takes: SQL Server takes at most 2,100 parameters a request, and sp_executesql, through which the
+ * driver sends a parameterised statement, uses two of them (the statement and its parameter list), which leaves
+ * 2,098 for the rows' values.
+ */
+export const SQLSERVER_INSERT_MAX_ROWS = Math.floor(2098 / OUTBOX_ROW_COLUMNS.length);
 
 /**
  * The insert of `rows` outbox rows, [row 1's 8 values, row 2's, ...]. INSERT ... SELECT ... ORDER BY assigns
