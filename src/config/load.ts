@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { ConfigError } from "../domain/errors.ts";
 import { checkRelaySettings, type RelaySettings } from "../outbox/settings.ts";
-import { checkEntityConflicts } from "./publish.ts";
+import { checkEntityConflicts } from "./rules.ts";
 import { parsers, settings, type RawSettings, type SettingName } from "./schema.ts";
 import type { PreCheckMode } from "../inbox/core.ts";
 
