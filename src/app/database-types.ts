@@ -1,4 +1,3 @@
-import type { DatabaseConnection } from "../config/load.ts";
 import type { Dialect, SqlExecutor } from "../domain/sql.ts";
 import type { InboxStore } from "../inbox/store.ts";
 import type { DatabaseTimeouts } from "../inbox/timeouts.ts";
@@ -24,4 +23,4 @@ export interface OpenDatabaseOptions {
   readonly timeouts?: DatabaseTimeouts;
 }
 
-export type DatabaseTarget = Exclude<DatabaseConnection, { kind: "embedded" }>;
+export type { DatabaseTarget } from "../config/load.ts";

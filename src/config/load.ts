@@ -19,6 +19,9 @@ export type DatabaseConnection =
   /** Nothing configured: the process starts an embedded PostgreSQL itself. */
   | { readonly kind: "embedded" };
 
+/** A database to connect to: any but the embedded one, which the process starts itself. */
+export type DatabaseTarget = Exclude<DatabaseConnection, { kind: "embedded" }>;
+
 export interface Config {
   readonly serviceBus: ServiceBusConnection;
   readonly database: DatabaseConnection;
