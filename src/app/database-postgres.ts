@@ -2,7 +2,7 @@ import pg from "pg";
 import type { SqlResult } from "../domain/sql.ts";
 import { createPostgresInboxStore } from "../inbox/postgres/adapter.ts";
 import { postgresPoolConfig } from "../inbox/postgres/pool.ts";
-import type { Database, OpenDatabaseOptions } from "./database.ts";
+import type { Database, OpenDatabaseOptions } from "./database-types.ts";
 
 /** The PostgreSQL side of openDatabase; loaded only when the configuration names PostgreSQL. */
 export function openPostgresDatabase(url: string, options: OpenDatabaseOptions): Database {

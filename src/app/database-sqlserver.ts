@@ -6,7 +6,7 @@ import {
   createSqlServerInboxStore,
   poolConfig,
 } from "../inbox/sqlserver/adapter.ts";
-import type { Database, DatabaseTarget, OpenDatabaseOptions } from "./database.ts";
+import type { Database, DatabaseTarget, OpenDatabaseOptions } from "./database-types.ts";
 
 /** The SQL Server side of openDatabase; loaded only when the configuration names SQL Server. */
 export async function openSqlServerDatabase(

@@ -1,27 +1,6 @@
-import type { DatabaseConnection } from "../config/load.ts";
-import type { Dialect, SqlExecutor } from "../domain/sql.ts";
-import type { InboxStore } from "../inbox/store.ts";
-import type { DatabaseTimeouts } from "../inbox/timeouts.ts";
-import type { PreCheckMode } from "../inbox/core.ts";
+import type { Database, DatabaseTarget, OpenDatabaseOptions } from "./database-types.ts";
 
-export interface Database {
-  readonly dialect: Dialect;
-  readonly store: InboxStore;
-  /** Plain statements outside the inbox (the example's table set-up, the demo's counts). */
-  readonly sql: SqlExecutor;
-  close(): Promise<void>;
-}
-
-export interface OpenDatabaseOptions {
-  readonly preCheck: PreCheckMode;
-  readonly maxConnections: number;
-  /** The schema of the inbox's tables; undefined: the dialect's default (dbo, public). */
-  readonly inboxSchema?: string;
-  /** Bounds on every database wait; the defaults when omitted. */
-  readonly timeouts?: DatabaseTimeouts;
-}
-
-export type DatabaseTarget = Exclude<DatabaseConnection, { kind: "embedded" }>;
+export type { Database, DatabaseTarget, OpenDatabaseOptions } from "./database-types.ts";
 
 /**
  * Opens one pool for the configured database and builds the inbox store on it. Connects lazily. Only the

@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { ConfigError } from "../domain/errors.ts";
 import { checkRelaySettings, type RelaySettings } from "../outbox/settings.ts";
-import { checkEntityConflicts } from "./publish.ts";
+import { checkEntityConflicts } from "./rules.ts";
 import { parsers, settings, type RawSettings, type SettingName } from "./schema.ts";
 import type { PreCheckMode } from "../inbox/core.ts";
 
@@ -18,6 +18,9 @@ export type DatabaseConnection =
   | { readonly kind: "sqlserver-entra"; readonly server: string; readonly database: string }
   /** Nothing configured: the process starts an embedded PostgreSQL itself. */
   | { readonly kind: "embedded" };
+
+/** A database to connect to: any but the embedded one, which the process starts itself. */
+export type DatabaseTarget = Exclude<DatabaseConnection, { kind: "embedded" }>;
 
 export interface Config {
   readonly serviceBus: ServiceBusConnection;

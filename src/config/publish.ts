@@ -1,11 +1,12 @@
 import { ConfigError } from "../domain/errors.ts";
 import type { ServiceBusConnection } from "./load.ts";
+import { checkEntityConflicts, serviceBusRules } from "./rules.ts";
 
 /**
  * The settings `sbinbox publish` reads, checked without zod. Loading zod and the full schema cost about 100 ms of a
- * publish's start-up (more than a third of the SDK's own), for three settings. The rules are the ones schema.ts
- * applies to the same settings (its parsers call these predicates), and test/unit/config-publish.test.ts checks
- * both readers give the same values and errors. With SBINBOX_CONFIG_FILE the full loader reads the file, so a file
+ * publish's start-up (more than a third of the SDK's own), for three settings. The rules are rules.ts's, which
+ * schema.ts applies to the same settings (its parsers call these predicates), and test/unit/config-publish.test.ts
+ * checks both readers give the same values and errors. With SBINBOX_CONFIG_FILE the full loader reads the file, so a file
  * shared with the worker is checked as a whole, as before.
  */
 export interface PublishConfig {
@@ -14,72 +15,7 @@ export interface PublishConfig {
   readonly queue: string;
 }
 
-export const serviceBusRules = {
-  connectionString: {
-    test: (v: string) => connectionStringGap(v) === undefined,
-    /** What the string lacks, as the message of its error; undefined when nothing is missing. */
-    gap: (v: string) => connectionStringGap(v),
-    message: "must contain Endpoint=sb://...",
-  },
-  namespace: {
-    test: (v: string) => /^[a-z0-9.-]+$/i.test(v) && v.includes("."),
-    message: "must be a fully qualified host name",
-  },
-  queue: { max: 260, message: "must be at most 260 characters" },
-  topic: {
-    max: 260,
-    maxMessage: "must be at most 260 characters (Service Bus's limit)",
-    pattern: /^[A-Za-z0-9][A-Za-z0-9._/-]*$/,
-    message: "must be a topic name (letters, digits, '.', '_', '-', '/')",
-  },
-  subscription: {
-    max: 50,
-    maxMessage: "must be at most 50 characters (Service Bus's limit)",
-    pattern: /^[A-Za-z0-9][A-Za-z0-9._-]*$/,
-    message: "must be a subscription name (letters, digits, '.', '_', '-')",
-  },
-} as const;
-
-/**
- * The SDK's own check of a connection string happens only when the client is built, as a TypeError with a stack
- * ("Missing 'sharedAccessKeyName' in configuration"); the same parts are checked here, so a bad setting is a
- * configuration error naming it. A SharedAccessSignature stands in for the key name and key, as in the SDK.
- */
-function connectionStringGap(v: string): string | undefined {
-  const parts = new Map<string, string>();
-  for (const part of v.split(";")) {
-    const eq = part.indexOf("=");
-    if (eq > 0) parts.set(part.slice(0, eq).trim().toLowerCase(), part.slice(eq + 1).trim());
-  }
-  if (!/^sb:\/\/./i.test(parts.get("endpoint") ?? "")) return "must contain Endpoint=sb://...";
-  if (parts.get("sharedaccesssignature")) return undefined;
-  for (const name of ["SharedAccessKeyName", "SharedAccessKey"]) {
-    if (!parts.get(name.toLowerCase())) {
-      return `has no ${name}=... (a Shared Access key's name and key, or a SharedAccessSignature=..., are needed; the local broker and the emulator accept any)`;
-    }
-  }
-  return undefined;
-}
-
 const DEFAULT_QUEUE = "sbinbox";
-
-/**
- * The conflicts between SBINBOX_QUEUE and SBINBOX_TOPIC, and SBINBOX_SUBSCRIPTION refused, for both readers of the
- * settings.
- */
-export function checkEntityConflicts(
-  queue: string | undefined,
-  topic: string | undefined,
-  subscription: string | undefined,
-): void {
-  if (queue !== undefined && topic !== undefined)
-    throw new ConfigError("SBINBOX_TOPIC", "set either it or SBINBOX_QUEUE, not both");
-  if (subscription !== undefined) throw new ConfigError("SBINBOX_SUBSCRIPTION", SUBSCRIPTION_REMOVED);
-}
-
-/** Receiving from a subscription was replaced by forwarding (docs/topics.md, "Moving to forwarding"). */
-export const SUBSCRIPTION_REMOVED =
-  "is no longer read: a worker on a topic receives from its service's own queue, which its subscription forwards to (ForwardTo); set SBINBOX_QUEUE to that queue (docs/topics.md, Moving to forwarding)";
 
 export async function loadPublishConfig(env: NodeJS.ProcessEnv = process.env): Promise<PublishConfig> {
   if (env.SBINBOX_CONFIG_FILE !== undefined && env.SBINBOX_CONFIG_FILE.trim() !== "") {

@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { INBOX_SCHEMA_PATTERN } from "../inbox/schema-name.ts";
-import { serviceBusRules as sb } from "./publish.ts";
+import { serviceBusRules as sb } from "./rules.ts";
 
 /**
  * Every setting the worker and the CLI read, by its environment variable name. The optional JSON file named by

@@ -3,13 +3,26 @@ import type { Dialect, SqlExecutor, SqlResult } from "../domain/sql.ts";
 import { ClaimLostError, TransactionControlError, UnawaitedStatementError } from "./errors.ts";
 import { refusedStatement } from "./transaction-guard.ts";
 import type {
+  BatchFailureReason,
   CleanupOptions,
+  InboxBatchItem,
+  InboxBatchOutcome,
+  InboxBatchResult,
   InboxClaimOutcome,
   InboxKey,
   InboxStore,
   ProcessHint,
   MigrationResult,
   ModuleMigrations,
+  PreCheckMode,
+} from "./store.ts";
+
+export type {
+  BatchFailureReason,
+  InboxBatchItem,
+  InboxBatchOutcome,
+  InboxBatchResult,
+  PreCheckMode,
 } from "./store.ts";
 
 /**
@@ -97,51 +110,11 @@ export interface InboxDriver {
   close(): Promise<void>;
 }
 
-/**
- * When to read for a processed marker before opening the transaction: `true` always, `false` never,
- * `"redeliveries"` (the default) for every message but a first delivery (`ProcessHint.firstDelivery`). The read
- * makes a late redelivery cost one indexed read instead of a transaction; on a first delivery, whose marker
- * almost never exists, it is a round trip spent for nothing. The marker's unique index decides either way.
- */
-export type PreCheckMode = boolean | "redeliveries";
-
 export interface InboxStoreOptions {
   /** See `PreCheckMode` (default "redeliveries"). */
   readonly preCheck?: PreCheckMode;
   /** Rows per cleanup batch when the caller gives none (default 500, below SQL Server's lock escalation). */
   readonly cleanupBatchSize?: number;
-}
-
-/** One message of a batch: its inbox key's MessageId and its handler's work. */
-export interface InboxBatchItem {
-  readonly messageId: string;
-  readonly work: (tx: SqlExecutor) => Promise<void>;
-  /** As `ProcessHint.firstDelivery`: such a message is left out of the batch's pre-check read. */
-  readonly firstDelivery?: boolean;
-}
-
-/**
- * What became of one message of a batch: committed with the others, a duplicate, or `single` when the batch
- * could not decide it (a handler failed, a statement failed, a key collided on SQL Server) and the caller must
- * process it alone, on the single-message path, which decides it with its own transaction.
- */
-export type InboxBatchOutcome = { readonly kind: "committed" | "duplicate" } | { readonly kind: "single" };
-
-/**
- * Why a batch's transaction did not commit, for the metric: the database chose it as a deadlock's victim, a
- * handler (or one of its statements) failed, its marker insert met a key that exists (SQL Server), or anything
- * else (the pre-check, BEGIN, COMMIT, a lost connection).
- */
-export type BatchFailureReason = "deadlock" | "handler_error" | "duplicate" | "other";
-
-export interface InboxBatchResult {
-  readonly outcomes: readonly InboxBatchOutcome[];
-  /** Why the batch's transaction did not commit, when it did not. */
-  readonly failure?: unknown;
-  /** The failure's reason (set with `failure`). */
-  readonly reason?: BatchFailureReason;
-  /** True when no transaction was opened: the pre-check found every message's marker (all duplicates). */
-  readonly noTransaction?: boolean;
 }
 
 type Failed = Extract<ProcessOutcome, { kind: "failed" }>;

@@ -1,9 +1,17 @@
 import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { SqlResult } from "../domain/sql.ts";
-import type { ModuleMigrations } from "./store.ts";
 
 /** One forward-only migration: `NNNN_name.sql`, applied once, in order, inside a transaction. */
+/**
+ * A handler module's migrations (its business tables), applied by `sbinbox migrate` after the inbox's and
+ * recorded under the module's name, so several modules and the inbox each keep their own numbering.
+ */
+export interface ModuleMigrations {
+  readonly module: string;
+  readonly migrations: readonly Migration[];
+}
+
 export interface Migration {
   readonly version: number;
   readonly name: string;

@@ -1,7 +1,8 @@
 import type { ClaimOutcome, ErrorClass, ProcessOutcome } from "../domain/outcome.ts";
 import type { Dialect, SqlExecutor } from "../domain/sql.ts";
-import type { InboxBatchItem, InboxBatchResult } from "./core.ts";
-import type { Migration } from "./migrations.ts";
+import type { ModuleMigrations } from "./migrations.ts";
+
+export type { ModuleMigrations } from "./migrations.ts";
 
 /** The inbox's identity for one handling of one message. */
 export interface InboxKey {
@@ -14,12 +15,43 @@ export interface MigrationResult {
 }
 
 /**
- * A handler module's migrations (its business tables), applied by `sbinbox migrate` after the inbox's and
- * recorded under the module's name, so several modules and the inbox each keep their own numbering.
+ * When to read for a processed marker before opening the transaction: `true` always, `false` never,
+ * `"redeliveries"` (the default) for every message but a first delivery (`ProcessHint.firstDelivery`). The read
+ * makes a late redelivery cost one indexed read instead of a transaction; on a first delivery, whose marker
+ * almost never exists, it is a round trip spent for nothing. The marker's unique index decides either way.
  */
-export interface ModuleMigrations {
-  readonly module: string;
-  readonly migrations: readonly Migration[];
+export type PreCheckMode = boolean | "redeliveries";
+
+/** One message of a batch: its inbox key's MessageId and its handler's work. */
+export interface InboxBatchItem {
+  readonly messageId: string;
+  readonly work: (tx: SqlExecutor) => Promise<void>;
+  /** As `ProcessHint.firstDelivery`: such a message is left out of the batch's pre-check read. */
+  readonly firstDelivery?: boolean;
+}
+
+/**
+ * What became of one message of a batch: committed with the others, a duplicate, or `single` when the batch
+ * could not decide it (a handler failed, a statement failed, a key collided on SQL Server) and the caller must
+ * process it alone, on the single-message path, which decides it with its own transaction.
+ */
+export type InboxBatchOutcome = { readonly kind: "committed" | "duplicate" } | { readonly kind: "single" };
+
+/**
+ * Why a batch's transaction did not commit, for the metric: the database chose it as a deadlock's victim, a
+ * handler (or one of its statements) failed, its marker insert met a key that exists (SQL Server), or anything
+ * else (the pre-check, BEGIN, COMMIT, a lost connection).
+ */
+export type BatchFailureReason = "deadlock" | "handler_error" | "duplicate" | "other";
+
+export interface InboxBatchResult {
+  readonly outcomes: readonly InboxBatchOutcome[];
+  /** Why the batch's transaction did not commit, when it did not. */
+  readonly failure?: unknown;
+  /** The failure's reason (set with `failure`). */
+  readonly reason?: BatchFailureReason;
+  /** True when no transaction was opened: the pre-check found every message's marker (all duplicates). */
+  readonly noTransaction?: boolean;
 }
 
 /**

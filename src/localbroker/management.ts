@@ -4,15 +4,10 @@ import type { Queue, Settlement } from "./queue.ts";
 import { sessionLockLostResponse, sessionOperation } from "./session-link.ts";
 import { NO_SESSION_ID_SEND, sessionIdOfParts } from "./sessions.ts";
 import { Topic } from "./topic.ts";
+import type { ManagementResponse } from "./management-response.ts";
 import { encodeStored, longArray, timestampArray, toSequenceNumber, uuidOf } from "./wire.ts";
 
-/** A reply on a request/response link: Service Bus's status code, optional error condition, and body. */
-export interface ManagementResponse {
-  status: number;
-  condition?: string;
-  description?: string;
-  body?: Record<string, unknown>;
-}
+export type { ManagementResponse } from "./management-response.ts";
 
 const lockLost: ManagementResponse = {
   status: 410,

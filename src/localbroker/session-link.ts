@@ -1,5 +1,5 @@
 import { LinkConsumer } from "./consumer.ts";
-import type { ManagementResponse } from "./management.ts";
+import type { ManagementResponse } from "./management-response.ts";
 import type { Queue } from "./queue.ts";
 import { amqp, type Link } from "./rhea.ts";
 import type { Session, SessionHolder, Sessions } from "./sessions.ts";

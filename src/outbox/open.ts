@@ -1,4 +1,4 @@
-import type { DatabaseTarget } from "../app/database.ts";
+import type { DatabaseTarget } from "../config/load.ts";
 import type { OutboxStore } from "./store.ts";
 
 /** The outbox store for a configured database, loading only that database's driver. */

@@ -1,5 +1,6 @@
 import { isServiceBusError, type ServiceBusClient, type ServiceBusReceiver } from "@azure/service-bus";
 import { createEntityReceiver } from "./entity-receiver.ts";
+import { within } from "../domain/within.ts";
 
 /** Asks the broker one cheap question on the client's own connection; resolves when it answered. */
 export interface LinkProbe {
@@ -23,13 +24,6 @@ export function createLinkProbe(client: ServiceBusClient, entityPath: string): L
     async check(timeoutMs) {
       receiver ??= createEntityReceiver(client, entityPath, { receiveMode: "peekLock" });
       const controller = new AbortController();
-      let timer: NodeJS.Timeout | undefined;
-      const late = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => {
-          controller.abort();
-          reject(new Error(`no answer from Service Bus within ${timeoutMs} ms`));
-        }, timeoutMs);
-      });
       const peek = receiver.peekMessages(1, { abortSignal: controller.signal }).then(
         () => undefined,
         (error: unknown) => {
@@ -39,9 +33,11 @@ export function createLinkProbe(client: ServiceBusClient, entityPath: string): L
         },
       );
       try {
-        await Promise.race([peek, late]);
+        if (!(await within(peek, timeoutMs))) {
+          controller.abort();
+          throw new Error(`no answer from Service Bus within ${timeoutMs} ms`);
+        }
       } finally {
-        clearTimeout(timer);
         peek.catch(() => undefined);
       }
     },

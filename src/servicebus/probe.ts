@@ -1,4 +1,4 @@
-import { isServiceBusError } from "@azure/service-bus";
+import { isServiceBusError, type ServiceBusClient } from "@azure/service-bus";
 import { createServiceBusClient, type ServiceBusTarget } from "./client.ts";
 import { createEntityReceiver } from "./entity-receiver.ts";
 
@@ -10,20 +10,10 @@ const REFUSING_CODES = new Set(["MessagingEntityNotFound", "MessagingEntityDisab
  * link and peek one message, which needs the Listen right the receiver needs. On its own client with no SDK
  * retries, so one probe is one try: the caller owns the back-off (the SDK's default is 3 retries 30 s apart).
  */
-export async function probeQueue(
-  target: ServiceBusTarget,
-  queue: string,
-  options: { timeoutMs: number; signal?: AbortSignal },
-): Promise<void> {
-  const client = createServiceBusClient(target, {
-    retryOptions: { maxRetries: 0, timeoutInMs: options.timeoutMs },
-  });
-  try {
-    const receiver = createEntityReceiver(client, queue, { receiveMode: "peekLock" });
-    await receiver.peekMessages(1, { abortSignal: options.signal });
-  } finally {
-    await client.close().catch(() => undefined);
-  }
+export function probeQueue(target: ServiceBusTarget, queue: string, options: ProbeOptions): Promise<void> {
+  return probe(target, options, (client, abortSignal) =>
+    createEntityReceiver(client, queue, { receiveMode: "peekLock" }).peekMessages(1, { abortSignal }),
+  );
 }
 
 /**
@@ -31,17 +21,28 @@ export async function probeQueue(
  * (createMessageBatch waits for it). Sends nothing, and needs no Listen right: the relay's identity has
  * Data Sender only. No SDK retries, as probeQueue.
  */
-export async function probeSender(
+export function probeSender(target: ServiceBusTarget, queue: string, options: ProbeOptions): Promise<void> {
+  return probe(target, options, (client, abortSignal) =>
+    client.createSender(queue).createMessageBatch({ abortSignal }),
+  );
+}
+
+interface ProbeOptions {
+  timeoutMs: number;
+  signal?: AbortSignal;
+}
+
+/** One try of `look` on a client of its own, closed after either way. */
+async function probe(
   target: ServiceBusTarget,
-  queue: string,
-  options: { timeoutMs: number; signal?: AbortSignal },
+  options: ProbeOptions,
+  look: (client: ServiceBusClient, signal: AbortSignal | undefined) => Promise<unknown>,
 ): Promise<void> {
   const client = createServiceBusClient(target, {
     retryOptions: { maxRetries: 0, timeoutInMs: options.timeoutMs },
   });
   try {
-    const sender = client.createSender(queue);
-    await sender.createMessageBatch({ abortSignal: options.signal });
+    await look(client, options.signal);
   } finally {
     await client.close().catch(() => undefined);
   }

@@ -22,20 +22,10 @@ import {
   traceRetryScheduled,
   traceSettlement,
 } from "./tracing.ts";
+import { within } from "../domain/within.ts";
 
 /** The longest a stop waits for one link to close (see `closeWithin`). */
 const CLOSE_LIMIT_MS = 5_000;
-
-/** True when `promise` (one that never rejects) settles within `ms`, false when the time runs out first. */
-async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
-  try {
-    return await Promise.race([promise.then(() => true as const), late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 export interface QueueReceiverOptions {
   readonly client: ServiceBusClient;
@@ -171,7 +161,7 @@ export class QueueReceiver {
     if (closing === undefined) return;
     let failure: { error: unknown } | undefined;
     const closed = closing.catch((error: unknown) => void (failure = { error }));
-    if (!(await settlesWithin(closed, CLOSE_LIMIT_MS)))
+    if (!(await within(closed, CLOSE_LIMIT_MS)))
       this.options.logger.warn(`closing ${what} took longer than ${CLOSE_LIMIT_MS} ms; going on without it`);
     else if (failure !== undefined) this.options.logger.warn(`closing ${what} failed`, failure);
   }
@@ -182,7 +172,7 @@ export class QueueReceiver {
     while (this.inFlight.size > 0) {
       const left = deadline - Date.now();
       if (left <= 0) return false;
-      await settlesWithin(Promise.allSettled([...this.inFlight]), left);
+      await within(Promise.allSettled([...this.inFlight]), left);
     }
     return true;
   }

@@ -13,6 +13,7 @@ import {
 } from "@opentelemetry/api";
 import {
   Attr,
+  errorType,
   MESSAGING_SYSTEM,
   SpanEvent,
   SpanName,
@@ -21,6 +22,8 @@ import {
   type Disposition,
   type Outcome,
 } from "../telemetry/names.ts";
+
+export { errorType } from "../telemetry/names.ts";
 
 /**
  * The project's Service Bus spans, kept small so the telemetry set-up can extend them. Without a registered SDK
@@ -268,15 +271,6 @@ export function endSpan(span: Span, error?: unknown): void {
     span.setStatus({ code: SpanStatusCode.ERROR });
   }
   span.end();
-}
-
-export function errorType(error: unknown): string {
-  if (error && typeof error === "object") {
-    const e = error as { code?: unknown; name?: unknown };
-    if (typeof e.code === "string" && e.code !== "") return e.code;
-    if (typeof e.name === "string" && e.name !== "") return e.name;
-  }
-  return "Error";
 }
 
 /** Runs `fn` inside `span`: a failure is recorded on it, and it ends either way. */

@@ -3,7 +3,7 @@ import type { Dialect, SqlResult } from "../domain/sql.ts";
 import type { InboxDriver, InboxStatements, InboxTransaction } from "../inbox/core.ts";
 import type { InboxStore } from "../inbox/store.ts";
 import { sqlServerErrorNumbers } from "../inbox/sqlserver/error-chain.ts";
-import { Attr, DbSystem, SpanName, TRACER_NAME } from "./names.ts";
+import { Attr, DbSystem, errorType, SpanName, TRACER_NAME } from "./names.ts";
 
 /**
  * Spans for the inbox: `traceInboxStore` gives the transaction (and the two-phase claim) a span carrying its
@@ -137,17 +137,8 @@ export function dbStatusCode(dialect: Dialect, error: unknown): string | undefin
 function recordDbError(span: Span, dialect: Dialect, error: unknown): void {
   const status = dbStatusCode(dialect, error);
   if (status !== undefined) span.setAttribute(Attr.dbStatusCode, status);
-  span.setAttribute(Attr.errorType, status ?? errorName(error));
+  span.setAttribute(Attr.errorType, status ?? errorType(error));
   span.setStatus({ code: SpanStatusCode.ERROR, message: error instanceof Error ? error.message : undefined });
-}
-
-function errorName(error: unknown): string {
-  if (typeof error === "object" && error !== null) {
-    const { code, name } = error as { code?: unknown; name?: unknown };
-    if (typeof code === "string" && code !== "") return code;
-    if (typeof name === "string" && name !== "") return name;
-  }
-  return "Error";
 }
 
 async function inSpan<T>(

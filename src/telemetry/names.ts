@@ -120,3 +120,13 @@ export function destinationAttributes(path: string): Record<string, string> {
     ? { [Attr.destinationName]: entity.queue }
     : { [Attr.destinationName]: entity.topic, [Attr.subscriptionName]: entity.subscription };
 }
+
+/** The `error.type` attribute's value: the error's code (a driver's or the SDK's), else its name, else "Error". */
+export function errorType(error: unknown): string {
+  if (error && typeof error === "object") {
+    const e = error as { code?: unknown; name?: unknown };
+    if (typeof e.code === "string" && e.code !== "") return e.code;
+    if (typeof e.name === "string" && e.name !== "") return e.name;
+  }
+  return "Error";
+}

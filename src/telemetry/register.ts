@@ -1,4 +1,5 @@
 import { ConfigError } from "../domain/errors.ts";
+import { within } from "../domain/within.ts";
 import { startTelemetry, type Telemetry } from "./setup.ts";
 
 /**
@@ -29,17 +30,10 @@ export async function shutdownProcessTelemetry(timeoutMs = 3_000): Promise<boole
   const telemetry = running;
   running = undefined;
   if (!telemetry?.active) return true;
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<boolean>((resolve) => {
-    timer = setTimeout(() => resolve(false), timeoutMs);
-    timer.unref();
-  });
   try {
-    return await Promise.race([telemetry.shutdown().then(() => true), timeout]);
+    return await within(telemetry.shutdown(), timeoutMs, { unref: true });
   } catch (error) {
     process.stderr.write(`sbinbox: telemetry shutdown failed: ${String(error)}\n`);
     return true;
-  } finally {
-    clearTimeout(timer);
   }
 }
