@@ -43,8 +43,16 @@ export interface QueueReceiverOptions {
   readonly queue: string;
   readonly maxConcurrentCalls: number;
   readonly maxAutoLockRenewalMs: number;
-  /** Decides what becomes of one message; must not throw (a throw is treated as a failure: abandon). */
-  readonly handle: (message: IncomingMessage, ctx: Context) => Promise<Decision & { messageType?: string }>;
+  /**
+   * Decides what becomes of one message; must not throw (a throw is treated as a failure: abandon). `held`, in
+   * session mode, fires when the message's session is given up (lock lost, closed, detached); `unsettled` in the
+   * answer then leaves the message unsettled: closing its session returns it without spending a delivery.
+   */
+  readonly handle: (
+    message: IncomingMessage,
+    ctx: Context,
+    held?: AbortSignal,
+  ) => Promise<Decision & { messageType?: string; unsettled?: boolean }>;
   readonly logger: Logger;
   readonly scheduler?: SettlementScheduler;
   /** Awaited after the decision, before settlement (the demo's kill-between-commit-and-complete switch; tests). */
@@ -86,7 +94,7 @@ export class QueueReceiver {
   private accepting = false;
   private releaseHeld: (() => void) | undefined;
   private heldGate: Promise<void> | undefined;
-  private readonly inFlight = new Set<Promise<void>>();
+  private readonly inFlight = new Set<Promise<unknown>>();
   readonly stats: ReceiverStats = { inFlight: 0, held: 0, settlementFailures: 0, receiveErrors: 0 };
 
   constructor(options: QueueReceiverOptions) {
@@ -197,20 +205,31 @@ export class QueueReceiver {
     await this.run(receiver, message);
   }
 
-  /** Processes and settles one message, counted in flight meanwhile (a stop's drain waits for it). */
-  protected async run(receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage): Promise<void> {
-    const work = this.processOne(receiver, message);
+  /**
+   * Processes and settles one message, counted in flight meanwhile (a stop's drain waits for it). False when the
+   * message was left unsettled (the handler's `unsettled`).
+   */
+  protected async run(
+    receiver: ServiceBusReceiver,
+    message: ServiceBusReceivedMessage,
+    held?: AbortSignal,
+  ): Promise<boolean> {
+    const work = this.processOne(receiver, message, held);
     this.inFlight.add(work);
     this.stats.inFlight = this.inFlight.size;
     try {
-      await work;
+      return await work;
     } finally {
       this.inFlight.delete(work);
       this.stats.inFlight = this.inFlight.size;
     }
   }
 
-  private async processOne(receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage): Promise<void> {
+  private async processOne(
+    receiver: ServiceBusReceiver,
+    message: ServiceBusReceivedMessage,
+    held: AbortSignal | undefined,
+  ): Promise<boolean> {
     const began = performance.now();
     this.options.onReceived?.();
     const incoming = toIncoming(message);
@@ -222,12 +241,20 @@ export class QueueReceiver {
       sessionId: incoming.sessionId,
       applicationProperties: incoming.applicationProperties,
     });
-    let decision: Decision & { messageType?: string };
+    let decision: Decision & { messageType?: string; unsettled?: boolean };
     try {
       // Inside the process span, so the inbox's spans and the handler's log lines belong to it.
-      decision = await context.with(ctx, () => this.options.handle(incoming, ctx));
+      decision = await context.with(ctx, () => this.options.handle(incoming, ctx, held));
     } catch (error) {
       decision = { disposition: "abandon", outcome: "failed", error, errorClass: "permanent" };
+    }
+    if (decision.unsettled) {
+      endProcessSpan(span, {
+        outcome: decision.outcome,
+        messageType: decision.messageType,
+        errorType: "unsettled",
+      });
+      return false;
     }
     await this.options.beforeSettle?.(incoming, decision);
     // Also inside the span: a failed settlement's log line carries the message's trace and span ids.
@@ -248,6 +275,7 @@ export class QueueReceiver {
               ? undefined
               : errorType(settlement.error),
     });
+    return true;
   }
 
   /**
