@@ -23,6 +23,12 @@ import {
   traceSettlement,
 } from "./tracing.ts";
 
+/**
+ * Service Bus's refusal of a plain receiver on a session entity, in today's words ("A non-sessionful message
+ * receiver cannot be created on an entity that requires sessions") and the older ones.
+ */
+const NEEDS_SESSIONS = /non-sessionful message receiver/i;
+
 /** The longest a stop waits for one link to close (see `closeWithin`). */
 const CLOSE_LIMIT_MS = 5_000;
 
@@ -114,9 +120,17 @@ export class QueueReceiver {
     return this.guard.pending;
   }
 
+  /** Set when the entity turns out to require sessions: the worker then stops taking messages, loudly. */
+  mismatch: Error | undefined;
+
   /** True while a subscription is open and taking messages. */
   get attached(): boolean {
-    return this.accepting && this.subscription !== undefined && this.receiver?.isClosed === false;
+    return (
+      this.mismatch === undefined &&
+      this.accepting &&
+      this.subscription !== undefined &&
+      this.receiver?.isClosed === false
+    );
   }
 
   /** Opens a new receive link and starts taking messages. */
@@ -355,12 +369,20 @@ export class QueueReceiver {
 
   private onError(args: ProcessErrorArgs): Promise<void> {
     this.stats.receiveErrors += 1;
-    if (
-      /requires sessions to create a non-sessionful/.test(String((args.error as Error | undefined)?.message))
-    )
-      this.options.logger.error("the entity requires sessions: set SBINBOX_MAX_CONCURRENT_SESSIONS above 0", {
+    const text = String((args.error as Error | undefined)?.message);
+    if (NEEDS_SESSIONS.test(text)) {
+      if (this.mismatch !== undefined) return Promise.resolve();
+      // No retry can cure it: receiving stops, once and loudly, and readiness reports the receiver detached.
+      this.mismatch = new Error(
+        `SBINBOX_MAX_CONCURRENT_SESSIONS is 0 but '${this.options.queue}' requires sessions (RequiresSession true): set it above 0 (${text})`,
+      );
+      this.options.logger.error("the entity requires sessions: receiving stopped", {
         queue: this.options.queue,
+        error: this.mismatch,
       });
+      void this.pause();
+      return Promise.resolve();
+    }
     this.options.logger.warn("receive error", {
       source: args.errorSource,
       code: isServiceBusError(args.error) ? args.error.code : undefined,

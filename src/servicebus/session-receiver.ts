@@ -13,8 +13,11 @@ export interface SessionReceiverOptions extends QueueReceiverOptions {
   readonly sessionIdleMs?: number;
 }
 
-/** The error the broker gives a session receiver on an entity without sessions (Service Bus's words). */
-const NOT_A_SESSION_ENTITY = /does not require sessions|not.*session.*enabled|non-session/i;
+/**
+ * The error the broker gives a session receiver on an entity without sessions: Service Bus's words today ("A
+ * sessionful message receiver cannot be created on an entity that does not require sessions") and older ones.
+ */
+const NOT_A_SESSION_ENTITY = /does not require sessions|not.*session.*enabled/i;
 
 /**
  * The worker's receiver in session mode: `maxSessions` slots, each holding one session at a time (the next
@@ -35,8 +38,6 @@ export class SessionQueueReceiver extends QueueReceiver {
    * slots end as soon as what they are doing ends, so no more than `maxSessions` slots ever run at once.
    */
   private generation = newGeneration();
-  /** Set when the entity turns out not to be session-enabled: the worker then stops taking messages, loudly. */
-  mismatch: Error | undefined;
 
   constructor(options: SessionReceiverOptions) {
     super(options);

@@ -133,3 +133,49 @@ describe("worker in session mode: a retry wait cut short", function () {
     assert.equal(worker.stats.failed, 1);
   });
 });
+
+describe("worker without session mode on a session-enabled queue", function () {
+  this.timeout(60_000);
+  const fixture = useLocalBroker(brokerConfig({ sessions: { RequiresSession: true } }));
+
+  it("stops receiving with one error naming the setting, and reports the receiver detached (readiness 503)", async () => {
+    const db = await exampleDatabase("plain_on_sessions");
+    const errors: string[] = [];
+    const warnings: string[] = [];
+    const worker = startTestWorker({
+      client: fixture.client,
+      db,
+      queue: "sessions",
+      handlers: [stepHandler(() => false, [], [])],
+      logger: {
+        debug: () => undefined,
+        info: () => undefined,
+        warn: (message: string) => warnings.push(message),
+        error: (message: string, fields?: Record<string, unknown>) =>
+          errors.push(`${message} ${String((fields?.["error"] as Error | undefined)?.message)}`),
+        child() {
+          return this;
+        },
+      } as never,
+    });
+    try {
+      await waitUntil(() => errors.length > 0, "the mismatch is logged");
+      assert.match(errors[0]!, /SBINBOX_MAX_CONCURRENT_SESSIONS is 0 but 'sessions' requires sessions/);
+      const readiness = await worker.readiness();
+      assert.equal(readiness.receiver, "detached");
+      assert.equal(readiness.ready, false);
+      // The SDK retried the refused link before; now nothing more is logged about it.
+      const seen = warnings.filter((w) => w === "receive error").length;
+      await new Promise((resolve) => setTimeout(resolve, 1_500));
+      assert.equal(
+        warnings.filter((w) => w === "receive error").length,
+        seen,
+        "no receive errors after the stop",
+      );
+      assert.equal(errors.length, 1, errors.join("\n"));
+    } finally {
+      await worker.stop();
+      await db.close();
+    }
+  });
+});
