@@ -41,7 +41,7 @@ describe("local broker: forwarding into a session-enabled queue", () => {
     const [message] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 3_000 });
     assert.equal(message?.messageId, "a1");
     assert.equal(message?.sessionId, "acct-1");
-    await receiver.completeMessage(message!);
+    await receiver.completeMessage(message);
     await receiver.close();
   });
 

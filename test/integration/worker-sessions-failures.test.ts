@@ -18,11 +18,12 @@ function stepHandler(
     kind: "transactional",
     type: "Step",
     schema: z.object({ account: z.string(), seq: z.number() }),
-    async handle(body, _tx, context) {
+    handle(body, _tx, context) {
       const { account } = body as { account: string };
       tried.push({ account, deliveryCount: context.deliveryCount, at: Date.now() });
-      if (fail(account, context.deliveryCount)) throw new Error("ECONNREFUSED downstream");
+      if (fail(account, context.deliveryCount)) return Promise.reject(new Error("ECONNREFUSED downstream"));
       done.push(context.messageId);
+      return Promise.resolve();
     },
   };
 }
@@ -94,7 +95,7 @@ describe("worker in session mode: a retry wait cut short", function () {
       await worker.stop();
       await sender.close();
       await client.close();
-      proxy.close();
+      await proxy.close();
       await db.close();
     }
   });
@@ -156,7 +157,7 @@ describe("worker without session mode on a session-enabled queue", function () {
         child() {
           return this;
         },
-      } as never,
+      },
     });
     try {
       await waitUntil(() => errors.length > 0, "the mismatch is logged");

@@ -19,7 +19,7 @@ describe("session receiver: slots across detach and start (a database outage's r
     let mostInHandle = 0;
     let most = 0;
     const receiver = new SessionQueueReceiver({
-      client: fixture.client as never,
+      client: fixture.client,
       queue: "q",
       maxConcurrentCalls: 1,
       maxAutoLockRenewalMs: 0,
