@@ -12,6 +12,7 @@ import type { Decision } from "../domain/settlement.ts";
 import type { Logger } from "../telemetry/logger.ts";
 import type { Disposition } from "../telemetry/names.ts";
 import { copyOf } from "./copy.ts";
+import { toIncoming } from "./incoming.ts";
 import { createEntityReceiver } from "./entity-receiver.ts";
 import { SettlementScheduler } from "./settlement.ts";
 import { logSettlementFailure, SettlementGuard } from "./settlement-guard.ts";
@@ -390,25 +391,4 @@ export class QueueReceiver {
     });
     return Promise.resolve();
   }
-}
-
-export function toIncoming(message: ServiceBusReceivedMessage): IncomingMessage {
-  return {
-    messageId: messageIdText(message.messageId),
-    body: message.body as unknown,
-    contentType: message.contentType,
-    subject: message.subject,
-    correlationId: message.correlationId === undefined ? undefined : String(message.correlationId),
-    deliveryCount: message.deliveryCount ?? 0,
-    enqueuedTime: message.enqueuedTimeUtc,
-    lockedUntil: message.lockedUntilUtc,
-    ...(message.sessionId !== undefined ? { sessionId: message.sessionId } : {}),
-    applicationProperties: message.applicationProperties ?? {},
-  };
-}
-
-function messageIdText(id: ServiceBusReceivedMessage["messageId"]): string {
-  if (id === undefined || id === null) return "";
-  if (Buffer.isBuffer(id)) return id.toString("hex");
-  return String(id);
 }
