@@ -354,6 +354,13 @@ function readForwarding(props: Json, p: string, settings: QueueSettings): void {
         `${p}.${key}`,
         `must be the name of a queue or topic of this namespace (got ${JSON.stringify(value)})`,
       );
+    // Service Bus refuses the entity ("Sub code=40000. Bad request"; Azure/azure-service-bus#660,
+    // MicrosoftDocs/azure-docs#61163): a session-enabled queue or subscription cannot forward.
+    if (field === "forwardTo" && settings.requiresSession)
+      throw new BrokerConfigError(
+        `${p}.${key}`,
+        `cannot be set with RequiresSession true: Service Bus does not auto-forward from a session-enabled entity (forward into a session queue from a subscription without sessions instead, docs/topics.md)`,
+      );
     settings[field] = value;
   }
 }

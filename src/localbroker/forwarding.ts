@@ -1,6 +1,7 @@
 import { messageIdKey, type MessageParts } from "./codec.ts";
 import { BrokerConfigError, type BrokerConfig, type QueueSettings } from "./config.ts";
 import type { Consumer, Queue, StoredMessage } from "./queue.ts";
+import { NO_SESSION_ID_REASON, NO_SESSION_ID_SEND, sessionIdOfParts } from "./sessions.ts";
 import type { Topic } from "./topic.ts";
 
 /**
@@ -98,6 +99,22 @@ export class Forwarder implements Consumer {
         kind: "deadLetter",
         reason: HOP_LIMIT_REASON,
         description: HOP_LIMIT_DESCRIPTION,
+      });
+      return;
+    }
+    if (
+      "sessions" in this.destination &&
+      this.destination.sessions !== undefined &&
+      sessionIdOfParts(parts) === undefined
+    ) {
+      // Service Bus dead-letters it here, in the source, not in the session queue (Azure/azure-sdk-for-net#60600):
+      // the destination refuses it as it refuses such a send. From a dead-letter queue (the Bicep's
+      // forwardDeadLetteredMessagesTo) it stays where it is, as past the hop limit above.
+      if (this.source.isDeadLetterQueue) return;
+      this.source.settle(lockToken, {
+        kind: "deadLetter",
+        reason: NO_SESSION_ID_REASON,
+        description: `Could not forward to '${this.destination.name}': ${NO_SESSION_ID_SEND}`,
       });
       return;
     }

@@ -265,7 +265,7 @@ export class AmqpServer {
     if (queue.sessions && !sessionful) {
       link.close({
         condition: "amqp:not-allowed",
-        description: `It is not possible for an entity that requires sessions to create a non-sessionful message receiver: accept a session of '${queue.name}'.`,
+        description: `A non-sessionful message receiver cannot be created on an entity that requires sessions: accept a session of '${queue.name}'.`,
       });
       return;
     }

@@ -72,7 +72,7 @@ export function openSessionLink(link: Link, queue: Queue): SessionLinkConsumer |
     refuseWithNullSource(link);
     link.close({
       condition: "amqp:not-allowed",
-      description: `It is not possible for an entity that does not require sessions to create a sessionful message receiver: '${queue.name}' has RequiresSession false.`,
+      description: `A sessionful message receiver cannot be created on an entity that does not require sessions: '${queue.name}' has RequiresSession false.`,
     });
     return undefined;
   }

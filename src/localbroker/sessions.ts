@@ -4,7 +4,7 @@ import type { Consumer, Queue, StoredMessage } from "./queue.ts";
 /** Service Bus's own words for a message without a session id on a session entity (Azure/azure-service-bus#196). */
 export const NO_SESSION_ID_SEND =
   "The SessionId was not set on a message, and it cannot be sent to the entity. Entities that have session support enabled can only receive messages that have the SessionId set to a valid value.";
-const NO_SESSION_ID_REASON = "Session id is null.";
+export const NO_SESSION_ID_REASON = "Session id is null.";
 const NO_SESSION_ID_DESCRIPTION =
   "Session enabled entity doesn't allow a message whose session identifier is null.";
 

@@ -6,7 +6,7 @@ import { copyOf } from "./copy.ts";
 import { createEntityReceiver } from "./entity-receiver.ts";
 import { refuseSubscription } from "../domain/entity.ts";
 import { replayMessageId } from "./message-id.ts";
-import { toIncoming } from "./receiver.ts";
+import { toIncoming } from "./incoming.ts";
 import { endSpan, injectTraceContext, startSendSpan } from "./tracing.ts";
 
 /** One dead-lettered message as `sbinbox dlq` shows it. */

@@ -269,8 +269,13 @@ function isSettled(id: string, report: SendReport): boolean {
 
 function isRowError(error: unknown): boolean {
   if (error instanceof RowError) return true;
-  return isServiceBusError(error) && ROW_ERROR_CODES.has(error.code);
+  if (!isServiceBusError(error)) return false;
+  // A session-enabled queue refuses a message without a session id, as a GeneralError: no retry cures the row.
+  return ROW_ERROR_CODES.has(error.code) || NO_SESSION_ID.test(error.message);
 }
+
+/** Service Bus's words (Azure/azure-service-bus#196), which the local broker gives too. */
+const NO_SESSION_ID = /The SessionId was not set on a message, and it cannot be sent to the entity/;
 
 function describe(error: unknown): string {
   if (isServiceBusError(error)) return `${error.code}: ${error.message}`;

@@ -12,6 +12,7 @@ import type { Decision } from "../domain/settlement.ts";
 import type { Logger } from "../telemetry/logger.ts";
 import type { Disposition } from "../telemetry/names.ts";
 import { copyOf } from "./copy.ts";
+import { toIncoming } from "./incoming.ts";
 import { createEntityReceiver } from "./entity-receiver.ts";
 import { SettlementScheduler } from "./settlement.ts";
 import { logSettlementFailure, SettlementGuard } from "./settlement-guard.ts";
@@ -24,6 +25,12 @@ import {
 } from "./tracing.ts";
 import { within } from "../domain/within.ts";
 
+/**
+ * Service Bus's refusal of a plain receiver on a session entity, in today's words ("A non-sessionful message
+ * receiver cannot be created on an entity that requires sessions") and the older ones.
+ */
+const NEEDS_SESSIONS = /non-sessionful message receiver/i;
+
 /** The longest a stop waits for one link to close (see `closeWithin`). */
 const CLOSE_LIMIT_MS = 5_000;
 
@@ -33,8 +40,16 @@ export interface QueueReceiverOptions {
   readonly queue: string;
   readonly maxConcurrentCalls: number;
   readonly maxAutoLockRenewalMs: number;
-  /** Decides what becomes of one message; must not throw (a throw is treated as a failure: abandon). */
-  readonly handle: (message: IncomingMessage, ctx: Context) => Promise<Decision & { messageType?: string }>;
+  /**
+   * Decides what becomes of one message; must not throw (a throw is treated as a failure: abandon). `held`, in
+   * session mode, fires when the message's session is given up (lock lost, closed, detached); `unsettled` in the
+   * answer then leaves the message unsettled: closing its session returns it without spending a delivery.
+   */
+  readonly handle: (
+    message: IncomingMessage,
+    ctx: Context,
+    held?: AbortSignal,
+  ) => Promise<Decision & { messageType?: string; unsettled?: boolean }>;
   readonly logger: Logger;
   readonly scheduler?: SettlementScheduler;
   /** Awaited after the decision, before settlement (the demo's kill-between-commit-and-complete switch; tests). */
@@ -76,7 +91,7 @@ export class QueueReceiver {
   private accepting = false;
   private releaseHeld: (() => void) | undefined;
   private heldGate: Promise<void> | undefined;
-  private readonly inFlight = new Set<Promise<void>>();
+  private readonly inFlight = new Set<Promise<unknown>>();
   readonly stats: ReceiverStats = { inFlight: 0, held: 0, settlementFailures: 0, receiveErrors: 0 };
 
   constructor(options: QueueReceiverOptions) {
@@ -96,9 +111,17 @@ export class QueueReceiver {
     return this.guard.pending;
   }
 
+  /** Set when the entity turns out to require sessions: the worker then stops taking messages, loudly. */
+  mismatch: Error | undefined;
+
   /** True while a subscription is open and taking messages. */
   get attached(): boolean {
-    return this.accepting && this.subscription !== undefined && this.receiver?.isClosed === false;
+    return (
+      this.mismatch === undefined &&
+      this.accepting &&
+      this.subscription !== undefined &&
+      this.receiver?.isClosed === false
+    );
   }
 
   /** Opens a new receive link and starts taking messages. */
@@ -187,20 +210,31 @@ export class QueueReceiver {
     await this.run(receiver, message);
   }
 
-  /** Processes and settles one message, counted in flight meanwhile (a stop's drain waits for it). */
-  protected async run(receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage): Promise<void> {
-    const work = this.processOne(receiver, message);
+  /**
+   * Processes and settles one message, counted in flight meanwhile (a stop's drain waits for it). False when the
+   * message was left unsettled (the handler's `unsettled`).
+   */
+  protected async run(
+    receiver: ServiceBusReceiver,
+    message: ServiceBusReceivedMessage,
+    held?: AbortSignal,
+  ): Promise<boolean> {
+    const work = this.processOne(receiver, message, held);
     this.inFlight.add(work);
     this.stats.inFlight = this.inFlight.size;
     try {
-      await work;
+      return await work;
     } finally {
       this.inFlight.delete(work);
       this.stats.inFlight = this.inFlight.size;
     }
   }
 
-  private async processOne(receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage): Promise<void> {
+  private async processOne(
+    receiver: ServiceBusReceiver,
+    message: ServiceBusReceivedMessage,
+    held: AbortSignal | undefined,
+  ): Promise<boolean> {
     const began = performance.now();
     this.options.onReceived?.();
     const incoming = toIncoming(message);
@@ -212,12 +246,20 @@ export class QueueReceiver {
       sessionId: incoming.sessionId,
       applicationProperties: incoming.applicationProperties,
     });
-    let decision: Decision & { messageType?: string };
+    let decision: Decision & { messageType?: string; unsettled?: boolean };
     try {
       // Inside the process span, so the inbox's spans and the handler's log lines belong to it.
-      decision = await context.with(ctx, () => this.options.handle(incoming, ctx));
+      decision = await context.with(ctx, () => this.options.handle(incoming, ctx, held));
     } catch (error) {
       decision = { disposition: "abandon", outcome: "failed", error, errorClass: "permanent" };
+    }
+    if (decision.unsettled) {
+      endProcessSpan(span, {
+        outcome: decision.outcome,
+        messageType: decision.messageType,
+        errorType: "unsettled",
+      });
+      return false;
     }
     await this.options.beforeSettle?.(incoming, decision);
     // Also inside the span: a failed settlement's log line carries the message's trace and span ids.
@@ -238,6 +280,7 @@ export class QueueReceiver {
               ? undefined
               : errorType(settlement.error),
     });
+    return true;
   }
 
   /**
@@ -317,12 +360,20 @@ export class QueueReceiver {
 
   private onError(args: ProcessErrorArgs): Promise<void> {
     this.stats.receiveErrors += 1;
-    if (
-      /requires sessions to create a non-sessionful/.test(String((args.error as Error | undefined)?.message))
-    )
-      this.options.logger.error("the entity requires sessions: set SBINBOX_MAX_CONCURRENT_SESSIONS above 0", {
+    const text = String((args.error as Error | undefined)?.message);
+    if (NEEDS_SESSIONS.test(text)) {
+      if (this.mismatch !== undefined) return Promise.resolve();
+      // No retry can cure it: receiving stops, once and loudly, and readiness reports the receiver detached.
+      this.mismatch = new Error(
+        `SBINBOX_MAX_CONCURRENT_SESSIONS is 0 but '${this.options.queue}' requires sessions (RequiresSession true): set it above 0 (${text})`,
+      );
+      this.options.logger.error("the entity requires sessions: receiving stopped", {
         queue: this.options.queue,
+        error: this.mismatch,
       });
+      void this.pause();
+      return Promise.resolve();
+    }
     this.options.logger.warn("receive error", {
       source: args.errorSource,
       code: isServiceBusError(args.error) ? args.error.code : undefined,
@@ -330,25 +381,4 @@ export class QueueReceiver {
     });
     return Promise.resolve();
   }
-}
-
-export function toIncoming(message: ServiceBusReceivedMessage): IncomingMessage {
-  return {
-    messageId: messageIdText(message.messageId),
-    body: message.body as unknown,
-    contentType: message.contentType,
-    subject: message.subject,
-    correlationId: message.correlationId === undefined ? undefined : String(message.correlationId),
-    deliveryCount: message.deliveryCount ?? 0,
-    enqueuedTime: message.enqueuedTimeUtc,
-    lockedUntil: message.lockedUntilUtc,
-    ...(message.sessionId !== undefined ? { sessionId: message.sessionId } : {}),
-    applicationProperties: message.applicationProperties ?? {},
-  };
-}
-
-function messageIdText(id: ServiceBusReceivedMessage["messageId"]): string {
-  if (id === undefined || id === null) return "";
-  if (Buffer.isBuffer(id)) return id.toString("hex");
-  return String(id);
 }

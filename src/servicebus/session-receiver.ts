@@ -13,8 +13,11 @@ export interface SessionReceiverOptions extends QueueReceiverOptions {
   readonly sessionIdleMs?: number;
 }
 
-/** The error the broker gives a session receiver on an entity without sessions (Service Bus's words). */
-const NOT_A_SESSION_ENTITY = /does not require sessions|not.*session.*enabled|non-session/i;
+/**
+ * The error the broker gives a session receiver on an entity without sessions: Service Bus's words today ("A
+ * sessionful message receiver cannot be created on an entity that does not require sessions") and older ones.
+ */
+const NOT_A_SESSION_ENTITY = /does not require sessions|not.*session.*enabled/i;
 
 /**
  * The worker's receiver in session mode: `maxSessions` slots, each holding one session at a time (the next
@@ -27,11 +30,14 @@ const NOT_A_SESSION_ENTITY = /does not require sessions|not.*session.*enabled|no
 export class SessionQueueReceiver extends QueueReceiver {
   private readonly sessionOptions: SessionReceiverOptions;
   private running = false;
-  private loops: Promise<void>[] = [];
+  /** The slots running, of this generation and of earlier ones still finishing a message. */
+  private readonly loops = new Set<Promise<void>>();
   private readonly open = new Set<ServiceBusSessionReceiver>();
-  private abort = new AbortController();
-  /** Set when the entity turns out not to be session-enabled: the worker then stops taking messages, loudly. */
-  mismatch: Error | undefined;
+  /**
+   * This start()'s slots: a detach and start (after a database outage) make a new generation, and the old one's
+   * slots end as soon as what they are doing ends, so no more than `maxSessions` slots ever run at once.
+   */
+  private generation = newGeneration();
 
   constructor(options: SessionReceiverOptions) {
     super(options);
@@ -45,22 +51,46 @@ export class SessionQueueReceiver extends QueueReceiver {
   override start(): void {
     if (this.running) return;
     this.running = true;
-    this.abort = new AbortController();
-    this.loops = Array.from({ length: this.sessionOptions.maxSessions }, () => this.slot());
+    const generation = newGeneration();
+    this.generation = generation;
+    this.fill(generation);
+  }
+
+  /**
+   * Starts slots up to `maxSessions`, counting those of an earlier generation still busy (a handler that outlives
+   * a detach): each that ends makes room for one of the current generation.
+   */
+  private fill(generation: Generation): void {
+    while (
+      generation === this.generation &&
+      !generation.accepting.signal.aborted &&
+      this.loops.size < this.sessionOptions.maxSessions
+    ) {
+      const loop: Promise<void> = this.slot(generation).finally(() => {
+        this.loops.delete(loop);
+        this.fill(this.generation);
+      });
+      this.loops.add(loop);
+    }
   }
 
   /** Stops taking messages and sessions; a message being processed finishes and settles on its session. */
   override async pause(): Promise<void> {
     this.running = false;
-    this.abort.abort();
+    this.generation.accepting.abort();
     return Promise.resolve();
   }
 
+  /**
+   * Stops, and gives up every held session at once: a retry waiting in place ends and leaves its message unsettled
+   * (closing the session returns it with its delivery count unchanged); a message being processed finishes.
+   */
   override async detach(waitMs: number): Promise<void> {
     await this.pause();
+    for (const held of this.generation.held) held.abort();
     await this.drain(waitMs);
     await Promise.race([
-      Promise.allSettled(this.loops),
+      Promise.allSettled([...this.loops]),
       new Promise((resolve) => setTimeout(resolve, 5_000)),
     ]);
     // A session still open (its slot did not finish in time) goes back at once, its unsettled message uncounted.
@@ -68,14 +98,15 @@ export class SessionQueueReceiver extends QueueReceiver {
     this.open.clear();
   }
 
-  private async slot(): Promise<void> {
+  private async slot(generation: Generation): Promise<void> {
     const { logger } = this.options;
-    while (this.running) {
+    const live = () => !generation.accepting.signal.aborted;
+    while (live()) {
       let session: ServiceBusSessionReceiver;
       try {
-        session = await this.accept();
+        session = await this.accept(generation.accepting.signal);
       } catch (error) {
-        if (!this.running) return;
+        if (!live()) return;
         if (isServiceBusError(error) && error.code === "ServiceTimeout") continue; // no session came: ask again
         if (error instanceof Error && NOT_A_SESSION_ENTITY.test(error.message)) {
           this.mismatch = new Error(
@@ -85,6 +116,7 @@ export class SessionQueueReceiver extends QueueReceiver {
             error: this.mismatch,
           });
           this.running = false;
+          generation.accepting.abort();
           return;
         }
         logger.warn("accepting a session failed; trying again", {
@@ -94,18 +126,18 @@ export class SessionQueueReceiver extends QueueReceiver {
         await new Promise((resolve) => setTimeout(resolve, 1_000));
         continue;
       }
-      await this.hold(session);
+      await this.hold(session, generation);
     }
   }
 
-  private accept(): Promise<ServiceBusSessionReceiver> {
+  private accept(abortSignal: AbortSignal): Promise<ServiceBusSessionReceiver> {
     const entity = parseEntity(this.options.queue);
     const options: ServiceBusSessionReceiverOptions = {
       receiveMode: "peekLock",
       // Renewed here for as long as the session is held, not for the SDK's fixed window.
       maxAutoLockRenewalDurationInMs: 0,
       skipParsingBodyAsJson: true,
-      abortSignal: this.abort.signal,
+      abortSignal,
     };
     const { client } = this.options;
     return entity.kind === "queue"
@@ -113,27 +145,46 @@ export class SessionQueueReceiver extends QueueReceiver {
       : client.acceptNextSession(entity.topic, entity.subscription, options);
   }
 
-  /** One session: its messages one at a time, until it is idle, its lock is lost, or the receiver stops. */
-  private async hold(session: ServiceBusSessionReceiver): Promise<void> {
+  /**
+   * One session: its messages one at a time, until it is idle, its lock is lost, or the receiver stops. The
+   * message in process gets a signal that fires when the session is given up (its lock lost, the session closed, a
+   * detach): a retry waiting in place then ends at once instead of retrying a message this slot no longer holds.
+   */
+  private async hold(session: ServiceBusSessionReceiver, generation: Generation): Promise<void> {
     const { logger } = this.options;
+    const live = () => !generation.accepting.signal.aborted;
+    const held = new AbortController();
+    generation.held.add(held);
     this.open.add(session);
-    const lockMs = Math.max(1_000, (session.sessionLockedUntilUtc?.getTime() ?? Date.now()) - Date.now());
+    let lockedUntil = session.sessionLockedUntilUtc?.getTime() ?? Date.now();
+    const lockMs = Math.max(1_000, lockedUntil - Date.now());
+    const giveUp = (why: string, error?: unknown) => {
+      if (held.signal.aborted) return;
+      logger.warn(`session given up: ${why}`, { sessionId: session.sessionId, error });
+      held.abort();
+    };
     const renewal = setInterval(() => {
-      session
-        .renewSessionLock()
-        .catch((error: unknown) =>
-          logger.warn("renewing a session lock failed", { sessionId: session.sessionId, error }),
-        );
+      if (session.isClosed) return giveUp("its receiver closed");
+      session.renewSessionLock().then(
+        (until) => (lockedUntil = until.getTime()),
+        (error: unknown) => {
+          // Lost for certain, or not renewed before it ran out: another receiver may hold the session now.
+          if (isServiceBusError(error) && error.code === "SessionLockLost") giveUp("its lock is lost", error);
+          else if (Date.now() >= lockedUntil) giveUp("its lock ran out before a renewal went through", error);
+          else logger.warn("renewing a session lock failed", { sessionId: session.sessionId, error });
+        },
+      );
     }, lockMs / 3);
     try {
-      while (this.running) {
+      while (live() && !held.signal.aborted) {
         const [message] = await session.receiveMessages(1, {
           maxWaitTimeInMs: this.sessionOptions.sessionIdleMs ?? 1_000,
         });
         if (!message) break;
         // Taken as the receiver stopped: left unsettled, it goes back uncounted when the session closes.
-        if (!this.running) break;
-        await this.run(session, message);
+        if (!live() || held.signal.aborted) break;
+        // Left unsettled (a retry wait cut short): the session must close before anything behind it is taken.
+        if (!(await this.run(session, message, held.signal))) break;
       }
     } catch (error) {
       logger.warn("session ended", {
@@ -143,8 +194,21 @@ export class SessionQueueReceiver extends QueueReceiver {
       });
     } finally {
       clearInterval(renewal);
+      held.abort();
+      generation.held.delete(held);
       this.open.delete(session);
       await session.close().catch(() => undefined);
     }
   }
+}
+
+interface Generation {
+  /** Fired by pause and detach: the slots take no more sessions and messages. */
+  readonly accepting: AbortController;
+  /** One per held session, fired by detach. */
+  readonly held: Set<AbortController>;
+}
+
+function newGeneration(): Generation {
+  return { accepting: new AbortController(), held: new Set() };
 }

@@ -161,7 +161,7 @@ export function createWorker(options: WorkerOptions): Worker {
     maxConcurrentCalls: options.maxConcurrentCalls ?? 16,
     maxAutoLockRenewalMs,
     logger,
-    handle: (message: IncomingMessage, ctx: Context) => handle(message, ctx),
+    handle: (message: IncomingMessage, ctx: Context, held?: AbortSignal) => handle(message, ctx, held),
     beforeSettle: options.beforeSettle,
     beforeComplete: options.beforeComplete,
     onReceived: () => {
@@ -202,7 +202,8 @@ export function createWorker(options: WorkerOptions): Worker {
   async function handle(
     message: IncomingMessage,
     ctx: Context,
-  ): Promise<Decision & { messageType?: string }> {
+    held?: AbortSignal,
+  ): Promise<Decision & { messageType?: string; unsettled?: boolean }> {
     // In session mode every line about the message names its session.
     const log = message.sessionId === undefined ? logger : logger.child({ sessionId: message.sessionId });
     const receivedAt = Date.now();
@@ -239,6 +240,10 @@ export function createWorker(options: WorkerOptions): Worker {
         enterOutage();
         if (!(await recovery)) break;
         decision = await decide();
+      }
+      if (sessions && isOutage(decision) && (stopping || held?.aborted)) {
+        stats.failed += 1;
+        return { ...decision, unsettled: true }; // as a cut-short retry wait below: no delivery spent
       }
       if (decision.disposition !== "abandon" || decision.errorClass === "unavailable") break;
       const errorClass = retryClass(decision.error, decision.errorClass);
@@ -280,7 +285,7 @@ export function createWorker(options: WorkerOptions): Worker {
         });
         recordRetryWait(ctx, verdict.attempt, delayMs, decision.error);
         const began = Date.now();
-        if (await pause(delayMs)) {
+        if (await pause(delayMs, held)) {
           stats.retriesWaited += 1;
           telemetry.recordRetry(options.queue, "waited", errorClass);
           attempt.attempt = verdict.attempt;
@@ -291,9 +296,16 @@ export function createWorker(options: WorkerOptions): Worker {
         delayMs = Math.max(0, delayMs - (Date.now() - began));
       }
       if (sessions) {
-        // Stopping in session mode: abandoned, the message stays its session's head (one delivery spent).
-        decision = { ...decision, errorClass };
-        break;
+        // Stopping, or the session given up (its lock lost): the message is left unsettled. Closing the session
+        // returns it at its session's head with its delivery count unchanged (an abandon would spend one); after a
+        // lost lock, settling is no longer this worker's to do.
+        log.info("retry wait ended with the session given up; the message is left unsettled", {
+          messageId: message.messageId,
+          attempt: attempt.attempt,
+          reason: held?.aborted ? "session given up" : "stopping",
+        });
+        stats.failed += 1;
+        return { ...decision, errorClass, unsettled: true };
       }
       stats.retriesScheduled += 1;
       telemetry.recordRetry(options.queue, "scheduled", errorClass);
@@ -342,20 +354,23 @@ export function createWorker(options: WorkerOptions): Worker {
     return message.lockedUntil ? message.lockedUntil.getTime() - Date.now() : undefined;
   }
 
-  /** Resolves true after `ms`, or false at once when the worker stops. */
-  function pause(ms: number): Promise<boolean> {
-    if (stopping) return Promise.resolve(false);
+  /** Resolves true after `ms`, or false at once when the worker stops or `held` fires (the session given up). */
+  function pause(ms: number, held?: AbortSignal): Promise<boolean> {
+    if (stopping || held?.aborted) return Promise.resolve(false);
     return new Promise<boolean>((resolve) => {
       const wake = () => {
         clearTimeout(timer);
         waits.delete(wake);
+        held?.removeEventListener("abort", wake);
         resolve(false);
       };
       const timer = setTimeout(() => {
         waits.delete(wake);
+        held?.removeEventListener("abort", wake);
         resolve(true);
       }, ms);
       waits.add(wake);
+      held?.addEventListener("abort", wake, { once: true });
     });
   }
 

@@ -102,11 +102,17 @@ describe("local broker: sessions (queues and subscriptions) through the JavaScri
     await send("orders", inSession("refusals", "r-1"));
     const plain = fixture.client.createReceiver("orders");
     await expectError(plain.receiveMessages(1, { maxWaitTimeInMs: 1000 }), (error) =>
-      assert.match(error.message, /requires sessions to create a non-sessionful message receiver/),
+      assert.match(
+        error.message,
+        /A non-sessionful message receiver cannot be created on an entity that requires sessions/,
+      ),
     );
     await plain.close();
     await expectError(fixture.client.acceptSession("plain", "x"), (error) =>
-      assert.match(error.message, /does not require sessions to create a sessionful message receiver/),
+      assert.match(
+        error.message,
+        /A sessionful message receiver cannot be created on an entity that does not require sessions/,
+      ),
     );
     const receiver = await fixture.client.acceptSession("orders", "refusals");
     const [message] = await receive(receiver, 1);
