@@ -111,7 +111,8 @@ const RETRY_IN_PLACE = "attempt failed; retrying under the lock";
  * Starts what a team's handlers run on, in this process: the local broker on a free port, an embedded PostgreSQL
  * (or the team's by URL), the inbox's and the module's migrations (`migrate`, as `sbinbox migrate` runs it), and
  * the worker with the module's handlers. Each harness has its own broker and database, so test files run side by
- * side. Call `stop` in an after hook; a process that exits without it still stops the PostgreSQL it started.
+ * side. Call `stop` in an after hook; a process that exits without it, or is ended by SIGTERM, SIGINT or SIGHUP,
+ * still stops the PostgreSQL it started and removes its folder.
  */
 export async function startHarness(options: HarnessOptions = {}): Promise<Harness> {
   const cleanups: (() => Promise<void> | void)[] = [];
@@ -136,8 +137,10 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
       const server = await EmbeddedPostgresServer.create();
       const killOnExit = stopOnExit(server);
       process.once("exit", killOnExit);
+      const unhookSignals = stopOnSignals(killOnExit);
       cleanups.push(async () => {
         process.off("exit", killOnExit);
+        unhookSignals();
         await server.dispose();
       });
       url = server.url();
@@ -268,6 +271,26 @@ function stopOnExit(server: EmbeddedPostgresServer): () => void {
     }
     rmSync(server.dataDir, { recursive: true, force: true, maxRetries: 3 });
   };
+}
+
+const SIGNALS = ["SIGTERM", "SIGINT", "SIGHUP"] as const;
+
+/**
+ * On SIGTERM, SIGINT or SIGHUP (a runner killed, Ctrl-C, a closed terminal) no exit event comes: the server is
+ * stopped and its folder removed, then the signal raised again so the process ends as it would have, unless
+ * another listener (the runner's own) is there to handle it.
+ */
+function stopOnSignals(kill: () => void): () => void {
+  const unhook = (): void => {
+    for (const signal of SIGNALS) process.off(signal, onSignal);
+  };
+  function onSignal(signal: NodeJS.Signals): void {
+    unhook();
+    kill();
+    if (process.listenerCount(signal) === 0) process.kill(process.pid, signal);
+  }
+  for (const signal of SIGNALS) process.on(signal, onSignal);
+  return unhook;
 }
 
 function running(pid: number): boolean {
