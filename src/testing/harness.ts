@@ -104,8 +104,6 @@ export const HARNESS_RETRY_POLICY: RetryPolicy = {
 
 const QUEUE = "sbinbox";
 const CONSUMER = "harness";
-/** The worker's line for a retry in place (src/worker/worker.ts); the harness's tests hold it to it. */
-const RETRY_IN_PLACE = "attempt failed; retrying under the lock";
 
 /**
  * Starts what a team's handlers run on, in this process: the local broker on a free port, an embedded PostgreSQL
@@ -155,7 +153,13 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     const broker = await LocalBroker.start({ port: 0, config, now: () => Date.now() + skewMs });
     cleanups.push(() => broker.stop());
     const tracker = new OutcomeTracker();
+    cleanups.push(() => tracker.close());
     cleanups.push(broker.onDuplicateDropped(QUEUE, (id) => tracker.dropped(id)));
+    cleanups.push(
+      broker.onDeadLettered(QUEUE, (id, reason, description) =>
+        tracker.deadLetteredByBroker(id, reason, description),
+      ),
+    );
 
     const database: Database = await openDatabase(
       { kind: "postgres", url },
@@ -179,7 +183,15 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
       outageBackoffMinMs: 50,
       outageBackoffMaxMs: 500,
       retryPolicy: { ...HARNESS_RETRY_POLICY, ...options.retry },
-      logger: watching(options.logger ?? silentLogger, tracker),
+      logger: options.logger ?? silentLogger,
+      onRetry: (message, retry) =>
+        tracker.waited(message.messageId, {
+          attempt: retry.attempt,
+          how: "waited",
+          delayMs: retry.delayMs,
+          errorClass: retry.errorClass,
+          error: errorText(retry.error),
+        }),
       beforeSettle: (message, decision) => {
         const original = message.applicationProperties[CopyProperty.originalKey];
         const key = typeof original === "string" ? original : message.messageId;
@@ -226,28 +238,6 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     await stopAll();
     throw error;
   }
-}
-
-/** The worker's log passed on, with its retries in place told to the tracker. */
-function watching(logger: Logger, tracker: OutcomeTracker): Logger {
-  return {
-    debug: (m, f) => logger.debug(m, f),
-    info: (m, f) => {
-      if (m === RETRY_IN_PLACE && f && typeof f.messageId === "string") {
-        tracker.waited(f.messageId, {
-          attempt: Number(f.attempt),
-          how: "waited",
-          delayMs: Number(f.delayMs),
-          errorClass: typeof f.errorClass === "string" ? f.errorClass : undefined,
-          error: errorText(f.error),
-        });
-      }
-      logger.info(m, f);
-    },
-    warn: (m, f) => logger.warn(m, f),
-    error: (m, f) => logger.error(m, f),
-    child: () => watching(logger, tracker),
-  };
 }
 
 /**
