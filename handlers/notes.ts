@@ -11,7 +11,8 @@ export type NoteCreated = z.infer<typeof noteCreatedSchema>;
 /**
  * A note is written in the same transaction as the inbox marker, so a redelivered NoteCreated commits nothing
  * twice. A second NoteCreated for the same note under another MessageId hits the table's primary key: that is a
- * business error, abandoned and finally dead-lettered by the broker, never silently dropped.
+ * business error (a unique violation, permanent): retried as the policy says (once by default), then dead-lettered
+ * as RetriesExhausted, never silently dropped.
  */
 export const noteCreated: TransactionalHandler<NoteCreated> = {
   kind: "transactional",

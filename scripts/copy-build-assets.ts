@@ -16,7 +16,10 @@ for (const [from, to] of [
   ["src", "dist"],
   ["handlers", "dist-handlers"],
 ]) {
-  const assets = walk(join(root, from!)).filter((path) => !path.endsWith(".ts"));
+  // A module's tests (notes.test.ts, a .test.mjs of a team's) stay out of the deployed package.
+  const assets = walk(join(root, from!)).filter(
+    (path) => !path.endsWith(".ts") && !/\.test\.[^/]*$/.test(path),
+  );
   for (const path of assets) cpSync(path, join(root, to!, relative(join(root, from!), path)));
   process.stdout.write(`copied ${assets.length} assets to ${to}/\n`);
 }

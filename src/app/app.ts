@@ -73,6 +73,9 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
     const { ready, status, receiver, database, serviceBus } = await worker.readiness();
     return { ready, status, receiver, database, serviceBus };
   };
+  // First: a module that cannot be loaded is a configuration error, said before anything starts (the HTTP listener
+  // included, so no /healthz answers 200 from a worker that will never run).
+  const module = options.handlers ? undefined : await loadHandlerModule(config.handlersModule);
   const health: HealthServer = await startHealthServer({
     port: config.port,
     host: config.httpHost,
@@ -85,8 +88,6 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
   cleanups.push(() => Promise.resolve(stopReadiness()));
   logger.info("http listening", { port: health.port, host: config.httpHost });
   try {
-    // First: a module that cannot be loaded is a configuration error, said before anything else starts.
-    const module = options.handlers ? undefined : await loadHandlerModule(config.handlersModule);
     let embeddedConnectionString: string | undefined;
     let connection = config.database;
     let serviceBus = config.serviceBus;

@@ -60,8 +60,15 @@ export async function run(argv: string[]): Promise<number> {
       ...(ports["postgres-port"] ? { port: ports["postgres-port"] } : {}),
     });
   } catch (error) {
+    // The broker starts first: once it runs, a port in use is PostgreSQL's.
+    const flag = broker ? "--postgres-port" : "--port";
+    const inUse =
+      (error as { code?: unknown }).code === "EADDRINUSE" || /in use/i.test((error as Error).message);
     await broker?.stop();
-    process.stderr.write(`sbinbox dev: cannot start: ${(error as Error).message}\n`);
+    const hint = inUse
+      ? ` (another program has the port: pick another with ${flag} N, or ${flag} 0 for any free one)`
+      : "";
+    process.stderr.write(`sbinbox dev: cannot start: ${(error as Error).message}${hint}\n`);
     return 1;
   }
   const env = {

@@ -48,8 +48,13 @@ export async function loadMigrations(dir: string): Promise<Migration[]> {
     const expected = migrations.length + 1;
     if (version !== expected) {
       const next = `${String(expected).padStart(4, "0")}_name.sql`;
-      const what = version < expected ? `repeats number ${match[1]}` : "leaves a gap";
-      throw new MigrationFileError(join(dir, file), `${what} (expected ${next} next)`);
+      const taken = migrations[version - 1];
+      throw new MigrationFileError(
+        join(dir, file),
+        taken
+          ? `repeats number ${match[1]}, already used by ${taken.name}.sql (renumber it ${next})`
+          : `leaves a gap (expected ${next} next)`,
+      );
     }
     migrations.push({
       version,

@@ -2,7 +2,7 @@ import type { EntityAddress } from "./addresses.ts";
 import { defaultConfig, type BrokerConfig, type QueueSettings } from "./config.ts";
 import { checkForwarding, startForwarding } from "./forwarding.ts";
 import { quietLogger, type BrokerLogger } from "./logger.ts";
-import { Queue, type QueueCounts } from "./queue.ts";
+import { Queue, type BrokerDeadLetterListener, type QueueCounts } from "./queue.ts";
 import { AmqpServer, type Entity } from "./server.ts";
 import { Topic, type TopicCounts } from "./topic.ts";
 
@@ -136,6 +136,16 @@ export class LocalBroker {
     const q = this.queues.get(queue.toLowerCase());
     if (!q) throw new Error(`no queue named "${queue}" (queues: ${this.queueNames.join(", ")})`);
     return q.onDuplicateDropped(listener);
+  }
+
+  /**
+   * Calls `listener` for every message of this queue the broker dead-letters itself (MaxDeliveryCountExceeded,
+   * TTLExpiredException), with its MessageId as `onDuplicateDropped` gives it. Returns a function that stops it.
+   */
+  onDeadLettered(queue: string, listener: BrokerDeadLetterListener): () => void {
+    const q = this.queues.get(queue.toLowerCase());
+    if (!q) throw new Error(`no queue named "${queue}" (queues: ${this.queueNames.join(", ")})`);
+    return q.onDeadLettered(listener);
   }
 
   /** A topic's own counts: duplicates dropped, sends no rule matched, scheduled sends not yet due. */

@@ -1,7 +1,10 @@
 import type { QueueSettings } from "./config.ts";
-import { modifyApplicationProperties, type MessageParts } from "./codec.ts";
+import { messageIdKey, modifyApplicationProperties, type MessageParts } from "./codec.ts";
 import { newLockToken } from "./lock-token.ts";
 import { inSession, Sessions } from "./sessions.ts";
+
+/** A message the broker dead-lettered on its own: its MessageId, reason and description. */
+export type BrokerDeadLetterListener = (messageId: string, reason: string, description: string) => void;
 
 export type MessageState = "active" | "locked" | "deferred" | "scheduled" | "gone";
 
@@ -77,6 +80,7 @@ export class Queue {
   private duplicatesDropped = 0;
   /** Told each MessageId duplicate detection drops; called only on a drop, so a send pays nothing for it. */
   private readonly dropListeners = new Set<(messageIdKey: string) => void>();
+  private readonly deadLetterListeners = new Set<BrokerDeadLetterListener>();
   private expired = 0;
   private bytes = 0;
 
@@ -144,6 +148,18 @@ export class Queue {
   onDuplicateDropped(listener: (messageIdKey: string) => void): () => void {
     this.dropListeners.add(listener);
     return () => this.dropListeners.delete(listener);
+  }
+
+  /** Calls `listener` for every message the broker dead-letters itself (delivery count, expiry); returns its removal. */
+  onDeadLettered(listener: BrokerDeadLetterListener): () => void {
+    this.deadLetterListeners.add(listener);
+    return () => this.deadLetterListeners.delete(listener);
+  }
+
+  private brokerDeadLetter(message: StoredMessage, reason: string, description: string): void {
+    this.moveToDeadLetter(message, reason, description);
+    const id = messageIdKey(message.parts.head.message_id) ?? "";
+    for (const listener of this.deadLetterListeners) listener(id, reason, description);
   }
 
   private add(parts: MessageParts, now: number, scheduledAt: number): number {
@@ -340,7 +356,7 @@ export class Queue {
     }
     message.deliveryCount += 1;
     if (message.deliveryCount >= this.settings.maxDeliveryCount && !this.isDeadLetterQueue) {
-      this.moveToDeadLetter(
+      this.brokerDeadLetter(
         message,
         "MaxDeliveryCountExceeded",
         `Message could not be consumed after ${this.settings.maxDeliveryCount} delivery attempts.`,
@@ -395,7 +411,7 @@ export class Queue {
   expire(message: StoredMessage): void {
     this.expired += 1;
     if (this.settings.deadLetteringOnMessageExpiration) {
-      this.moveToDeadLetter(message, "TTLExpiredException", "The message expired and was dead lettered.");
+      this.brokerDeadLetter(message, "TTLExpiredException", "The message expired and was dead lettered.");
     } else {
       this.remove(message);
     }

@@ -104,14 +104,13 @@ export const HARNESS_RETRY_POLICY: RetryPolicy = {
 
 const QUEUE = "sbinbox";
 const CONSUMER = "harness";
-/** The worker's line for a retry in place (src/worker/worker.ts); the harness's tests hold it to it. */
-const RETRY_IN_PLACE = "attempt failed; retrying under the lock";
 
 /**
  * Starts what a team's handlers run on, in this process: the local broker on a free port, an embedded PostgreSQL
  * (or the team's by URL), the inbox's and the module's migrations (`migrate`, as `sbinbox migrate` runs it), and
  * the worker with the module's handlers. Each harness has its own broker and database, so test files run side by
- * side. Call `stop` in an after hook; a process that exits without it still stops the PostgreSQL it started.
+ * side. Call `stop` in an after hook; a process that exits without it, or is ended by SIGTERM, SIGINT or SIGHUP,
+ * still stops the PostgreSQL it started and removes its folder.
  */
 export async function startHarness(options: HarnessOptions = {}): Promise<Harness> {
   const cleanups: (() => Promise<void> | void)[] = [];
@@ -136,8 +135,10 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
       const server = await EmbeddedPostgresServer.create();
       const killOnExit = stopOnExit(server);
       process.once("exit", killOnExit);
+      const unhookSignals = stopOnSignals(killOnExit);
       cleanups.push(async () => {
         process.off("exit", killOnExit);
+        unhookSignals();
         await server.dispose();
       });
       url = server.url();
@@ -152,7 +153,13 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     const broker = await LocalBroker.start({ port: 0, config, now: () => Date.now() + skewMs });
     cleanups.push(() => broker.stop());
     const tracker = new OutcomeTracker();
+    cleanups.push(() => tracker.close());
     cleanups.push(broker.onDuplicateDropped(QUEUE, (id) => tracker.dropped(id)));
+    cleanups.push(
+      broker.onDeadLettered(QUEUE, (id, reason, description) =>
+        tracker.deadLetteredByBroker(id, reason, description),
+      ),
+    );
 
     const database: Database = await openDatabase(
       { kind: "postgres", url },
@@ -176,7 +183,15 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
       outageBackoffMinMs: 50,
       outageBackoffMaxMs: 500,
       retryPolicy: { ...HARNESS_RETRY_POLICY, ...options.retry },
-      logger: watching(options.logger ?? silentLogger, tracker),
+      logger: options.logger ?? silentLogger,
+      onRetry: (message, retry) =>
+        tracker.waited(message.messageId, {
+          attempt: retry.attempt,
+          how: "waited",
+          delayMs: retry.delayMs,
+          errorClass: retry.errorClass,
+          error: errorText(retry.error),
+        }),
       beforeSettle: (message, decision) => {
         const original = message.applicationProperties[CopyProperty.originalKey];
         const key = typeof original === "string" ? original : message.messageId;
@@ -225,28 +240,6 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
   }
 }
 
-/** The worker's log passed on, with its retries in place told to the tracker. */
-function watching(logger: Logger, tracker: OutcomeTracker): Logger {
-  return {
-    debug: (m, f) => logger.debug(m, f),
-    info: (m, f) => {
-      if (m === RETRY_IN_PLACE && f && typeof f.messageId === "string") {
-        tracker.waited(f.messageId, {
-          attempt: Number(f.attempt),
-          how: "waited",
-          delayMs: Number(f.delayMs),
-          errorClass: typeof f.errorClass === "string" ? f.errorClass : undefined,
-          error: errorText(f.error),
-        });
-      }
-      logger.info(m, f);
-    },
-    warn: (m, f) => logger.warn(m, f),
-    error: (m, f) => logger.error(m, f),
-    child: () => watching(logger, tracker),
-  };
-}
-
 /**
  * At exit, without waiting: the PostgreSQL server's postmaster asked to quit at once (it takes its backends with
  * it) and its data removed, for a test run that ends without calling `stop` (a failed before hook, a forgotten
@@ -268,6 +261,26 @@ function stopOnExit(server: EmbeddedPostgresServer): () => void {
     }
     rmSync(server.dataDir, { recursive: true, force: true, maxRetries: 3 });
   };
+}
+
+const SIGNALS = ["SIGTERM", "SIGINT", "SIGHUP"] as const;
+
+/**
+ * On SIGTERM, SIGINT or SIGHUP (a runner killed, Ctrl-C, a closed terminal) no exit event comes: the server is
+ * stopped and its folder removed, then the signal raised again so the process ends as it would have, unless
+ * another listener (the runner's own) is there to handle it.
+ */
+function stopOnSignals(kill: () => void): () => void {
+  const unhook = (): void => {
+    for (const signal of SIGNALS) process.off(signal, onSignal);
+  };
+  function onSignal(signal: NodeJS.Signals): void {
+    unhook();
+    kill();
+    if (process.listenerCount(signal) === 0) process.kill(process.pid, signal);
+  }
+  for (const signal of SIGNALS) process.on(signal, onSignal);
+  return unhook;
 }
 
 function running(pid: number): boolean {

@@ -62,6 +62,10 @@ export class OutcomeTracker {
   private readonly waits = new Map<string, Retry[]>();
   private readonly finals = new Map<string, Outcome[]>();
   private readonly waiting = new Map<string, ((outcome: Outcome) => void)[]>();
+  /** The inbox key of each delivered id the worker has settled, for a copy the broker then dead-letters. */
+  private readonly keys = new Map<string, string>();
+  private readonly timers = new Map<NodeJS.Timeout, () => void>();
+  private closed = false;
 
   /** A retry in place, by the delivered message's id (a copy's own id). */
   waited(deliveredId: string, retry: Retry): void {
@@ -71,6 +75,7 @@ export class OutcomeTracker {
   }
 
   settled(inboxKey: string, deliveredId: string, decision: Settled): void {
+    this.keys.set(deliveredId, inboxKey);
     const retries = this.retries.get(inboxKey) ?? [];
     retries.push(...(this.waits.get(deliveredId) ?? []));
     this.waits.delete(deliveredId);
@@ -105,6 +110,36 @@ export class OutcomeTracker {
     }
   }
 
+  /**
+   * A message the broker dead-lettered itself (its delivery count reached, its time to live over): the worker never
+   * settled that delivery, so this is its final outcome, with the failed attempts the worker saw before.
+   */
+  deadLetteredByBroker(deliveredId: string, reason: string, description: string): void {
+    const inboxKey = this.keys.get(deliveredId) ?? deliveredId;
+    const retries = this.retries.get(inboxKey) ?? [];
+    retries.push(...(this.waits.get(deliveredId) ?? []));
+    this.waits.delete(deliveredId);
+    this.retries.delete(inboxKey);
+    this.final({
+      status: "dead-lettered",
+      messageId: inboxKey,
+      attempts: retries.length,
+      retries,
+      reason,
+      description,
+    });
+  }
+
+  /** Ends every wait: `stop` rejects what is still awaited rather than leave a timer holding the process open. */
+  close(): void {
+    this.closed = true;
+    for (const [timer, reject] of this.timers) {
+      clearTimeout(timer);
+      reject();
+    }
+    this.timers.clear();
+  }
+
   dropped(messageId: string): void {
     this.final({ status: "dropped-by-broker", messageId, attempts: 0, retries: [] });
   }
@@ -113,8 +148,11 @@ export class OutcomeTracker {
   next(messageId: string, timeoutMs: number): Promise<Outcome> {
     const ready = this.finals.get(messageId);
     if (ready && ready.length > 0) return Promise.resolve(ready.shift()!);
+    if (this.closed)
+      return Promise.reject(new Error(`harness: stopped before message ${messageId} had an outcome`));
     return new Promise<Outcome>((resolve, reject) => {
       const timer = setTimeout(() => {
+        this.timers.delete(timer);
         const list = this.waiting.get(messageId) ?? [];
         this.waiting.set(
           messageId,
@@ -130,8 +168,14 @@ export class OutcomeTracker {
           ),
         );
       }, timeoutMs);
+      // A forgotten `stop` must not keep the test process alive on this timer.
+      timer.unref();
+      this.timers.set(timer, () =>
+        reject(new Error(`harness: stopped before message ${messageId} had an outcome`)),
+      );
       const settle = (outcome: Outcome): void => {
         clearTimeout(timer);
+        this.timers.delete(timer);
         resolve(outcome);
       };
       const list = this.waiting.get(messageId) ?? [];

@@ -58,6 +58,11 @@ export interface WorkerOptions {
   readonly progress?: ProgressOptions;
   /** Runs after a message's decision and before its settlement (fault injection; tests). */
   readonly beforeSettle?: (message: IncomingMessage, decision: Decision) => void | Promise<void>;
+  /** Told of each retry in place before its wait (the test harness's outcomes), beside the log line. */
+  readonly onRetry?: (
+    message: IncomingMessage,
+    retry: { attempt: number; delayMs: number; errorClass: string; error: unknown },
+  ) => void;
   /** Runs after a retry's copy is scheduled and before the original is completed (fault injection; tests). */
   readonly beforeComplete?: (message: IncomingMessage, decision: Decision) => void | Promise<void>;
 }
@@ -283,6 +288,7 @@ export function createWorker(options: WorkerOptions): Worker {
           errorClass,
           error: decision.error,
         });
+        options.onRetry?.(message, { attempt: attempt.attempt, delayMs, errorClass, error: decision.error });
         recordRetryWait(ctx, verdict.attempt, delayMs, decision.error);
         const began = Date.now();
         if (await pause(delayMs, held)) {

@@ -1,8 +1,8 @@
 /**
  * Local development as docs/handlers.md describes it, from a checkout: `npx sbinbox dev` runs the broker and a
  * PostgreSQL kept between runs and prints their settings; `sbinbox migrate`, `sbinbox worker` and `sbinbox publish`
- * started separately with those settings apply a NoteCreated; a second `sbinbox dev` on the same folder finds the
- * note and the migrations still there.
+ * started separately with those settings apply a MemoWritten (a fixture module's, so a team's own handlers/ keeps
+ * this green); a second `sbinbox dev` on the same folder finds the memo and the migrations still there.
  */
 import assert from "node:assert/strict";
 import { execFile, spawn, type ChildProcess } from "node:child_process";
@@ -83,7 +83,7 @@ describe("sbinbox dev: local development with a database that outlives the worke
       assert.match(first.stdout(), new RegExp(`data kept in ${data}/postgres`));
       const env: Record<string, string> = {
         ...(await devEnv(data)),
-        SBINBOX_HANDLERS: "./handlers/index.ts",
+        SBINBOX_HANDLERS: "./test/fixtures/memo-handlers/index.ts",
       };
       assert.equal(
         env.SBINBOX_POSTGRES_URL,
@@ -91,12 +91,12 @@ describe("sbinbox dev: local development with a database that outlives the worke
       );
       const migrated = await runCli(["migrate"], env);
       assert.equal(migrated.code, 0, migrated.stderr);
-      assert.match(migrated.stdout, /applied 0001_inbox, .*notes:0001_notes/);
+      assert.match(migrated.stdout, /applied 0001_inbox, .*memos:0001_memos/);
       worker = startCli(["worker"], { ...env, SBINBOX_HTTP_HOST: "127.0.0.1", PORT: "0" });
-      const events = join(data, "notes.jsonl");
+      const events = join(data, "memos.jsonl");
       await writeFile(
         events,
-        `${JSON.stringify({ type: "NoteCreated", key: "7", body: { noteId: 7, text: "kept" } })}\n`,
+        `${JSON.stringify({ type: "MemoWritten", key: "7", body: { memoId: 7, text: "kept" } })}\n`,
       );
       const published = await runCli(["publish", "--file", events], env);
       assert.equal(published.code, 0, published.stderr);
@@ -106,7 +106,7 @@ describe("sbinbox dev: local development with a database that outlives the worke
         const deadline = Date.now() + 40_000;
         let rows: { text: string }[] = [];
         while (rows.length === 0 && worker.child.exitCode === null && Date.now() < deadline) {
-          rows = (await client.query<{ text: string }>("SELECT text FROM notes WHERE note_id = 7")).rows;
+          rows = (await client.query<{ text: string }>("SELECT text FROM memos WHERE memo_id = 7")).rows;
           if (rows.length === 0) await new Promise((r) => setTimeout(r, 200));
         }
         assert.deepEqual(rows, [{ text: "kept" }]);
@@ -125,7 +125,7 @@ describe("sbinbox dev: local development with a database that outlives the worke
     try {
       const env: Record<string, string> = {
         ...(await devEnv(data)),
-        SBINBOX_HANDLERS: "./handlers/index.ts",
+        SBINBOX_HANDLERS: "./test/fixtures/memo-handlers/index.ts",
       };
       const again = await runCli(["migrate"], env);
       assert.equal(again.code, 0, again.stderr);
@@ -133,7 +133,7 @@ describe("sbinbox dev: local development with a database that outlives the worke
       const client = new pg.Client({ connectionString: env.SBINBOX_POSTGRES_URL });
       await client.connect();
       try {
-        const { rows } = await client.query<{ text: string }>("SELECT text FROM notes WHERE note_id = 7");
+        const { rows } = await client.query<{ text: string }>("SELECT text FROM memos WHERE memo_id = 7");
         assert.deepEqual(rows, [{ text: "kept" }]);
       } finally {
         await client.end();

@@ -3,16 +3,18 @@
  * PostgreSQL, and `stop` (or the process's exit without it) leaves no PostgreSQL running.
  */
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
+import { once } from "node:events";
 import { existsSync, readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { z } from "zod";
 import { DoNotRetryError, type MessageHandler } from "sbinbox";
 import { startHarness, type Harness } from "sbinbox-dev/testing";
-import { noteCreated } from "../../handlers/notes.ts";
+import { memoWritten } from "../fixtures/memo-handlers/index.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
+const MODULE = "./test/fixtures/memo-handlers/index.ts";
 
 /** Fails `failures` times with a transient error (a 503), then succeeds. */
 function flaky(type: string, failures: number): MessageHandler & { calls: number } {
@@ -53,8 +55,8 @@ describe("the test harness (sbinbox-dev/testing)", function () {
   };
   before(async () => {
     harness = await startHarness({
-      module: "./handlers/index.ts",
-      handlers: [noteCreated, twice, always, refusing],
+      module: MODULE,
+      handlers: [memoWritten, twice, always, refusing],
       queue: { duplicateDetectionWindowMs: 60_000 },
     });
   });
@@ -63,24 +65,24 @@ describe("the test harness (sbinbox-dev/testing)", function () {
   });
 
   it("a published event is committed, its effect readable through db", async () => {
-    const id = await harness.publish("NoteCreated", "h-1", { noteId: 101, text: "hello" });
+    const id = await harness.publish("MemoWritten", "h-1", { memoId: 101, text: "hello" });
     const outcome = await harness.outcome(id);
     assert.equal(outcome.status, "committed");
     assert.equal(outcome.attempts, 1);
-    const { rows } = await harness.db.query<{ text: string }>("SELECT text FROM notes WHERE note_id = 101");
+    const { rows } = await harness.db.query<{ text: string }>("SELECT text FROM memos WHERE memo_id = 101");
     assert.deepEqual(rows, [{ text: "hello" }]);
   });
 
   it("a resend inside the window is dropped by the broker; past it, the inbox finds it a duplicate", async () => {
-    const id = await harness.publish("NoteCreated", "h-2", { noteId: 102, text: "once" });
+    const id = await harness.publish("MemoWritten", "h-2", { memoId: 102, text: "once" });
     assert.equal((await harness.outcome(id)).status, "committed");
-    const message = { messageId: id, subject: "NoteCreated", body: { noteId: 102, text: "once" } };
+    const message = { messageId: id, subject: "MemoWritten", body: { memoId: 102, text: "once" } };
     await harness.sendRaw(message);
     assert.equal((await harness.outcome(id)).status, "dropped-by-broker");
     await harness.sendRaw(message, { pastDuplicateWindow: true });
     assert.equal((await harness.outcome(id)).status, "duplicate");
     const { rows } = await harness.db.query<{ n: number }>(
-      "SELECT count(*)::integer AS n FROM notes WHERE note_id = 102",
+      "SELECT count(*)::integer AS n FROM memos WHERE memo_id = 102",
     );
     assert.deepEqual(rows, [{ n: 1 }]);
   });
@@ -88,7 +90,7 @@ describe("the test harness (sbinbox-dev/testing)", function () {
   it("a malformed body is dead-lettered with its reason", async () => {
     const id = await harness.sendRaw({
       messageId: "bad-1",
-      subject: "NoteCreated",
+      subject: "MemoWritten",
       body: Buffer.from("{not json"),
     });
     const outcome = await harness.outcome(id);
@@ -144,7 +146,7 @@ describe("the test harness leaves no process behind", function () {
   this.timeout(60_000);
 
   it("stop ends the PostgreSQL it started and removes its data", async () => {
-    const harness = await startHarness({ module: "./handlers/index.ts" });
+    const harness = await startHarness({ module: MODULE });
     const url = new URL(harness.postgresUrl);
     const { rows } = await harness.db.query<{ pid: number; dir: string }>(
       "SELECT pg_backend_pid() AS pid, current_setting('data_directory') AS dir",
@@ -162,7 +164,7 @@ describe("the test harness leaves no process behind", function () {
   it("a test process that exits without stop (a failed test, a forgotten hook) still ends its PostgreSQL", async () => {
     const script = `
       import { startHarness } from "sbinbox-dev/testing";
-      const harness = await startHarness({ module: "./handlers/index.ts" });
+      const harness = await startHarness({ module: "${MODULE}" });
       const { rows } = await harness.db.query("SELECT current_setting('data_directory') AS dir");
       process.stdout.write(rows[0].dir + "\\n");
       process.exit(1);
@@ -179,5 +181,40 @@ describe("the test harness leaves no process behind", function () {
     assert.ok(!existsSync(dir), "the PostgreSQL data is left behind");
     const { stdout } = await promisify(execFile)("ps", ["-eo", "args"]);
     assert.ok(!stdout.includes(dir), `a process still runs on ${dir}`);
+  });
+
+  it("a test process ended by SIGTERM (a runner killed, a CI timeout) stops its PostgreSQL and removes its data", async () => {
+    const script = `
+      import { startHarness } from "sbinbox-dev/testing";
+      const harness = await startHarness({ module: "${MODULE}" });
+      const { rows } = await harness.db.query("SELECT current_setting('data_directory') AS dir");
+      process.stdout.write(rows[0].dir + "\\n");
+    `;
+    const child = spawn(process.execPath, ["--input-type=module", "-e", script], { cwd: root });
+    let stdout = "";
+    child.stdout.setEncoding("utf8");
+    const printed = new Promise<string>((resolve) =>
+      child.stdout.on("data", (chunk: string) => {
+        stdout += chunk;
+        if (stdout.includes("\n")) resolve(stdout.trim());
+      }),
+    );
+    const exited = once(child, "exit") as Promise<[number | null, NodeJS.Signals | null]>;
+    const dir = await Promise.race([
+      printed,
+      exited.then(() => assert.fail(`the script ended early: ${stdout}`)),
+    ]);
+    assert.match(dir, /sbinbox-pg-/);
+    assert.ok(existsSync(dir), "the harness's data folder exists while it runs");
+    child.kill("SIGTERM");
+    const [code, signal] = await exited;
+    assert.deepEqual(
+      [code, signal],
+      [null, "SIGTERM"],
+      "the signal is raised again once PostgreSQL is stopped",
+    );
+    assert.ok(!existsSync(dir), "the PostgreSQL data is left behind");
+    const { stdout: ps } = await promisify(execFile)("ps", ["-eo", "args"]);
+    assert.ok(!ps.includes(dir), `a process still runs on ${dir}`);
   });
 });

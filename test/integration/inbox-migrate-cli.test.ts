@@ -9,6 +9,8 @@ import { createTestDatabase } from "../helpers/postgres.ts";
 
 const bin = fileURLToPath(new URL("../../bin/sbinbox.js", import.meta.url));
 
+const MODULE = "./test/fixtures/memo-handlers/index.ts";
+
 describe("sbinbox migrate", function () {
   it("applies pending migrations through the real command, then is a no-op", async function () {
     const url = await createTestDatabase("inbox_migrate_cli");
@@ -40,12 +42,13 @@ describe("sbinbox migrate", function () {
       ...process.env,
       SBINBOX_POSTGRES_URL: url,
       SBINBOX_SQLSERVER_CONNECTION_STRING: "",
-      SBINBOX_HANDLERS: "./handlers/index.ts",
+      SBINBOX_HANDLERS: MODULE,
     };
     const cwd = fileURLToPath(new URL("../..", import.meta.url));
     const first = await promisify(execFile)(process.execPath, [bin, "migrate"], { env, cwd });
-    // Whatever the team has put in handlers/ (its folder): the inbox's, then each of the module's files, in order.
-    const team = await loadHandlerModule("./handlers/index.ts");
+    // A fixture module, not handlers/ (the team's folder, which may hold no migrations): the inbox's, then each of
+    // the module's files, in order.
+    const team = await loadHandlerModule(MODULE);
     const files = (await moduleMigrations(team, "postgres")).migrations;
     assert.ok(files.length > 0, "the probe must see the module's migrations");
     const expected = ["0001_inbox", ...files.map((m) => `${team.name}:${m.name}`)];

@@ -48,6 +48,11 @@ describe("a newcomer's mistakes with the handler module", function () {
       /sbinbox worker: configuration error: SBINBOX_HANDLERS: cannot load "\.\/handlers\/nope\.ts"/,
     );
     assert.doesNotMatch(result.stderr, /embedded defaults: local broker and embedded PostgreSQL started/);
+    assert.doesNotMatch(
+      result.stderr,
+      /http listening/,
+      "the HTTP listener starts only after the module loads",
+    );
     assert.doesNotMatch(result.stderr, STACK);
   });
 

@@ -142,3 +142,71 @@ describe("telemetry: masking stays inside one JSON field", () => {
     assert.equal(lines[0]!.postgres, "postgres://postgres:[redacted]@127.0.0.1:31471/postgres");
   });
 });
+
+describe("telemetry: masking happens before serialisation (quoted, braced and URL forms)", () => {
+  const cases: { fields: Record<string, unknown>; secret: RegExp; kept: RegExp }[] = [
+    {
+      fields: { error: { message: 'failed for postgres://app:s3cr"etTail@db:5432/x' } },
+      secret: /s3cr|etTail/,
+      kept: /postgres:\/\/app:\[redacted\]@db:5432\/x/,
+    },
+    {
+      fields: { reason: "Server=tcp:x;Password=abc def;" },
+      secret: /abc|def/,
+      kept: /Server=tcp:x;Password=\[redacted\];/,
+    },
+    {
+      fields: { reason: "postgres://app:p@ss@db/x" },
+      secret: /p@ss|ss@/,
+      kept: /postgres:\/\/app:\[redacted\]@db\/x/,
+    },
+    {
+      fields: {
+        error: 'login failed: Server=tcp:x.database.windows.net;User Id=app;Password="Pa;ss word1";',
+      },
+      secret: /Pa;|ss word1/,
+      kept: /User Id=app;Password=\[redacted\];/,
+    },
+    {
+      fields: { error: "login failed: Server=tcp:x;Password={Pa;ssword1};" },
+      secret: /Pa;|ssword1/,
+      kept: /Password=\[redacted\];/,
+    },
+    {
+      fields: { error: "Pwd='it''s;secret'; Database=x" },
+      secret: /it|secret/,
+      kept: /Pwd=\[redacted\]; Database=x/,
+    },
+    {
+      fields: { error: new Error('connect postgres://app:s3cr"et@db/x') },
+      secret: /s3cr/,
+      kept: /"name":"Error"/,
+    },
+    {
+      fields: { nested: { deeper: ["Password=hunter2"] } },
+      secret: /hunter2/,
+      kept: /Password=\[redacted\]/,
+    },
+  ];
+  for (const { fields, secret, kept } of cases) {
+    it(`masks ${JSON.stringify(fields instanceof Error ? fields.message : fields)}, the line valid JSON`, () => {
+      const raw: string[] = [];
+      const logger = createLogger({ write: (line) => raw.push(line) });
+      logger.error("connect failed", fields);
+      assert.equal(raw.length, 1);
+      const parsed = JSON.parse(raw[0]!) as Record<string, unknown>;
+      assert.equal(parsed.msg, "connect failed");
+      assert.doesNotMatch(raw[0]!, secret);
+      assert.match(raw[0]!, kept);
+    });
+  }
+
+  it("masks a child's fields and the message text too", () => {
+    const raw: string[] = [];
+    const logger = createLogger({ write: (line) => raw.push(line) }).child({ url: "postgres://a:pw1@h/x" });
+    logger.warn("retrying postgres://a:pw2@h/x");
+    const parsed = JSON.parse(raw[0]!) as Record<string, unknown>;
+    assert.equal(parsed.url, "postgres://a:[redacted]@h/x");
+    assert.equal(parsed.msg, "retrying postgres://a:[redacted]@h/x");
+  });
+});

@@ -38,6 +38,12 @@ describe("inbox migration files", () => {
     await writeFile(join(dir, "0004_d.sql"), "select 4");
     await assert.rejects(loadMigrations(dir), /0004_\w+\.sql leaves a gap \(expected 0003_name\.sql next\)/);
     await rm(join(dir, "0004_d.sql"));
+    await writeFile(join(dir, "0002_bb.sql"), "select 2");
+    await assert.rejects(
+      loadMigrations(dir),
+      /0002_bb\.sql repeats number 0002, already used by 0002_b\.sql \(renumber it 0003_name\.sql\)/,
+    );
+    await rm(join(dir, "0002_bb.sql"));
     await writeFile(join(dir, "3_c.sql"), "select 3");
     await assert.rejects(loadMigrations(dir), /not named NNNN_name.sql/);
   });
