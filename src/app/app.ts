@@ -181,6 +181,7 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
       batchWaitMs: config.batchWaitMs,
       batchMaxInFlight: config.batchMaxInFlight,
       gracePeriodMs: config.gracePeriodMs,
+      progress: config.progress,
       claimTimeoutMs: config.claimTimeoutMs,
       sweepIntervalMs: config.sweepIntervalMs,
       retentionMs: config.retentionMs,

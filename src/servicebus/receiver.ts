@@ -53,6 +53,8 @@ export interface QueueReceiverOptions {
   readonly beforeComplete?: (message: IncomingMessage, decision: Decision) => void | Promise<void>;
   /** Each message taken for processing. */
   readonly onReceived?: () => void;
+  /** Each error the SDK reports for the receive link (processError with errorSource "receive"). */
+  readonly onReceiveError?: (error: unknown) => void;
   /** After settlement: the broker call made, whether it took effect, its error if not, the time since receipt. */
   readonly onSettled?: (decision: Decision, result: Settlement & { durationMs: number }) => void;
 }
@@ -93,6 +95,7 @@ export class QueueReceiver {
     this.options = options;
     this.scheduler = options.scheduler ?? new SettlementScheduler();
     this.guard = new SettlementGuard({
+      logger: options.logger,
       onLateOutcome: (message, error) =>
         options.logger.debug("a settlement given up on failed later", {
           messageId: message.messageId,
@@ -327,6 +330,7 @@ export class QueueReceiver {
 
   private onError(args: ProcessErrorArgs): Promise<void> {
     this.stats.receiveErrors += 1;
+    if (args.errorSource === "receive") this.options.onReceiveError?.(args.error);
     if (
       /requires sessions to create a non-sessionful/.test(String((args.error as Error | undefined)?.message))
     )

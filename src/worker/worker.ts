@@ -164,8 +164,9 @@ export function createWorker(options: WorkerOptions): Worker {
     handle: (message: IncomingMessage, ctx: Context) => handle(message, ctx),
     beforeSettle: options.beforeSettle,
     beforeComplete: options.beforeComplete,
+    onReceiveError: (error) => progress.receiveError(error),
     onReceived: () => {
-      progress.heard();
+      progress.received();
       telemetry.recordConsumed(options.queue);
     },
     onSettled: (decision, result) => {
