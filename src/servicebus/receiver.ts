@@ -53,8 +53,11 @@ export interface QueueReceiverOptions {
   readonly beforeComplete?: (message: IncomingMessage, decision: Decision) => void | Promise<void>;
   /** Each message taken for processing. */
   readonly onReceived?: () => void;
-  /** Each error the SDK reports for the receive link (processError with errorSource "receive"). */
-  readonly onReceiveError?: (error: unknown) => void;
+  /**
+   * Each error the SDK reports for the receive link (processError with errorSource "receive"), with a function
+   * that tells whether that link is open now.
+   */
+  readonly onReceiveError?: (error: unknown, linkOpen: () => boolean | undefined) => void;
   /** After settlement: the broker call made, whether it took effect, its error if not, the time since receipt. */
   readonly onSettled?: (decision: Decision, result: Settlement & { durationMs: number }) => void;
 }
@@ -112,6 +115,16 @@ export class QueueReceiver {
   /** True while a subscription is open and taking messages. */
   get attached(): boolean {
     return this.accepting && this.subscription !== undefined && this.receiver?.isClosed === false;
+  }
+
+  /**
+   * Whether the SDK's receive link is open (its internal `_streamingReceiver`, checked by
+   * test/unit/sdk-internals.test.ts); undefined when this SDK does not have it where 7.9 does.
+   */
+  get receiveLinkOpen(): boolean | undefined {
+    const streaming = (this.receiver as { _streamingReceiver?: { isOpen?: () => boolean } } | undefined)
+      ?._streamingReceiver;
+    return typeof streaming?.isOpen === "function" ? streaming.isOpen() : undefined;
   }
 
   /** Opens a new receive link and starts taking messages. */
@@ -330,7 +343,7 @@ export class QueueReceiver {
 
   private onError(args: ProcessErrorArgs): Promise<void> {
     this.stats.receiveErrors += 1;
-    if (args.errorSource === "receive") this.options.onReceiveError?.(args.error);
+    if (args.errorSource === "receive") this.options.onReceiveError?.(args.error, () => this.receiveLinkOpen);
     if (
       /requires sessions to create a non-sessionful/.test(String((args.error as Error | undefined)?.message))
     )

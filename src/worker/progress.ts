@@ -56,6 +56,8 @@ export class ProgressMonitor {
   private lastProbeEnd = 0;
   /** Since when the receive link has given only errors (no message received since). */
   private refusedSince: number | undefined;
+  private receiveLinkOpen: (() => boolean | undefined) | undefined;
+  private lastReceiveError: unknown;
   private probing = false;
   private timer: NodeJS.Timeout | undefined;
   private stopObserving: (() => void) | undefined;
@@ -110,27 +112,46 @@ export class ProgressMonitor {
 
   /** A message arrived on the receive link: the broker is heard, and receiving is not refused. */
   received(): void {
-    this.refusedSince = undefined;
-    if (this.current === "refused") {
-      this.current = "ok";
-      this.options.logger.info("Service Bus delivers again on the worker's receive link: ready");
-    }
+    this.receiving();
     this.heard();
   }
 
+  private receiving(): void {
+    this.refusedSince = undefined;
+    if (this.current !== "refused") return;
+    this.current = "ok";
+    this.options.logger.info("Service Bus opens the worker's receive link again: ready");
+  }
+
   /**
-   * The SDK's processError for the receive link (errorSource "receive"). A link that only ever gets errors, such as
-   * a receive from a queue that forwards (the broker refuses it), is "refused" after `silentAfterMs`: the probe's
-   * peeks are still answered, so the link is not silent, but nothing can be received.
+   * The SDK's processError for the receive link (errorSource "receive"). Receive errors with the link still not
+   * open `silentAfterMs` later, and nothing received since, are "refused": a receive from a queue that forwards,
+   * say, which the broker refuses while it answers the probe's peeks. A link the SDK opened again after a drop
+   * clears it; when the SDK does not say whether the link is open, errors alone never turn readiness.
    */
-  receiveError(error: unknown): void {
+  receiveError(error: unknown, linkOpen: () => boolean | undefined): void {
+    this.refusedSince ??= Date.now();
+    this.receiveLinkOpen = linkOpen;
+    this.lastReceiveError = error;
+    this.evaluateRefused();
+  }
+
+  private evaluateRefused(): void {
+    if (this.refusedSince === undefined) return;
+    const open = this.receiveLinkOpen?.();
+    if (open === true) return this.receiving();
+    if (open === undefined) return;
     const now = Date.now();
-    this.refusedSince ??= now;
     if (this.current !== "ok" || now - this.refusedSince < this.silentAfterMs) return;
     this.current = "refused";
+    const error = this.lastReceiveError;
     this.options.logger.warn(
       "Service Bus refuses the worker's receive link: only errors, nothing received; not ready until it delivers",
-      { refusedMs: now - this.refusedSince, code: isServiceBusError(error) ? error.code : undefined },
+      {
+        refusedMs: now - this.refusedSince,
+        code: isServiceBusError(error) ? error.code : undefined,
+        error: error instanceof Error ? error.message : String(error),
+      },
     );
   }
 
@@ -172,6 +193,7 @@ export class ProgressMonitor {
 
   private tick(): void {
     this.evaluate();
+    this.evaluateRefused();
     if (this.probing) return;
     const since = Date.now() - Math.max(this.lastHeard, this.lastProbeEnd);
     const every =

@@ -164,7 +164,7 @@ export function createWorker(options: WorkerOptions): Worker {
     handle: (message: IncomingMessage, ctx: Context) => handle(message, ctx),
     beforeSettle: options.beforeSettle,
     beforeComplete: options.beforeComplete,
-    onReceiveError: (error) => progress.receiveError(error),
+    onReceiveError: (error, linkOpen) => progress.receiveError(error, linkOpen),
     onReceived: () => {
       progress.received();
       telemetry.recordConsumed(options.queue);
