@@ -25,6 +25,11 @@ describe("the installed @azure/service-bus has the internals the settlement guar
       assert.equal(typeof renewer.stop, "function");
       assert.equal((renewer.stop as (...args: unknown[]) => unknown).length, 2, "stop(linkEntity, message)");
       assert.ok(renewer._messageRenewLockTimers instanceof Map, "renewals kept per link name");
+      // What QueueReceiver.receiveLinkOpen reads for the refused readiness (src/servicebus/receiver.ts).
+      const streaming = (receiver as unknown as { _streamingReceiver?: { isOpen?: () => boolean } })
+        ._streamingReceiver;
+      assert.equal(typeof streaming?.isOpen, "function");
+      assert.equal(streaming?.isOpen?.(), false, "not open: nothing listens");
     } finally {
       await subscription.close();
       await receiver.close();
