@@ -356,7 +356,10 @@ export interface ProgressSettings {
 
 /** A link can only turn silent after a peek went unanswered, so the quiet time and the peek's must fit before it. */
 function progressSettings(s: RawSettings): ProgressSettings {
-  if (s.SBINBOX_PROGRESS_SILENT_AFTER_MS < s.SBINBOX_PROGRESS_QUIET_MS + s.SBINBOX_PROGRESS_PROBE_TIMEOUT_MS) {
+  if (
+    s.SBINBOX_PROGRESS_SILENT_AFTER_MS <
+    s.SBINBOX_PROGRESS_QUIET_MS + s.SBINBOX_PROGRESS_PROBE_TIMEOUT_MS
+  ) {
     throw new ConfigError(
       "SBINBOX_PROGRESS_SILENT_AFTER_MS",
       "must be at least SBINBOX_PROGRESS_QUIET_MS + SBINBOX_PROGRESS_PROBE_TIMEOUT_MS",

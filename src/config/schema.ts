@@ -39,7 +39,8 @@ export const settings = {
     "read the inbox before the transaction, so late redeliveries cost one read: redeliveries (all but first deliveries, unless over half of recent ones were duplicates), true (all), false (none)",
   SBINBOX_MAX_MESSAGE_BYTES: "bodies larger than this are dead-lettered as MessageTooLarge",
   SBINBOX_GRACE_PERIOD_MS: "how long a stop waits for in-flight messages",
-  SBINBOX_PROGRESS_QUIET_MS: "with nothing heard from Service Bus this long, the worker peeks to ask (readiness)",
+  SBINBOX_PROGRESS_QUIET_MS:
+    "with nothing heard from Service Bus this long, the worker peeks to ask (readiness)",
   SBINBOX_PROGRESS_PROBE_TIMEOUT_MS: "how long that peek may take before it counts as unanswered",
   SBINBOX_PROGRESS_SILENT_AFTER_MS: "nothing heard this long (and a peek unanswered): /readyz says silent",
   SBINBOX_PROGRESS_RECOVER_AFTER_MS: "answers heard throughout this long: /readyz says ok again",

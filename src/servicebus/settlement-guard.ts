@@ -131,7 +131,8 @@ export class SettlementGuard {
       };
       const giveUp = (reason: UnconfirmedReason): void =>
         finish(() => {
-          if (link && reason !== "lock-expired" && !stopStaleRenewal(receiver, message, link)) this.noRenewer();
+          if (link && reason !== "lock-expired" && !stopStaleRenewal(receiver, message, link))
+            this.noRenewer();
           reject(new SettlementUnconfirmedError(reason, Date.now() - began, lockedUntil));
         });
       const gone = (): UnconfirmedReason =>

@@ -22,7 +22,6 @@ export interface ProgressOptions {
   readonly recoverAfterMs?: number;
 }
 
-
 /** How often the probe asks while the link is silent or recovering. */
 const RECOVERY_PROBE_MS = 1_000;
 

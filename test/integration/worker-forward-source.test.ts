@@ -33,7 +33,8 @@ describe("worker: readiness when the broker refuses receiving (a queue that forw
     try {
       worker = startTestWorker({ client: fixture.client, db, logger: logs.logger, progress: PROGRESS });
       await waitUntil(
-        () => logs.lines.some((l) => String(l.msg).startsWith("Service Bus refuses the worker's receive link")),
+        () =>
+          logs.lines.some((l) => String(l.msg).startsWith("Service Bus refuses the worker's receive link")),
         "the refusal is logged",
         PROGRESS.silentAfterMs + 10_000,
       );

@@ -110,7 +110,10 @@ describe("ProgressMonitor: a silent link told from an idle queue, with hysteresi
     const { monitor } = started(false);
     await waitUntil(() => monitor.state === "silent", "silent", 5_000);
     const local = [
-      new ServiceBusError("Failed to complete the message as the AMQP link ... is no longer alive.", "SessionLockLost"),
+      new ServiceBusError(
+        "Failed to complete the message as the AMQP link ... is no longer alive.",
+        "SessionLockLost",
+      ),
       new ServiceBusError("Operation to settle the message has timed out.", "ServiceTimeout"),
       new AggregateError([new ServiceBusError("timed out", "ServiceTimeout")]),
     ];
@@ -128,7 +131,10 @@ describe("ProgressMonitor: a silent link told from an idle queue, with hysteresi
     assert.equal(monitor.state, "ok", "one error is not yet a refusal");
     await waitUntil(() => monitor.state === "refused", "refused", 5_000);
     const line = lines.find((l) => String(l.msg).startsWith("Service Bus refuses"));
-    assert.ok(Number(line?.refusedMs) >= SETTINGS.silentAfterMs, `refused after ${String(line?.refusedMs)} ms`);
+    assert.ok(
+      Number(line?.refusedMs) >= SETTINGS.silentAfterMs,
+      `refused after ${String(line?.refusedMs)} ms`,
+    );
     open = true;
     await waitUntil(() => monitor.state === "ok", "ok once the link is open", 5_000);
   });

@@ -18,9 +18,7 @@ describe("the installed @azure/service-bus has the internals the settlement guar
     const subscription = receiver.subscribe({ processMessage: async () => {}, processError: async () => {} });
     try {
       const renewer = lockRenewerOf(receiver) as
-        | { stop?: unknown; _messageRenewLockTimers?: unknown }
-        | null
-        | undefined;
+        { stop?: unknown; _messageRenewLockTimers?: unknown } | null | undefined;
       assert.ok(renewer, "the lock renewer is where the guard reads it");
       assert.equal(typeof renewer.stop, "function");
       assert.equal((renewer.stop as (...args: unknown[]) => unknown).length, 2, "stop(linkEntity, message)");
