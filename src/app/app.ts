@@ -176,6 +176,7 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
       maxConcurrentCalls: config.maxConcurrentCalls,
       sessions: config.maxConcurrentSessions > 0 ? { maxSessions: config.maxConcurrentSessions } : undefined,
       maxAutoLockRenewalMs: config.maxAutoLockRenewalMs,
+      lockDurationMs: config.lockDurationMs,
       maxMessageBytes: config.maxMessageBytes,
       batchSize: config.batchSize,
       batchWaitMs: config.batchWaitMs,

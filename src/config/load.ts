@@ -36,6 +36,8 @@ export interface Config {
   /** Session mode when above 0 (SBINBOX_MAX_CONCURRENT_SESSIONS). */
   readonly maxConcurrentSessions: number;
   readonly maxAutoLockRenewalMs: number;
+  /** SBINBOX_QUEUE_LOCK_DURATION_MS: the queue's LockDuration (retention check, settlement bound). */
+  readonly lockDurationMs: number;
   readonly precheck: PreCheckMode;
   readonly batchSize: number;
   readonly batchWaitMs: number;
@@ -111,6 +113,7 @@ export function loadConfig(options: LoadOptions = {}): Config {
     maxConcurrentCalls: s.SBINBOX_MAX_CONCURRENT_CALLS,
     maxConcurrentSessions: s.SBINBOX_MAX_CONCURRENT_SESSIONS,
     maxAutoLockRenewalMs: s.SBINBOX_MAX_AUTO_LOCK_RENEWAL_MS,
+    lockDurationMs: s.SBINBOX_QUEUE_LOCK_DURATION_MS,
     precheck: s.SBINBOX_PRECHECK,
     batchSize: batchSize(s),
     batchWaitMs: s.SBINBOX_BATCH_WAIT_MS,

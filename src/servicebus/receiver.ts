@@ -43,6 +43,8 @@ export interface QueueReceiverOptions {
   readonly queue: string;
   readonly maxConcurrentCalls: number;
   readonly maxAutoLockRenewalMs: number;
+  /** The entity's LockDuration, which bounds each settlement's wait besides the message's lock time. */
+  readonly lockDurationMs?: number;
   /** Decides what becomes of one message; must not throw (a throw is treated as a failure: abandon). */
   readonly handle: (message: IncomingMessage, ctx: Context) => Promise<Decision & { messageType?: string }>;
   readonly logger: Logger;
@@ -99,11 +101,19 @@ export class QueueReceiver {
     this.scheduler = options.scheduler ?? new SettlementScheduler();
     this.guard = new SettlementGuard({
       logger: options.logger,
+      lockDurationMs: options.lockDurationMs,
       onLateOutcome: (message, error) =>
-        options.logger.debug("a settlement given up on failed later", {
-          messageId: message.messageId,
-          error,
-        }),
+        error === undefined
+          ? options.logger.info(
+              "a settlement given up on succeeded later: the message is settled after all",
+              {
+                messageId: message.messageId,
+              },
+            )
+          : options.logger.debug("a settlement given up on failed later", {
+              messageId: message.messageId,
+              error,
+            }),
     });
   }
 

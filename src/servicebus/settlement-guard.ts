@@ -49,7 +49,12 @@ export interface SettlementGuardOptions {
   readonly minWaitMs?: number;
   /** The wait when the message carries no lock time. */
   readonly fallbackWaitMs?: number;
-  /** The SDK's answer to a settlement already given up on (the worker logs it at debug). */
+  /**
+   * The entity's LockDuration: no lock lasts longer after its settlement stopped the renewal, so this bounds the
+   * wait when the message's `lockedUntilUtc` (the broker's clock) reads later than it is on a skewed local clock.
+   */
+  readonly lockDurationMs?: number;
+  /** The SDK's late answer to a settlement already given up on: undefined for a success, else its error. */
   readonly onLateOutcome?: (message: ServiceBusReceivedMessage, error: unknown) => void;
   /** Warned once when the SDK lacks the internal field the stale renewal stop needs. */
   readonly logger?: Logger;
@@ -79,6 +84,7 @@ const FALLBACK_WAIT_MS = 60_000;
 export class SettlementGuard {
   private readonly minWaitMs: number;
   private readonly fallbackWaitMs: number;
+  private readonly lockDurationMs: number;
   private readonly onLateOutcome?: (message: ServiceBusReceivedMessage, error: unknown) => void;
   /** One listener per emitter and event, shared by every settlement waiting on it (16 at once would warn). */
   private readonly watchers = new Map<RheaEmitter, Map<string, Watchers>>();
@@ -90,6 +96,7 @@ export class SettlementGuard {
     this.logger = options.logger;
     this.minWaitMs = options.minWaitMs ?? MIN_WAIT_MS;
     this.fallbackWaitMs = options.fallbackWaitMs ?? FALLBACK_WAIT_MS;
+    this.lockDurationMs = options.lockDurationMs ?? Infinity;
     this.onLateOutcome = options.onLateOutcome;
   }
 
@@ -114,9 +121,10 @@ export class SettlementGuard {
     const goneAtIssue = link !== undefined && !link.is_open();
     const waitMs = goneAtIssue
       ? this.minWaitMs
-      : lockedUntil
-        ? Math.max(this.minWaitMs, lockedUntil.getTime() - began)
-        : Math.max(this.minWaitMs, this.fallbackWaitMs);
+      : Math.max(
+          this.minWaitMs,
+          Math.min(this.lockDurationMs, lockedUntil ? lockedUntil.getTime() - began : this.fallbackWaitMs),
+        );
     this.waiting += 1;
     return new Promise<void>((resolve, reject) => {
       let done = false;
@@ -145,7 +153,10 @@ export class SettlementGuard {
         if (link.session) unwatch.push(this.watch(link.session, "session_close", closed));
       }
       settling.then(
-        () => finish(resolve),
+        () => {
+          if (done) this.onLateOutcome?.(message, undefined);
+          finish(resolve);
+        },
         (error: unknown) => {
           if (done) this.onLateOutcome?.(message, error);
           // The SDK's own error, passed through as it is (a ServiceBusError or an AggregateError of them).

@@ -142,4 +142,29 @@ describe("SettlementGuard and its log line", function () {
     assert.equal(warnings.length, 1, "warned once");
     assert.equal(warnings[0]?.level, "warn");
   });
+
+  it("a lock time that reads late (a skewed clock) is bounded by the entity's lock duration; a late success is reported", async () => {
+    const late: unknown[] = [];
+    const guard = new SettlementGuard({
+      minWaitMs: 50,
+      lockDurationMs: 200,
+      onLateOutcome: (_, e) => late.push(e),
+    });
+    let answer: () => void = () => undefined;
+    const began = Date.now();
+    // The local clock an hour behind the broker's: lockedUntilUtc reads an hour away.
+    const settling = guard.settle(
+      message(new Date(began + 3_600_000)),
+      () => new Promise<void>((resolve) => (answer = resolve)),
+    );
+    await assert.rejects(
+      settling,
+      (e) => e instanceof SettlementUnconfirmedError && e.reason === "lock-expired",
+    );
+    const waited = Date.now() - began;
+    assert.ok(waited >= 190 && waited < 5_000, `gave up after ${waited} ms, at the lock duration`);
+    answer();
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.deepEqual(late, [undefined], "the late success is reported (as no error)");
+  });
 });
