@@ -1,7 +1,6 @@
 import assert from "node:assert/strict";
-import { parseConfig } from "../../src/localbroker/config.ts";
 import type { Worker } from "../../src/worker/worker.ts";
-import { useLocalBroker, waitUntil } from "../helpers/broker.ts";
+import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { capturedLogs } from "../helpers/logs.ts";
 import { exampleDatabase, startTestWorker } from "../helpers/worker.ts";
 
@@ -9,21 +8,7 @@ import { exampleDatabase, startTestWorker } from "../helpers/worker.ts";
 const PROGRESS = { quietMs: 300, probeTimeoutMs: 2_000, silentAfterMs: 3_000, recoverAfterMs: 1_000 };
 
 describe("worker: readiness when the broker refuses receiving (a queue that forwards)", function () {
-  const fixture = useLocalBroker(
-    parseConfig({
-      UserConfig: {
-        Namespaces: [
-          {
-            Name: "test",
-            Queues: [
-              { Name: "sbinbox", Properties: { ForwardTo: "dest" } },
-              { Name: "dest", Properties: {} },
-            ],
-          },
-        ],
-      },
-    }),
-  );
+  const fixture = useLocalBroker(brokerConfig({ sbinbox: { ForwardTo: "dest" }, dest: {} }));
 
   it("the peeks are answered but every receive is refused: /readyz says refused, not ok", async function () {
     this.timeout(60_000);
