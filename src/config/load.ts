@@ -39,12 +39,16 @@ export interface Config {
   /** Session mode when above 0 (SBINBOX_MAX_CONCURRENT_SESSIONS). */
   readonly maxConcurrentSessions: number;
   readonly maxAutoLockRenewalMs: number;
+  /** SBINBOX_QUEUE_LOCK_DURATION_MS: the queue's LockDuration (retention check, settlement bound). */
+  readonly lockDurationMs: number;
   readonly precheck: PreCheckMode;
   readonly batchSize: number;
   readonly batchWaitMs: number;
   readonly batchMaxInFlight: number;
   readonly maxMessageBytes: number;
   readonly gracePeriodMs: number;
+  /** When /readyz reports the Service Bus link silent (src/worker/progress.ts). */
+  readonly progress: ProgressSettings;
   readonly retentionMs: number;
   readonly cleanupIntervalMs: number;
   readonly claimTimeoutMs: number;
@@ -112,12 +116,14 @@ export function loadConfig(options: LoadOptions = {}): Config {
     maxConcurrentCalls: s.SBINBOX_MAX_CONCURRENT_CALLS,
     maxConcurrentSessions: s.SBINBOX_MAX_CONCURRENT_SESSIONS,
     maxAutoLockRenewalMs: s.SBINBOX_MAX_AUTO_LOCK_RENEWAL_MS,
+    lockDurationMs: s.SBINBOX_QUEUE_LOCK_DURATION_MS,
     precheck: s.SBINBOX_PRECHECK,
     batchSize: batchSize(s),
     batchWaitMs: s.SBINBOX_BATCH_WAIT_MS,
     batchMaxInFlight: s.SBINBOX_BATCH_MAX_IN_FLIGHT,
     maxMessageBytes: s.SBINBOX_MAX_MESSAGE_BYTES,
     gracePeriodMs: s.SBINBOX_GRACE_PERIOD_MS,
+    progress: progressSettings(s),
     retentionMs: retention(s),
     cleanupIntervalMs: s.SBINBOX_CLEANUP_INTERVAL_MS,
     claimTimeoutMs: s.SBINBOX_CLAIM_TIMEOUT_MS,
@@ -345,4 +351,30 @@ function backoffMax(s: RawSettings): number {
     throw new ConfigError("SBINBOX_OUTAGE_BACKOFF_MAX_MS", "must not be below SBINBOX_OUTAGE_BACKOFF_MIN_MS");
   }
   return s.SBINBOX_OUTAGE_BACKOFF_MAX_MS;
+}
+
+export interface ProgressSettings {
+  readonly quietMs: number;
+  readonly probeTimeoutMs: number;
+  readonly silentAfterMs: number;
+  readonly recoverAfterMs: number;
+}
+
+/** A link can only turn silent after a peek went unanswered, so the quiet time and the peek's must fit before it. */
+function progressSettings(s: RawSettings): ProgressSettings {
+  if (
+    s.SBINBOX_PROGRESS_SILENT_AFTER_MS <
+    s.SBINBOX_PROGRESS_QUIET_MS + s.SBINBOX_PROGRESS_PROBE_TIMEOUT_MS
+  ) {
+    throw new ConfigError(
+      "SBINBOX_PROGRESS_SILENT_AFTER_MS",
+      "must be at least SBINBOX_PROGRESS_QUIET_MS + SBINBOX_PROGRESS_PROBE_TIMEOUT_MS",
+    );
+  }
+  return {
+    quietMs: s.SBINBOX_PROGRESS_QUIET_MS,
+    probeTimeoutMs: s.SBINBOX_PROGRESS_PROBE_TIMEOUT_MS,
+    silentAfterMs: s.SBINBOX_PROGRESS_SILENT_AFTER_MS,
+    recoverAfterMs: s.SBINBOX_PROGRESS_RECOVER_AFTER_MS,
+  };
 }

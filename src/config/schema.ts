@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { INBOX_SCHEMA_PATTERN } from "../inbox/schema-name.ts";
+import { PROGRESS_DEFAULTS } from "../worker/progress-defaults.ts";
 import { serviceBusRules as sb } from "./rules.ts";
 
 /**
@@ -38,6 +39,11 @@ export const settings = {
     "read the inbox before the transaction, so late redeliveries cost one read: redeliveries (all but first deliveries, unless over half of recent ones were duplicates), true (all), false (none)",
   SBINBOX_MAX_MESSAGE_BYTES: "bodies larger than this are dead-lettered as MessageTooLarge",
   SBINBOX_GRACE_PERIOD_MS: "how long a stop waits for in-flight messages",
+  SBINBOX_PROGRESS_QUIET_MS:
+    "with nothing heard from Service Bus this long, the worker peeks to ask (readiness)",
+  SBINBOX_PROGRESS_PROBE_TIMEOUT_MS: "how long that peek may take before it counts as unanswered",
+  SBINBOX_PROGRESS_SILENT_AFTER_MS: "nothing heard this long (and a peek unanswered): /readyz says silent",
+  SBINBOX_PROGRESS_RECOVER_AFTER_MS: "answers heard throughout this long: /readyz says ok again",
   SBINBOX_RETENTION_HOURS: "how long inbox rows are kept",
   SBINBOX_CLEANUP_INTERVAL_MS: "how often old inbox rows are deleted (0 turns cleanup off)",
   SBINBOX_QUEUE_LOCK_DURATION_MS: "the queue's LockDuration, for the retention check",
@@ -196,6 +202,10 @@ export const parsers = {
   SBINBOX_PRECHECK: precheck.default("redeliveries"),
   SBINBOX_MAX_MESSAGE_BYTES: int(1).default(262_144),
   SBINBOX_GRACE_PERIOD_MS: ms(0).default(20_000),
+  SBINBOX_PROGRESS_QUIET_MS: ms(100).default(PROGRESS_DEFAULTS.quietMs),
+  SBINBOX_PROGRESS_PROBE_TIMEOUT_MS: ms(100).default(PROGRESS_DEFAULTS.probeTimeoutMs),
+  SBINBOX_PROGRESS_SILENT_AFTER_MS: ms(100).default(PROGRESS_DEFAULTS.silentAfterMs),
+  SBINBOX_PROGRESS_RECOVER_AFTER_MS: ms(100).default(PROGRESS_DEFAULTS.recoverAfterMs),
   SBINBOX_RETENTION_HOURS: hours(1).default(24 * 15),
   SBINBOX_CLEANUP_INTERVAL_MS: ms(0).default(600_000),
   SBINBOX_QUEUE_LOCK_DURATION_MS: ms(1).default(60_000),

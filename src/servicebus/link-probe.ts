@@ -13,6 +13,20 @@ export interface LinkProbe {
 const NO_ANSWER = new Set(["ServiceCommunicationProblem", "ServiceTimeout"]);
 
 /**
+ * Whether an SDK error was made locally, without an answer from the broker: the codes above, and the
+ * SessionLockLost the SDK raises itself when a session's link is "no longer alive" (it never sends the settlement).
+ * An AggregateError (the SDK's retries) is local when all its attempts were.
+ */
+export function isNoAnswer(error: unknown): boolean {
+  if (error instanceof AggregateError)
+    return error.errors.length > 0 && (error.errors as unknown[]).every(isNoAnswer);
+  if (!isServiceBusError(error)) return false;
+  return (
+    NO_ANSWER.has(error.code) || (error.code === "SessionLockLost" && /no longer alive/.test(error.message))
+  );
+}
+
+/**
  * A `peekMessages(1)` on a receiver of the worker's own client, so it travels on the same AMQP connection as the
  * receive link (one connection per client) and answers whether that connection still carries anything. It takes
  * no lock and needs only the Listen right the worker has. The receiver is never subscribed, so it opens no receive
@@ -28,7 +42,7 @@ export function createLinkProbe(client: ServiceBusClient, entityPath: string): L
         () => undefined,
         (error: unknown) => {
           if (controller.signal.aborted) return; // the time-out below reports it
-          if (isServiceBusError(error) && !NO_ANSWER.has(error.code)) return; // the broker answered: a refusal
+          if (isServiceBusError(error) && !isNoAnswer(error)) return; // the broker answered: a refusal
           throw error;
         },
       );

@@ -40,6 +40,8 @@ export interface QueueReceiverOptions {
   readonly queue: string;
   readonly maxConcurrentCalls: number;
   readonly maxAutoLockRenewalMs: number;
+  /** The entity's LockDuration, which bounds each settlement's wait besides the message's lock time. */
+  readonly lockDurationMs?: number;
   /**
    * Decides what becomes of one message; must not throw (a throw is treated as a failure: abandon). `held`, in
    * session mode, fires when the message's session is given up (lock lost, closed, detached); `unsettled` in the
@@ -58,6 +60,11 @@ export interface QueueReceiverOptions {
   readonly beforeComplete?: (message: IncomingMessage, decision: Decision) => void | Promise<void>;
   /** Each message taken for processing. */
   readonly onReceived?: () => void;
+  /**
+   * Each error the SDK reports for the receive link (processError with errorSource "receive"), with a function
+   * that tells whether that link is open now.
+   */
+  readonly onReceiveError?: (error: unknown, linkOpen: () => boolean | undefined) => void;
   /** After settlement: the broker call made, whether it took effect, its error if not, the time since receipt. */
   readonly onSettled?: (decision: Decision, result: Settlement & { durationMs: number }) => void;
 }
@@ -98,11 +105,20 @@ export class QueueReceiver {
     this.options = options;
     this.scheduler = options.scheduler ?? new SettlementScheduler();
     this.guard = new SettlementGuard({
+      logger: options.logger,
+      lockDurationMs: options.lockDurationMs,
       onLateOutcome: (message, error) =>
-        options.logger.debug("a settlement given up on failed later", {
-          messageId: message.messageId,
-          error,
-        }),
+        error === undefined
+          ? options.logger.info(
+              "a settlement given up on succeeded later: the message is settled after all",
+              {
+                messageId: message.messageId,
+              },
+            )
+          : options.logger.debug("a settlement given up on failed later", {
+              messageId: message.messageId,
+              error,
+            }),
     });
   }
 
@@ -122,6 +138,16 @@ export class QueueReceiver {
       this.subscription !== undefined &&
       this.receiver?.isClosed === false
     );
+  }
+
+  /**
+   * Whether the SDK's receive link is open (its internal `_streamingReceiver`, checked by
+   * test/unit/sdk-internals.test.ts); undefined when this SDK does not have it where 7.9 does.
+   */
+  get receiveLinkOpen(): boolean | undefined {
+    const streaming = (this.receiver as { _streamingReceiver?: { isOpen?: () => boolean } } | undefined)
+      ?._streamingReceiver;
+    return typeof streaming?.isOpen === "function" ? streaming.isOpen() : undefined;
   }
 
   /** Opens a new receive link and starts taking messages. */
@@ -360,6 +386,7 @@ export class QueueReceiver {
 
   private onError(args: ProcessErrorArgs): Promise<void> {
     this.stats.receiveErrors += 1;
+    if (args.errorSource === "receive") this.options.onReceiveError?.(args.error, () => this.receiveLinkOpen);
     const text = String((args.error as Error | undefined)?.message);
     if (NEEDS_SESSIONS.test(text)) {
       if (this.mismatch !== undefined) return Promise.resolve();

@@ -4,6 +4,7 @@ import {
   type ServiceBusReceiver,
 } from "@azure/service-bus";
 import type { Logger } from "../telemetry/logger.ts";
+import { recordRenewalStopMissing } from "../telemetry/renewal-stop-metrics.ts";
 import type { Disposition } from "../telemetry/names.ts";
 
 /** Why a settlement was given up on before the broker answered it. */
@@ -48,8 +49,15 @@ export interface SettlementGuardOptions {
   readonly minWaitMs?: number;
   /** The wait when the message carries no lock time. */
   readonly fallbackWaitMs?: number;
-  /** The SDK's answer to a settlement already given up on (the worker logs it at debug). */
+  /**
+   * The entity's LockDuration: no lock lasts longer after its settlement stopped the renewal, so this bounds the
+   * wait when the message's `lockedUntilUtc` (the broker's clock) reads later than it is on a skewed local clock.
+   */
+  readonly lockDurationMs?: number;
+  /** The SDK's late answer to a settlement already given up on: undefined for a success, else its error. */
   readonly onLateOutcome?: (message: ServiceBusReceivedMessage, error: unknown) => void;
+  /** Warned once when the SDK lacks the internal field the stale renewal stop needs. */
+  readonly logger?: Logger;
 }
 
 /** A live broker answers a settlement in milliseconds; 5 s leaves room for a loaded event loop. */
@@ -76,14 +84,19 @@ const FALLBACK_WAIT_MS = 60_000;
 export class SettlementGuard {
   private readonly minWaitMs: number;
   private readonly fallbackWaitMs: number;
+  private readonly lockDurationMs: number;
   private readonly onLateOutcome?: (message: ServiceBusReceivedMessage, error: unknown) => void;
   /** One listener per emitter and event, shared by every settlement waiting on it (16 at once would warn). */
   private readonly watchers = new Map<RheaEmitter, Map<string, Watchers>>();
   private waiting = 0;
+  private readonly logger?: Logger;
+  private warnedNoRenewer = false;
 
   constructor(options: SettlementGuardOptions = {}) {
+    this.logger = options.logger;
     this.minWaitMs = options.minWaitMs ?? MIN_WAIT_MS;
     this.fallbackWaitMs = options.fallbackWaitMs ?? FALLBACK_WAIT_MS;
+    this.lockDurationMs = options.lockDurationMs ?? Infinity;
     this.onLateOutcome = options.onLateOutcome;
   }
 
@@ -108,9 +121,10 @@ export class SettlementGuard {
     const goneAtIssue = link !== undefined && !link.is_open();
     const waitMs = goneAtIssue
       ? this.minWaitMs
-      : lockedUntil
-        ? Math.max(this.minWaitMs, lockedUntil.getTime() - began)
-        : Math.max(this.minWaitMs, this.fallbackWaitMs);
+      : Math.max(
+          this.minWaitMs,
+          Math.min(this.lockDurationMs, lockedUntil ? lockedUntil.getTime() - began : this.fallbackWaitMs),
+        );
     this.waiting += 1;
     return new Promise<void>((resolve, reject) => {
       let done = false;
@@ -125,7 +139,8 @@ export class SettlementGuard {
       };
       const giveUp = (reason: UnconfirmedReason): void =>
         finish(() => {
-          if (link && reason !== "lock-expired") stopStaleRenewal(receiver, message, link);
+          if (link && reason !== "lock-expired" && !stopStaleRenewal(receiver, message, link))
+            this.noRenewer();
           reject(new SettlementUnconfirmedError(reason, Date.now() - began, lockedUntil));
         });
       const gone = (): UnconfirmedReason =>
@@ -138,7 +153,10 @@ export class SettlementGuard {
         if (link.session) unwatch.push(this.watch(link.session, "session_close", closed));
       }
       settling.then(
-        () => finish(resolve),
+        () => {
+          if (done) this.onLateOutcome?.(message, undefined);
+          finish(resolve);
+        },
         (error: unknown) => {
           if (done) this.onLateOutcome?.(message, error);
           // The SDK's own error, passed through as it is (a ServiceBusError or an AggregateError of them).
@@ -147,6 +165,17 @@ export class SettlementGuard {
         },
       );
     });
+  }
+
+  /** The SDK moved its lock renewer: redeliveries after a drop come only when the renewal ends (counted, warned once). */
+  private noRenewer(): void {
+    recordRenewalStopMissing();
+    if (this.warnedNoRenewer) return;
+    this.warnedNoRenewer = true;
+    this.logger?.warn(
+      "cannot stop the SDK's lock renewal for a message whose link is gone (its internal _lockRenewer is missing in " +
+        "this @azure/service-bus version): such a message is redelivered only after SBINBOX_MAX_AUTO_LOCK_RENEWAL_MS",
+    );
   }
 
   private watch(emitter: RheaEmitter, event: string, listener: () => void): () => void {
@@ -176,24 +205,38 @@ export class SettlementGuard {
  * and gives a link opened again after a drop a new name, so the settle call (which stops renewal under the current
  * name) leaves the old one running: the lock would be renewed for `maxAutoLockRenewalDurationInMs` (5 minutes here
  * by default) and the redelivery held back that long. Internal fields, read defensively: without them the
- * redelivery only comes later.
+ * redelivery only comes later, and this returns false (test/unit/sdk-internals.test.ts checks the installed SDK).
+ * A receiver without renewal (none passed, or renewal off) has nothing to stop.
  */
 function stopStaleRenewal(
   receiver: ServiceBusReceiver | undefined,
   message: ServiceBusReceivedMessage,
   link: RheaLink,
-): void {
-  const renewer = (
-    receiver as
-      | { _streamingReceiver?: { _lockRenewer?: { stop?: (entity: object, message: object) => void } } }
-      | undefined
-  )?._streamingReceiver?._lockRenewer;
-  if (typeof renewer?.stop !== "function" || typeof link.name !== "string") return;
+): boolean {
+  if (receiver === undefined) return true;
+  const renewer = lockRenewerOf(receiver);
+  if (renewer === null) return true;
+  if (typeof renewer?.stop !== "function" || typeof link.name !== "string") return false;
   try {
     renewer.stop({ name: link.name, logPrefix: `[${link.name}]` }, message);
+    return true;
   } catch {
-    // another SDK's internals: the lock then expires at the end of its renewal
+    return false; // another SDK's internals: the lock then expires at the end of its renewal
   }
+}
+
+interface LockRenewer {
+  stop?: (entity: object, message: object) => void;
+}
+
+/**
+ * The SDK's lock renewer of a subscribed receiver (7.9: `_streamingReceiver._lockRenewer`); null when the receiver
+ * is subscribed without renewal, undefined when the field is not where 7.9 has it.
+ */
+export function lockRenewerOf(receiver: ServiceBusReceiver): LockRenewer | null | undefined {
+  const streaming = (receiver as { _streamingReceiver?: { _lockRenewer?: LockRenewer } })._streamingReceiver;
+  if (streaming === undefined) return undefined;
+  return "_lockRenewer" in streaming ? (streaming._lockRenewer ?? null) : undefined;
 }
 
 function deliveryLink(message: ServiceBusReceivedMessage): RheaLink | undefined {

@@ -108,6 +108,7 @@ export const Metric = {
   /** 1 while the instance's /readyz would answer 200, else 0: what an alert reads per instance. */
   ready: "sbinbox.ready",
   serviceBusSilence: "sbinbox.servicebus.silence",
+  renewalStopMissing: "sbinbox.servicebus.renewal_stop_missing",
 } as const;
 
 /**

@@ -1,11 +1,15 @@
+import { isServiceBusError } from "@azure/service-bus";
 import type { Settlement } from "../servicebus/receiver.ts";
 import { SettlementUnconfirmedError } from "../servicebus/settlement-guard.ts";
-import type { LinkProbe } from "../servicebus/link-probe.ts";
+import { isNoAnswer, type LinkProbe } from "../servicebus/link-probe.ts";
 import type { Logger } from "../telemetry/logger.ts";
 import { progressMetrics } from "../telemetry/progress-metrics.ts";
+import { PROGRESS_DEFAULTS } from "./progress-defaults.ts";
+
+export { PROGRESS_DEFAULTS };
 
 /** Whether the worker's connection to Service Bus still carries anything: the state word on /readyz. */
-export type LinkState = "ok" | "silent";
+export type LinkState = "ok" | "silent" | "refused";
 
 export interface ProgressOptions {
   /** With nothing heard for this long, the worker asks the broker a question (a peek) on its connection. */
@@ -18,12 +22,8 @@ export interface ProgressOptions {
   readonly recoverAfterMs?: number;
 }
 
-export const PROGRESS_DEFAULTS = {
-  quietMs: 10_000,
-  probeTimeoutMs: 10_000,
-  silentAfterMs: 30_000,
-  recoverAfterMs: 10_000,
-} as const satisfies Required<ProgressOptions>;
+/** How often the probe asks while the link is silent or recovering. */
+const RECOVERY_PROBE_MS = 1_000;
 
 export interface ProgressMonitorOptions extends ProgressOptions {
   readonly probe: LinkProbe;
@@ -53,6 +53,10 @@ export class ProgressMonitor {
   private lastUnanswered: number | undefined;
   private recoveringSince: number | undefined;
   private lastProbeEnd = 0;
+  /** Since when the receive link has given only errors (no message received since). */
+  private refusedSince: number | undefined;
+  private receiveLinkOpen: (() => boolean | undefined) | undefined;
+  private lastReceiveError: unknown;
   private probing = false;
   private timer: NodeJS.Timeout | undefined;
   private stopObserving: (() => void) | undefined;
@@ -105,7 +109,52 @@ export class ProgressMonitor {
     this.options.logger.info("Service Bus answers again on the worker's connection: ready");
   }
 
-  /** What a settlement tells: any answer is the broker heard; waiting out the lock is silence. */
+  /** A message arrived on the receive link: the broker is heard, and receiving is not refused. */
+  received(): void {
+    this.receiving();
+    this.heard();
+  }
+
+  private receiving(): void {
+    this.refusedSince = undefined;
+    if (this.current !== "refused") return;
+    this.current = "ok";
+    this.options.logger.info("Service Bus opens the worker's receive link again: ready");
+  }
+
+  /**
+   * The SDK's processError for the receive link (errorSource "receive"). Receive errors with the link still not
+   * open `silentAfterMs` later, and nothing received since, are "refused": a receive from a queue that forwards,
+   * say, which the broker refuses while it answers the probe's peeks. A link the SDK opened again after a drop
+   * clears it; when the SDK does not say whether the link is open, errors alone never turn readiness.
+   */
+  receiveError(error: unknown, linkOpen: () => boolean | undefined): void {
+    this.refusedSince ??= Date.now();
+    this.receiveLinkOpen = linkOpen;
+    this.lastReceiveError = error;
+    this.evaluateRefused();
+  }
+
+  private evaluateRefused(): void {
+    if (this.refusedSince === undefined) return;
+    const open = this.receiveLinkOpen?.();
+    if (open === true) return this.receiving();
+    if (open === undefined) return;
+    const now = Date.now();
+    if (this.current !== "ok" || now - this.refusedSince < this.silentAfterMs) return;
+    this.current = "refused";
+    const error = this.lastReceiveError;
+    this.options.logger.warn(
+      "Service Bus refuses the worker's receive link: only errors, nothing received; not ready until it delivers",
+      {
+        refusedMs: now - this.refusedSince,
+        code: isServiceBusError(error) ? error.code : undefined,
+        error: error instanceof Error ? error.message : String(error),
+      },
+    );
+  }
+
+  /** What a settlement tells: an answer is the broker heard; waiting out the lock, or no answer, is silence. */
   settled(result: Settlement): void {
     if (result.settled) return this.heard();
     const error = result.error;
@@ -113,6 +162,8 @@ export class ProgressMonitor {
       if (error.reason === "lock-expired") this.unanswered();
       return;
     }
+    // The SDK's local errors (a lock it holds as lost, its own time-out) never reached the broker: not an answer.
+    if (isNoAnswer(error)) return;
     this.heard();
   }
 
@@ -141,11 +192,12 @@ export class ProgressMonitor {
 
   private tick(): void {
     this.evaluate();
+    this.evaluateRefused();
     if (this.probing) return;
     const since = Date.now() - Math.max(this.lastHeard, this.lastProbeEnd);
     const every =
       this.current === "silent" || this.recoveringSince !== undefined
-        ? Math.min(this.quietMs, this.recoverAfterMs)
+        ? Math.min(this.quietMs, this.recoverAfterMs, RECOVERY_PROBE_MS)
         : this.quietMs;
     if (since >= every) void this.ask();
   }

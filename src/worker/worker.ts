@@ -32,6 +32,8 @@ export interface WorkerOptions {
    */
   readonly sessions?: { readonly maxSessions: number; readonly idleMs?: number };
   readonly maxAutoLockRenewalMs?: number;
+  /** The entity's LockDuration: the longest a settlement is waited for, whatever the clocks say. */
+  readonly lockDurationMs?: number;
   readonly maxMessageBytes?: number;
   /** Most messages per transaction (group commit, docs/batching.md); 1, the default, is one per message. */
   readonly batchSize?: number;
@@ -165,12 +167,14 @@ export function createWorker(options: WorkerOptions): Worker {
     queue: options.queue,
     maxConcurrentCalls: options.maxConcurrentCalls ?? 16,
     maxAutoLockRenewalMs,
+    lockDurationMs: options.lockDurationMs,
     logger,
     handle: (message: IncomingMessage, ctx: Context, held?: AbortSignal) => handle(message, ctx, held),
     beforeSettle: options.beforeSettle,
     beforeComplete: options.beforeComplete,
+    onReceiveError: (error, linkOpen) => progress.receiveError(error, linkOpen),
     onReceived: () => {
-      progress.heard();
+      progress.received();
       telemetry.recordConsumed(options.queue);
     },
     onSettled: (decision, result) => {

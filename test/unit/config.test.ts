@@ -58,6 +58,27 @@ describe("config", function () {
     assert.equal(read("0"), false);
   });
 
+  it("readiness thresholds: the progress monitor's defaults, or the SBINBOX_PROGRESS_* settings", function () {
+    assert.deepEqual(loadConfig({ env: {} }).progress, {
+      quietMs: 5_000,
+      probeTimeoutMs: 5_000,
+      silentAfterMs: 15_000,
+      recoverAfterMs: 5_000,
+    });
+    const env = {
+      SBINBOX_PROGRESS_QUIET_MS: "2000",
+      SBINBOX_PROGRESS_PROBE_TIMEOUT_MS: "3000",
+      SBINBOX_PROGRESS_SILENT_AFTER_MS: "5000",
+      SBINBOX_PROGRESS_RECOVER_AFTER_MS: "1000",
+    };
+    assert.deepEqual(loadConfig({ env }).progress, {
+      quietMs: 2_000,
+      probeTimeoutMs: 3_000,
+      silentAfterMs: 5_000,
+      recoverAfterMs: 1_000,
+    });
+  });
+
   it("empty variables count as unset", function () {
     assert.equal(loadConfig({ env: { SBINBOX_QUEUE: "  ", PORT: "" } }).queue, "sbinbox");
   });
@@ -94,6 +115,13 @@ describe("config", function () {
         "SBINBOX_OUTAGE_BACKOFF_MAX_MS",
         /below/,
       ],
+      [
+        { SBINBOX_PROGRESS_QUIET_MS: "10000", SBINBOX_PROGRESS_SILENT_AFTER_MS: "12000" },
+        "SBINBOX_PROGRESS_SILENT_AFTER_MS",
+        /at least SBINBOX_PROGRESS_QUIET_MS \+ SBINBOX_PROGRESS_PROBE_TIMEOUT_MS/,
+      ],
+      [{ SBINBOX_PROGRESS_PROBE_TIMEOUT_MS: "50" }, "SBINBOX_PROGRESS_PROBE_TIMEOUT_MS", /at least 100/],
+      [{ SBINBOX_PROGRESS_RECOVER_AFTER_MS: "soon" }, "SBINBOX_PROGRESS_RECOVER_AFTER_MS", /whole number/],
     ];
     for (const [env, setting, problem] of cases) {
       const error = configError(() => loadConfig({ env }));

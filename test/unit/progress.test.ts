@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import type { LinkProbe } from "../../src/servicebus/link-probe.ts";
 import { ProgressMonitor } from "../../src/worker/progress.ts";
 import { SettlementUnconfirmedError } from "../../src/servicebus/settlement-guard.ts";
+import { ServiceBusError } from "@azure/service-bus";
 import { waitUntil } from "../helpers/broker.ts";
 import { capturedLogs } from "../helpers/logs.ts";
 
@@ -103,5 +104,50 @@ describe("ProgressMonitor: a silent link told from an idle queue, with hysteresi
     assert.ok(monitor.silenceMs >= SETTINGS.silentAfterMs, "waiting out a lock is not an answer");
     monitor.settled({ settled: true, disposition: "complete" });
     assert.ok(monitor.silenceMs < SETTINGS.silentAfterMs, "an answered settlement is heard");
+  });
+
+  it("the SDK's local errors (a session link no longer alive, its own time-out) are not an answer; a refusal is", async () => {
+    const { monitor } = started(false);
+    await waitUntil(() => monitor.state === "silent", "silent", 5_000);
+    const local = [
+      new ServiceBusError(
+        "Failed to complete the message as the AMQP link ... is no longer alive.",
+        "SessionLockLost",
+      ),
+      new ServiceBusError("Operation to settle the message has timed out.", "ServiceTimeout"),
+      new AggregateError([new ServiceBusError("timed out", "ServiceTimeout")]),
+    ];
+    for (const error of local) monitor.settled({ settled: false, error, disposition: "complete" });
+    assert.ok(monitor.silenceMs >= SETTINGS.silentAfterMs, "local errors are not heard");
+    const refused = new ServiceBusError("The lock supplied is invalid.", "MessageLockLost");
+    monitor.settled({ settled: false, error: refused, disposition: "complete" });
+    assert.ok(monitor.silenceMs < SETTINGS.silentAfterMs, "the broker's refusal is heard");
+  });
+
+  it("receive errors with the link still closed after silentAfterMs: refused; the link open again: ok", async () => {
+    const { monitor, lines } = started(true);
+    let open = false;
+    monitor.receiveError(new ServiceBusError("refused", "GeneralError"), () => open);
+    assert.equal(monitor.state, "ok", "one error is not yet a refusal");
+    await waitUntil(() => monitor.state === "refused", "refused", 5_000);
+    const line = lines.find((l) => String(l.msg).startsWith("Service Bus refuses"));
+    assert.ok(
+      Number(line?.refusedMs) >= SETTINGS.silentAfterMs,
+      `refused after ${String(line?.refusedMs)} ms`,
+    );
+    open = true;
+    await waitUntil(() => monitor.state === "ok", "ok once the link is open", 5_000);
+  });
+
+  it("a receive error the SDK recovers from (the link open again) never turns it refused", async () => {
+    const { monitor } = started(true);
+    let open = false;
+    monitor.receiveError(new ServiceBusError("connection reset", "ServiceCommunicationProblem"), () => open);
+    open = true;
+    const until = Date.now() + SETTINGS.silentAfterMs * 2;
+    while (Date.now() < until) {
+      assert.equal(monitor.state, "ok");
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
   });
 });

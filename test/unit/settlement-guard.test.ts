@@ -1,10 +1,11 @@
 import assert from "node:assert/strict";
-import { ServiceBusError, type ServiceBusReceivedMessage } from "@azure/service-bus";
+import { ServiceBusError, type ServiceBusReceivedMessage, type ServiceBusReceiver } from "@azure/service-bus";
 import {
   logSettlementFailure,
   SettlementGuard,
   SettlementUnconfirmedError,
 } from "../../src/servicebus/settlement-guard.ts";
+import { EventEmitter } from "node:events";
 import { capturedLogs } from "../helpers/logs.ts";
 
 const message = (lockedUntilUtc?: Date) =>
@@ -98,5 +99,72 @@ describe("SettlementGuard and its log line", function () {
       (e) => e === lost,
     );
     assert.equal(guard.pending, 0);
+  });
+
+  it("a link gone: the stale renewal is stopped through the SDK's renewer; without it, one warning however often", async () => {
+    // rhea's link as the guard reads it off a message (delivery.link): open, then closed by the test.
+    const connection = Object.assign(new EventEmitter(), { is_open: () => true });
+    const linkOn = (name: string) => {
+      let open = true;
+      const link = Object.assign(new EventEmitter(), { name, connection, is_open: () => open });
+      const close = () => {
+        open = false;
+        link.emit("receiver_close");
+      };
+      const m = { messageId: name, lockedUntilUtc: new Date(Date.now() + 10_000), delivery: { link } };
+      return { message: m as unknown as ServiceBusReceivedMessage, close };
+    };
+    const never = () => new Promise<void>(() => undefined);
+    const giveUp = async (guard: SettlementGuard, receiver: object, name: string) => {
+      const { message: m, close } = linkOn(name);
+      const settling = guard.settle(m, never, receiver as ServiceBusReceiver);
+      close();
+      await assert.rejects(
+        settling,
+        (e) => e instanceof SettlementUnconfirmedError && e.reason === "link-closed",
+      );
+    };
+
+    const stopped: string[] = [];
+    const withRenewer = {
+      _streamingReceiver: { _lockRenewer: { stop: (entity: { name: string }) => stopped.push(entity.name) } },
+    };
+    const quiet = capturedLogs();
+    await giveUp(new SettlementGuard({ logger: quiet.logger }), withRenewer, "link-a");
+    assert.deepEqual(stopped, ["link-a"], "the renewal under the old link's name is stopped");
+    assert.equal(quiet.lines.length, 0);
+
+    const { logger, lines } = capturedLogs();
+    const guard = new SettlementGuard({ logger });
+    await giveUp(guard, { _streamingReceiver: {} }, "link-b");
+    await giveUp(guard, { _streamingReceiver: {} }, "link-c");
+    const warnings = lines.filter((l) => String(l.msg).startsWith("cannot stop the SDK's lock renewal"));
+    assert.equal(warnings.length, 1, "warned once");
+    assert.equal(warnings[0]?.level, "warn");
+  });
+
+  it("a lock time that reads late (a skewed clock) is bounded by the entity's lock duration; a late success is reported", async () => {
+    const late: unknown[] = [];
+    const guard = new SettlementGuard({
+      minWaitMs: 50,
+      lockDurationMs: 200,
+      onLateOutcome: (_, e) => late.push(e),
+    });
+    let answer: () => void = () => undefined;
+    const began = Date.now();
+    // The local clock an hour behind the broker's: lockedUntilUtc reads an hour away.
+    const settling = guard.settle(
+      message(new Date(began + 3_600_000)),
+      () => new Promise<void>((resolve) => (answer = resolve)),
+    );
+    await assert.rejects(
+      settling,
+      (e) => e instanceof SettlementUnconfirmedError && e.reason === "lock-expired",
+    );
+    const waited = Date.now() - began;
+    assert.ok(waited >= 190 && waited < 5_000, `gave up after ${waited} ms, at the lock duration`);
+    answer();
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.deepEqual(late, [undefined], "the late success is reported (as no error)");
   });
 });
