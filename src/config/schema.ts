@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { INBOX_SCHEMA_PATTERN } from "../inbox/schema-name.ts";
-import { PROGRESS_DEFAULTS } from "../worker/progress-defaults.ts";
+import { PROGRESS_DEFAULTS } from "../domain/progress-defaults.ts";
 import { serviceBusRules as sb } from "./rules.ts";
 
 /**

@@ -17,6 +17,11 @@ const NO_ANSWER = new Set(["ServiceCommunicationProblem", "ServiceTimeout"]);
  * SessionLockLost the SDK raises itself when a session's link is "no longer alive" (it never sends the settlement).
  * An AggregateError (the SDK's retries) is local when all its attempts were.
  */
+/** The Service Bus error code of `error`, if it is one of the SDK's errors. */
+export function serviceBusCode(error: unknown): string | undefined {
+  return isServiceBusError(error) ? error.code : undefined;
+}
+
 export function isNoAnswer(error: unknown): boolean {
   if (error instanceof AggregateError)
     return error.errors.length > 0 && (error.errors as unknown[]).every(isNoAnswer);

@@ -1,10 +1,9 @@
-import { isServiceBusError } from "@azure/service-bus";
 import type { Settlement } from "../servicebus/receiver.ts";
 import { SettlementUnconfirmedError } from "../servicebus/settlement-guard.ts";
-import { isNoAnswer, type LinkProbe } from "../servicebus/link-probe.ts";
+import { isNoAnswer, serviceBusCode, type LinkProbe } from "../servicebus/link-probe.ts";
 import type { Logger } from "../telemetry/logger.ts";
 import { progressMetrics } from "../telemetry/progress-metrics.ts";
-import { PROGRESS_DEFAULTS } from "./progress-defaults.ts";
+import { PROGRESS_DEFAULTS } from "../domain/progress-defaults.ts";
 
 export { PROGRESS_DEFAULTS };
 
@@ -148,7 +147,7 @@ export class ProgressMonitor {
       "Service Bus refuses the worker's receive link: only errors, nothing received; not ready until it delivers",
       {
         refusedMs: now - this.refusedSince,
-        code: isServiceBusError(error) ? error.code : undefined,
+        code: serviceBusCode(error),
         error: error instanceof Error ? error.message : String(error),
       },
     );
