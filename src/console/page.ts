@@ -220,7 +220,9 @@ async function start(plan) {
   const verb = job.action === "replay" ? "Replayed" : "Purged";
   say(job.state === "done"
     ? verb + " " + job.done + " of " + job.total + " message(s)."
-    : verb + " " + job.done + " of " + job.total + ", then failed: " + job.error);
+    : job.state === "partial"
+      ? verb + " " + job.done + " of " + job.total + "; the others are still dead-lettered: run again."
+      : verb + " " + job.done + " of " + job.total + ", then failed: " + job.error);
   const table = $("results");
   table.hidden = false;
   table.tBodies[0].replaceChildren(...job.results.map((r) => {

@@ -6,6 +6,7 @@ import {
   peekDeadLetters,
   purgeDeadLetters,
   replayDeadLetters,
+  stillDeadLettered,
   type DeadLetter,
 } from "../servicebus/dead-letter.ts";
 import { selectorOf, type Selection } from "../servicebus/dead-letter-select.ts";
@@ -48,7 +49,8 @@ export interface Job {
   readonly id: string;
   readonly action: Action;
   readonly total: number;
-  state: "running" | "done" | "failed";
+  /** partial: the run ended with planned messages still dead-lettered (their locks ran out meanwhile): run again. */
+  state: "running" | "done" | "partial" | "failed";
   done: number;
   results: MessageResult[];
   error?: string;
@@ -210,12 +212,27 @@ async function execute(sources: ConsoleSources, plan: Plan, job: Job): Promise<v
     job.error = (error as Error).message;
     job.state = "failed";
   }
-  for (const m of plan.messages) {
-    if (!acted.has(m.sequenceNumber))
-      job.results.push({
-        ...m,
-        result: "not done",
-        why: job.error ?? "no longer in the dead-letter queue (replayed or purged meanwhile)",
-      });
+  const missed = plan.messages.filter((m) => !acted.has(m.sequenceNumber));
+  let left = new Set<string>();
+  if (missed.length > 0) {
+    try {
+      left = await stillDeadLettered(
+        sources.client,
+        sources.entity,
+        missed.map((m) => m.sequenceNumber),
+      );
+    } catch (error) {
+      job.error ??= `could not check what is left: ${(error as Error).message}`;
+      if (job.state === "done") job.state = "failed";
+    }
   }
+  if (job.state === "done" && left.size > 0) job.state = "partial";
+  for (const m of missed)
+    job.results.push({
+      ...m,
+      result: "not done",
+      why: left.has(m.sequenceNumber)
+        ? "still dead-lettered: run again"
+        : (job.error ?? "no longer in the dead-letter queue (replayed or purged meanwhile)"),
+    });
 }
