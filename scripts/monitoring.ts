@@ -72,7 +72,8 @@ function serviceBusMetrics(name: string, title: string, metricName: string): Ite
           metric: `microsoft.servicebus/namespaces--${metricName}`,
           // Average: these are counts sampled per minute; a sum over the bin would multiply them.
           aggregation: 4,
-          splitBy: ["EntityName"],
+          // A string: the workbook schema's MetricsItem takes one dimension name here.
+          splitBy: "EntityName",
         },
       ],
       title,

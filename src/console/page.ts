@@ -42,6 +42,7 @@ export function renderPage({ token, nonce }: { token: string; nonce: string }): 
     <h2 id="counts-heading">Counts</h2>
     <dl class="counts">
       <div><dt>Active messages</dt><dd id="active">…</dd></div>
+      <div><dt>Scheduled</dt><dd id="scheduled">…</dd></div>
       <div><dt>Dead-lettered</dt><dd id="dead">…</dd></div>
     </dl>
     <button type="button" id="refresh">Refresh</button>
@@ -175,6 +176,7 @@ async function refresh() {
     const state = await api("/api/state");
     $("entity").textContent = state.entity;
     $("active").textContent = state.active + (state.capped ? "+" : "");
+    $("scheduled").textContent = state.scheduled + (state.capped ? "+" : "");
     $("dead").textContent = state.deadLettered + (state.capped ? "+" : "");
     renderDatabase(state);
     renderGroups(state);

@@ -3,6 +3,7 @@ import type { ServiceBusClient } from "@azure/service-bus";
 import type { OutboxStatus } from "../outbox/store.ts";
 import {
   peekAll,
+  peekDeadLetter,
   peekDeadLetters,
   purgeDeadLetters,
   replayDeadLetters,
@@ -27,6 +28,8 @@ export interface ConsoleState {
   readonly entity: string;
   /** Counted by peeking (Data Receiver is enough; the management API would need Manage): capped at COUNT_CAP. */
   readonly active: number;
+  /** Scheduled messages (retry copies waiting for their time), counted apart from the active ones. */
+  readonly scheduled: number;
   readonly deadLettered: number;
   readonly capped: boolean;
   readonly groups: { reason: string; messages: DeadLetter[] }[];
@@ -76,11 +79,16 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
   const jobs = new Map<string, Job>();
   let running: Job | undefined;
 
-  const countActive = async (): Promise<number> => {
+  // A peek also returns scheduled and deferred messages: only the active ones wait for a receiver.
+  const countActive = async (): Promise<{ active: number; scheduled: number; peeked: number }> => {
     const receiver = createEntityReceiver(sources.client, sources.entity, { skipParsingBodyAsJson: true });
-    let n = 0;
+    const n = { active: 0, scheduled: 0, peeked: 0 };
     try {
-      for await (const _ of peekAll(receiver, COUNT_CAP)) n++;
+      for await (const m of peekAll(receiver, COUNT_CAP)) {
+        n.peeked++;
+        if (m.state === "active") n.active++;
+        else if (m.state === "scheduled") n.scheduled++;
+      }
       return n;
     } finally {
       await receiver.close();
@@ -100,7 +108,7 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
 
   return {
     async state() {
-      const [active, dead, openClaims, outbox] = await Promise.all([
+      const [counts, dead, openClaims, outbox] = await Promise.all([
         countActive(),
         peekDeadLetters(sources.client, sources.entity, { max: COUNT_CAP }),
         guard(sources.openClaims),
@@ -113,9 +121,10 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
       }
       return {
         entity: sources.entity,
-        active,
+        active: counts.active,
+        scheduled: counts.scheduled,
         deadLettered: dead.length,
-        capped: active >= COUNT_CAP || dead.length >= COUNT_CAP,
+        capped: counts.peeked >= COUNT_CAP || dead.length >= COUNT_CAP,
         groups: [...groups].map(([reason, messages]) => ({ reason, messages })),
         inbox: typeof openClaims === "number" ? { openClaims } : openClaims,
         outbox,
@@ -123,8 +132,7 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
     },
 
     async body(sequenceNumber) {
-      const all = await peekDeadLetters(sources.client, sources.entity, { max: COUNT_CAP, bodies: true });
-      return all.find((m) => m.sequenceNumber === sequenceNumber)?.body;
+      return (await peekDeadLetter(sources.client, sources.entity, sequenceNumber))?.body;
     },
 
     async plan(action, selection) {

@@ -50,6 +50,24 @@ export async function peekDeadLetters(
   return out;
 }
 
+/** One dead-lettered message with its body, by sequence number: a peek of one from there (undefined when gone). */
+export async function peekDeadLetter(
+  client: ServiceBusClient,
+  queue: string,
+  sequenceNumber: string,
+): Promise<DeadLetter | undefined> {
+  const receiver = createEntityReceiver(client, queue, {
+    subQueueType: "deadLetter",
+    skipParsingBodyAsJson: true,
+  });
+  try {
+    const [m] = await receiver.peekMessages(1, { fromSequenceNumber: Long.fromString(sequenceNumber) });
+    return m && String(m.sequenceNumber) === sequenceNumber ? describe(m, true) : undefined;
+  } finally {
+    await receiver.close();
+  }
+}
+
 /**
  * Peeks an entity from its first message, up to `max`. The start is explicit: without one the SDK goes on after the
  * last message peeked on that entity by any receiver of the same client (its management link keeps the cursor), so

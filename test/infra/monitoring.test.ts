@@ -134,9 +134,10 @@ describe("monitoring: the workbook and the alert rules in infra/main.bicep, comp
     const kqls = content.items.map((i) => i.content.query).filter((q) => typeof q === "string");
     for (const q of Object.values(workbookQueries)) assert.ok(kqls.includes(q.kql), q.title);
     const charted = content.items.flatMap((i) =>
-      ((i.content.metrics as { metric: string; splitBy: string[] }[] | undefined) ?? []).map(
-        (m) => `${m.metric} by ${m.splitBy.join()}`,
-      ),
+      ((i.content.metrics as { metric: string; splitBy: unknown }[] | undefined) ?? []).map((m) => {
+        assert.equal(typeof m.splitBy, "string", "the workbook schema's splitBy is a dimension name");
+        return `${m.metric} by ${String(m.splitBy)}`;
+      }),
     );
     assert.deepEqual(charted, [
       "microsoft.servicebus/namespaces--ActiveMessages by EntityName",
