@@ -61,7 +61,7 @@ export function renderPage({ token, nonce }: { token: string; nonce: string }): 
   </section>
   <section aria-labelledby="progress-heading">
     <h2 id="progress-heading">Progress and results</h2>
-    <div id="progress" role="status" aria-live="polite"></div>
+    <div id="progress" role="status" aria-live="polite" tabindex="-1"></div>
     <progress id="bar" max="1" value="0" aria-label="Progress of the running action" hidden></progress>
     <table id="results" hidden>
       <caption class="muted">Result per message</caption>
@@ -194,6 +194,7 @@ async function ask(action, selection) {
   $("confirm-text").textContent = action === "replay"
     ? "Send " + plan.messages.length + " message(s) " + what + " back to " + $("entity").textContent + ". Each is applied at most once: a copy carries its original's inbox key."
     : "Delete " + plan.messages.length + " message(s) " + what + " from the dead-letter queue. They cannot be recovered.";
+  if (plan.capped) $("confirm-text").textContent += " These are the first " + plan.messages.length + " found; more exist: run it again afterwards.";
   $("confirm-list").replaceChildren(...plan.messages.map((m) => el("li", m.messageId)));
   const yes = $("confirm-yes");
   yes.textContent = action === "replay" ? "Replay " + plan.messages.length : "Purge " + plan.messages.length;
@@ -212,9 +213,15 @@ async function start(plan) {
   const bar = $("bar");
   bar.hidden = false;
   bar.max = job.total;
+  // Announced at the start and at each tenth, not at every poll: a screen reader reads every change of the region.
+  let announced = -1;
   for (;;) {
     bar.value = job.done;
-    say((job.action === "replay" ? "Replaying" : "Purging") + ": " + job.done + " of " + job.total);
+    const step = Math.floor((10 * job.done) / Math.max(job.total, 1));
+    if (step !== announced) {
+      announced = step;
+      say((job.action === "replay" ? "Replaying" : "Purging") + ": " + job.done + " of " + job.total);
+    }
     if (job.state !== "running") break;
     await new Promise((r) => setTimeout(r, 250));
     job = await api("/api/jobs/" + job.id);
@@ -233,6 +240,8 @@ async function start(plan) {
     return tr;
   }));
   await refresh();
+  // The button that started it may be gone with its group: focus goes to the result, not to <body>.
+  $("progress").focus();
 }
 
 function selected() {

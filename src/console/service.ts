@@ -41,6 +41,8 @@ export interface Plan {
   readonly token: string;
   readonly action: Action;
   readonly messages: { sequenceNumber: string; messageId: string; reason?: string }[];
+  /** The peek stopped at COUNT_CAP: these are the first found, more may match. */
+  readonly capped: boolean;
 }
 
 export type MessageResult =
@@ -139,7 +141,8 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
       const select = selectorOf(
         selection.reason === NO_REASON ? { ...selection, reason: undefined, all: true } : selection,
       );
-      const matching = (await peekDeadLetters(sources.client, sources.entity, { max: COUNT_CAP })).filter(
+      const peeked = await peekDeadLetters(sources.client, sources.entity, { max: COUNT_CAP });
+      const matching = peeked.filter(
         (m) => select(m) && (selection.reason !== NO_REASON || m.reason === undefined),
       );
       if (matching.length === 0) throw new Error("no dead-lettered message matches");
@@ -147,6 +150,7 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
       const plan: Plan = {
         token: randomUUID(),
         action,
+        capped: peeked.length >= COUNT_CAP,
         messages: matching.map((m) => ({
           sequenceNumber: m.sequenceNumber,
           messageId: m.messageId,

@@ -82,6 +82,7 @@ describe("sbinbox console: a replay that outlives the dead-letter queue's lock",
     const service = createConsoleService({ client: fixture.client, entity: HELD });
     const plan = await service.plan("purge", { all: true });
     assert.deepEqual(plan.messages.map((m) => m.messageId).sort(), ["h-0", "h-1"]);
+    assert.equal(plan.capped, false, "two messages: the whole group");
     // Another receiver holds h-1's lock for the whole run: the run cannot reach it.
     const other = fixture.client.createReceiver(HELD, { subQueueType: "deadLetter" });
     try {
