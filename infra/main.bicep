@@ -371,7 +371,6 @@ module alerts '../bicep/modules/alerts/main.bicep' = {
     location: location
     tags: tags
     applicationInsightsResourceId: monitoring.outputs.applicationInsightsResourceId
-    logAnalyticsWorkspaceResourceId: monitoring.outputs.logAnalyticsWorkspaceResourceId
     namespaceResourceId: serviceBus.outputs.resourceId
     // The worker's own queue: with a topic its subscription forwards there, dead-letters included (docs/topics.md).
     entityName: workerQueueName

@@ -72,7 +72,8 @@ function serviceBusMetrics(name: string, title: string, metricName: string): Ite
           metric: `microsoft.servicebus/namespaces--${metricName}`,
           // Average: these are counts sampled per minute; a sum over the bin would multiply them.
           aggregation: 4,
-          splitBy: ["EntityName"],
+          // A string: the workbook schema's MetricsItem takes one dimension name here.
+          splitBy: "EntityName",
         },
       ],
       title,
@@ -212,11 +213,10 @@ export function alertQueries(): Record<string, string> {
     outagePause: `${metric(Metric.outagePause)}\n| summarize longestSeconds = max(valueMax)`,
     // An instance counts as ready when any point of the window said so; the rule fires when none did.
     notReady: `${metric(Metric.ready)}\n| summarize ready = max(value) by cloud_RoleName, cloud_RoleInstance\n| summarize instances = count(), readyInstances = countif(ready >= 1) by cloud_RoleName\n| where instances > 0 and readyInstances == 0`,
+    // The silence gauge's state word turns silent when readiness does (the link heard nothing past its bound).
+    serviceBusSilent: `${metric(Metric.serviceBusSilence)}\n| where ${dim(Attr.serviceBusState)} == "silent"\n| summarize silentSeconds = max(value) by cloud_RoleInstance`,
     retriesExhausted: `${metric(Metric.retries)}\n| where ${dim(Attr.retryOutcome)} == "exhausted"\n| summarize exhausted = sum(value)`,
     outboxStale: `${metric(Metric.outboxStale)}\n| summarize staleRows = max(value) by destination = ${dim(Attr.destinationName)}`,
-    // On the workspace: Service Bus's metrics reach it through the namespace's diagnostic setting (AzureMetrics,
-    // without the entity dimension), the worker's through the workspace-based component (AppMetrics).
-    idle: `let processed = toscalar(AppMetrics\n| where Name == "${Metric.outcomes}"\n| summarize sum(Sum));\nAzureMetrics\n| where ResourceProvider == "MICROSOFT.SERVICEBUS" and MetricName == "ActiveMessages"\n| summarize fewestActive = min(Minimum)\n| where fewestActive > 0 and coalesce(processed, 0.0) == 0`,
   };
 }
 

@@ -42,6 +42,7 @@ export function renderPage({ token, nonce }: { token: string; nonce: string }): 
     <h2 id="counts-heading">Counts</h2>
     <dl class="counts">
       <div><dt>Active messages</dt><dd id="active">…</dd></div>
+      <div><dt>Scheduled</dt><dd id="scheduled">…</dd></div>
       <div><dt>Dead-lettered</dt><dd id="dead">…</dd></div>
     </dl>
     <button type="button" id="refresh">Refresh</button>
@@ -60,7 +61,7 @@ export function renderPage({ token, nonce }: { token: string; nonce: string }): 
   </section>
   <section aria-labelledby="progress-heading">
     <h2 id="progress-heading">Progress and results</h2>
-    <div id="progress" role="status" aria-live="polite"></div>
+    <div id="progress" role="status" aria-live="polite" tabindex="-1"></div>
     <progress id="bar" max="1" value="0" aria-label="Progress of the running action" hidden></progress>
     <table id="results" hidden>
       <caption class="muted">Result per message</caption>
@@ -175,6 +176,7 @@ async function refresh() {
     const state = await api("/api/state");
     $("entity").textContent = state.entity;
     $("active").textContent = state.active + (state.capped ? "+" : "");
+    $("scheduled").textContent = state.scheduled + (state.capped ? "+" : "");
     $("dead").textContent = state.deadLettered + (state.capped ? "+" : "");
     renderDatabase(state);
     renderGroups(state);
@@ -192,6 +194,7 @@ async function ask(action, selection) {
   $("confirm-text").textContent = action === "replay"
     ? "Send " + plan.messages.length + " message(s) " + what + " back to " + $("entity").textContent + ". Each is applied at most once: a copy carries its original's inbox key."
     : "Delete " + plan.messages.length + " message(s) " + what + " from the dead-letter queue. They cannot be recovered.";
+  if (plan.capped) $("confirm-text").textContent += " These are the first " + plan.messages.length + " found; more exist: run it again afterwards.";
   $("confirm-list").replaceChildren(...plan.messages.map((m) => el("li", m.messageId)));
   const yes = $("confirm-yes");
   yes.textContent = action === "replay" ? "Replay " + plan.messages.length : "Purge " + plan.messages.length;
@@ -210,9 +213,15 @@ async function start(plan) {
   const bar = $("bar");
   bar.hidden = false;
   bar.max = job.total;
+  // Announced at the start and at each tenth, not at every poll: a screen reader reads every change of the region.
+  let announced = -1;
   for (;;) {
     bar.value = job.done;
-    say((job.action === "replay" ? "Replaying" : "Purging") + ": " + job.done + " of " + job.total);
+    const step = Math.floor((10 * job.done) / Math.max(job.total, 1));
+    if (step !== announced) {
+      announced = step;
+      say((job.action === "replay" ? "Replaying" : "Purging") + ": " + job.done + " of " + job.total);
+    }
     if (job.state !== "running") break;
     await new Promise((r) => setTimeout(r, 250));
     job = await api("/api/jobs/" + job.id);
@@ -220,7 +229,9 @@ async function start(plan) {
   const verb = job.action === "replay" ? "Replayed" : "Purged";
   say(job.state === "done"
     ? verb + " " + job.done + " of " + job.total + " message(s)."
-    : verb + " " + job.done + " of " + job.total + ", then failed: " + job.error);
+    : job.state === "partial"
+      ? verb + " " + job.done + " of " + job.total + "; the others are still dead-lettered: run again."
+      : verb + " " + job.done + " of " + job.total + ", then failed: " + job.error);
   const table = $("results");
   table.hidden = false;
   table.tBodies[0].replaceChildren(...job.results.map((r) => {
@@ -229,6 +240,8 @@ async function start(plan) {
     return tr;
   }));
   await refresh();
+  // The button that started it may be gone with its group: focus goes to the result, not to <body>.
+  $("progress").focus();
 }
 
 function selected() {

@@ -3,9 +3,11 @@ import type { ServiceBusClient } from "@azure/service-bus";
 import type { OutboxStatus } from "../outbox/store.ts";
 import {
   peekAll,
+  peekDeadLetter,
   peekDeadLetters,
   purgeDeadLetters,
   replayDeadLetters,
+  stillDeadLettered,
   type DeadLetter,
 } from "../servicebus/dead-letter.ts";
 import { selectorOf, type Selection } from "../servicebus/dead-letter-select.ts";
@@ -26,6 +28,8 @@ export interface ConsoleState {
   readonly entity: string;
   /** Counted by peeking (Data Receiver is enough; the management API would need Manage): capped at COUNT_CAP. */
   readonly active: number;
+  /** Scheduled messages (retry copies waiting for their time), counted apart from the active ones. */
+  readonly scheduled: number;
   readonly deadLettered: number;
   readonly capped: boolean;
   readonly groups: { reason: string; messages: DeadLetter[] }[];
@@ -37,6 +41,8 @@ export interface Plan {
   readonly token: string;
   readonly action: Action;
   readonly messages: { sequenceNumber: string; messageId: string; reason?: string }[];
+  /** The peek stopped at COUNT_CAP: these are the first found, more may match. */
+  readonly capped: boolean;
 }
 
 export type MessageResult =
@@ -48,7 +54,8 @@ export interface Job {
   readonly id: string;
   readonly action: Action;
   readonly total: number;
-  state: "running" | "done" | "failed";
+  /** partial: the run ended with planned messages still dead-lettered (their locks ran out meanwhile): run again. */
+  state: "running" | "done" | "partial" | "failed";
   done: number;
   results: MessageResult[];
   error?: string;
@@ -74,11 +81,16 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
   const jobs = new Map<string, Job>();
   let running: Job | undefined;
 
-  const countActive = async (): Promise<number> => {
+  // A peek also returns scheduled and deferred messages: only the active ones wait for a receiver.
+  const countActive = async (): Promise<{ active: number; scheduled: number; peeked: number }> => {
     const receiver = createEntityReceiver(sources.client, sources.entity, { skipParsingBodyAsJson: true });
-    let n = 0;
+    const n = { active: 0, scheduled: 0, peeked: 0 };
     try {
-      for await (const _ of peekAll(receiver, COUNT_CAP)) n++;
+      for await (const m of peekAll(receiver, COUNT_CAP)) {
+        n.peeked++;
+        if (m.state === "active") n.active++;
+        else if (m.state === "scheduled") n.scheduled++;
+      }
       return n;
     } finally {
       await receiver.close();
@@ -98,7 +110,7 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
 
   return {
     async state() {
-      const [active, dead, openClaims, outbox] = await Promise.all([
+      const [counts, dead, openClaims, outbox] = await Promise.all([
         countActive(),
         peekDeadLetters(sources.client, sources.entity, { max: COUNT_CAP }),
         guard(sources.openClaims),
@@ -111,9 +123,10 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
       }
       return {
         entity: sources.entity,
-        active,
+        active: counts.active,
+        scheduled: counts.scheduled,
         deadLettered: dead.length,
-        capped: active >= COUNT_CAP || dead.length >= COUNT_CAP,
+        capped: counts.peeked >= COUNT_CAP || dead.length >= COUNT_CAP,
         groups: [...groups].map(([reason, messages]) => ({ reason, messages })),
         inbox: typeof openClaims === "number" ? { openClaims } : openClaims,
         outbox,
@@ -121,15 +134,15 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
     },
 
     async body(sequenceNumber) {
-      const all = await peekDeadLetters(sources.client, sources.entity, { max: COUNT_CAP, bodies: true });
-      return all.find((m) => m.sequenceNumber === sequenceNumber)?.body;
+      return (await peekDeadLetter(sources.client, sources.entity, sequenceNumber))?.body;
     },
 
     async plan(action, selection) {
       const select = selectorOf(
         selection.reason === NO_REASON ? { ...selection, reason: undefined, all: true } : selection,
       );
-      const matching = (await peekDeadLetters(sources.client, sources.entity, { max: COUNT_CAP })).filter(
+      const peeked = await peekDeadLetters(sources.client, sources.entity, { max: COUNT_CAP });
+      const matching = peeked.filter(
         (m) => select(m) && (selection.reason !== NO_REASON || m.reason === undefined),
       );
       if (matching.length === 0) throw new Error("no dead-lettered message matches");
@@ -137,6 +150,7 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
       const plan: Plan = {
         token: randomUUID(),
         action,
+        capped: peeked.length >= COUNT_CAP,
         messages: matching.map((m) => ({
           sequenceNumber: m.sequenceNumber,
           messageId: m.messageId,
@@ -210,12 +224,27 @@ async function execute(sources: ConsoleSources, plan: Plan, job: Job): Promise<v
     job.error = (error as Error).message;
     job.state = "failed";
   }
-  for (const m of plan.messages) {
-    if (!acted.has(m.sequenceNumber))
-      job.results.push({
-        ...m,
-        result: "not done",
-        why: job.error ?? "no longer in the dead-letter queue (replayed or purged meanwhile)",
-      });
+  const missed = plan.messages.filter((m) => !acted.has(m.sequenceNumber));
+  let left = new Set<string>();
+  if (missed.length > 0) {
+    try {
+      left = await stillDeadLettered(
+        sources.client,
+        sources.entity,
+        missed.map((m) => m.sequenceNumber),
+      );
+    } catch (error) {
+      job.error ??= `could not check what is left: ${(error as Error).message}`;
+      if (job.state === "done") job.state = "failed";
+    }
   }
+  if (job.state === "done" && left.size > 0) job.state = "partial";
+  for (const m of missed)
+    job.results.push({
+      ...m,
+      result: "not done",
+      why: left.has(m.sequenceNumber)
+        ? "still dead-lettered: run again"
+        : (job.error ?? "no longer in the dead-letter queue (replayed or purged meanwhile)"),
+    });
 }

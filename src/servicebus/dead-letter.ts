@@ -50,6 +50,24 @@ export async function peekDeadLetters(
   return out;
 }
 
+/** One dead-lettered message with its body, by sequence number: a peek of one from there (undefined when gone). */
+export async function peekDeadLetter(
+  client: ServiceBusClient,
+  queue: string,
+  sequenceNumber: string,
+): Promise<DeadLetter | undefined> {
+  const receiver = createEntityReceiver(client, queue, {
+    subQueueType: "deadLetter",
+    skipParsingBodyAsJson: true,
+  });
+  try {
+    const [m] = await receiver.peekMessages(1, { fromSequenceNumber: Long.fromString(sequenceNumber) });
+    return m && String(m.sequenceNumber) === sequenceNumber ? describe(m, true) : undefined;
+  } finally {
+    await receiver.close();
+  }
+}
+
 /**
  * Peeks an entity from its first message, up to `max`. The start is explicit: without one the SDK goes on after the
  * last message peeked on that entity by any receiver of the same client (its management link keeps the cursor), so
@@ -153,9 +171,9 @@ export async function purgeDeadLetters(
 }
 
 /**
- * Receives the dead-letter queue under peek-lock and acts on the selected messages. The others stay locked until the
- * end, so they are not received again meanwhile, and are then abandoned back (abandoning in a dead-letter queue
- * does not dead-letter again). A message seen twice (its lock ran out and it came back) ends the pass.
+ * Acts on the selected dead-lettered messages in passes until one acts on nothing (or `max` is reached): a pass ends
+ * when a message comes back (its lock ran out during a long run), so one pass alone can leave selected messages
+ * untouched; the next pass, with fresh locks, goes on from there.
  */
 async function drain(
   client: ServiceBusClient,
@@ -164,6 +182,29 @@ async function drain(
   options: DrainOptions,
   act: (receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage, info: DeadLetter) => Promise<void>,
 ): Promise<void> {
+  const max = options.max ?? Number.MAX_SAFE_INTEGER;
+  for (let done = 0; done < max;) {
+    const after = await pass(client, queue, select, options, act, done, max);
+    if (after === done) return;
+    done = after;
+  }
+}
+
+/**
+ * One pass: receives the dead-letter queue under peek-lock and acts on the selected messages. The others stay locked
+ * until the end, so they are not received again meanwhile, and are then abandoned back (abandoning in a dead-letter
+ * queue does not dead-letter again). A message seen twice (its lock ran out and it came back) ends the pass.
+ * Returns the count acted on so far, `done` included.
+ */
+async function pass(
+  client: ServiceBusClient,
+  queue: string,
+  select: Selector,
+  options: DrainOptions,
+  act: (receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage, info: DeadLetter) => Promise<void>,
+  done: number,
+  max: number,
+): Promise<number> {
   const receiver = createEntityReceiver(client, queue, {
     subQueueType: "deadLetter",
     receiveMode: "peekLock",
@@ -171,8 +212,6 @@ async function drain(
   });
   const held: ServiceBusReceivedMessage[] = [];
   const seen = new Set<string>();
-  const max = options.max ?? Number.MAX_SAFE_INTEGER;
-  let done = 0;
   try {
     for (let more = true; more && done < max;) {
       const batch = await receiver.receiveMessages(PAGE, { maxWaitTimeInMs: 2_000 });
@@ -207,6 +246,36 @@ async function drain(
     }
     await receiver.close();
   }
+  return done;
+}
+
+/** Which of these sequence numbers are still in the dead-letter queue (a peek from the smallest to the largest). */
+export async function stillDeadLettered(
+  client: ServiceBusClient,
+  queue: string,
+  sequenceNumbers: readonly string[],
+): Promise<Set<string>> {
+  const wanted = new Set(sequenceNumbers);
+  const found = new Set<string>();
+  if (wanted.size === 0) return found;
+  const numbers = [...wanted].map((n) => Long.fromString(n));
+  const last = numbers.reduce((a, b) => (b.greaterThan(a) ? b : a));
+  let from = numbers.reduce((a, b) => (b.lessThan(a) ? b : a));
+  const receiver = createEntityReceiver(client, queue, {
+    subQueueType: "deadLetter",
+    skipParsingBodyAsJson: true,
+  });
+  try {
+    while (!from.greaterThan(last)) {
+      const page = await receiver.peekMessages(PAGE, { fromSequenceNumber: from });
+      if (page.length === 0) break;
+      for (const m of page) if (wanted.has(String(m.sequenceNumber))) found.add(String(m.sequenceNumber));
+      from = Long.fromValue(page[page.length - 1]!.sequenceNumber!).add(1);
+    }
+  } finally {
+    await receiver.close();
+  }
+  return found;
 }
 
 function describe(message: ServiceBusReceivedMessage, withBody: boolean): DeadLetter {

@@ -44,11 +44,18 @@ async function bicepToJson(args: string[], outFile: string): Promise<JsonObject>
   return JSON.parse(await readFile(outFile, "utf8")) as JsonObject;
 }
 
-/** Hash of what a `bicep build` reads: every Bicep file a template may include, the linter's config, the CLI pin. */
+/** Hash of what a `bicep build` reads: every Bicep (and loaded JSON) file a template may include, the linter's config, the CLI pin. */
 async function sourcesHash(args: string[]): Promise<string> {
   const hash = createHash("sha256").update(JSON.stringify(args));
   const files = globSync(
-    ["bicep/**/*.bicep", "infra/**/*.bicep", "bicepconfig.json", "tools/bicep/bicep.csproj"],
+    // The .json too: loadJsonContent/loadTextContent put the generated workbook and queries into the template.
+    [
+      "bicep/**/*.bicep",
+      "bicep/**/*.json",
+      "infra/**/*.bicep",
+      "bicepconfig.json",
+      "tools/bicep/bicep.csproj",
+    ],
     {
       cwd: repoRoot,
     },

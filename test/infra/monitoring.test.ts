@@ -2,10 +2,17 @@ import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { repoRoot } from "../../scripts/bicep.ts";
-import { NAMESPACE_PLACEHOLDER, alertQueries, generated, workbookQueries } from "../../scripts/monitoring.ts";
+import {
+  NAMESPACE_PLACEHOLDER,
+  alertQueries,
+  dim,
+  generated,
+  workbookQueries,
+} from "../../scripts/monitoring.ts";
 import { workerMetrics } from "../../src/telemetry/metrics.ts";
 import { Attr, Metric } from "../../src/telemetry/names.ts";
 import { relayMetrics } from "../../src/telemetry/outbox-metrics.ts";
+import { progressMetrics } from "../../src/telemetry/progress-metrics.ts";
 import { startupMetrics } from "../../src/telemetry/startup-metrics.ts";
 import { useTelemetryCapture } from "../helpers/telemetry.ts";
 import {
@@ -72,6 +79,7 @@ describe("monitoring: the workbook's and the alerts' queries read the names the 
     const stopClaims = worker.observeOpenClaims(() => 2);
     const stopRelay = relayMetrics.observeStatus("q", () => ({ lagMs: 5_000, stale: 1 }));
     const stopReady = startupMetrics.observeReadiness(() => Promise.resolve(false));
+    const stopSilence = progressMetrics.observe("q", () => ({ silenceMs: 31_000, state: "silent" }));
     let exported;
     try {
       exported = await capture().collect();
@@ -79,6 +87,7 @@ describe("monitoring: the workbook's and the alerts' queries read the names the 
       stopClaims();
       stopRelay();
       stopReady();
+      stopSilence();
     }
     const byName = new Map(exported.map((m) => [m.descriptor.name, m]));
     for (const kql of allQueries()) {
@@ -125,9 +134,10 @@ describe("monitoring: the workbook and the alert rules in infra/main.bicep, comp
     const kqls = content.items.map((i) => i.content.query).filter((q) => typeof q === "string");
     for (const q of Object.values(workbookQueries)) assert.ok(kqls.includes(q.kql), q.title);
     const charted = content.items.flatMap((i) =>
-      ((i.content.metrics as { metric: string; splitBy: string[] }[] | undefined) ?? []).map(
-        (m) => `${m.metric} by ${m.splitBy.join()}`,
-      ),
+      ((i.content.metrics as { metric: string; splitBy: unknown }[] | undefined) ?? []).map((m) => {
+        assert.equal(typeof m.splitBy, "string", "the workbook schema's splitBy is a dimension name");
+        return `${m.metric} by ${String(m.splitBy)}`;
+      }),
     );
     assert.deepEqual(charted, [
       "microsoft.servicebus/namespaces--ActiveMessages by EntityName",
@@ -140,7 +150,7 @@ describe("monitoring: the workbook and the alert rules in infra/main.bicep, comp
     const anchors = await operationsAnchors();
     const metricAlerts = ofType(main, "Microsoft.Insights/metricAlerts");
     const logAlerts = single(main, "Microsoft.Insights/scheduledQueryRules");
-    assert.equal(metricAlerts.length, 2);
+    assert.equal(metricAlerts.length, 3);
     const copy = obj(logAlerts.raw.copy, "the log rules' copy loop");
     const rules = obj(logAlerts.template.variables, "variables").logRules as JsonObject[];
     assert.equal(copy.count, "[length(variables('logRules'))]");
@@ -148,7 +158,7 @@ describe("monitoring: the workbook and the alert rules in infra/main.bicep, comp
       ...metricAlerts.map((a) => ({ severity: props(a).severity, text: str(props(a).description) })),
       ...rules.map((r) => ({ severity: r.severity, text: str(r.description) })),
     ];
-    assert.equal(descriptions.length, 8);
+    assert.equal(descriptions.length, 9);
     const linked: string[] = [];
     for (const { severity, text } of descriptions) {
       assert.ok(typeof severity === "number" && severity >= 0 && severity <= 4, text);
@@ -158,12 +168,39 @@ describe("monitoring: the workbook and the alert rules in infra/main.bicep, comp
       assert.ok(anchors.has(anchor), `docs/operations.md has no heading #${anchor}`);
       linked.push(anchor);
     }
-    assert.equal(new Set(linked).size, 8, "each alert has its own section");
+    assert.equal(new Set(linked).size, 9, "each alert has its own section");
     assert.match(str(parameterDefault(logAlerts.template, "runbookUrl")), /(^|\/)docs\/operations\.md$/);
     assert.deepEqual(
       rules.map((r) => r.key),
       Object.keys(alertQueries()),
       "a rule for every generated query",
+    );
+  });
+
+  it("watches the queue not drained as a metric alert: ActiveMessages minimum > 0 and CompleteMessage total < 1 on the queue", function () {
+    const idle = ofType(main, "Microsoft.Insights/metricAlerts").find((a) =>
+      str(a.raw.name).includes("queue-not-drained"),
+    );
+    assert.ok(idle, "a metric alert named queue-not-drained");
+    const p = props(idle);
+    const criteria = obj(p.criteria, "criteria");
+    assert.equal(criteria["odata.type"], "Microsoft.Azure.Monitor.SingleResourceMultipleMetricCriteria");
+    assert.deepEqual(p.scopes, ["[parameters('namespaceResourceId')]"]);
+    const allOf = criteria.allOf as JsonObject[];
+    assert.deepEqual(
+      allOf.map((c) => [c.metricName, c.timeAggregation, c.operator, c.threshold]),
+      [
+        ["ActiveMessages", "Minimum", "GreaterThan", 0],
+        ["CompleteMessage", "Total", "LessThan", 1],
+      ],
+    );
+    for (const c of allOf)
+      assert.deepEqual(c.dimensions, [
+        { name: "EntityName", operator: "Include", values: ["[parameters('entityName')]"] },
+      ]);
+    assert.match(
+      str(p.windowSize),
+      /variables\('idleWindows'\)\[string\(parameters\('idleAlertMinutes'\)\)\]/,
     );
   });
 
@@ -180,6 +217,15 @@ describe("monitoring: the workbook and the alert rules in infra/main.bicep, comp
     assert.equal(hc.metricName, "HealthCheckStatus");
     // The best instance below 1: every instance failing, not one of several.
     assert.deepEqual([hc.timeAggregation, hc.operator, hc.threshold], ["Maximum", "LessThan", 1]);
+    const rules = obj(single(main, "Microsoft.Insights/scheduledQueryRules").template.variables, "variables")
+      .logRules as JsonObject[];
+    assert.ok(
+      !rules.some((r) => r.key === "idle"),
+      "no log rule reads ActiveMessages, which is not exported to logs",
+    );
+    const silent = alertQueries().serviceBusSilent!;
+    assert.ok(silent.includes(`name == "${Metric.serviceBusSilence}"`), silent);
+    assert.ok(silent.includes(`${dim(Attr.serviceBusState)} == "silent"`), silent);
     const group = single(main, "Microsoft.Insights/actionGroups");
     assert.match(str(group.raw.condition), /variables\('createGroup'\)/);
     const createGroup = str(obj(group.template.variables, "variables").createGroup);

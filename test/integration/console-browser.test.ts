@@ -185,6 +185,8 @@ describe("sbinbox console in a real browser: dead-letters by reason, a replay ap
     await shot("02-confirm-replay");
     await dialog.getByRole("button", { name: "Replay 2" }).click();
     await page.locator("#progress", { hasText: "Replayed 2 of 2 message(s)." }).waitFor();
+    // The replayed group's buttons are gone: focus goes to the result, not to <body>.
+    await page.locator("#progress:focus").waitFor();
     const results = await page.locator("#results tbody tr").allTextContents();
     assert.equal(results.length, 2);
     for (const row of results) assert.match(row, /^credit-[ab]replayedcopy \S+/);

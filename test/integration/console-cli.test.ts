@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { createConsoleService } from "../../src/console/service.ts";
 import { peekDeadLetters } from "../../src/servicebus/dead-letter.ts";
 import { sendRawMessages } from "../../src/servicebus/raw.ts";
 import { brokerConfig, useLocalBroker } from "../helpers/broker.ts";
@@ -12,7 +13,7 @@ describe("sbinbox console: binding, the warning off loopback, and reads that can
   before(async function () {
     await sendRawMessages(fixture.client, QUEUE, [
       { messageId: "p-1", subject: "X", body: Buffer.from("{}") },
-      { messageId: "p-2", subject: "X", body: Buffer.from("{}") },
+      { messageId: "p-2", subject: "X", body: Buffer.from('{"n":2}') },
     ]);
     const receiver = fixture.client.createReceiver(QUEUE);
     try {
@@ -42,6 +43,25 @@ describe("sbinbox console: binding, the warning off loopback, and reads that can
       one.map((m) => m.messageId),
       ["p-1"],
     );
+  });
+
+  it("shows one message's body by a peek of one from its sequence number, nothing for one that is gone", async function () {
+    const [, second] = await peekDeadLetters(fixture.client, QUEUE);
+    const service = createConsoleService({ client: fixture.client, entity: QUEUE });
+    assert.equal(await service.body(second!.sequenceNumber), '{"n":2}');
+    assert.equal(await service.body(String(Number(second!.sequenceNumber) + 1000)), undefined);
+  });
+
+  it("counts active messages apart from scheduled ones (a peek returns both)", async function () {
+    const sender = fixture.client.createSender(QUEUE);
+    try {
+      await sender.sendMessages({ messageId: "now-1", body: "{}" });
+      await sender.scheduleMessages({ messageId: "later-1", body: "{}" }, new Date(Date.now() + 3_600_000));
+    } finally {
+      await sender.close();
+    }
+    const state = await createConsoleService({ client: fixture.client, entity: QUEUE }).state();
+    assert.deepEqual([state.active, state.scheduled], [1, 1]);
   });
 
   async function startConsole(args: string[]): Promise<{ url: string; stop: () => Promise<string> }> {

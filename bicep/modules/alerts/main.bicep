@@ -1,14 +1,11 @@
 metadata name = 'Operations alerts'
-metadata description = 'Alert rules for sbinbox (dead-letters, an outage pause, no instance ready, health checks failing, retries exhausted, stale outbox rows, a queue not drained) and an optional e-mail action group.'
+metadata description = 'Alert rules for sbinbox (dead-letters, an outage pause, no instance ready, a silent Service Bus link, health checks failing, retries exhausted, stale outbox rows, a queue not drained) and an optional e-mail action group.'
 
 @description('Required. Prefix of the rules\' names.')
 param namePrefix string
 
 @description('Required. Resource ID of the Application Insights component the worker (and the relay) send telemetry to.')
 param applicationInsightsResourceId string
-
-@description('Required. Resource ID of the Log Analytics workspace of that component and of the namespace\'s diagnostic setting.')
-param logAnalyticsWorkspaceResourceId string
 
 @description('Required. Resource ID of the Service Bus namespace.')
 param namespaceResourceId string
@@ -35,9 +32,8 @@ param existingActionGroupId string = ''
 @minValue(1)
 param outagePauseAlertSeconds int = 300
 
-@description('Optional. Minutes without a processed message, while the queue holds messages, before an alert.')
-@minValue(5)
-@maxValue(1440)
+@description('Optional. Minutes without a completed message, while the queue holds messages, before an alert (a metric alert\'s window: one of these).')
+@allowed([5, 15, 30, 60, 360, 720, 1440])
 param idleAlertMinutes int = 15
 
 @description('Optional. Where the rules\' descriptions point: docs/operations.md, best as your repository\'s URL of it so the links in a notification are clickable.')
@@ -49,6 +45,16 @@ var createGroup = empty(existingActionGroupId) && !empty(alertEmail)
 var actionGroupIds = !empty(existingActionGroupId)
   ? [existingActionGroupId]
   : createGroup ? [actionGroup.id] : []
+// Metric alerts take these windows only (ISO 8601 durations).
+var idleWindows = {
+  '5': 'PT5M'
+  '15': 'PT15M'
+  '30': 'PT30M'
+  '60': 'PT1H'
+  '360': 'PT6H'
+  '720': 'PT12H'
+  '1440': 'PT24H'
+}
 var metricActions = [for id in actionGroupIds: { actionGroupId: id }]
 var logActions = {
   actionGroups: actionGroupIds
@@ -145,6 +151,68 @@ resource healthCheck 'Microsoft.Insights/metricAlerts@2026-01-01' = {
   }
 }
 
+// Service Bus does not export its metrics to logs with the entity dimension (ActiveMessages not at all), so this is a
+// metric alert on the namespace: both criteria on the worker's queue, both must hold for the whole window.
+resource queueNotDrained 'Microsoft.Insights/metricAlerts@2026-01-01' = {
+  name: '${namePrefix}-queue-not-drained'
+  location: 'global'
+  tags: tags
+  properties: {
+    description: '${entityName} held messages for ${idleAlertMinutes} minutes and none was completed: the workers are stopped, stuck, or cannot receive. Check /readyz and the log: ${runbookUrl}#queue-not-drained'
+    severity: 1
+    enabled: true
+    scopes: [
+      namespaceResourceId
+    ]
+    evaluationFrequency: 'PT5M'
+    windowSize: idleWindows[string(idleAlertMinutes)]
+    criteria: {
+      'odata.type': 'Microsoft.Azure.Monitor.SingleResourceMultipleMetricCriteria'
+      allOf: [
+        {
+          criterionType: 'StaticThresholdCriterion'
+          name: 'ActiveMessages'
+          metricNamespace: 'Microsoft.ServiceBus/namespaces'
+          metricName: 'ActiveMessages'
+          dimensions: [
+            {
+              name: 'EntityName'
+              operator: 'Include'
+              values: [
+                entityName
+              ]
+            }
+          ]
+          // The fewest of the window above 0: the queue never emptied.
+          operator: 'GreaterThan'
+          threshold: 0
+          timeAggregation: 'Minimum'
+        }
+        {
+          criterionType: 'StaticThresholdCriterion'
+          name: 'CompleteMessage'
+          metricNamespace: 'Microsoft.ServiceBus/namespaces'
+          metricName: 'CompleteMessage'
+          dimensions: [
+            {
+              name: 'EntityName'
+              operator: 'Include'
+              values: [
+                entityName
+              ]
+            }
+          ]
+          operator: 'LessThan'
+          threshold: 1
+          timeAggregation: 'Total'
+        }
+      ]
+    }
+    autoMitigate: true
+    actions: metricActions
+  }
+}
+
 var logRules = [
   {
     key: 'deadLettered'
@@ -184,7 +252,7 @@ var logRules = [
     key: 'notReady'
     name: 'not-ready-anywhere'
     displayName: 'sbinbox: /readyz failing on every instance'
-    description: 'No worker instance was ready (/readyz 503: receiver detached, database not answering, or still starting) for 10 minutes. Nothing is processed; /readyz\'s state words say which dependency: ${runbookUrl}#not-ready-anywhere'
+    description: 'No worker instance was ready (/readyz 503: receiver detached, Service Bus link silent, database not answering, or still starting) for 10 minutes. Nothing is processed; /readyz\'s state words say which dependency: ${runbookUrl}#not-ready-anywhere'
     severity: 1
     scope: applicationInsightsResourceId
     window: 'PT10M'
@@ -194,6 +262,27 @@ var logRules = [
     dimensions: [
       {
         name: 'cloud_RoleName'
+        operator: 'Include'
+        values: [
+          '*'
+        ]
+      }
+    ]
+  }
+  {
+    key: 'serviceBusSilent'
+    name: 'service-bus-silent'
+    displayName: 'sbinbox: the Service Bus link went silent'
+    description: 'A worker instance heard nothing from Service Bus (no message, no settlement answer, no probe answer) for longer than its bound: its link is silent and it is not ready. The instance reconnects by itself; if it stays silent, check the network and the namespace: ${runbookUrl}#service-bus-silent'
+    severity: 2
+    scope: applicationInsightsResourceId
+    window: 'PT10M'
+    measure: 'silentSeconds'
+    aggregation: 'Maximum'
+    threshold: 0
+    dimensions: [
+      {
+        name: 'cloud_RoleInstance'
         operator: 'Include'
         values: [
           '*'
@@ -235,19 +324,6 @@ var logRules = [
       }
     ]
   }
-  {
-    key: 'idle'
-    name: 'queue-not-drained'
-    displayName: 'sbinbox: no message processed while the queue holds some'
-    description: 'The queue held messages for ${idleAlertMinutes} minutes and no worker processed one: the workers are stopped, stuck, or cannot receive. Check /readyz and the log: ${runbookUrl}#queue-not-drained'
-    severity: 1
-    scope: logAnalyticsWorkspaceResourceId
-    window: 'PT${idleAlertMinutes}M'
-    measure: ''
-    aggregation: 'Count'
-    threshold: 0
-    dimensions: []
-  }
 ]
 
 resource logAlerts 'Microsoft.Insights/scheduledQueryRules@2026-03-01' = [
@@ -256,7 +332,7 @@ resource logAlerts 'Microsoft.Insights/scheduledQueryRules@2026-03-01' = [
     location: location
     tags: tags
     kind: 'LogAlert'
-      properties: {
+    properties: {
       displayName: rule.displayName
       description: rule.description
       severity: rule.severity
