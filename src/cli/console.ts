@@ -5,13 +5,16 @@ import { createServiceBusClient } from "../servicebus/client.ts";
 import { startConsoleServer } from "../console/server.ts";
 import { createConsoleService, type ConsoleSources } from "../console/service.ts";
 
-const usage = `usage: sbinbox console [--port N] [--host H]
+const usage = `usage: sbinbox console [--port N] [--host H [--allow-host NAME ...]]
 
   A local web page over the dead-letter queue (grouped by reason, replay or purge a group or a selection, with a
   confirmation), the entity's counts, and the inbox's and outbox's state when a database is configured.
     --port N     port to listen on (default 0: a free one, printed)
     --host H     address to listen on (default 127.0.0.1). Anything else serves the page, with your Service Bus
-                 rights, beyond this machine: only with care, and a warning is printed
+                 rights, beyond this machine, over plain HTTP: the printed URL then carries an access secret, the
+                 only authentication, and a warning is printed
+    --allow-host NAME
+                 a name (or address) the page is reached by besides H, e.g. the machine's name (repeatable)
 
 Settings as for \`sbinbox dlq\` (SBINBOX_SERVICEBUS_CONNECTION_STRING or SBINBOX_SERVICEBUS_NAMESPACE, SBINBOX_QUEUE:
 on a topic, the service's own queue); the database as for the worker (SBINBOX_DATABASE, ...), optional.
@@ -24,7 +27,12 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
   try {
     args = parseArgs({
       args: argv,
-      options: { port: { type: "string" }, host: { type: "string" }, help: { type: "boolean", short: "h" } },
+      options: {
+        port: { type: "string" },
+        host: { type: "string" },
+        "allow-host": { type: "string", multiple: true },
+        help: { type: "boolean", short: "h" },
+      },
       strict: true,
     }).values;
   } catch (error) {
@@ -41,6 +49,14 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
     return 2;
   }
   const host = args.host ?? "127.0.0.1";
+  const allowHosts = args["allow-host"] ?? [];
+  const bad = allowHosts.find((name) => !/^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)$/.test(name));
+  if (bad !== undefined) {
+    process.stderr.write(
+      `sbinbox console: --allow-host ${JSON.stringify(bad)} is not a host name or address\n`,
+    );
+    return 2;
+  }
   let config;
   try {
     config = loadConfig({ purpose: "dlq" });
@@ -61,13 +77,20 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
     entity: config.queue,
     ...(await databaseSources(config, closers)),
   };
-  if (!LOOPBACK.has(host)) {
+  const beyond = !LOOPBACK.has(host);
+  if (beyond) {
     process.stderr.write(
-      `sbinbox console: WARNING: serving on ${host}, not loopback: whoever reaches this address can see dead-lettered ` +
-        `messages and replay or purge them with your Service Bus rights (the page's token is the only lock)\n`,
+      `sbinbox console: WARNING: serving on ${host}, not loopback, over plain HTTP: whoever has the printed URL (its ` +
+        `access secret is the only authentication) or sees the traffic can read dead-lettered messages and replay or ` +
+        `purge them with your Service Bus rights\n`,
     );
   }
-  const server = await startConsoleServer(createConsoleService(sources), { host, port });
+  const server = await startConsoleServer(createConsoleService(sources), {
+    host,
+    port,
+    allowHosts,
+    access: beyond,
+  });
   closers.unshift(() => server.close());
   // Listening for the signals before the URL is out: whoever starts this may stop it as soon as it reads the URL.
   const stopped = new Promise<void>((resolve) => {

@@ -20,9 +20,14 @@ const MAX_BODY = 256 * 1024;
  */
 export async function startConsoleServer(
   service: ConsoleService,
-  options: { host: string; port: number },
+  options: { host: string; port: number; allowHosts?: readonly string[]; access?: boolean },
 ): Promise<ConsoleServer> {
   const token = randomBytes(24).toString("base64url");
+  // Served beyond loopback, the page's token would go to whoever asks: there, a secret in the printed URL is
+  // traded once for an HttpOnly cookie, and nothing is served without one of the two (the URL's secret is what the
+  // operator passes on; plain HTTP, so only across a network the operator trusts, or through an SSH tunnel).
+  const access = options.access ? randomBytes(24).toString("base64url") : undefined;
+  const ACCESS_COOKIE = "sbinbox-access";
   let hosts = new Set<string>();
   const server: Server = createServer((req, res) => {
     handle(req, res).catch((error: unknown) => {
@@ -34,6 +39,23 @@ export async function startConsoleServer(
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     if (!hosts.has(req.headers.host ?? "")) return send(res, 421, { error: "unexpected Host header" });
     const url = new URL(req.url ?? "/", `http://${req.headers.host}`);
+    if (access !== undefined) {
+      if (
+        req.method === "GET" &&
+        url.pathname === "/" &&
+        sameToken(url.searchParams.get("access") ?? "", access)
+      ) {
+        res.writeHead(303, {
+          location: "/",
+          "set-cookie": `${ACCESS_COOKIE}=${access}; HttpOnly; SameSite=Strict; Path=/`,
+          ...securityHeaders,
+        });
+        res.end();
+        return;
+      }
+      if (!sameToken(cookie(req, ACCESS_COOKIE), access))
+        return send(res, 401, { error: "open the URL the console printed (it carries the access secret)" });
+    }
     if (req.method === "GET" && url.pathname === "/") {
       const nonce = randomBytes(16).toString("base64");
       res.writeHead(200, {
@@ -99,9 +121,13 @@ export async function startConsoleServer(
   });
   const { port } = server.address() as AddressInfo;
   const shown = options.host.includes(":") ? `[${options.host}]` : options.host;
-  hosts = new Set([`${shown}:${port}`, `127.0.0.1:${port}`, `localhost:${port}`, `[::1]:${port}`]);
+  hosts = new Set(
+    [shown, "127.0.0.1", "localhost", "[::1]", ...(options.allowHosts ?? [])].map(
+      (name) => `${name}:${port}`,
+    ),
+  );
   return {
-    url: `http://${shown}:${port}/`,
+    url: `http://${shown}:${port}/${access === undefined ? "" : `?access=${access}`}`,
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());
@@ -121,6 +147,14 @@ function send(res: ServerResponse, status: number, value: unknown): void {
   res
     .writeHead(status, { "content-type": "application/json", ...securityHeaders })
     .end(JSON.stringify(value));
+}
+
+function cookie(req: IncomingMessage, name: string): string | undefined {
+  for (const part of (req.headers.cookie ?? "").split(";")) {
+    const [key, ...value] = part.trim().split("=");
+    if (key === name) return value.join("=");
+  }
+  return undefined;
 }
 
 function sameToken(given: string | string[] | undefined, expected: string): boolean {

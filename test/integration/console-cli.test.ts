@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { request } from "node:http";
 import { createConsoleService } from "../../src/console/service.ts";
 import { peekDeadLetters } from "../../src/servicebus/dead-letter.ts";
 import { sendRawMessages } from "../../src/servicebus/raw.ts";
@@ -73,7 +74,7 @@ describe("sbinbox console: binding, the warning off loopback, and reads that can
       let out = "";
       cli.child.stdout!.on("data", (d: Buffer) => {
         out += String(d);
-        const found = /(http:\/\/\S+\/) /.exec(out)?.[1];
+        const found = /(http:\/\/\S+) /.exec(out)?.[1];
         if (found) resolve(found);
       });
       void cli.done.then((r) => reject(new Error(`console exited ${r.code}: ${r.stderr}`)));
@@ -118,10 +119,58 @@ describe("sbinbox console: binding, the warning off loopback, and reads that can
     }
   });
 
-  it("serves elsewhere only when asked, and then warns on stderr", async function () {
-    const console = await startConsole(["--host", "0.0.0.0"]);
-    const stderr = await console.stop();
-    assert.match(console.url, /^http:\/\/0\.0\.0\.0:\d+\/$/);
-    assert.match(stderr, /WARNING: serving on 0\.0\.0\.0, not loopback/);
+  it("serves elsewhere only when asked: then with an access secret in the URL, the names allowed, and a warning", async function () {
+    const console = await startConsole(["--host", "0.0.0.0", "--allow-host", "ops-box"]);
+    let stderr = "";
+    try {
+      const url = new URL(console.url);
+      const secret = url.searchParams.get("access");
+      assert.match(console.url, /^http:\/\/0\.0\.0\.0:\d+\/\?access=[\w-]{32}$/);
+      const port = Number(url.port);
+      const get = (path: string, host: string, cookie?: string) =>
+        new Promise<{ status: number; headers: Record<string, unknown>; body: string }>((resolve, reject) => {
+          const req = request(
+            {
+              host: "127.0.0.1",
+              port,
+              path,
+              headers: { host: `${host}:${port}`, ...(cookie ? { cookie } : {}) },
+            },
+            (res) => {
+              let body = "";
+              res.on("data", (d: Buffer) => (body += String(d)));
+              res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+            },
+          );
+          req.on("error", reject);
+          req.end();
+        });
+      assert.equal((await get("/", "127.0.0.1")).status, 401, "no secret, no page (and no token)");
+      assert.equal((await get("/api/state", "ops-box")).status, 401);
+      assert.equal((await get("/?access=wrong", "ops-box")).status, 401);
+      assert.equal((await get(`/?access=${secret}`, "elsewhere")).status, 421, "a name not allowed");
+      const traded = await get(`/?access=${secret}`, "ops-box");
+      assert.equal(traded.status, 303);
+      const setCookie = String(traded.headers["set-cookie"]);
+      assert.match(setCookie, /HttpOnly; SameSite=Strict; Path=\//);
+      const cookie = setCookie.split(";")[0]!;
+      const page = await get("/", "ops-box", cookie);
+      assert.equal(page.status, 200);
+      assert.match(page.body, /name="sbinbox-token"/);
+      assert.equal((await get("/", "0.0.0.0", "sbinbox-access=wrong")).status, 401);
+    } finally {
+      stderr = await console.stop();
+    }
+    assert.match(stderr, /WARNING: serving on 0\.0\.0\.0, not loopback, over plain HTTP/);
+  });
+
+  it("refuses an --allow-host that is not a host name", async function () {
+    const cli = startCli(["console", "--allow-host", "evil/path"], {
+      SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString,
+      SBINBOX_QUEUE: QUEUE,
+    });
+    const result = await cli.done;
+    assert.equal(result.code, 2);
+    assert.match(result.stderr, /--allow-host "evil\/path" is not a host name or address/);
   });
 });
