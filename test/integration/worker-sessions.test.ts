@@ -10,7 +10,7 @@ import { createLogger } from "../../src/telemetry/logger.ts";
 import { brokerConfig, takeDeadLetters, useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { useTelemetryCapture } from "../helpers/telemetry.ts";
 import { StallProxy } from "../helpers/stall-proxy.ts";
-import { exampleDatabase, startTestWorker } from "../helpers/worker.ts";
+import { exampleDatabase, startTestWorker, type TestWorkerOptions } from "../helpers/worker.ts";
 
 const ORDERED = "ordered";
 const FAILING = "ordered-failing";
@@ -114,39 +114,36 @@ describe("worker in session mode: each account's events applied in order, exactl
     await db.close();
   });
 
-  it("keeps order per session with 8 sessions at once across 50 sessions", async function () {
-    const accounts = Array.from({ length: 50 }, (_, i) => `conc-${i}`);
-    const sent = await sendSteps(fixture.client, ORDERED, accounts, 6);
+  /** Sends `steps` per account (`prefix`0, 1, ...), drains them with one session worker, and checks the order. */
+  async function drainInOrder(
+    prefix: string,
+    accountCount: number,
+    steps: number,
+    options: Partial<TestWorkerOptions> = {},
+  ): Promise<void> {
+    const accounts = Array.from({ length: accountCount }, (_, i) => `${prefix}${i}`);
+    const sent = await sendSteps(fixture.client, ORDERED, accounts, steps);
     const worker = startTestWorker({
       client: fixture.client,
       db,
       queue: ORDERED,
       handlers: [stepHandler()],
       sessions: { maxSessions: 8, idleMs: 300 },
+      ...options,
     });
     workers.push(worker);
     await waitUntil(() => worker.stats.settled === sent, `all ${sent} settled`, 50_000);
-    const result = await outOfOrder(db, "conc-");
-    assert.deepEqual(result, { outOfOrder: 0, rows: sent, doubled: 0 });
+    assert.deepEqual(await outOfOrder(db, prefix), { outOfOrder: 0, rows: sent, doubled: 0 });
+  }
+
+  it("keeps order per session with 8 sessions at once across 50 sessions", async function () {
+    await drainInOrder("conc-", 50, 6);
     const counts = fixture.broker.counts(ORDERED);
     assert.equal(counts.active + counts.locked + counts.deadLettered, 0);
   });
 
   it("with group commit on (batch size 8 over 8 sessions), each session keeps its order, nothing doubled", async function () {
-    const accounts = Array.from({ length: 16 }, (_, i) => `batch-${i}`);
-    const sent = await sendSteps(fixture.client, ORDERED, accounts, 5);
-    const worker = startTestWorker({
-      client: fixture.client,
-      db,
-      queue: ORDERED,
-      handlers: [stepHandler()],
-      sessions: { maxSessions: 8, idleMs: 300 },
-      batchSize: 8,
-      batchWaitMs: 20,
-    });
-    workers.push(worker);
-    await waitUntil(() => worker.stats.settled === sent, `all ${sent} settled`, 50_000);
-    assert.deepEqual(await outOfOrder(db, "batch-"), { outOfOrder: 0, rows: sent, doubled: 0 });
+    await drainInOrder("batch-", 16, 5, { batchSize: 8, batchWaitMs: 20 });
   });
 
   it("a failure lasting 30 s in one session holds that session only, then its steps go on in order", async function () {
