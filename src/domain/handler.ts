@@ -1,5 +1,5 @@
 import type { z } from "zod";
-import type { SqlExecutor } from "./sql.ts";
+import type { DialectSql, SqlExecutor } from "./sql.ts";
 
 /** What a handler knows about the message it is given. Nothing here can write anywhere. */
 export interface MessageContext {
@@ -24,6 +24,34 @@ export interface TransactionalHandler<T = unknown> {
   readonly type: string;
   readonly schema: z.ZodType<T>;
   handle(body: T, tx: SqlExecutor, context: MessageContext): Promise<void>;
+  /**
+   * The rows this message's change may touch, named by the handler from the body (for example
+   * `account:${body.accountId}`). Messages whose keys are disjoint may be applied side by side (in one batch and in
+   * batches in flight at once); messages that share a key are applied one after another, in arrival order. A
+   * handler that declares no keys may touch anything: its messages are never run beside another.
+   */
+  keys?(body: T, context: MessageContext): string | readonly string[];
+}
+
+/** One parameterised statement: positional parameters, `$1..` on PostgreSQL, `@p1..` on SQL Server. */
+export interface Statement {
+  readonly sql: string | DialectSql;
+  readonly params?: readonly unknown[];
+}
+
+/**
+ * A transactional change given as data: the statements for a message instead of running them. The worker runs
+ * them in the message's inbox transaction, and in a batch sends the statements of many messages to the database in
+ * one request (the only way to save round trips on SQL Server, where one connection runs one request at a time).
+ * The statements must not depend on each other's results.
+ */
+export interface StatementsHandler<T = unknown> {
+  readonly kind: "statements";
+  readonly type: string;
+  readonly schema: z.ZodType<T>;
+  statements(body: T, context: MessageContext): readonly Statement[];
+  /** As on a transactional handler. */
+  keys?(body: T, context: MessageContext): string | readonly string[];
 }
 
 /**
