@@ -3,7 +3,7 @@
 // the database was down (its migration cannot run then), which is expected and retried.
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { statsFromLog, withoutSbinboxSettings } from "../src/app/demo.ts";
+import { statsFromLog, withoutSbinboxSettings } from "../src/app/demo-workers.ts";
 import { freePort } from "../src/embedded/free-port.ts";
 import { KILL_AFTER_PERFORM_LINE } from "./chaos-handlers.ts";
 
