@@ -180,7 +180,7 @@ export async function runDemoHarness(
     // The counters come from each worker's last log line ("stopped", with its stats): /readyz is public and
     // carries none.
     const stats = new Map<string, WorkerStats>(
-      consumers.map((c) => [c.name, { duplicate: 0, failed: 0, retriesScheduled: 0 }]),
+      consumers.map((c) => [c.name, { duplicate: 0, failed: 0, retriesScheduled: 0, retriesWaited: 0 }]),
     );
     await Promise.all(
       workers
@@ -195,6 +195,7 @@ export async function runDemoHarness(
             duplicate: sum.duplicate + mine.duplicate,
             failed: sum.failed + mine.failed,
             retriesScheduled: sum.retriesScheduled + mine.retriesScheduled,
+            retriesWaited: sum.retriesWaited + mine.retriesWaited,
           });
         }),
     );

@@ -48,6 +48,8 @@ export interface WorkerStats {
   readonly duplicate: number;
   readonly failed: number;
   readonly retriesScheduled: number;
+  /** Retries waited out in place (session mode's only kind). */
+  readonly retriesWaited: number;
 }
 
 /** The worker's counters from its final "stopped" log line; zeros when it has none (it was killed). */
@@ -62,8 +64,9 @@ export function statsFromLog(stderr: string): WorkerStats {
       duplicate: record.duplicate ?? 0,
       failed: record.failed ?? 0,
       retriesScheduled: record.retriesScheduled ?? 0,
+      retriesWaited: record.retriesWaited ?? 0,
     };
   } catch {
-    return { duplicate: 0, failed: 0, retriesScheduled: 0 };
+    return { duplicate: 0, failed: 0, retriesScheduled: 0, retriesWaited: 0 };
   }
 }
