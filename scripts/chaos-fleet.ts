@@ -3,7 +3,7 @@
 // the database was down (its migration cannot run then), which is expected and retried.
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { statsFromLog, withoutSbinboxSettings } from "../src/app/demo.ts";
+import { statsFromLog, withoutSbinboxSettings } from "../src/app/demo-workers.ts";
 import { freePort } from "../src/embedded/free-port.ts";
 import { KILL_AFTER_PERFORM_LINE } from "./chaos-handlers.ts";
 
@@ -79,7 +79,7 @@ export class WorkerFleet {
   };
   readonly crashReports: string[] = [];
   /** Duplicates and transient failures reported by workers that have exited, from their "stopped" log line. */
-  private readonly stats = { duplicate: 0, failed: 0 };
+  private readonly stats = { duplicate: 0, failed: 0, retriesWaited: 0 };
 
   constructor(options: FleetOptions) {
     this.options = options;
@@ -129,7 +129,7 @@ export class WorkerFleet {
    * Duplicates and transient failures as the workers that stopped with SIGTERM logged them on the way out
    * (/readyz is public and carries no counters). A lower bound: a SIGKILLed worker logs nothing.
    */
-  readStats(): { duplicate: number; failed: number } {
+  readStats(): { duplicate: number; failed: number; retriesWaited: number } {
     return { ...this.stats };
   }
 
@@ -208,6 +208,7 @@ export class WorkerFleet {
     const stats = statsFromLog(member.stderrTail);
     this.stats.duplicate += stats.duplicate;
     this.stats.failed += stats.failed;
+    this.stats.retriesWaited += stats.retriesWaited;
     if (this.stopping) {
       // A worker restarted just before the end can get the SIGTERM while Node is still loading it, before its
       // handlers exist: the default action ends it, having done nothing. Not a crash.

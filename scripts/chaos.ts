@@ -15,11 +15,14 @@
 // external_calls=.. external_lost=.. external_doubled=.. downstream_down=.. upstream_stale=..
 // (upstream_stale: outbox rows the relays will not send because their first try is older than the duplicate window
 // allows; the run ends as soon as only those are left, names them, and fails, without counting them as lost)
+// Then the session round (scripts/chaos-sessions.ts), whose fields sessions=.. sessions_distinct=..
+// sessions_effects=.. sessions_lost=.. sessions_doubled=.. out_of_order=.. sessions_deadlettered=.. sessions_kills=..
+// come before outcome=, which passes only if both rounds held.
 import { randomUUID } from "node:crypto";
 import { fileURLToPath } from "node:url";
-import { parseArgs } from "node:util";
 import pg from "pg";
-import { balancesMatch, withoutSbinboxSettings } from "../src/app/demo.ts";
+import { balancesMatch } from "../src/app/demo-checks.ts";
+import { withoutSbinboxSettings } from "../src/app/demo-workers.ts";
 import { startUpstream } from "../src/app/demo-upstream.ts";
 import { localWorkerEnv, startLocalStack } from "../src/app/local-stack.ts";
 import { accountSql } from "../src/example/accounts.ts";
@@ -32,6 +35,8 @@ import { sendRawMessages, type RawMessage } from "../src/servicebus/raw.ts";
 import { StallProxy } from "../test/helpers/stall-proxy.ts";
 import { FakeDownstream, type Behaviour } from "./chaos-downstream.ts";
 import { WorkerFleet } from "./chaos-fleet.ts";
+import { options, seeded, usage, type Options } from "./chaos-options.ts";
+import { runSessionRound } from "./chaos-sessions.ts";
 
 const HANDLERS = fileURLToPath(new URL("./chaos-handlers.ts", import.meta.url));
 
@@ -50,20 +55,6 @@ const WORKERS = 3;
  */
 const LOCK_MS = 5_000;
 const MAX_DELIVERY_COUNT = 30;
-/**
- * The queue's duplicate detection window: late resends wait it out and reach the inbox. The relays use it too, and
- * send no row first tried longer ago than the window less their margin (a stale row, docs/outbox.md). Azure's
- * smallest, 20 s, left the relays 15 s from a row's first try, which a loaded machine outlasts several ways: relays
- * SIGKILLed one after the other while holding a batch's lease (kills come every few seconds, a Node start-up takes
- * seconds), claims slower than the 1 s the lease left for them (a batch not started is claimed again, its first
- * try kept), the database restart (about 12 s) and the relays' doubling back-off (1, 2, 4, 8 s). A 10,000-event
- * run with it was left with one batch (100 rows) never applied and waited for its timeout: stale rows by every
- * sign (the relays log errors only, so their stale warning was not seen). 60 s leaves 55 s, more than a 12 s outage
- * plus the back-off's next tries (up to 31 s after the first failure) plus a lease, or several relays in a row
- * killed holding the rows (6 s leases, below); the late resends then go out a minute after publishing, inside the
- * time a CI run takes anyway. --duplicate-window-ms 20000 runs it as before.
- */
-const DEFAULT_DUPLICATE_WINDOW_MS = 60_000;
 /** The part of the window the relays keep back (SBINBOX_OUTBOX_WINDOW_MARGIN_MS), not their default minute. */
 const RELAY_WINDOW_MARGIN_MS = 5_000;
 const MAX_MESSAGE_BYTES = 65_536;
@@ -119,91 +110,6 @@ function mailBehaviour(j: number, count: number): Behaviour {
     default:
       return { kind: "normal" };
   }
-}
-
-const usage = `usage: npm run chaos -- [--events N] [--kill-every-ms MS] [--db-down-ms MS] [--logins-refused-ms MS]
-                         [--db-silent-ms MS] [--downstream-down-ms MS] [--duplicate-window-ms MS]
-                         [--timeout S] [--seed N]
-
-Exactly-once under faults: 3 worker processes, N distinct events (default 20000), 10% resent, a worker SIGKILLed
-every few seconds and restarted, the database stopped and started once, then refusing logins (ALTER ROLE ...
-NOLOGIN, sessions ended), then silent (a proxy stops forwarding without closing), transient handler failures, poison;
-N/10 two-phase events calling an external HTTP API (deduplicating by idempotency key) that fails, resets, answers
-slowly for some keys and is down for 30 s once; upstream, N/10 outbox transactions (10% rolled back) sent by two
-relay processes that are SIGKILLed now and then.
-Exit code 0 only if nothing is lost, nothing is doubled and only the poison is dead-lettered; 3 if the run did
-not finish in time (starved: a timeout is a failure, told apart), 1 for any other failure.
-`;
-
-interface Options {
-  events: number;
-  killEveryMs: number;
-  dbDownMs: number;
-  loginsRefusedMs: number;
-  dbSilentMs: number;
-  downstreamDownMs: number;
-  duplicateWindowMs: number;
-  timeoutMs: number;
-  seed: number;
-}
-
-function options(argv: string[]): Options | string {
-  let values;
-  try {
-    values = parseArgs({
-      args: argv,
-      options: {
-        events: { type: "string", default: "20000" },
-        "kill-every-ms": { type: "string", default: "3000" },
-        "db-down-ms": { type: "string", default: "10000" },
-        "logins-refused-ms": { type: "string", default: "4000" },
-        "db-silent-ms": { type: "string", default: "5000" },
-        "downstream-down-ms": { type: "string", default: "30000" },
-        "duplicate-window-ms": { type: "string", default: String(DEFAULT_DUPLICATE_WINDOW_MS) },
-        timeout: { type: "string", default: "570" },
-        seed: { type: "string", default: String(Date.now() % 1_000_000) },
-        help: { type: "boolean", short: "h" },
-      },
-    }).values;
-  } catch (error) {
-    return (error as Error).message;
-  }
-  if (values.help) return "";
-  const o = {
-    events: Number(values.events),
-    killEveryMs: Number(values["kill-every-ms"]),
-    dbDownMs: Number(values["db-down-ms"]),
-    loginsRefusedMs: Number(values["logins-refused-ms"]),
-    dbSilentMs: Number(values["db-silent-ms"]),
-    downstreamDownMs: Number(values["downstream-down-ms"]),
-    duplicateWindowMs: Number(values["duplicate-window-ms"]),
-    timeoutMs: Number(values.timeout) * 1000,
-    seed: Number(values.seed),
-  };
-  if (!Number.isInteger(o.events) || o.events < 100) return "--events must be a whole number of at least 100";
-  if (!(o.killEveryMs >= 500)) return "--kill-every-ms must be at least 500";
-  if (!(o.dbDownMs >= 0)) return "--db-down-ms must be a number of milliseconds";
-  if (!(o.loginsRefusedMs >= 0)) return "--logins-refused-ms must be a number of milliseconds";
-  if (!(o.dbSilentMs >= 0)) return "--db-silent-ms must be a number of milliseconds";
-  if (!(o.downstreamDownMs >= 0)) return "--downstream-down-ms must be a number of milliseconds";
-  // Azure's range; the relays refuse a window their lease and poll do not fit in twice.
-  if (!(o.duplicateWindowMs >= 20_000 && o.duplicateWindowMs <= 7 * 86_400_000))
-    return "--duplicate-window-ms must be between 20000 (Azure's smallest) and 7 days";
-  if (!(o.timeoutMs > 0)) return "--timeout must be a positive number of seconds";
-  if (!Number.isInteger(o.seed)) return "--seed must be a whole number";
-  return o;
-}
-
-/** mulberry32: a seeded generator, so a failing run's kill schedule can be replayed with --seed. */
-function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
@@ -790,6 +696,17 @@ async function main(o: Options): Promise<number> {
     out(
       `  verdict           ${ok ? "exactly once: it holds" : staleRows.length > 0 ? `FAILED (${staleRows.length} upstream rows stale: an operator case, not counted as lost)` : timedOut ? `TIMED OUT (starved: ${fleet.counts.kills} kills, ${fleet.counts.killsSkipped} kill rounds skipped; not finished is a failure)` : "FAILED"}; took ${((Date.now() - started) / 1000).toFixed(1)} s`,
     );
+    // The session round (scripts/chaos-sessions.ts), on a broker and database of its own, in the time left.
+    const sessions = await runSessionRound({
+      events: Math.max(200, Math.floor(o.events / 4)),
+      killEveryMs: o.killEveryMs,
+      timeoutMs: Math.max(60_000, started + o.timeoutMs - Date.now()),
+      random,
+      out,
+      batchSize,
+    });
+    const pass = ok && sessions.ok;
+    const late = timedOut || sessions.timedOut;
     process.stdout.write(
       `RESULT distinct=${o.events} effects=${effects} lost=${lost} doubled=${doubled} ` +
         `deadlettered=${counts.deadLettered} poison=${poison.length} kills=${fleet.counts.kills} db_restarts=${dbRestarts} ` +
@@ -799,10 +716,11 @@ async function main(o: Options): Promise<number> {
         `external_calls=${downstream.calls} external_lost=${externalLost} external_doubled=${externalDoubled} ` +
         `downstream_down=${downstreamPhases} batches=${batches} upstream_stale=${staleRows.length} downstream_refused=${downstream.refusedWhileDown} ` +
         `key_in_use=${downstream.keyInUse} killed_after_perform=${fleet.counts.killedAfterPerform} ` +
-        `killed_after_commit=${fleet.counts.killedAfterCommit} outcome=${ok ? "pass" : timedOut ? "timeout" : "fail"}\n`,
+        `killed_after_commit=${fleet.counts.killedAfterCommit} ${sessions.fields} ` +
+        `outcome=${pass ? "pass" : late ? "timeout" : "fail"}\n`,
     );
     // A run that did not finish is a failure too, told apart by its exit code.
-    return ok ? 0 : timedOut ? 3 : 1;
+    return pass ? 0 : late ? 3 : 1;
   } finally {
     killAll();
     process.removeListener("exit", killAll);

@@ -14,7 +14,7 @@
 import { randomBytes } from "node:crypto";
 import { fileURLToPath } from "node:url";
 import mssql from "mssql";
-import { spawnWorker, type WorkerProcess } from "../src/app/demo.ts";
+import { spawnWorker, type WorkerProcess } from "../src/app/demo-workers.ts";
 import { loadDevPackage } from "../src/app/dev-package.ts";
 import { createServiceBusClient } from "../src/servicebus/client.ts";
 import { deriveMessageId } from "../src/servicebus/message-id.ts";

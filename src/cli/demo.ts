@@ -1,6 +1,6 @@
 import { parseArgs } from "node:util";
 
-const usage = `usage: sbinbox demo [--count N] [--timeout SECONDS] [--topic]
+const usage = `usage: sbinbox demo [--count N] [--timeout SECONDS] [--topic | --sessions]
 
 Runs the whole system on embedded defaults: a local broker and an embedded PostgreSQL, two worker processes
 competing on one queue, N events (default 2000) with trouble mixed in (resends, a worker killed between commit
@@ -11,6 +11,10 @@ The last line is machine-readable: RESULT distinct=... lost=... doubled=...
             own queue (its subscription forwards to it) with its own database, beside a foreign subscription with
             no filter; ledger retries by copies scheduled on its queue; the RESULT line reports each consumer:
             billing.effects=... ledger.retries_scheduled=... audit.messages=...
+  --sessions
+            per-account sequences on a session-enabled queue (each event numbered within its account, the account
+            its session id), the workers in session mode; the RESULT line adds out_of_order=..., the credits applied
+            out of their account's order, read from the database
 `;
 
 export async function run(argv: string[]): Promise<number> {
@@ -22,6 +26,7 @@ export async function run(argv: string[]): Promise<number> {
         count: { type: "string", default: "2000" },
         timeout: { type: "string", default: "120" },
         topic: { type: "boolean", default: false },
+        sessions: { type: "boolean", default: false },
         help: { type: "boolean", short: "h" },
       },
     }).values;
@@ -32,6 +37,10 @@ export async function run(argv: string[]): Promise<number> {
   if (values.help) {
     process.stdout.write(usage);
     return 0;
+  }
+  if (values.topic && values.sessions) {
+    process.stderr.write("sbinbox demo: --topic and --sessions are two variants: choose one\n");
+    return 2;
   }
   const count = Number(values.count);
   const timeout = Number(values.timeout);
@@ -70,7 +79,9 @@ export async function run(argv: string[]): Promise<number> {
   }
   const run = values.topic
     ? (await import("../app/demo-topic.ts")).runTopicDemo
-    : (await import("../app/demo.ts")).runDemo;
+    : values.sessions
+      ? (await import("../app/demo-sessions.ts")).runSessionsDemo
+      : (await import("../app/demo.ts")).runDemo;
   const started = Date.now();
   const { ok, result } = await run({ count, timeoutMs: timeout * 1000, out, status });
   out(`  took                      ${((Date.now() - started) / 1000).toFixed(1)} s`);

@@ -17,6 +17,8 @@ export const accountCreditedSchema = z.object({
   failOnce: z.boolean().optional(),
   /** Chaos only: the handler fails its first N attempts (a downstream that is down for a while), then recovers. */
   failAttempts: z.number().int().nonnegative().max(100).optional(),
+  /** The sessions demo: the event's number within its account (its session), against which the order is checked. */
+  sequence: z.number().int().positive().optional(),
 });
 export type AccountCredited = z.infer<typeof accountCreditedSchema>;
 

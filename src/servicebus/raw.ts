@@ -6,6 +6,8 @@ export interface RawMessage {
   readonly body: Buffer;
   readonly subject?: string;
   readonly contentType?: string;
+  /** On a session-enabled entity, which refuses a message without one. */
+  readonly sessionId?: string;
   readonly applicationProperties?: Record<string, string | number | boolean>;
 }
 

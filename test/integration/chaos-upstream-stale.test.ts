@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import pg from "pg";
-import { withoutSbinboxSettings } from "../../src/app/demo.ts";
+import { withoutSbinboxSettings } from "../../src/app/demo-workers.ts";
 import { startUpstream, type Upstream } from "../../src/app/demo-upstream.ts";
 import { startLocalStack } from "../../src/app/local-stack.ts";
 import { createPostgresOutboxStore } from "../../src/outbox/postgres/store.ts";
