@@ -1,8 +1,10 @@
 import assert from "node:assert/strict";
+import mssql from "mssql";
 import { InboxCore, type InboxDriver, type InboxTransaction } from "../../src/inbox/core.ts";
 import type { BoundStatement, InboxBatchItem, InboxKey, InboxStore } from "../../src/inbox/store.ts";
 import { runStatements } from "../../src/inbox/batch-statements.ts";
 import { scalar, type Backend, type BackendDatabase } from "./backends.ts";
+import { skipFor } from "./guards.ts";
 
 /**
  * What a driver was asked, counted on the client: `calls` every statement (and COMMIT) given to it, `turns` the
@@ -48,6 +50,25 @@ function counting(driver: InboxDriver): Counted {
     },
   });
   return counted;
+}
+
+/**
+ * Undefined when the server tells the client of a transaction begun in T-SQL (ENVCHANGE "begin transaction", which
+ * tedious keeps as `inTransaction`), as SQL Server does; otherwise why the guard built on it cannot be seen here.
+ * Probed on a pool of one connection of its own, closed after (which ends the probe's transaction).
+ */
+async function tracksTextTransactions(db: BackendDatabase): Promise<string | undefined> {
+  if (db.target.kind !== "sqlserver") return "not SQL Server";
+  const pool = await new mssql.ConnectionPool({ ...db.target.config, pool: { max: 1 } }).connect();
+  try {
+    const tarn = (pool as unknown as { pool: { free: { resource: { inTransaction?: boolean } }[] } }).pool;
+    await pool.request().batch("BEGIN TRANSACTION; SELECT 1 AS n;");
+    return tarn.free[0]?.resource.inTransaction === true
+      ? undefined
+      : "the server sends no ENVCHANGE for a transaction begun in T-SQL (tedious's inTransaction stays false)";
+  } finally {
+    await pool.close();
+  }
 }
 
 let counter = 0;
@@ -235,6 +256,20 @@ export function statementsConformance(backend: Backend): void {
       );
       assert.deepEqual(await Promise.all(keys.map(effects)), [0, 1]);
     });
+
+    if (backend.dialect === "sqlserver")
+      it("a pooled connection released with a transaction still open is closed, never handed to the next request", async function () {
+        skipFor(this, await tracksTextTransactions(db));
+        // A batch that BEGINs and ends without COMMIT or ROLLBACK, as a compile-time error or a timeout can leave one.
+        await db.raw.query("BEGIN TRANSACTION; SELECT 1 AS n;");
+        const counts = await Promise.all(
+          Array.from({ length: 8 }, () => scalar(db.raw, "SELECT @@TRANCOUNT AS n")),
+        );
+        assert.deepEqual(
+          counts,
+          counts.map(() => 0),
+        );
+      });
 
     it("a statement that names a missing table fails the message and leaves no transaction open on the pool", async () => {
       const k = key();
