@@ -125,7 +125,7 @@ export function statementsConformance(backend: Backend): void {
 
     it("one message whose marker exists is a duplicate, and none of its statements is applied", async () => {
       const k = key();
-      await store.process(k, async () => undefined);
+      await store.process(k, () => Promise.resolve());
       const outcome = await store.process(k, () => Promise.reject(new Error("work must not run")), {
         statements: [effect(k)],
       });
@@ -168,7 +168,7 @@ export function statementsConformance(backend: Backend): void {
 
     it("a batch with a message whose marker exists applies none of its statements; one by one the others commit once", async () => {
       const keys = [key(), key(), key()];
-      await store.process(keys[1]!, async () => undefined);
+      await store.process(keys[1]!, () => Promise.resolve());
       const items = keys.map((k) => item(k, [effect(k), effect(k)]));
       const result = await store.processBatch("ledger", items);
       assert.equal(result.reason, "duplicate");
@@ -245,7 +245,7 @@ export function statementsConformance(backend: Backend): void {
     it("the pre-check finds a redelivery's marker: that one is a duplicate and the others commit in the batch", async () => {
       const checking = new InboxCore(counted.driver);
       const keys = [key(), key()];
-      await store.process(keys[0]!, async () => undefined);
+      await store.process(keys[0]!, () => Promise.resolve());
       const result = await checking.processBatch("ledger", [
         { ...item(keys[0]!, [effect(keys[0]!)]), firstDelivery: false },
         { ...item(keys[1]!, [effect(keys[1]!)]), firstDelivery: false },
@@ -280,7 +280,7 @@ export function statementsConformance(backend: Backend): void {
             : "INSERT INTO no_such_table_sbinbox (id) VALUES ($1)",
         params: [1],
       };
-      const outcome = await store.process(k, async () => undefined, { statements: [effect(k), missing] });
+      const outcome = await store.process(k, () => Promise.resolve(), { statements: [effect(k), missing] });
       assert.equal(outcome.kind, "failed");
       assert.equal(await markers(k), 0);
       assert.equal(await effects(k), 0);
@@ -295,7 +295,7 @@ export function statementsConformance(backend: Backend): void {
         counts.map(() => 0),
       );
       const after = key();
-      assert.deepEqual(await store.process(after, async () => undefined, { statements: [effect(after)] }), {
+      assert.deepEqual(await store.process(after, () => Promise.resolve(), { statements: [effect(after)] }), {
         kind: "committed",
       });
       assert.equal(await effects(after), 1);

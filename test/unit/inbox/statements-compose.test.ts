@@ -47,7 +47,10 @@ describe("statements on SQL Server: renumbering and composition", () => {
     assert.equal(composed.requests.length, 1);
     const [request] = composed.requests;
     assert.deepEqual(request!.params, ["c", "a", "b", "a", "b", 2]);
-    assert.match(request!.sql, /^SET XACT_ABORT ON;\nBEGIN TRANSACTION;\nBEGIN TRY\nINSERT INTO \[dbo\]\.Inbox/);
+    assert.match(
+      request!.sql,
+      /^SET XACT_ABORT ON;\nBEGIN TRANSACTION;\nBEGIN TRY\nINSERT INTO \[dbo\]\.Inbox/,
+    );
     assert.match(
       request!.sql,
       new RegExp(`THROW ${MARKER_EXISTS.number}, N'[^']+', ${MARKER_EXISTS.state};`),
