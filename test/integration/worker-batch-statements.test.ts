@@ -3,31 +3,14 @@ import { z } from "zod";
 import type { Database } from "../../src/app/database.ts";
 import type { StatementsHandler } from "../../src/domain/handler.ts";
 import { ACCOUNT_CREDITED, accountCreditedStatementsHandler, accountSql } from "../../src/example/index.ts";
-import type { InboxBatchItem, InboxBatchResult, InboxStore } from "../../src/inbox/store.ts";
+import type { InboxStore } from "../../src/inbox/store.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
 import type { Worker } from "../../src/worker/worker.ts";
+import { recordingBatches } from "../helpers/batches.ts";
 import { brokerConfig, takeDeadLetters, useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { creditsPerMessage, exampleDatabase, startTestWorker } from "../helpers/worker.ts";
 
 const QUEUE = "sbinbox";
-
-/** The real store, with each batch's items and result recorded on its way through. */
-function recordingBatches(store: InboxStore) {
-  const batches: { items: readonly InboxBatchItem[]; result: InboxBatchResult }[] = [];
-  const wrapped = new Proxy(store, {
-    get(target, property, receiver) {
-      if (property === "processBatch")
-        return async (consumer: string, items: readonly InboxBatchItem[]) => {
-          const result = await target.processBatch!(consumer, items);
-          batches.push({ items, result });
-          return result;
-        };
-      const value: unknown = Reflect.get(target, property, receiver);
-      return typeof value === "function" ? (value as (...a: unknown[]) => unknown).bind(target) : value;
-    },
-  });
-  return { store: wrapped, batches };
-}
 
 describe("worker with statements handlers in batches (real SDK, local broker, PostgreSQL)", function () {
   this.timeout(60_000);
