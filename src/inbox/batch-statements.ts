@@ -1,5 +1,7 @@
 import type { ErrorClass, ProcessOutcome } from "../domain/outcome.ts";
-import type { SqlExecutor, SqlResult } from "../domain/sql.ts";
+import type { Dialect, SqlExecutor, SqlResult } from "../domain/sql.ts";
+import { TransactionControlError } from "./errors.ts";
+import { refusedStatement } from "./transaction-guard.ts";
 import { composeStatements, type ComposedRequest, type ComposedTransaction } from "./sqlserver/compose.ts";
 import type {
   BatchFailureReason,
@@ -32,6 +34,7 @@ export interface StatementRequests {
 
 /** What these paths need of a driver (a structural part of core.ts's InboxDriver). */
 export interface StatementsDriver {
+  readonly dialect: Dialect;
   readonly statements: { readonly insertProcessedMarker: string };
   readonly batchStatements?: {
     readonly arrays: boolean;
@@ -73,12 +76,30 @@ export async function runStatements(tx: SqlExecutor, statements: readonly BoundS
   await Promise.all(statements.map((s) => tx.query(s.sql, s.params)));
 }
 
+/**
+ * The transaction guard's refusal of one of the statements, as the handle refuses it: they are sent inside the
+ * inbox's transaction (on SQL Server in the very batch that commits it), so a COMMIT among them must never go out.
+ * The worker checks them first (src/worker/statements.ts); this keeps the store safe for any other caller.
+ */
+function refusal(
+  dialect: Dialect,
+  statements: readonly BoundStatement[],
+): TransactionControlError | undefined {
+  for (const statement of statements) {
+    const refused = refusedStatement(statement.sql, dialect);
+    if (refused !== undefined) return new TransactionControlError(refused);
+  }
+  return undefined;
+}
+
 /** One message: its marker and statements in one transaction, sent together. */
 export async function processStatements(
   driver: StatementsDriver,
   key: InboxKey,
   statements: readonly BoundStatement[],
 ): Promise<ProcessOutcome> {
+  const refused = refusal(driver.dialect, statements);
+  if (refused !== undefined) return { kind: "failed", error: refused, errorClass: "permanent" };
   const requests = driver.statementRequests;
   if (requests !== undefined) {
     let composed: ComposedTransaction;
@@ -133,6 +154,12 @@ export async function processStatementsBatch(
   const params = (ids: readonly string[]): unknown[] => (batch.arrays ? [ids, consumer] : [consumer, ...ids]);
   const reason = (failure: unknown, otherwise: BatchFailureReason): BatchFailureReason =>
     driver.isDeadlock?.(failure) ? "deadlock" : otherwise;
+  // Each goes alone, where the one with a refused statement fails and the others commit.
+  const refused = refusal(
+    driver.dialect,
+    items.flatMap((i) => i.statements ?? []),
+  );
+  if (refused !== undefined) return { outcomes, failure: refused, reason: "handler_error" };
   let open = items.map((_, i) => i);
   const checked = items.filter(checks);
   if (checked.length > 0) {

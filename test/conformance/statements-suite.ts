@@ -208,6 +208,21 @@ export function statementsConformance(backend: Backend): void {
       assert.equal(await markers(keys[1]!), 0);
     });
 
+    it("transaction control among the statements is never sent: alone it fails permanently, in a batch it goes alone", async () => {
+      const [a, b] = [key(), key()];
+      const commit: BoundStatement = { sql: "COMMIT", params: [] };
+      const alone = await store.process(a, () => Promise.resolve(), { statements: [effect(a), commit] });
+      assert.equal(alone.kind === "failed" && alone.errorClass, "permanent");
+      const result = await store.processBatch("ledger", [item(a, [effect(a), commit]), item(b, [effect(b)])]);
+      assert.equal(result.reason, "handler_error");
+      assert.deepEqual(
+        result.outcomes.map((o) => o.kind),
+        ["single", "single"],
+      );
+      assert.deepEqual(await Promise.all([a, b].map(effects)), [0, 0]);
+      assert.deepEqual(await Promise.all([a, b].map(markers)), [0, 0]);
+    });
+
     it("a batch past one request's parameters is split inside one transaction, and commits whole", async () => {
       // 3 messages of 400 statements of 2 parameters: 2,400 parameters with the markers' 4, over 2,100.
       const keys = [key(), key(), key()];
