@@ -110,6 +110,11 @@ async function main(): Promise<number> {
   const { accountSql } = await import("../src/example/accounts.ts");
   for (const [name, sql] of Object.entries(accountSql))
     items.push({ name: `example/accounts.ts:${name}`, sql: sql.sqlserver });
+  // A statements handler's statements go out composed into one T-SQL batch (markers, statements renumbered,
+  // the transaction control): the example's, as one message, a batch of three, a batch split in two, and the
+  // handle's path.
+  const { composedExampleSamples } = await import("./tsql-statements.ts");
+  items.push(...composedExampleSamples());
   const { handlerStatements } = await import("./tsql-handlers.ts");
   items.push(...(await handlerStatements(handlersDir, root)));
   // `sbinbox migrate --app-user` builds its batch from a name and a client ID; one instance of it stands for all.

@@ -27,9 +27,13 @@ export type { IncomingMessage, DecodedMessage } from "./domain/envelope.ts";
 export type {
   MessageHandler,
   TransactionalHandler,
+  StatementsHandler,
+  Statement,
   TwoPhaseHandler,
   MessageContext,
 } from "./domain/handler.ts";
+export { resolveStatements } from "./worker/statements.ts";
+export type { BoundStatement } from "./inbox/store.ts";
 export type { SqlExecutor, SqlResult, Dialect, DialectSql } from "./domain/sql.ts";
 export type { HandlerModule } from "./domain/handler-module.ts";
 export { loadHandlerModule } from "./app/handler-module.ts";

@@ -7,4 +7,4 @@ const source = new URL("../../src/testing/index.ts", import.meta.url);
 const inCheckout = !import.meta.url.includes("/node_modules/") && existsSync(source);
 const testing = await import(inCheckout ? source.href : "./dist/testing/index.js");
 
-export const { HARNESS_RETRY_POLICY, fakeContext, fakeTransaction, startHarness } = testing;
+export const { HARNESS_RETRY_POLICY, fakeContext, fakeStatements, fakeTransaction, startHarness } = testing;

@@ -1,5 +1,6 @@
 import { PoisonMessageError } from "./errors.ts";
 import type { MessageHandler } from "./handler.ts";
+import { checkHandler } from "./handler-module.ts";
 
 /** A received message as the worker sees it, whatever the broker client; built by src/servicebus. */
 export interface IncomingMessage {
@@ -37,6 +38,7 @@ export class HandlerRegistry {
   }
 
   register<T>(handler: MessageHandler<T>): this {
+    checkHandler(handler);
     if (this.byType.has(handler.type))
       throw new Error(`a handler for "${handler.type}" is already registered`);
     this.byType.set(handler.type, handler);

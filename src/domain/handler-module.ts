@@ -14,3 +14,29 @@ export interface HandlerModule {
   /** Per dialect, a folder of `NNNN_name.sql` files, applied once each, in order. */
   readonly migrations?: Partial<Record<Dialect, string>>;
 }
+
+/** The function each kind of handler must have. */
+const KIND_FUNCTION = { transactional: "handle", statements: "statements", "two-phase": "perform" } as const;
+
+/**
+ * Checks the shape of a handler a module gives (a JavaScript module, or a cast, can give anything): its kind, its
+ * type, its schema and its kind's function. Throws a TypeError naming the handler and what is wrong.
+ */
+export function checkHandler(handler: unknown): asserts handler is MessageHandler {
+  if (typeof handler !== "object" || handler === null) throw new TypeError("a handler is not an object");
+  const h = handler as Record<string, unknown>;
+  const name = typeof h.type === "string" && h.type !== "" ? `handler "${h.type}"` : "a handler";
+  if (typeof h.type !== "string" || h.type === "")
+    throw new TypeError(`${name} has no type (a non-empty string)`);
+  const kind = h.kind as keyof typeof KIND_FUNCTION;
+  if (!Object.hasOwn(KIND_FUNCTION, kind))
+    throw new TypeError(
+      `${name} has kind ${JSON.stringify(h.kind)}; a handler's kind is "transactional", "statements" or "two-phase"`,
+    );
+  if (typeof (h.schema as { safeParse?: unknown } | undefined)?.safeParse !== "function")
+    throw new TypeError(`${name} has no schema (a zod schema)`);
+  if (typeof h[KIND_FUNCTION[kind]] !== "function")
+    throw new TypeError(`${name} is of kind "${kind}" but has no ${KIND_FUNCTION[kind]}() function`);
+  if (h.keys !== undefined && typeof h.keys !== "function")
+    throw new TypeError(`${name} has keys that are not a function`);
+}

@@ -67,4 +67,4 @@ export interface TwoPhaseHandler<T = unknown> {
   perform(body: T, context: MessageContext & { readonly idempotencyKey: string }): Promise<void>;
 }
 
-export type MessageHandler<T = unknown> = TransactionalHandler<T> | TwoPhaseHandler<T>;
+export type MessageHandler<T = unknown> = TransactionalHandler<T> | StatementsHandler<T> | TwoPhaseHandler<T>;

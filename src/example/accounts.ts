@@ -1,5 +1,10 @@
 import { z } from "zod";
-import type { TransactionalHandler } from "../domain/handler.ts";
+import type {
+  MessageContext,
+  Statement,
+  StatementsHandler,
+  TransactionalHandler,
+} from "../domain/handler.ts";
 import type { DialectSql } from "../domain/sql.ts";
 import { ACCOUNT_CREDITED } from "./event-types.ts";
 
@@ -70,6 +75,17 @@ export class DownstreamDownError extends Error {
   }
 }
 
+/** The demo's and the chaos run's faults, asked for by the body (failOnce, failAttempts). */
+function demoFaults(failedOnce: Set<string>, body: AccountCredited, context: MessageContext): void {
+  if (body.failOnce && !failedOnce.has(context.messageId)) {
+    failedOnce.add(context.messageId);
+    throw new TransientDemoError(context.messageId);
+  }
+  if (body.failAttempts !== undefined && context.attempt <= body.failAttempts) {
+    throw new DownstreamDownError(context.attempt, body.failAttempts);
+  }
+}
+
 export function accountCreditedHandler(): TransactionalHandler<AccountCredited> {
   const failedOnce = new Set<string>();
   return {
@@ -77,15 +93,30 @@ export function accountCreditedHandler(): TransactionalHandler<AccountCredited> 
     type: ACCOUNT_CREDITED,
     schema: accountCreditedSchema,
     async handle(body, tx, context) {
-      if (body.failOnce && !failedOnce.has(context.messageId)) {
-        failedOnce.add(context.messageId);
-        throw new TransientDemoError(context.messageId);
-      }
-      if (body.failAttempts !== undefined && context.attempt <= body.failAttempts) {
-        throw new DownstreamDownError(context.attempt, body.failAttempts);
-      }
+      demoFaults(failedOnce, body, context);
       await tx.query(accountSql.insertCredit[tx.dialect], [context.messageId, body.accountId, body.amount]);
       await tx.query(accountSql.addToBalance[tx.dialect], [body.accountId, body.amount]);
+    },
+  };
+}
+
+/**
+ * The same credit as a statements handler: it returns the two statements instead of running them, so the worker
+ * sends them with the inbox marker in one request, and a batch of credits in one request for the whole batch
+ * (docs/batching.md). Neither statement depends on the other's result, which is what the kind requires.
+ */
+export function accountCreditedStatementsHandler(): StatementsHandler<AccountCredited> {
+  const failedOnce = new Set<string>();
+  return {
+    kind: "statements",
+    type: ACCOUNT_CREDITED,
+    schema: accountCreditedSchema,
+    statements(body, context): Statement[] {
+      demoFaults(failedOnce, body, context);
+      return [
+        { sql: accountSql.insertCredit, params: [context.messageId, body.accountId, body.amount] },
+        { sql: accountSql.addToBalance, params: [body.accountId, body.amount] },
+      ];
     },
   };
 }

@@ -2,6 +2,7 @@ import type { ErrorClass, ProcessOutcome } from "../domain/outcome.ts";
 import type { Dialect, SqlExecutor, SqlResult } from "../domain/sql.ts";
 import { ClaimLostError, TransactionControlError, UnawaitedStatementError } from "./errors.ts";
 import { refusedStatement } from "./transaction-guard.ts";
+import { processStatements, processStatementsBatch, type StatementRequests } from "./batch-statements.ts";
 import type {
   BatchFailureReason,
   CleanupOptions,
@@ -78,6 +79,11 @@ export interface InboxBatchStatements {
    * others are duplicates); false when a unique violation fails the whole statement.
    */
   readonly returnsInserted: boolean;
+  /**
+   * Inserts the markers failing whole when one exists, for a batch of statements sent with them (a skipped marker
+   * would let a duplicate's statements be applied); absent when `insertMarkers` already fails so.
+   */
+  insertMarkersOrFail?(rows: number): string;
 }
 
 /** Which statement raised an error: only the marker insert's unique violation can mean "duplicate". */
@@ -96,6 +102,11 @@ export interface InboxDriver {
   readonly statements: InboxStatements;
   /** Absent: the driver has no batch statements, and every batch goes message by message. */
   readonly batchStatements?: InboxBatchStatements;
+  /**
+   * How the driver sends a transaction of statements as requests of its own (SQL Server: one T-SQL batch). Absent:
+   * the statements are given to a transaction together (PostgreSQL pipelines them; batch-statements.ts).
+   */
+  readonly statementRequests?: StatementRequests;
   /** One statement in its own (auto-commit) transaction. */
   query<R = Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>>;
   begin(): Promise<InboxTransaction>;
@@ -200,6 +211,8 @@ export class InboxCore implements InboxStore {
         return this.failed(error, "other");
       }
     }
+    // A statements handler's work as data: the marker and the statements go to the database together.
+    if (hint?.statements !== undefined) return processStatements(this.driver, key, hint.statements);
     let tx: InboxTransaction;
     try {
       tx = await this.driver.begin();
@@ -244,12 +257,35 @@ export class InboxCore implements InboxStore {
    * messages come back as `single`. Keys must be distinct.
    */
   async processBatch(consumer: string, items: readonly InboxBatchItem[]): Promise<InboxBatchResult> {
-    const result = await this.batchOnce(consumer, items);
+    const result = this.statementsBatch(items)
+      ? await processStatementsBatch(this.driver, consumer, items, (item) => this.batchPreChecks(item))
+      : await this.batchOnce(consumer, items);
     // A message that comes back `single` is noted when it goes through `process`.
     result.outcomes.forEach((o, i) => {
       if (items[i]!.firstDelivery === true && o.kind !== "single") this.noteFirstDelivery(o.kind);
     });
     return result;
+  }
+
+  /**
+   * A batch of statements handlers only goes in one request; a mixed one takes the code path, where each
+   * statements item runs its statements through the handle (docs/batching.md).
+   */
+  private statementsBatch(items: readonly InboxBatchItem[]): boolean {
+    const batch = this.driver.batchStatements;
+    return (
+      batch !== undefined &&
+      items.length > 0 &&
+      items.length <= batch.maxRows &&
+      new Set(items.map((i) => i.messageId)).size === items.length &&
+      items.every((i) => i.statements !== undefined)
+    );
+  }
+
+  /** Whether a batch reads for an item's marker first: as batchOnce decides it. */
+  private batchPreChecks(item: InboxBatchItem): boolean {
+    if (this.driver.batchStatements?.returnsInserted) return this.preChecks(item.firstDelivery);
+    return this.preCheck !== false;
   }
 
   private async batchOnce(consumer: string, items: readonly InboxBatchItem[]): Promise<InboxBatchResult> {

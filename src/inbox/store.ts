@@ -22,12 +22,20 @@ export interface MigrationResult {
  */
 export type PreCheckMode = boolean | "redeliveries";
 
+/** A handler's statement resolved to the store's dialect: its text and its positional parameters. */
+export interface BoundStatement {
+  readonly sql: string;
+  readonly params: readonly unknown[];
+}
+
 /** One message of a batch: its inbox key's MessageId and its handler's work. */
 export interface InboxBatchItem {
   readonly messageId: string;
   readonly work: (tx: SqlExecutor) => Promise<void>;
   /** As `ProcessHint.firstDelivery`: such a message is left out of the batch's pre-check read. */
   readonly firstDelivery?: boolean;
+  /** As `ProcessHint.statements`: a batch whose items all have them goes to the database in one request. */
+  readonly statements?: readonly BoundStatement[];
 }
 
 /**
@@ -79,6 +87,11 @@ export interface ProcessHint {
    * its marker almost never exists, so with the default pre-check mode the store skips the read.
    */
   readonly firstDelivery?: boolean;
+  /**
+   * The message's work as data (a statements handler's, resolved to the dialect): the store may send them, with
+   * the marker, together instead of running `work`, which runs the same statements through the handle.
+   */
+  readonly statements?: readonly BoundStatement[];
 }
 
 /**

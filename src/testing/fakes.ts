@@ -1,4 +1,12 @@
-import type { Dialect, MessageContext, SqlExecutor, SqlResult } from "sbinbox";
+import {
+  resolveStatements,
+  type BoundStatement,
+  type Dialect,
+  type MessageContext,
+  type SqlExecutor,
+  type SqlResult,
+  type StatementsHandler,
+} from "sbinbox";
 
 /** One statement a handler sent through a fake transaction. */
 export interface RecordedStatement {
@@ -61,4 +69,17 @@ export function fakeContext(
     ...overrides,
   };
   return { ...context, idempotencyKey: context.messageId };
+}
+
+/**
+ * What a statements handler gives the worker for `body`, resolved to `dialect` (default "postgres") and checked as
+ * the worker checks it (a text for the dialect, no transaction control, SQL Server's parameter limit): a unit test
+ * of the handler's statements, no database needed. Throws the DoNotRetryError the worker would dead-letter with.
+ */
+export function fakeStatements<T>(
+  handler: StatementsHandler<T>,
+  body: T,
+  options: { readonly dialect?: Dialect; readonly context?: Partial<MessageContext> } = {},
+): BoundStatement[] {
+  return resolveStatements(handler, body, fakeContext(options.context), options.dialect ?? "postgres");
 }

@@ -47,6 +47,11 @@ export interface HarnessOptions {
   /** The retry policy over the harness's fast one (100, 200 ms in place, then a 500 ms scheduled copy; jitter off). */
   readonly retry?: Partial<RetryPolicy>;
   readonly maxConcurrentCalls?: number;
+  /**
+   * Messages per inbox transaction (group commit, docs/batching.md), at most `maxConcurrentCalls`; default 1. A
+   * team with statements handlers tests them in batches with it: a batch of them goes in one request.
+   */
+  readonly batchSize?: number;
   /** How long `outcome` waits by default; 15 s. */
   readonly outcomeTimeoutMs?: number;
   /** The worker's log, silent by default. */
@@ -178,6 +183,8 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
       queue: QUEUE,
       consumer: CONSUMER,
       maxConcurrentCalls: options.maxConcurrentCalls ?? 8,
+      batchSize: options.batchSize,
+      batchWaitMs: options.batchSize === undefined ? undefined : 20,
       gracePeriodMs: 2_000,
       sweepIntervalMs: 0,
       outageBackoffMinMs: 50,

@@ -14,6 +14,7 @@ export type { Outcome, Retry } from "./outcomes.ts";
 export {
   fakeTransaction,
   fakeContext,
+  fakeStatements,
   type FakeTransaction,
   type FakeTransactionOptions,
   type RecordedStatement,

@@ -152,6 +152,7 @@ export class Batcher {
     const items: InboxBatchItem[] = entries.map((entry) => ({
       messageId: entry.key.messageId,
       firstDelivery: entry.hint?.firstDelivery,
+      statements: entry.hint?.statements,
       // Each handler runs in its own message's context, so its log lines and spans belong to that message.
       work: (tx) => context.with(entry.ctx, () => entry.work(tx)),
     }));

@@ -10,7 +10,9 @@ import type { MessageContext } from "../domain/handler.ts";
 import type { ErrorClass, ProcessOutcome } from "../domain/outcome.ts";
 import type { SqlExecutor } from "../domain/sql.ts";
 import type { Decision } from "../domain/settlement.ts";
+import { runStatements } from "../inbox/batch-statements.ts";
 import type { InboxKey, InboxStore, ProcessHint } from "../inbox/store.ts";
+import { resolveStatements } from "./statements.ts";
 
 export interface ProcessMessageDeps {
   readonly store: InboxStore;
@@ -108,9 +110,22 @@ export async function processMessage(
     applicationProperties: message.applicationProperties,
   };
   const { handler, body, type } = decoded;
-  if (handler.kind === "transactional") {
-    const work = (tx: SqlExecutor) => handler.handle(body, tx, context);
-    const hint = { firstDelivery: isFirstDelivery(message, attempt) };
+  if (handler.kind === "transactional" || handler.kind === "statements") {
+    let work: (tx: SqlExecutor) => Promise<void>;
+    let hint: ProcessHint = { firstDelivery: isFirstDelivery(message, attempt) };
+    if (handler.kind === "statements") {
+      let statements;
+      try {
+        statements = resolveStatements(handler, body, context, deps.store.dialect);
+      } catch (error) {
+        // As a transactional handler's throw: "permanent" to the store, judged by the retry policy.
+        return { ...failed(error, safeClassify(deps.store, error)), messageType: type };
+      }
+      // The statements as data, for a store that sends them with the marker; `work` runs the same through the
+      // handle, wherever the store takes that path (a batch mixed with code handlers).
+      hint = { ...hint, statements };
+      work = (tx) => runStatements(tx, statements);
+    } else work = (tx) => handler.handle(body, tx, context);
     const outcome = await (deps.process
       ? deps.process(key, work, hint)
       : deps.store.process(key, work, hint));

@@ -1,6 +1,8 @@
 import { postgresBackend } from "./backends.ts";
 import { inboxConformance } from "./inbox-suite.ts";
+import { statementsConformance } from "./statements-suite.ts";
 import { transactionHandleConformance } from "./transaction-handle-suite.ts";
 
 inboxConformance(postgresBackend);
 transactionHandleConformance(postgresBackend);
+statementsConformance(postgresBackend);

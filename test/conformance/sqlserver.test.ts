@@ -1,5 +1,6 @@
 import { sqlServerBackend } from "./backends.ts";
 import { inboxConformance } from "./inbox-suite.ts";
+import { statementsConformance } from "./statements-suite.ts";
 import { transactionHandleConformance } from "./transaction-handle-suite.ts";
 
 // Registered only when a SQL Server is given (the GitHub workflow sets it); never a skipped test.
@@ -7,4 +8,5 @@ const connectionString = process.env.SBINBOX_TEST_MSSQL;
 if (connectionString) {
   inboxConformance(sqlServerBackend(connectionString));
   transactionHandleConformance(sqlServerBackend(connectionString));
+  statementsConformance(sqlServerBackend(connectionString));
 }

@@ -95,6 +95,10 @@ WHERE "MessageId" = ANY($1::varchar[]) AND "Consumer" = $2 AND "ProcessedUtc" IS
       insertMarkers: () => `INSERT INTO ${s}."Inbox" ("MessageId", "Consumer", "ProcessedUtc")
 SELECT m, $2, now() FROM unnest($1::varchar[]) AS m ORDER BY m
 ON CONFLICT ("MessageId", "Consumer") DO NOTHING RETURNING "MessageId" AS id`,
+      // For a batch of statements sent with its markers: a marker that exists fails the statement (23505 on the
+      // inbox's index) and so the transaction, and none of the statements after it is applied.
+      insertMarkersOrFail: () => `INSERT INTO ${s}."Inbox" ("MessageId", "Consumer", "ProcessedUtc")
+SELECT m, $2, now() FROM unnest($1::varchar[]) AS m ORDER BY m`,
     } satisfies InboxBatchStatements,
   };
 }

@@ -17,6 +17,7 @@ import type { MigrationResult, ModuleMigrations } from "../store.ts";
 import { clientGraceMs, DEFAULT_DATABASE_TIMEOUTS, type DatabaseTimeouts } from "../timeouts.ts";
 import { classifySqlServerError } from "./classify.ts";
 import { sqlServerErrorNumbers } from "./error-chain.ts";
+import { closeConnectionsReleasedInTransaction, sqlServerStatementRequests } from "./statement-requests.ts";
 import { ACQUIRE_MIGRATION_LOCK, CREATE_SCHEMA, sqlServerSql } from "./statements.ts";
 import { DEFAULT_INBOX_SCHEMA } from "../schema-name.ts";
 import { driverErrorInChain } from "../error-links.ts";
@@ -169,6 +170,7 @@ export class SqlServerDriver implements InboxDriver {
   readonly dialect = "sqlserver" as const;
   readonly statements: ReturnType<typeof sqlServerSql>["statements"];
   readonly batchStatements: ReturnType<typeof sqlServerSql>["batchStatements"];
+  readonly statementRequests: ReturnType<typeof sqlServerStatementRequests>;
   private readonly sql: ReturnType<typeof sqlServerSql>;
   private readonly schema: string;
   private readonly pool: mssql.ConnectionPool;
@@ -182,6 +184,7 @@ export class SqlServerDriver implements InboxDriver {
     this.sql = sqlServerSql(this.schema);
     this.statements = this.sql.statements;
     this.batchStatements = this.sql.batchStatements;
+    this.statementRequests = sqlServerStatementRequests((rows) => this.batchStatements.insertMarkers(rows));
     if (options.pool) {
       this.pool = options.pool;
       this.ownsPool = false;
@@ -326,10 +329,19 @@ export class SqlServerDriver implements InboxDriver {
 
   /** Connects on first use, and again after a failed first connect; a connected pool heals its own connections. */
   private async ready(): Promise<mssql.ConnectionPool> {
-    if (this.pool.connected) return this.pool;
-    this.connecting ??= this.pool.connect().finally(() => {
-      this.connecting = undefined;
-    });
+    if (this.pool.connected) {
+      closeConnectionsReleasedInTransaction(this.pool);
+      return this.pool;
+    }
+    this.connecting ??= this.pool
+      .connect()
+      .then((pool) => {
+        closeConnectionsReleasedInTransaction(pool);
+        return pool;
+      })
+      .finally(() => {
+        this.connecting = undefined;
+      });
     return this.connecting;
   }
 }
