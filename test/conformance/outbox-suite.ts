@@ -55,7 +55,7 @@ const sqlFor: Record<Dialect, (schema: string | undefined) => Record<string, str
 };
 
 /** Runs upstream transactions the way an upstream service does: its own driver, its own transaction. */
-interface Upstream {
+export interface Upstream {
   /** One transaction: a business row per id, the events, then commit or roll back. */
   run(ids: number[], outcome?: "commit" | "rollback", events?: OutboxEvent[]): Promise<void>;
   openStore(): OutboxStore;
@@ -66,7 +66,7 @@ function noteEvents(ids: number[]): OutboxEvent[] {
   return ids.map((id) => ({ type: "NoteCreated", key: String(id), body: { noteId: id } }));
 }
 
-async function upstreamFor(db: BackendDatabase): Promise<Upstream> {
+export async function upstreamFor(db: BackendDatabase): Promise<Upstream> {
   const target = db.target;
   const sql = { [target.kind]: sqlFor[target.kind](db.schema) } as Record<Dialect, Record<string, string>>;
   if (target.kind === "postgres") {
