@@ -4,6 +4,7 @@ import {
   type ServiceBusSessionReceiverOptions,
 } from "@azure/service-bus";
 import { parseEntity } from "../domain/entity.ts";
+import { ConfigError } from "../domain/errors.ts";
 import { QueueReceiver, type QueueReceiverOptions } from "./receiver.ts";
 
 export interface SessionReceiverOptions extends QueueReceiverOptions {
@@ -38,10 +39,16 @@ export class SessionQueueReceiver extends QueueReceiver {
    * slots end as soon as what they are doing ends, so no more than `maxSessions` slots ever run at once.
    */
   private generation = newGeneration();
+  /** A session was accepted, or the broker answered that none is free: the entity takes session receivers. */
+  private answered = false;
 
   constructor(options: SessionReceiverOptions) {
     super(options);
     this.sessionOptions = options;
+  }
+
+  override get entityAnswered(): boolean {
+    return this.answered;
   }
 
   override get attached(): boolean {
@@ -105,12 +112,17 @@ export class SessionQueueReceiver extends QueueReceiver {
       let session: ServiceBusSessionReceiver;
       try {
         session = await this.accept(generation.accepting.signal);
+        this.answered = true;
       } catch (error) {
         if (!live()) return;
-        if (isServiceBusError(error) && error.code === "ServiceTimeout") continue; // no session came: ask again
+        if (isServiceBusError(error) && error.code === "ServiceTimeout") {
+          this.answered = true;
+          continue; // no session came: ask again
+        }
         if (error instanceof Error && NOT_A_SESSION_ENTITY.test(error.message)) {
-          this.mismatch = new Error(
-            `SBINBOX_SESSIONS is on but '${this.options.queue}' is not session-enabled (RequiresSession false): ${error.message}`,
+          this.mismatch = new ConfigError(
+            "SBINBOX_MAX_CONCURRENT_SESSIONS",
+            `${this.sessionOptions.maxSessions}, but '${this.options.queue}' is not session-enabled (RequiresSession false): set it to 0 (${error.message})`,
           );
           logger.error("session mode on an entity without sessions: receiving stopped", {
             error: this.mismatch,
