@@ -5,6 +5,7 @@ import {
 } from "@azure/service-bus";
 import { parseEntity } from "../domain/entity.ts";
 import { ConfigError } from "../domain/errors.ts";
+import { within } from "../domain/within.ts";
 import { QueueReceiver, type QueueReceiverOptions } from "./receiver.ts";
 
 export interface SessionReceiverOptions extends QueueReceiverOptions {
@@ -96,10 +97,7 @@ export class SessionQueueReceiver extends QueueReceiver {
     await this.pause();
     for (const held of this.generation.held) held.abort();
     await this.drain(waitMs);
-    await Promise.race([
-      Promise.allSettled([...this.loops]),
-      new Promise((resolve) => setTimeout(resolve, 5_000)),
-    ]);
+    await within(Promise.allSettled([...this.loops]), 5_000);
     // A session still open (its slot did not finish in time) goes back at once, its unsettled message uncounted.
     await Promise.allSettled([...this.open].map((s) => s.close()));
     this.open.clear();
@@ -168,25 +166,12 @@ export class SessionQueueReceiver extends QueueReceiver {
     const held = new AbortController();
     generation.held.add(held);
     this.open.add(session);
-    let lockedUntil = session.sessionLockedUntilUtc?.getTime() ?? Date.now();
-    const lockMs = Math.max(1_000, lockedUntil - Date.now());
     const giveUp = (why: string, error?: unknown) => {
       if (held.signal.aborted) return;
       logger.warn(`session given up: ${why}`, { sessionId: session.sessionId, error });
       held.abort();
     };
-    const renewal = setInterval(() => {
-      if (session.isClosed) return giveUp("its receiver closed");
-      session.renewSessionLock().then(
-        (until) => (lockedUntil = until.getTime()),
-        (error: unknown) => {
-          // Lost for certain, or not renewed before it ran out: another receiver may hold the session now.
-          if (isServiceBusError(error) && error.code === "SessionLockLost") giveUp("its lock is lost", error);
-          else if (Date.now() >= lockedUntil) giveUp("its lock ran out before a renewal went through", error);
-          else logger.warn("renewing a session lock failed", { sessionId: session.sessionId, error });
-        },
-      );
-    }, lockMs / 3);
+    const stopRenewing = this.renewWhileHeld(session, held.signal, giveUp);
     try {
       while (live() && !held.signal.aborted) {
         const [message] = await session.receiveMessages(1, {
@@ -205,14 +190,67 @@ export class SessionQueueReceiver extends QueueReceiver {
         error,
       });
     } finally {
-      clearInterval(renewal);
+      stopRenewing();
       held.abort();
       generation.held.delete(held);
       this.open.delete(session);
       await session.close().catch(() => undefined);
     }
   }
+
+  /**
+   * Renews the session's lock until `held` fires, timed from the lock's length: the entity's LockDuration
+   * (SBINBOX_QUEUE_LOCK_DURATION_MS) or, when shorter, what the broker granted at the accept. A renewal at a third of
+   * that length, and after a failed one sooner (half the time left), so that a lock of a few seconds is renewed as
+   * surely as one of minutes. The time left is counted on this clock from each renewal's start, which is never later
+   * than the broker's own expiry. Returns what stops it.
+   */
+  private renewWhileHeld(
+    session: ServiceBusSessionReceiver,
+    held: AbortSignal,
+    giveUp: (why: string, error?: unknown) => void,
+  ): () => void {
+    const acceptedAt = Date.now();
+    const granted = (session.sessionLockedUntilUtc?.getTime() ?? 0) - acceptedAt;
+    const lockMs = Math.max(
+      100,
+      Math.min(this.options.lockDurationMs ?? DEFAULT_LOCK_MS, granted > 0 ? granted : DEFAULT_LOCK_MS),
+    );
+    let expiresAt = acceptedAt + lockMs;
+    let timer: NodeJS.Timeout | undefined;
+    const later = (): void => {
+      if (held.aborted) return;
+      timer = setTimeout(renew, Math.max(20, Math.min(lockMs / 3, (expiresAt - Date.now()) / 2)));
+    };
+    const renew = (): void => {
+      if (session.isClosed) return giveUp("its receiver closed");
+      const startedAt = Date.now();
+      session.renewSessionLock().then(
+        () => {
+          expiresAt = startedAt + lockMs;
+          later();
+        },
+        (error: unknown) => {
+          // Lost for certain, or not renewed before it ran out: another receiver may hold the session now.
+          if (isServiceBusError(error) && error.code === "SessionLockLost") giveUp("its lock is lost", error);
+          else if (Date.now() >= expiresAt) giveUp("its lock ran out before a renewal went through", error);
+          else {
+            this.options.logger.warn("renewing a session lock failed", {
+              sessionId: session.sessionId,
+              error,
+            });
+            later();
+          }
+        },
+      );
+    };
+    later();
+    return () => clearTimeout(timer);
+  }
 }
+
+/** Service Bus's default LockDuration, for a receiver told no lock duration and given no expiry. */
+const DEFAULT_LOCK_MS = 60_000;
 
 interface Generation {
   /** Fired by pause and detach: the slots take no more sessions and messages. */
