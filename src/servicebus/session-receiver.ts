@@ -42,6 +42,8 @@ export class SessionQueueReceiver extends QueueReceiver {
   private generation = newGeneration();
   /** A session was accepted, or the broker answered that none is free: the entity takes session receivers. */
   private answered = false;
+  /** The last accept was taken (a session, or none free); false after a refused one, until one is taken again. */
+  private taken = false;
 
   constructor(options: SessionReceiverOptions) {
     super(options);
@@ -110,11 +112,11 @@ export class SessionQueueReceiver extends QueueReceiver {
       let session: ServiceBusSessionReceiver;
       try {
         session = await this.accept(generation.accepting.signal);
-        this.answered = true;
+        this.answered = this.taken = true;
       } catch (error) {
         if (!live()) return;
         if (isServiceBusError(error) && error.code === "ServiceTimeout") {
-          this.answered = true;
+          this.answered = this.taken = true;
           continue; // no session came: ask again
         }
         if (error instanceof Error && NOT_A_SESSION_ENTITY.test(error.message)) {
@@ -129,6 +131,10 @@ export class SessionQueueReceiver extends QueueReceiver {
           generation.accepting.abort();
           return;
         }
+        // As a plain receiver's link errors: refused accepts with none taken since turn readiness to "refused"
+        // (src/worker/progress.ts), and the next accept taken clears it.
+        this.taken = false;
+        this.options.onReceiveError?.(error, () => this.taken);
         logger.warn("accepting a session failed; trying again", {
           code: isServiceBusError(error) ? error.code : undefined,
           error,
