@@ -68,7 +68,7 @@ describe("worker in session mode: the session lock renewed from the lock duratio
           child() {
             return this;
           },
-        } as never,
+        },
       });
       const sender = fixture.client.createSender(QUEUE);
       await sender.sendMessages(
