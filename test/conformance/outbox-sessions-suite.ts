@@ -6,8 +6,7 @@ import type { OutboxStore } from "../../src/outbox/store.ts";
 import { createOutboxSender, type OutboxSender } from "../../src/servicebus/outbox-sender.ts";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { scalar, type Backend, type BackendDatabase } from "./backends.ts";
-import { holdDboOutbox } from "./outbox-dbo.ts";
-import { upstreamFor, type Upstream } from "./outbox-suite.ts";
+import { closeOutbox, openOutbox, type OpenedOutbox, type Upstream } from "./outbox-suite.ts";
 
 const QUEUE = "ordered";
 
@@ -54,38 +53,23 @@ export function outboxSessionsConformance(backend: Backend): void {
     let db: BackendDatabase;
     let upstream: Upstream;
     let store: OutboxStore;
-    let opened: {
-      db?: BackendDatabase;
-      upstream?: Upstream;
-      store?: OutboxStore;
-      releaseOutbox?: () => Promise<void>;
-    } = {};
+    let opened: OpenedOutbox = {};
     const relays: Relay[] = [];
     const senders: OutboxSender[] = [];
 
     beforeEach(async function () {
       run += 1;
-      opened.db = db = await backend.database(`outbox sessions ${this.currentTest?.title ?? ""}`);
-      opened.releaseOutbox = await holdDboOutbox(db);
-      opened.upstream = upstream = await upstreamFor(db);
-      opened.store = store = upstream.openStore();
-      await store.migrate();
+      const label = `outbox sessions ${this.currentTest?.title ?? ""}`;
+      ({ db, store, upstream } = await openOutbox(backend, label, opened));
     });
 
     afterEach(async function () {
-      const { db: openDb, upstream: openUpstream, store: openStore, releaseOutbox } = opened;
+      const was = opened;
       opened = {};
-      const steps: (() => Promise<unknown> | undefined)[] = [
+      await closeOutbox(was, [
         () => Promise.all(relays.splice(0).map((r) => r.stop())),
         () => Promise.all(senders.splice(0).map((s) => s.close())),
-        () => openStore?.close(),
-        () => openUpstream?.close(),
-        () => releaseOutbox?.(),
-        () => openDb?.dispose(),
-      ];
-      const failures: unknown[] = [];
-      for (const step of steps) await Promise.resolve(step()).catch((error: unknown) => failures.push(error));
-      if (failures.length > 0) throw failures[0];
+      ]);
     });
 
     function sender(queue = QUEUE): OutboxSender {
