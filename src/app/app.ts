@@ -21,6 +21,8 @@ import { startWhenReachable, type StartupState } from "./startup.ts";
 
 /** One start-up look at the queue waits at most this long for Service Bus to answer. */
 const PROBE_TIMEOUT_MS = 10_000;
+/** How long start-up waits for the refusal of a session receiver on an entity without sessions (see startApp). */
+const SESSION_REFUSAL_MS = 2_000;
 
 export interface AppOptions {
   /** The handlers to run (their tables already migrated); the module SBINBOX_HANDLERS names when omitted. */
@@ -207,6 +209,15 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
     const running = worker;
     cleanups.push(() => running.stop());
     worker.start();
+    // A worker of the wrong kind for its entity (session mode on a plain one, or the reverse) can never receive:
+    // a configuration error, named, exit 2, rather than a process that runs and never takes a message.
+    // A plain link's answer is definite (refused, or open). A session receiver's refusal comes at once, at attach,
+    // but a taken link is seen only when a session is accepted or none is free (the client's time-out): an accept
+    // still pending after SESSION_REFUSAL_MS waits for a session, and a refusal after it still stops receiving.
+    const mismatch = await worker.entityAnswer(
+      config.maxConcurrentSessions > 0 ? SESSION_REFUSAL_MS : PROBE_TIMEOUT_MS,
+    );
+    if (mismatch) throw mismatch;
     return {
       worker,
       httpPort: health.port,

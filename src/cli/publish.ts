@@ -8,13 +8,15 @@ import { canonicalName } from "../servicebus/message-id.ts";
 import type { PublishEvent, PublishFailure } from "../servicebus/publisher.ts";
 import { createProgress } from "./progress.ts";
 
-const usage = `usage: sbinbox publish (--file EVENTS.jsonl | --count N | --type T --key K --body JSON) [--run-id ID] [--in-flight N]
+const usage = `usage: sbinbox publish (--file EVENTS.jsonl | --count N | --type T --key K --body JSON [--session-id S]) [--run-id ID] [--in-flight N]
 
   --file F       one event per line: {"type": "AccountCredited", "key": "42", "body": {...}}, with
                  "sessionId": "<aggregate id>" for a session-enabled queue; the whole (regular)
                  file is checked first (nothing is sent from a file with a bad or too large line), then streamed
   --type T --key K --body JSON
                  one event: its type, its business key (with the type, the MessageId) and its JSON body
+  --session-id S with --type: the event's session key (e.g. the aggregate's id) for a session-enabled
+                 queue, set as its sessionId and partition key
   --count N      N generated demo events (AccountCredited to 50 accounts)
   --run-id ID    the demo events' key prefix (default: random); the same id republishes the same MessageIds
   --in-flight N  batches sent and not yet acknowledged, at most (default 1: the file's order, even across a
@@ -36,6 +38,7 @@ export async function run(argv: string[]): Promise<number> {
         type: { type: "string" },
         key: { type: "string" },
         body: { type: "string" },
+        "session-id": { type: "string" },
         "run-id": { type: "string" },
         "in-flight": { type: "string", default: "1" },
         help: { type: "boolean", short: "h" },
@@ -50,7 +53,11 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(usage);
     return 0;
   }
-  const one = args.type !== undefined || args.key !== undefined || args.body !== undefined;
+  const one =
+    args.type !== undefined ||
+    args.key !== undefined ||
+    args.body !== undefined ||
+    args["session-id"] !== undefined;
   if ([args.file !== undefined, args.count !== undefined, one].filter(Boolean).length !== 1) {
     process.stderr.write(`sbinbox publish: give exactly one of --file, --count and --type\n\n${usage}`);
     return 2;
@@ -68,7 +75,7 @@ export async function run(argv: string[]): Promise<number> {
   let single: PublishEvent | undefined;
   try {
     if (one) {
-      single = singleEvent(args.type, args.key, args.body);
+      single = singleEvent(args.type, args.key, args.body, args["session-id"]);
       total = 1;
       const event = single;
       events = () => [event];
@@ -223,7 +230,7 @@ export function describeError(error: unknown): string {
 }
 
 /** The one event of --type/--key/--body, checked as a file's line is; an error names the option at fault. */
-function singleEvent(type?: string, key?: string, body?: string): PublishEvent {
+function singleEvent(type?: string, key?: string, body?: string, sessionId?: string): PublishEvent {
   for (const [name, value] of [
     ["--type", type],
     ["--key", key],
@@ -239,7 +246,10 @@ function singleEvent(type?: string, key?: string, body?: string): PublishEvent {
     throw new Error(`--body is not JSON (${(error as Error).message})`);
   }
   canonicalName(type!, key!);
-  return { type: type!, key: key!, body: parsed };
+  if (sessionId === undefined) return { type: type!, key: key!, body: parsed };
+  if (sessionId === "" || sessionId.length > 128)
+    throw new Error("--session-id must be 1 to 128 characters (Service Bus's limit)");
+  return { type: type!, key: key!, body: parsed, sessionId };
 }
 
 async function checkSingleSize(

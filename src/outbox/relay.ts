@@ -174,7 +174,9 @@ export async function startRelay(options: RelayOptions): Promise<Relay> {
       await store.release(report.retry, s.retryDelayMs, neverSent);
       return "failed";
     }
-    return rows.length === s.batchSize ? "more" : "idle";
+    // A key's next row becomes claimable only now that its head is marked sent: look again at once, not at the poll.
+    const headsSent = rows.some((r) => r.sessionId && report.sent.includes(r.id));
+    return rows.length === s.batchSize || headsSent ? "more" : "idle";
   }
 
   const loop = (async () => {

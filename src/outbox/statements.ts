@@ -4,8 +4,8 @@
  */
 export interface OutboxStatements {
   /**
-   * [messageIds, types, keys, bodies, properties, correlationIds, traceParents, traceStates] on PostgreSQL (one
-   * array each); on SQL Server the statement for one row, [its 8 values] (insertRowsSql(n) takes n rows). Inserts
+   * [messageIds, types, keys, bodies, properties, correlationIds, traceParents, traceStates, sessionIds] on
+   * PostgreSQL (one array each); on SQL Server the statement for one row, [its 9 values] (insertRowsSql(n) takes n rows). Inserts
    * the rows in the order given (PostgreSQL returns { id }; nothing reads it).
    */
   readonly insertRows: string;
@@ -13,7 +13,8 @@ export interface OutboxStatements {
   readonly notify: string;
   /**
    * [batchSize, leaseMs, windowMs]: claims up to batchSize unsent rows in Id order that no other relay holds and
-   * whose first attempt is inside the duplicate-detection window; returns them (OutboxRowRecord). Sets
+   * whose first attempt is inside the duplicate-detection window, a row with a session id only as the head of its
+   * key (no earlier row of the key unsent); returns them (OutboxRowRecord). Sets
    * FirstAttemptUtc on a first try before the send, so that a relay killed mid-send leaves it set.
    */
   readonly claim: string;
@@ -45,6 +46,8 @@ export interface OutboxRowRecord {
   readonly traceParent: string | null;
   readonly traceState: string | null;
   readonly attempts: number;
+  /** The session key, or null. */
+  readonly sessionId?: string | null;
   /** FirstAttemptUtc was unset before this claim (true or 1): PostgreSQL's claim says so directly. */
   readonly firstTry?: boolean | number;
   /** Or the row's FirstAttemptUtc before this claim, null on a first try: SQL Server's claim (OUTPUT DELETED). */

@@ -46,7 +46,10 @@ export class OutboxStore {
     return this.driver.migrate(this.migrations);
   }
 
-  /** Claims up to `batchSize` unsent rows in Id order for `leaseMs`; rows first tried before the window are left. */
+  /**
+   * Claims up to `batchSize` unsent rows in Id order for `leaseMs`; rows first tried before the window are left, and
+   * of a session key only its head (its earliest unsent row) is taken.
+   */
   async claim(batchSize: number, leaseMs: number, windowMs: number): Promise<OutboxMessage[]> {
     const { rows } = await this.driver.query<OutboxRowRecord>(this.sql.claim, [batchSize, leaseMs, windowMs]);
     return rows
@@ -59,6 +62,7 @@ export class OutboxStore {
         correlationId: r.correlationId,
         traceParent: r.traceParent,
         traceState: r.traceState,
+        sessionId: r.sessionId ?? null,
         firstTry:
           r.firstTry === undefined ? r.firstAttemptBefore === null : r.firstTry === true || r.firstTry === 1,
       }))

@@ -22,6 +22,8 @@ export interface OutboxMessage {
   readonly correlationId: string | null;
   readonly traceParent: string | null;
   readonly traceState: string | null;
+  /** The session key: the message's sessionId and partition key (Service Bus requires the two to match). */
+  readonly sessionId?: string | null;
   /** Claimed for its first try: no copy can have reached the broker before this send. */
   readonly firstTry?: boolean;
 }
@@ -117,6 +119,7 @@ export function toOutboxServiceBusMessage(row: OutboxMessage): ServiceBusMessage
     contentType: "application/json",
     body: Buffer.from(row.body, "utf8"),
     correlationId: row.correlationId ?? undefined,
+    ...(row.sessionId ? { sessionId: row.sessionId, partitionKey: row.sessionId } : {}),
     applicationProperties: { ...properties },
   };
 }

@@ -24,6 +24,7 @@ import {
   traceSettlement,
 } from "./tracing.ts";
 import { within } from "../domain/within.ts";
+import { ConfigError } from "../domain/errors.ts";
 
 /**
  * Service Bus's refusal of a plain receiver on a session entity, in today's words ("A non-sessionful message
@@ -129,6 +130,11 @@ export class QueueReceiver {
 
   /** Set when the entity turns out to require sessions: the worker then stops taking messages, loudly. */
   mismatch: Error | undefined;
+
+  /** The entity took the receive link (it is open): a receiver of the wrong kind would have been refused. */
+  get entityAnswered(): boolean {
+    return this.receiveLinkOpen === true;
+  }
 
   /** True while a subscription is open and taking messages. */
   get attached(): boolean {
@@ -391,8 +397,9 @@ export class QueueReceiver {
     if (NEEDS_SESSIONS.test(text)) {
       if (this.mismatch !== undefined) return Promise.resolve();
       // No retry can cure it: receiving stops, once and loudly, and readiness reports the receiver detached.
-      this.mismatch = new Error(
-        `SBINBOX_MAX_CONCURRENT_SESSIONS is 0 but '${this.options.queue}' requires sessions (RequiresSession true): set it above 0 (${text})`,
+      this.mismatch = new ConfigError(
+        "SBINBOX_MAX_CONCURRENT_SESSIONS",
+        `0, but '${this.options.queue}' requires sessions (RequiresSession true): set it above 0 (${text})`,
       );
       this.options.logger.error("the entity requires sessions: receiving stopped", {
         queue: this.options.queue,

@@ -4,6 +4,8 @@ import {
   type ServiceBusSessionReceiverOptions,
 } from "@azure/service-bus";
 import { parseEntity } from "../domain/entity.ts";
+import { ConfigError } from "../domain/errors.ts";
+import { within } from "../domain/within.ts";
 import { QueueReceiver, type QueueReceiverOptions } from "./receiver.ts";
 
 export interface SessionReceiverOptions extends QueueReceiverOptions {
@@ -38,10 +40,18 @@ export class SessionQueueReceiver extends QueueReceiver {
    * slots end as soon as what they are doing ends, so no more than `maxSessions` slots ever run at once.
    */
   private generation = newGeneration();
+  /** A session was accepted, or the broker answered that none is free: the entity takes session receivers. */
+  private answered = false;
+  /** The last accept was taken (a session, or none free); false after a refused one, until one is taken again. */
+  private taken = false;
 
   constructor(options: SessionReceiverOptions) {
     super(options);
     this.sessionOptions = options;
+  }
+
+  override get entityAnswered(): boolean {
+    return this.answered;
   }
 
   override get attached(): boolean {
@@ -89,10 +99,7 @@ export class SessionQueueReceiver extends QueueReceiver {
     await this.pause();
     for (const held of this.generation.held) held.abort();
     await this.drain(waitMs);
-    await Promise.race([
-      Promise.allSettled([...this.loops]),
-      new Promise((resolve) => setTimeout(resolve, 5_000)),
-    ]);
+    await within(Promise.allSettled([...this.loops]), 5_000);
     // A session still open (its slot did not finish in time) goes back at once, its unsettled message uncounted.
     await Promise.allSettled([...this.open].map((s) => s.close()));
     this.open.clear();
@@ -105,12 +112,17 @@ export class SessionQueueReceiver extends QueueReceiver {
       let session: ServiceBusSessionReceiver;
       try {
         session = await this.accept(generation.accepting.signal);
+        this.answered = this.taken = true;
       } catch (error) {
         if (!live()) return;
-        if (isServiceBusError(error) && error.code === "ServiceTimeout") continue; // no session came: ask again
+        if (isServiceBusError(error) && error.code === "ServiceTimeout") {
+          this.answered = this.taken = true;
+          continue; // no session came: ask again
+        }
         if (error instanceof Error && NOT_A_SESSION_ENTITY.test(error.message)) {
-          this.mismatch = new Error(
-            `SBINBOX_SESSIONS is on but '${this.options.queue}' is not session-enabled (RequiresSession false): ${error.message}`,
+          this.mismatch = new ConfigError(
+            "SBINBOX_MAX_CONCURRENT_SESSIONS",
+            `${this.sessionOptions.maxSessions}, but '${this.options.queue}' is not session-enabled (RequiresSession false): set it to 0 (${error.message})`,
           );
           logger.error("session mode on an entity without sessions: receiving stopped", {
             error: this.mismatch,
@@ -119,6 +131,10 @@ export class SessionQueueReceiver extends QueueReceiver {
           generation.accepting.abort();
           return;
         }
+        // As a plain receiver's link errors: refused accepts with none taken since turn readiness to "refused"
+        // (src/worker/progress.ts), and the next accept taken clears it.
+        this.taken = false;
+        this.options.onReceiveError?.(error, () => this.taken);
         logger.warn("accepting a session failed; trying again", {
           code: isServiceBusError(error) ? error.code : undefined,
           error,
@@ -156,25 +172,12 @@ export class SessionQueueReceiver extends QueueReceiver {
     const held = new AbortController();
     generation.held.add(held);
     this.open.add(session);
-    let lockedUntil = session.sessionLockedUntilUtc?.getTime() ?? Date.now();
-    const lockMs = Math.max(1_000, lockedUntil - Date.now());
     const giveUp = (why: string, error?: unknown) => {
       if (held.signal.aborted) return;
       logger.warn(`session given up: ${why}`, { sessionId: session.sessionId, error });
       held.abort();
     };
-    const renewal = setInterval(() => {
-      if (session.isClosed) return giveUp("its receiver closed");
-      session.renewSessionLock().then(
-        (until) => (lockedUntil = until.getTime()),
-        (error: unknown) => {
-          // Lost for certain, or not renewed before it ran out: another receiver may hold the session now.
-          if (isServiceBusError(error) && error.code === "SessionLockLost") giveUp("its lock is lost", error);
-          else if (Date.now() >= lockedUntil) giveUp("its lock ran out before a renewal went through", error);
-          else logger.warn("renewing a session lock failed", { sessionId: session.sessionId, error });
-        },
-      );
-    }, lockMs / 3);
+    const stopRenewing = this.renewWhileHeld(session, held.signal, giveUp);
     try {
       while (live() && !held.signal.aborted) {
         const [message] = await session.receiveMessages(1, {
@@ -193,14 +196,67 @@ export class SessionQueueReceiver extends QueueReceiver {
         error,
       });
     } finally {
-      clearInterval(renewal);
+      stopRenewing();
       held.abort();
       generation.held.delete(held);
       this.open.delete(session);
       await session.close().catch(() => undefined);
     }
   }
+
+  /**
+   * Renews the session's lock until `held` fires, timed from the lock's length: the entity's LockDuration
+   * (SBINBOX_QUEUE_LOCK_DURATION_MS) or, when shorter, what the broker granted at the accept. A renewal at a third of
+   * that length, and after a failed one sooner (half the time left), so that a lock of a few seconds is renewed as
+   * surely as one of minutes. The time left is counted on this clock from each renewal's start, which is never later
+   * than the broker's own expiry. Returns what stops it.
+   */
+  private renewWhileHeld(
+    session: ServiceBusSessionReceiver,
+    held: AbortSignal,
+    giveUp: (why: string, error?: unknown) => void,
+  ): () => void {
+    const acceptedAt = Date.now();
+    const granted = (session.sessionLockedUntilUtc?.getTime() ?? 0) - acceptedAt;
+    const lockMs = Math.max(
+      100,
+      Math.min(this.options.lockDurationMs ?? DEFAULT_LOCK_MS, granted > 0 ? granted : DEFAULT_LOCK_MS),
+    );
+    let expiresAt = acceptedAt + lockMs;
+    let timer: NodeJS.Timeout | undefined;
+    const later = (): void => {
+      if (held.aborted) return;
+      timer = setTimeout(renew, Math.max(20, Math.min(lockMs / 3, (expiresAt - Date.now()) / 2)));
+    };
+    const renew = (): void => {
+      if (session.isClosed) return giveUp("its receiver closed");
+      const startedAt = Date.now();
+      session.renewSessionLock().then(
+        () => {
+          expiresAt = startedAt + lockMs;
+          later();
+        },
+        (error: unknown) => {
+          // Lost for certain, or not renewed before it ran out: another receiver may hold the session now.
+          if (isServiceBusError(error) && error.code === "SessionLockLost") giveUp("its lock is lost", error);
+          else if (Date.now() >= expiresAt) giveUp("its lock ran out before a renewal went through", error);
+          else {
+            this.options.logger.warn("renewing a session lock failed", {
+              sessionId: session.sessionId,
+              error,
+            });
+            later();
+          }
+        },
+      );
+    };
+    later();
+    return () => clearTimeout(timer);
+  }
 }
+
+/** Service Bus's default LockDuration, for a receiver told no lock duration and given no expiry. */
+const DEFAULT_LOCK_MS = 60_000;
 
 interface Generation {
   /** Fired by pause and detach: the slots take no more sessions and messages. */

@@ -6,6 +6,7 @@ import type { InboxStore } from "../inbox/store.ts";
 import type { ServiceBusClient } from "../servicebus/client.ts";
 import { QueueReceiver, type QueueReceiverOptions } from "../servicebus/receiver.ts";
 import { SessionQueueReceiver } from "../servicebus/session-receiver.ts";
+import { entityAnswer } from "../servicebus/entity-check.ts";
 import { workerMetrics } from "../telemetry/metrics.ts";
 import { silentLogger, type Logger } from "../telemetry/logger.ts";
 import { errorType, recordAttempt, recordRetryWait } from "../servicebus/tracing.ts";
@@ -108,6 +109,8 @@ export interface Worker {
   readonly inFlight: number;
   /** Settlements sent and not yet answered. */
   readonly settling: number;
+  /** After start(): the entity's refusal of the receiver's kind (sessions or not), or undefined (entity-check.ts). */
+  entityAnswer(ms: number): Promise<Error | undefined>;
 }
 
 /**
@@ -454,6 +457,7 @@ export function createWorker(options: WorkerOptions): Worker {
     get settling() {
       return receiver.settling;
     },
+    entityAnswer: (ms) => entityAnswer(receiver, ms),
     start() {
       if (started) return;
       started = true;

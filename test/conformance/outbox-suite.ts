@@ -55,7 +55,7 @@ const sqlFor: Record<Dialect, (schema: string | undefined) => Record<string, str
 };
 
 /** Runs upstream transactions the way an upstream service does: its own driver, its own transaction. */
-interface Upstream {
+export interface Upstream {
   /** One transaction: a business row per id, the events, then commit or roll back. */
   run(ids: number[], outcome?: "commit" | "rollback", events?: OutboxEvent[]): Promise<void>;
   openStore(): OutboxStore;
@@ -66,7 +66,7 @@ function noteEvents(ids: number[]): OutboxEvent[] {
   return ids.map((id) => ({ type: "NoteCreated", key: String(id), body: { noteId: id } }));
 }
 
-async function upstreamFor(db: BackendDatabase): Promise<Upstream> {
+export async function upstreamFor(db: BackendDatabase): Promise<Upstream> {
   const target = db.target;
   const sql = { [target.kind]: sqlFor[target.kind](db.schema) } as Record<Dialect, Record<string, string>>;
   if (target.kind === "postgres") {
@@ -104,6 +104,45 @@ async function upstreamFor(db: BackendDatabase): Promise<Upstream> {
   };
 }
 
+/** What a test's set-up has opened so far: a set-up that failed half-way leaves the rest unset. */
+export interface OpenedOutbox {
+  db?: BackendDatabase;
+  upstream?: Upstream;
+  store?: OutboxStore;
+  releaseOutbox?: () => Promise<void>;
+}
+
+/** A test's database, dbo's outbox held (outbox-dbo.ts), its upstream and its migrated store; noted in `opened`. */
+export async function openOutbox(
+  backend: Backend,
+  label: string,
+  opened: OpenedOutbox,
+): Promise<{ db: BackendDatabase; upstream: Upstream; store: OutboxStore }> {
+  const db = (opened.db = await backend.database(label));
+  opened.releaseOutbox = await holdDboOutbox(db);
+  const upstream = (opened.upstream = await upstreamFor(db));
+  const store = (opened.store = upstream.openStore());
+  await store.migrate();
+  return { db, upstream, store };
+}
+
+/** Closes `first`, then what openOutbox opened, each step even when one before it failed; throws the first failure. */
+export async function closeOutbox(
+  opened: OpenedOutbox,
+  first: (() => Promise<unknown> | undefined)[],
+): Promise<void> {
+  const steps: (() => Promise<unknown> | undefined)[] = [
+    ...first,
+    () => opened.store?.close(),
+    () => opened.upstream?.close(),
+    () => opened.releaseOutbox?.(),
+    () => opened.db?.dispose(),
+  ];
+  const failures: unknown[] = [];
+  for (const step of steps) await Promise.resolve(step()).catch((error: unknown) => failures.push(error));
+  if (failures.length > 0) throw failures[0];
+}
+
 /** The outbox's behaviour, the same on every database. */
 export function outboxConformance(backend: Backend): void {
   describe(`outbox and relay on ${backend.name} (real SDK, local broker)`, function () {
@@ -113,42 +152,26 @@ export function outboxConformance(backend: Backend): void {
     let db: BackendDatabase;
     let upstream: Upstream;
     let store: OutboxStore;
-    /** What this test's set-up has opened so far: a set-up that failed half-way leaves the rest unset. */
-    let opened: {
-      db?: BackendDatabase;
-      upstream?: Upstream;
-      store?: OutboxStore;
-      releaseOutbox?: () => Promise<void>;
-    } = {};
+    let opened: OpenedOutbox = {};
     const relays: Relay[] = [];
     const count = async (statement: string, params?: unknown[]): Promise<number> =>
       scalar(db.raw, statement, params);
 
     beforeEach(async function () {
-      opened.db = db = await backend.database(`outbox ${this.currentTest?.title ?? ""}`);
+      ({ db, upstream, store } = await openOutbox(
+        backend,
+        `outbox ${this.currentTest?.title ?? ""}`,
+        opened,
+      ));
       q = sqlFor[backend.dialect](db.schema);
-      opened.releaseOutbox = await holdDboOutbox(db);
-      opened.upstream = upstream = await upstreamFor(db);
-      opened.store = store = upstream.openStore();
-      await store.migrate();
       await db.raw.query(q.createNotes!);
       await receive(0, 0); // messages an earlier test left behind
     });
 
-    // Closes what the set-up opened, each step even when one before it failed; the first failure is reported.
     afterEach(async function () {
-      const { db: openDb, upstream: openUpstream, store: openStore, releaseOutbox } = opened;
+      const was = opened;
       opened = {};
-      const steps: (() => Promise<unknown> | undefined)[] = [
-        () => Promise.all(relays.splice(0).map((r) => r.stop())),
-        () => openStore?.close(),
-        () => openUpstream?.close(),
-        () => releaseOutbox?.(),
-        () => openDb?.dispose(),
-      ];
-      const failures: unknown[] = [];
-      for (const step of steps) await Promise.resolve(step()).catch((error: unknown) => failures.push(error));
-      if (failures.length > 0) throw failures[0];
+      await closeOutbox(was, [() => Promise.all(relays.splice(0).map((r) => r.stop()))]);
     });
 
     /**
@@ -204,7 +227,7 @@ export function outboxConformance(backend: Backend): void {
       } finally {
         await other.close();
       }
-      assert.equal(await count(q.countVersions!), 1);
+      assert.equal(await count(q.countVersions!), 2, "0001_outbox and 0002_outbox_session");
     });
 
     it("sends nothing for a rolled-back upstream transaction, and the committed one once", async function () {

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { replayDeadLetters } from "../../src/servicebus/dead-letter.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
 import { brokerConfig, useLocalBroker } from "../helpers/broker.ts";
+import { runCli } from "../helpers/cli.ts";
 
 describe("publisher: a session key per event, for a session-enabled queue", () => {
   const fixture = useLocalBroker(brokerConfig({ accounts: { RequiresSession: true } }));
@@ -80,5 +81,26 @@ describe("publisher: a session key per event, for a session-enabled queue", () =
     );
     for (const m of got) await again.completeMessage(m);
     await again.close();
+  });
+
+  it("sbinbox publish --session-id sets the one event's session key; an empty one is refused before any send", async () => {
+    const env = {
+      SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString,
+      SBINBOX_QUEUE: "accounts",
+    };
+    const args = ["publish", "--type", "Step", "--key", "acct-cli-0", "--body", '{"seq":0}'];
+    const sent = await runCli([...args, "--session-id", "acct-cli"], env);
+    assert.equal(sent.code, 0, sent.stderr);
+    const refused = await runCli([...args, "--session-id", ""], env);
+    assert.equal(refused.code, 2);
+    assert.match(refused.stderr, /--session-id must be 1 to 128 characters/);
+    const receiver = await fixture.client.acceptSession("accounts", "acct-cli");
+    const got = await receiver.receiveMessages(2, { maxWaitTimeInMs: 1000 });
+    assert.deepEqual(
+      got.map((m) => [m.subject, m.sessionId, m.partitionKey]),
+      [["Step", "acct-cli", "acct-cli"]],
+    );
+    for (const m of got) await receiver.completeMessage(m);
+    await receiver.close();
   });
 });

@@ -161,7 +161,7 @@ describe("worker without session mode on a session-enabled queue", function () {
     });
     try {
       await waitUntil(() => errors.length > 0, "the mismatch is logged");
-      assert.match(errors[0]!, /SBINBOX_MAX_CONCURRENT_SESSIONS is 0 but 'sessions' requires sessions/);
+      assert.match(errors[0]!, /SBINBOX_MAX_CONCURRENT_SESSIONS: 0, but 'sessions' requires sessions/);
       const readiness = await worker.readiness();
       assert.equal(readiness.receiver, "detached");
       assert.equal(readiness.ready, false);

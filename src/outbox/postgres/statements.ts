@@ -19,14 +19,24 @@ export const LISTEN = `LISTEN ${OUTBOX_CHANNEL}`;
 const UNSENT = `"SentUtc" IS NULL AND "SetAsideUtc" IS NULL`;
 const COLUMNS = `o."Id" AS id, o."MessageId" AS "messageId", o."Type" AS type, o."Key" AS key, o."Body" AS body,
   o."Properties" AS properties, o."CorrelationId" AS "correlationId", o."TraceParent" AS "traceParent",
-  o."TraceState" AS "traceState", o."Attempts" AS attempts`;
+  o."TraceState" AS "traceState", o."Attempts" AS attempts, o."SessionId" AS "sessionId"`;
+
+/**
+ * A row with a session key is claimable only as its key's head: no earlier row of the key is unsent (set aside and
+ * stale rows included, so they hold their key's later rows back instead of letting them pass). The look reads
+ * committed rows without SKIP LOCKED: a head another relay is claiming right now is still unsent, so its followers
+ * stay where they are. A key's next row is claimable only once its head is marked sent, after the broker took it.
+ */
+const HEAD_OF_KEY = `("SessionId" IS NULL OR NOT EXISTS (
+      SELECT 1 FROM "Outbox" e
+      WHERE e."SessionId" = h."SessionId" AND e."Id" < h."Id" AND e."SentUtc" IS NULL))`;
 
 export const statements: OutboxStatements = {
   // One statement for any number of rows; ORDINALITY keeps the caller's order in the identity values.
-  insertRows: `INSERT INTO "Outbox" ("MessageId", "Type", "Key", "Body", "Properties", "CorrelationId", "TraceParent", "TraceState")
-SELECT m, t, k, b, p, c, tp, ts
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
-  WITH ORDINALITY AS u(m, t, k, b, p, c, tp, ts, n)
+  insertRows: `INSERT INTO "Outbox" ("MessageId", "Type", "Key", "Body", "Properties", "CorrelationId", "TraceParent", "TraceState", "SessionId")
+SELECT m, t, k, b, p, c, tp, ts, sid
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[])
+  WITH ORDINALITY AS u(m, t, k, b, p, c, tp, ts, sid, n)
 ORDER BY n
 RETURNING "Id" AS id`,
   // Delivered at commit, dropped with a rollback: a relay wakes only for rows it can see.
@@ -38,10 +48,11 @@ SET "Attempts" = o."Attempts" + 1,
   "FirstAttemptUtc" = coalesce(o."FirstAttemptUtc", now()),
   "LockedUntilUtc" = now() + make_interval(secs => $2::integer / 1000.0)
 FROM (
-  SELECT "Id", "FirstAttemptUtc" IS NULL AS "firstTry" FROM "Outbox"
+  SELECT "Id", "FirstAttemptUtc" IS NULL AS "firstTry" FROM "Outbox" h
   WHERE ${UNSENT}
     AND ("LockedUntilUtc" IS NULL OR "LockedUntilUtc" <= now())
     AND ("FirstAttemptUtc" IS NULL OR "FirstAttemptUtc" > now() - make_interval(secs => $3::bigint / 1000.0))
+    AND ${HEAD_OF_KEY}
   ORDER BY "Id"
   LIMIT $1
   FOR UPDATE SKIP LOCKED

@@ -17,6 +17,7 @@ const OUTBOX_ROW_COLUMNS = [
   "CorrelationId",
   "TraceParent",
   "TraceState",
+  "SessionId",
 ] as const;
 
 /**
@@ -69,10 +70,18 @@ export const RECORD_VERSION = "INSERT INTO dbo.SbOutboxSchemaVersion (Version, N
 
 const UNSENT = "SentUtc IS NULL AND SetAsideUtc IS NULL";
 
-/** Unsent, not leased by another relay, first tried inside the window (@p3 ms): the rows a claim may take. */
+/**
+ * Unsent, not leased by another relay, first tried inside the window (@p3 ms), and for a row with a session key the
+ * head of its key (no earlier row of the key unsent, set aside and stale rows included): the rows a claim may take.
+ * The head look has no READPAST: a head another relay is claiming right now must be seen, not skipped, so that its
+ * followers stay. It reads IX_Outbox_UnsentSession, whose columns a claim does not change, so it waits on no claim.
+ */
 const CLAIMABLE = (t: string) => `${t}.SentUtc IS NULL AND ${t}.SetAsideUtc IS NULL
     AND (${t}.LockedUntilUtc IS NULL OR ${t}.LockedUntilUtc <= SYSUTCDATETIME())
-    AND (${t}.FirstAttemptUtc IS NULL OR ${t}.FirstAttemptUtc > DATEADD(millisecond, -@p3, SYSUTCDATETIME()))`;
+    AND (${t}.FirstAttemptUtc IS NULL OR ${t}.FirstAttemptUtc > DATEADD(millisecond, -@p3, SYSUTCDATETIME()))
+    AND (${t}.SessionId IS NULL OR NOT EXISTS (
+      SELECT 1 FROM dbo.Outbox AS e
+      WHERE e.SessionId = ${t}.SessionId AND e.Id < ${t}.Id AND e.SentUtc IS NULL))`;
 
 export const statements: OutboxStatements = {
   insertRows: insertRowsSql(1),
@@ -93,7 +102,7 @@ export const statements: OutboxStatements = {
 OUTPUT INSERTED.Id AS [id], INSERTED.MessageId AS [messageId], INSERTED.Type AS [type], INSERTED.[Key] AS [key],
   INSERTED.Body AS [body], INSERTED.Properties AS [properties], INSERTED.CorrelationId AS [correlationId],
   INSERTED.TraceParent AS [traceParent], INSERTED.TraceState AS [traceState], INSERTED.Attempts AS [attempts],
-  DELETED.FirstAttemptUtc AS [firstAttemptBefore]
+  INSERTED.SessionId AS [sessionId], DELETED.FirstAttemptUtc AS [firstAttemptBefore]
 WHERE ${CLAIMABLE("Outbox")}
   AND Outbox.Id IN (
     SELECT TOP (@p1) c.Id FROM dbo.Outbox AS c WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)

@@ -1,0 +1,7 @@
+-- The session key of an event for a session-enabled entity (sent as sessionId and partition key), or null.
+-- A row with one is claimed only as the head of its key: when no earlier row of that key is still unsent.
+ALTER TABLE "Outbox" ADD COLUMN "SessionId" varchar(128) COLLATE "C" NULL;
+
+-- The claim's "is there an earlier unsent row of this key" look, and nothing else: rows without a key are not in it.
+CREATE INDEX "IX_Outbox_UnsentSession" ON "Outbox" ("SessionId", "Id")
+  WHERE "SentUtc" IS NULL AND "SessionId" IS NOT NULL;
