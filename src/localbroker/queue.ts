@@ -1,57 +1,28 @@
-import type { QueueSettings } from "./config.ts";
 import { messageIdKey, modifyApplicationProperties, type MessageParts } from "./codec.ts";
+import { DeliveryOrder } from "./delivery-order.ts";
+import { DuplicateWindow } from "./duplicates.ts";
+import type { QueueSettings } from "./entity-settings.ts";
 import { newLockToken } from "./lock-token.ts";
 import { inSession, Sessions } from "./sessions.ts";
+import {
+  insertSorted,
+  type BrokerDeadLetterListener,
+  type Consumer,
+  type QueueCounts,
+  type Settlement,
+  type SettleResult,
+  type StoredMessage,
+} from "./stored-message.ts";
 
-/** A message the broker dead-lettered on its own: its MessageId, reason and description. */
-export type BrokerDeadLetterListener = (messageId: string, reason: string, description: string) => void;
-
-export type MessageState = "active" | "locked" | "deferred" | "scheduled" | "gone";
-
-export interface StoredMessage {
-  seq: number;
-  parts: MessageParts;
-  enqueuedAt: number;
-  expiresAt: number;
-  /** Prior delivery attempts, as the AMQP header counts them (the first delivery carries 0). */
-  deliveryCount: number;
-  state: MessageState;
-  /** True while a message received through receiveDeferredMessages is locked: settling it differs. */
-  wasDeferred: boolean;
-  scheduledAt: number;
-  lockToken: string | undefined;
-  lockedUntil: number;
-  deadLetterSource: string | undefined;
-  /** Bytes counted against the entity's size when it was stored (the parts can change later, by abandon). */
-  storedBytes: number;
-}
-
-/** A receive link as the queue sees it. */
-export interface Consumer {
-  readonly receiveAndDelete: boolean;
-  credit(): number;
-  /** True once the link is gone, including a dropped connection that never detached it. */
-  isClosed(): boolean;
-  deliver(message: StoredMessage, lockToken: string | undefined): void;
-}
-
-export interface QueueCounts {
-  active: number;
-  locked: number;
-  scheduled: number;
-  deferred: number;
-  deadLettered: number;
-  duplicatesDropped: number;
-  expired: number;
-}
-
-export type Settlement =
-  | { kind: "complete" }
-  | { kind: "abandon"; properties?: Record<string, unknown> }
-  | { kind: "defer"; properties?: Record<string, unknown> }
-  | { kind: "deadLetter"; reason?: string; description?: string; properties?: Record<string, unknown> };
-
-export type SettleResult = "ok" | "lockLost";
+export type {
+  BrokerDeadLetterListener,
+  Consumer,
+  MessageState,
+  QueueCounts,
+  Settlement,
+  SettleResult,
+  StoredMessage,
+} from "./stored-message.ts";
 
 /**
  * One queue (or its dead-letter subqueue): ordering, locks, delivery counts, duplicate detection, scheduling
@@ -65,14 +36,12 @@ export class Queue {
   readonly sessions: Sessions | undefined;
   private readonly now: () => number;
   private readonly nextSequence: () => number;
-  private ready: StoredMessage[] = [];
-  private readyHead = 0;
-  private returned: StoredMessage[] = [];
+  private readonly order = new DeliveryOrder();
   private readonly bySeq = new Map<number, StoredMessage>();
   /** Insertion order is expiry order: every lock lasts the queue's lock duration and a renewal re-inserts. */
   private readonly locks = new Map<string, StoredMessage>();
   private scheduled: StoredMessage[] = [];
-  private readonly duplicates = new Map<string, number>();
+  private readonly duplicates: DuplicateWindow;
   private earliestExpiry = Infinity;
   private consumers: Consumer[] = [];
   private roundRobin = 0;
@@ -89,6 +58,7 @@ export class Queue {
     this.name = name ?? settings.name;
     this.now = now;
     this.deadLetter = deadLetter;
+    this.duplicates = new DuplicateWindow(settings.duplicateDetectionWindowMs);
     this.sessions = deadLetter && settings.requiresSession ? new Sessions(this, now) : undefined;
     let sequence = 0;
     this.nextSequence = () => ++sequence;
@@ -133,15 +103,10 @@ export class Queue {
   /** True when duplicate detection drops this MessageId; otherwise records it for the window. */
   private isDuplicate(messageIdKey: string, now: number): boolean {
     if (!this.settings.requiresDuplicateDetection || this.isDeadLetterQueue) return false;
-    this.pruneDuplicates(now);
-    const until = this.duplicates.get(messageIdKey);
-    if (until !== undefined && until > now) {
-      this.duplicatesDropped += 1;
-      for (const listener of this.dropListeners) listener(messageIdKey);
-      return true;
-    }
-    this.duplicates.set(messageIdKey, now + this.settings.duplicateDetectionWindowMs);
-    return false;
+    if (!this.duplicates.seen(messageIdKey, now)) return false;
+    this.duplicatesDropped += 1;
+    for (const listener of this.dropListeners) listener(messageIdKey);
+    return true;
   }
 
   /** Calls `listener` with the MessageId of every send dropped as a duplicate from now on; returns its removal. */
@@ -200,7 +165,7 @@ export class Queue {
     message.expiresAt = this.isDeadLetterQueue ? Infinity : now + ttlMs;
     this.earliestExpiry = Math.min(this.earliestExpiry, message.expiresAt);
     if (this.sessions) return this.sessions.enqueue(message);
-    this.ready.push(message);
+    this.order.push(message);
     this.pump();
   }
 
@@ -213,7 +178,7 @@ export class Queue {
     message.storedBytes = message.parts.size;
     this.bySeq.set(message.seq, message);
     this.bytes += message.storedBytes;
-    this.ready.push(message);
+    this.order.push(message);
     this.pump();
   }
 
@@ -235,7 +200,7 @@ export class Queue {
       for (;;) {
         const consumer = this.nextConsumerWithCredit();
         if (!consumer) break;
-        const message = this.takeNext();
+        const message = this.order.take(this.now(), (expired) => this.expire(expired));
         if (!message) break;
         this.handOut(message, consumer);
       }
@@ -268,29 +233,6 @@ export class Queue {
       }
     }
     return undefined;
-  }
-
-  private takeNext(): StoredMessage | undefined {
-    const now = this.now();
-    for (;;) {
-      let message: StoredMessage | undefined;
-      if (this.returned.length > 0) message = this.returned.shift();
-      else if (this.readyHead < this.ready.length) {
-        message = this.ready[this.readyHead];
-        this.ready[this.readyHead] = undefined as unknown as StoredMessage;
-        this.readyHead += 1;
-        if (this.readyHead > 1024 && this.readyHead * 2 > this.ready.length) {
-          this.ready = this.ready.slice(this.readyHead);
-          this.readyHead = 0;
-        }
-      } else return undefined;
-      if (!message || message.state !== "active") continue;
-      if (message.expiresAt <= now) {
-        this.expire(message);
-        continue;
-      }
-      return message;
-    }
   }
 
   private lock(message: StoredMessage): string {
@@ -365,7 +307,7 @@ export class Queue {
     }
     message.state = "active";
     if (this.sessions) this.sessions.returnToHead(message);
-    else insertSorted(this.returned, message, (m) => m.seq);
+    else this.order.putBack(message);
     this.pump();
   }
 
@@ -481,36 +423,11 @@ export class Queue {
   }
 
   private expireDue(now: number): void {
-    let earliest = this.sessions?.expireDue(now) ?? Infinity;
-    const keep: StoredMessage[] = [];
-    for (let i = this.readyHead; i < this.ready.length; i++) {
-      const message = this.ready[i]!;
-      if (message.state !== "active") continue;
-      if (message.expiresAt <= now) this.expire(message);
-      else {
-        keep.push(message);
-        earliest = Math.min(earliest, message.expiresAt);
-      }
-    }
-    this.ready = keep;
-    this.readyHead = 0;
-    this.returned = this.returned.filter((message) => {
-      if (message.state !== "active") return false;
-      if (message.expiresAt <= now) {
-        this.expire(message);
-        return false;
-      }
-      earliest = Math.min(earliest, message.expiresAt);
-      return true;
-    });
-    this.earliestExpiry = earliest;
-  }
-
-  private pruneDuplicates(now: number): void {
-    for (const [id, until] of this.duplicates) {
-      if (until > now) break;
-      this.duplicates.delete(id);
-    }
+    const sessions = this.sessions?.expireDue(now) ?? Infinity;
+    this.earliestExpiry = Math.min(
+      sessions,
+      this.order.expireDue(now, (message) => this.expire(message)),
+    );
   }
 
   /**
@@ -551,20 +468,4 @@ export class Queue {
     }
     return counts;
   }
-}
-
-function insertSorted(
-  list: StoredMessage[],
-  message: StoredMessage,
-  key: (m: StoredMessage) => number,
-): void {
-  const k = key(message);
-  let lo = 0;
-  let hi = list.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (key(list[mid]!) <= k) lo = mid + 1;
-    else hi = mid;
-  }
-  list.splice(lo, 0, message);
 }
