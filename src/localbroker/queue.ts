@@ -1,4 +1,5 @@
 import { messageIdKey, modifyApplicationProperties, type MessageParts } from "./codec.ts";
+import { QueueStore } from "./queue-store.ts";
 import { DeliveryOrder } from "./delivery-order.ts";
 import { DuplicateWindow } from "./duplicates.ts";
 import type { QueueSettings } from "./entity-settings.ts";
@@ -6,9 +7,7 @@ import { newLockToken } from "./lock-token.ts";
 import { inSession, Sessions } from "./sessions.ts";
 import {
   insertSorted,
-  type BrokerDeadLetterListener,
   type Consumer,
-  type QueueCounts,
   type Settlement,
   type SettleResult,
   type StoredMessage,
@@ -28,44 +27,21 @@ export type {
  * One queue (or its dead-letter subqueue): ordering, locks, delivery counts, duplicate detection, scheduling
  * and expiry. Time comes from `now` so the rules can be read against a clock; timers live in the broker.
  */
-export class Queue {
-  readonly name: string;
-  readonly settings: QueueSettings;
-  readonly deadLetter: Queue | undefined;
+export class Queue extends QueueStore<Queue> {
   /** Present on a session-enabled queue or subscription (not on its dead-letter queue, which has no sessions). */
   readonly sessions: Sessions | undefined;
-  private readonly now: () => number;
-  private readonly nextSequence: () => number;
   private readonly order = new DeliveryOrder();
-  private readonly bySeq = new Map<number, StoredMessage>();
-  /** Insertion order is expiry order: every lock lasts the queue's lock duration and a renewal re-inserts. */
-  private readonly locks = new Map<string, StoredMessage>();
   private scheduled: StoredMessage[] = [];
   private readonly duplicates: DuplicateWindow;
   private earliestExpiry = Infinity;
   private consumers: Consumer[] = [];
   private roundRobin = 0;
   private pumping = false;
-  private duplicatesDropped = 0;
-  /** Told each MessageId duplicate detection drops; called only on a drop, so a send pays nothing for it. */
-  private readonly dropListeners = new Set<(messageIdKey: string) => void>();
-  private readonly deadLetterListeners = new Set<BrokerDeadLetterListener>();
-  private expired = 0;
-  private bytes = 0;
 
   constructor(settings: QueueSettings, now: () => number, deadLetter: Queue | undefined, name?: string) {
-    this.settings = settings;
-    this.name = name ?? settings.name;
-    this.now = now;
-    this.deadLetter = deadLetter;
+    super(settings, now, deadLetter, name);
     this.duplicates = new DuplicateWindow(settings.duplicateDetectionWindowMs);
     this.sessions = deadLetter && settings.requiresSession ? new Sessions(this, now) : undefined;
-    let sequence = 0;
-    this.nextSequence = () => ++sequence;
-  }
-
-  get isDeadLetterQueue(): boolean {
-    return this.deadLetter === undefined;
   }
 
   /** Returns the sequence number, or undefined when duplicate detection dropped the message. */
@@ -109,18 +85,6 @@ export class Queue {
     return true;
   }
 
-  /** Calls `listener` with the MessageId of every send dropped as a duplicate from now on; returns its removal. */
-  onDuplicateDropped(listener: (messageIdKey: string) => void): () => void {
-    this.dropListeners.add(listener);
-    return () => this.dropListeners.delete(listener);
-  }
-
-  /** Calls `listener` for every message the broker dead-letters itself (delivery count, expiry); returns its removal. */
-  onDeadLettered(listener: BrokerDeadLetterListener): () => void {
-    this.deadLetterListeners.add(listener);
-    return () => this.deadLetterListeners.delete(listener);
-  }
-
   private brokerDeadLetter(message: StoredMessage, reason: string, description: string): void {
     this.moveToDeadLetter(message, reason, description);
     const id = messageIdKey(message.parts.head.message_id) ?? "";
@@ -128,22 +92,7 @@ export class Queue {
   }
 
   private add(parts: MessageParts, now: number, scheduledAt: number): number {
-    const message: StoredMessage = {
-      seq: this.nextSequence(),
-      parts,
-      enqueuedAt: now,
-      expiresAt: Infinity,
-      deliveryCount: 0,
-      state: "active",
-      wasDeferred: false,
-      scheduledAt: 0,
-      lockToken: undefined,
-      lockedUntil: 0,
-      deadLetterSource: undefined,
-      storedBytes: parts.size,
-    };
-    this.bySeq.set(message.seq, message);
-    this.bytes += message.storedBytes;
+    const message = this.store(parts, now);
     if (scheduledAt > now) {
       message.state = "scheduled";
       message.scheduledAt = scheduledAt;
@@ -175,9 +124,7 @@ export class Queue {
     message.lockToken = undefined;
     message.wasDeferred = false;
     message.expiresAt = Infinity;
-    message.storedBytes = message.parts.size;
-    this.bySeq.set(message.seq, message);
-    this.bytes += message.storedBytes;
+    this.restore(message);
     this.order.push(message);
     this.pump();
   }
@@ -242,13 +189,6 @@ export class Queue {
     message.lockedUntil = this.sessions?.lockFor(message) ?? this.now() + this.settings.lockDurationMs;
     this.locks.set(token, message);
     return token;
-  }
-
-  private remove(message: StoredMessage): void {
-    message.state = "gone";
-    if (message.lockToken !== undefined) this.locks.delete(message.lockToken);
-    message.lockToken = undefined;
-    if (this.bySeq.delete(message.seq)) this.bytes -= message.storedBytes;
   }
 
   /** The message a live lock token holds, or undefined when the lock is lost (expired, settled, unknown). */
@@ -386,17 +326,6 @@ export class Queue {
     });
   }
 
-  /** Peek sees active, locked, deferred and scheduled messages in sequence order, without locking them. */
-  peek(fromSeq: number, count: number, sessionId?: string): StoredMessage[] {
-    const result: StoredMessage[] = [];
-    for (const message of [...this.bySeq.values()].sort((a, b) => a.seq - b.seq)) {
-      if (message.seq < fromSeq || message.state === "gone" || !inSession(message, sessionId)) continue;
-      result.push(message);
-      if (result.length >= count) break;
-    }
-    return result;
-  }
-
   cancelScheduled(seqs: number[]): void {
     for (const seq of seqs) {
       const message = this.bySeq.get(seq);
@@ -428,44 +357,5 @@ export class Queue {
       sessions,
       this.order.expireDue(now, (message) => this.expire(message)),
     );
-  }
-
-  /**
-   * Bytes the entity holds, as Service Bus counts it against MaxSizeInMegabytes: every stored message (active,
-   * locked, deferred, scheduled) and its dead-letter subqueue.
-   */
-  sizeBytes(): number {
-    return this.bytes + (this.deadLetter?.sizeBytes() ?? 0);
-  }
-
-  /** The QuotaExceeded refusal for `incoming` more bytes, or undefined when they fit. */
-  quotaExceeded(incoming: number): string | undefined {
-    const max = this.settings.maxSizeBytes;
-    const size = this.sizeBytes();
-    if (size + incoming <= max) return undefined;
-    return `The maximum entity size has been reached or exceeded for Queue: '${this.name}'. Size of entity in bytes:${size}, Max entity size in bytes: ${max}.`;
-  }
-
-  counts(): QueueCounts {
-    const counts: QueueCounts = {
-      active: 0,
-      locked: 0,
-      scheduled: 0,
-      deferred: 0,
-      deadLettered: 0,
-      duplicatesDropped: this.duplicatesDropped,
-      expired: this.expired,
-    };
-    for (const message of this.bySeq.values()) {
-      if (message.state === "active") counts.active += 1;
-      else if (message.state === "locked") counts.locked += 1;
-      else if (message.state === "scheduled") counts.scheduled += 1;
-      else if (message.state === "deferred") counts.deferred += 1;
-    }
-    if (this.deadLetter) {
-      const dlq = this.deadLetter.counts();
-      counts.deadLettered = dlq.active + dlq.locked + dlq.deferred;
-    }
-    return counts;
   }
 }
