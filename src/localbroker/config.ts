@@ -11,13 +11,8 @@ import {
 } from "./entity-settings.ts";
 import { checkForwarding } from "./forwarding-check.ts";
 
-export {
-  BrokerConfigError,
-  type BrokerConfig,
-  type QueueSettings,
-  type SubscriptionSettings,
-  type TopicSettings,
-} from "./entity-settings.ts";
+// The shapes are declared in the leaf; importers of the config find them here too.
+export * from "./entity-settings.ts";
 
 export const DEFAULT_QUEUE_NAME = "sbinbox";
 
