@@ -1,7 +1,7 @@
 // rhea's sessions as the broker needs them to behave like Service Bus toward the SDKs (server.ts patches each one).
 
 /** Marks a single (non-batch) transfer so rhea hands the broker its bytes instead of a decoded message. */
-export const RAW_SINGLE = 0xfffffff0;
+const RAW_SINGLE = 0xfffffff0;
 
 /**
  * What the broker changes in each session rhea opens: single transfers handed over as their bytes, attaches
