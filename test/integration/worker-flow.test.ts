@@ -226,7 +226,10 @@ describe("worker: settlement follows the inbox outcome (real SDK, local broker, 
     assert.equal(a.stats.committed, 1, "A's transaction won");
     assert.equal(b.stats.committed, 0);
     assert.ok(b.stats.duplicate >= 1, "B took the redelivery and found it done");
-    assert.ok(a.stats.settlementFailures >= 1, "A's complete failed: its lock was lost");
+    assert.ok(
+      a.stats.settlementFailures >= 1,
+      `A's complete failed: its lock was lost (A ${JSON.stringify(a.stats)}, B ${JSON.stringify(b.stats)})`,
+    );
     assert.equal(counts().deadLettered, 0);
   });
 });
