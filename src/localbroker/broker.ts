@@ -1,6 +1,7 @@
 import type { EntityAddress } from "./addresses.ts";
 import { defaultConfig, type BrokerConfig, type QueueSettings } from "./config.ts";
-import { checkForwarding, startForwarding } from "./forwarding.ts";
+import { checkForwarding } from "./forwarding-check.ts";
+import { startForwarding } from "./forwarding.ts";
 import { quietLogger, type BrokerLogger } from "./logger.ts";
 import { Queue, type BrokerDeadLetterListener, type QueueCounts } from "./queue.ts";
 import { AmqpServer, type Entity } from "./server.ts";

@@ -1,101 +1,47 @@
-import type { QueueSettings } from "./config.ts";
 import { messageIdKey, modifyApplicationProperties, type MessageParts } from "./codec.ts";
+import { QueueStore } from "./queue-store.ts";
+import { DeliveryOrder } from "./delivery-order.ts";
+import { DuplicateWindow } from "./duplicates.ts";
+import type { QueueSettings } from "./entity-settings.ts";
 import { newLockToken } from "./lock-token.ts";
 import { inSession, Sessions } from "./sessions.ts";
+import {
+  insertSorted,
+  type Consumer,
+  type Settlement,
+  type SettleResult,
+  type StoredMessage,
+} from "./stored-message.ts";
 
-/** A message the broker dead-lettered on its own: its MessageId, reason and description. */
-export type BrokerDeadLetterListener = (messageId: string, reason: string, description: string) => void;
-
-export type MessageState = "active" | "locked" | "deferred" | "scheduled" | "gone";
-
-export interface StoredMessage {
-  seq: number;
-  parts: MessageParts;
-  enqueuedAt: number;
-  expiresAt: number;
-  /** Prior delivery attempts, as the AMQP header counts them (the first delivery carries 0). */
-  deliveryCount: number;
-  state: MessageState;
-  /** True while a message received through receiveDeferredMessages is locked: settling it differs. */
-  wasDeferred: boolean;
-  scheduledAt: number;
-  lockToken: string | undefined;
-  lockedUntil: number;
-  deadLetterSource: string | undefined;
-  /** Bytes counted against the entity's size when it was stored (the parts can change later, by abandon). */
-  storedBytes: number;
-}
-
-/** A receive link as the queue sees it. */
-export interface Consumer {
-  readonly receiveAndDelete: boolean;
-  credit(): number;
-  /** True once the link is gone, including a dropped connection that never detached it. */
-  isClosed(): boolean;
-  deliver(message: StoredMessage, lockToken: string | undefined): void;
-}
-
-export interface QueueCounts {
-  active: number;
-  locked: number;
-  scheduled: number;
-  deferred: number;
-  deadLettered: number;
-  duplicatesDropped: number;
-  expired: number;
-}
-
-export type Settlement =
-  | { kind: "complete" }
-  | { kind: "abandon"; properties?: Record<string, unknown> }
-  | { kind: "defer"; properties?: Record<string, unknown> }
-  | { kind: "deadLetter"; reason?: string; description?: string; properties?: Record<string, unknown> };
-
-export type SettleResult = "ok" | "lockLost";
+export type {
+  BrokerDeadLetterListener,
+  Consumer,
+  MessageState,
+  QueueCounts,
+  Settlement,
+  SettleResult,
+  StoredMessage,
+} from "./stored-message.ts";
 
 /**
  * One queue (or its dead-letter subqueue): ordering, locks, delivery counts, duplicate detection, scheduling
  * and expiry. Time comes from `now` so the rules can be read against a clock; timers live in the broker.
  */
-export class Queue {
-  readonly name: string;
-  readonly settings: QueueSettings;
-  readonly deadLetter: Queue | undefined;
+export class Queue extends QueueStore<Queue> {
   /** Present on a session-enabled queue or subscription (not on its dead-letter queue, which has no sessions). */
   readonly sessions: Sessions | undefined;
-  private readonly now: () => number;
-  private readonly nextSequence: () => number;
-  private ready: StoredMessage[] = [];
-  private readyHead = 0;
-  private returned: StoredMessage[] = [];
-  private readonly bySeq = new Map<number, StoredMessage>();
-  /** Insertion order is expiry order: every lock lasts the queue's lock duration and a renewal re-inserts. */
-  private readonly locks = new Map<string, StoredMessage>();
+  private readonly order = new DeliveryOrder();
   private scheduled: StoredMessage[] = [];
-  private readonly duplicates = new Map<string, number>();
+  private readonly duplicates: DuplicateWindow;
   private earliestExpiry = Infinity;
   private consumers: Consumer[] = [];
   private roundRobin = 0;
   private pumping = false;
-  private duplicatesDropped = 0;
-  /** Told each MessageId duplicate detection drops; called only on a drop, so a send pays nothing for it. */
-  private readonly dropListeners = new Set<(messageIdKey: string) => void>();
-  private readonly deadLetterListeners = new Set<BrokerDeadLetterListener>();
-  private expired = 0;
-  private bytes = 0;
 
   constructor(settings: QueueSettings, now: () => number, deadLetter: Queue | undefined, name?: string) {
-    this.settings = settings;
-    this.name = name ?? settings.name;
-    this.now = now;
-    this.deadLetter = deadLetter;
+    super(settings, now, deadLetter, name);
+    this.duplicates = new DuplicateWindow(settings.duplicateDetectionWindowMs);
     this.sessions = deadLetter && settings.requiresSession ? new Sessions(this, now) : undefined;
-    let sequence = 0;
-    this.nextSequence = () => ++sequence;
-  }
-
-  get isDeadLetterQueue(): boolean {
-    return this.deadLetter === undefined;
   }
 
   /** Returns the sequence number, or undefined when duplicate detection dropped the message. */
@@ -133,27 +79,10 @@ export class Queue {
   /** True when duplicate detection drops this MessageId; otherwise records it for the window. */
   private isDuplicate(messageIdKey: string, now: number): boolean {
     if (!this.settings.requiresDuplicateDetection || this.isDeadLetterQueue) return false;
-    this.pruneDuplicates(now);
-    const until = this.duplicates.get(messageIdKey);
-    if (until !== undefined && until > now) {
-      this.duplicatesDropped += 1;
-      for (const listener of this.dropListeners) listener(messageIdKey);
-      return true;
-    }
-    this.duplicates.set(messageIdKey, now + this.settings.duplicateDetectionWindowMs);
-    return false;
-  }
-
-  /** Calls `listener` with the MessageId of every send dropped as a duplicate from now on; returns its removal. */
-  onDuplicateDropped(listener: (messageIdKey: string) => void): () => void {
-    this.dropListeners.add(listener);
-    return () => this.dropListeners.delete(listener);
-  }
-
-  /** Calls `listener` for every message the broker dead-letters itself (delivery count, expiry); returns its removal. */
-  onDeadLettered(listener: BrokerDeadLetterListener): () => void {
-    this.deadLetterListeners.add(listener);
-    return () => this.deadLetterListeners.delete(listener);
+    if (!this.duplicates.seen(messageIdKey, now)) return false;
+    this.duplicatesDropped += 1;
+    for (const listener of this.dropListeners) listener(messageIdKey);
+    return true;
   }
 
   private brokerDeadLetter(message: StoredMessage, reason: string, description: string): void {
@@ -163,22 +92,7 @@ export class Queue {
   }
 
   private add(parts: MessageParts, now: number, scheduledAt: number): number {
-    const message: StoredMessage = {
-      seq: this.nextSequence(),
-      parts,
-      enqueuedAt: now,
-      expiresAt: Infinity,
-      deliveryCount: 0,
-      state: "active",
-      wasDeferred: false,
-      scheduledAt: 0,
-      lockToken: undefined,
-      lockedUntil: 0,
-      deadLetterSource: undefined,
-      storedBytes: parts.size,
-    };
-    this.bySeq.set(message.seq, message);
-    this.bytes += message.storedBytes;
+    const message = this.store(parts, now);
     if (scheduledAt > now) {
       message.state = "scheduled";
       message.scheduledAt = scheduledAt;
@@ -200,7 +114,7 @@ export class Queue {
     message.expiresAt = this.isDeadLetterQueue ? Infinity : now + ttlMs;
     this.earliestExpiry = Math.min(this.earliestExpiry, message.expiresAt);
     if (this.sessions) return this.sessions.enqueue(message);
-    this.ready.push(message);
+    this.order.push(message);
     this.pump();
   }
 
@@ -210,10 +124,8 @@ export class Queue {
     message.lockToken = undefined;
     message.wasDeferred = false;
     message.expiresAt = Infinity;
-    message.storedBytes = message.parts.size;
-    this.bySeq.set(message.seq, message);
-    this.bytes += message.storedBytes;
-    this.ready.push(message);
+    this.restore(message);
+    this.order.push(message);
     this.pump();
   }
 
@@ -235,7 +147,7 @@ export class Queue {
       for (;;) {
         const consumer = this.nextConsumerWithCredit();
         if (!consumer) break;
-        const message = this.takeNext();
+        const message = this.order.take(this.now(), (expired) => this.expire(expired));
         if (!message) break;
         this.handOut(message, consumer);
       }
@@ -270,29 +182,6 @@ export class Queue {
     return undefined;
   }
 
-  private takeNext(): StoredMessage | undefined {
-    const now = this.now();
-    for (;;) {
-      let message: StoredMessage | undefined;
-      if (this.returned.length > 0) message = this.returned.shift();
-      else if (this.readyHead < this.ready.length) {
-        message = this.ready[this.readyHead];
-        this.ready[this.readyHead] = undefined as unknown as StoredMessage;
-        this.readyHead += 1;
-        if (this.readyHead > 1024 && this.readyHead * 2 > this.ready.length) {
-          this.ready = this.ready.slice(this.readyHead);
-          this.readyHead = 0;
-        }
-      } else return undefined;
-      if (!message || message.state !== "active") continue;
-      if (message.expiresAt <= now) {
-        this.expire(message);
-        continue;
-      }
-      return message;
-    }
-  }
-
   private lock(message: StoredMessage): string {
     const token = newLockToken();
     message.state = "locked";
@@ -300,13 +189,6 @@ export class Queue {
     message.lockedUntil = this.sessions?.lockFor(message) ?? this.now() + this.settings.lockDurationMs;
     this.locks.set(token, message);
     return token;
-  }
-
-  private remove(message: StoredMessage): void {
-    message.state = "gone";
-    if (message.lockToken !== undefined) this.locks.delete(message.lockToken);
-    message.lockToken = undefined;
-    if (this.bySeq.delete(message.seq)) this.bytes -= message.storedBytes;
   }
 
   /** The message a live lock token holds, or undefined when the lock is lost (expired, settled, unknown). */
@@ -365,7 +247,7 @@ export class Queue {
     }
     message.state = "active";
     if (this.sessions) this.sessions.returnToHead(message);
-    else insertSorted(this.returned, message, (m) => m.seq);
+    else this.order.putBack(message);
     this.pump();
   }
 
@@ -444,17 +326,6 @@ export class Queue {
     });
   }
 
-  /** Peek sees active, locked, deferred and scheduled messages in sequence order, without locking them. */
-  peek(fromSeq: number, count: number, sessionId?: string): StoredMessage[] {
-    const result: StoredMessage[] = [];
-    for (const message of [...this.bySeq.values()].sort((a, b) => a.seq - b.seq)) {
-      if (message.seq < fromSeq || message.state === "gone" || !inSession(message, sessionId)) continue;
-      result.push(message);
-      if (result.length >= count) break;
-    }
-    return result;
-  }
-
   cancelScheduled(seqs: number[]): void {
     for (const seq of seqs) {
       const message = this.bySeq.get(seq);
@@ -481,90 +352,10 @@ export class Queue {
   }
 
   private expireDue(now: number): void {
-    let earliest = this.sessions?.expireDue(now) ?? Infinity;
-    const keep: StoredMessage[] = [];
-    for (let i = this.readyHead; i < this.ready.length; i++) {
-      const message = this.ready[i]!;
-      if (message.state !== "active") continue;
-      if (message.expiresAt <= now) this.expire(message);
-      else {
-        keep.push(message);
-        earliest = Math.min(earliest, message.expiresAt);
-      }
-    }
-    this.ready = keep;
-    this.readyHead = 0;
-    this.returned = this.returned.filter((message) => {
-      if (message.state !== "active") return false;
-      if (message.expiresAt <= now) {
-        this.expire(message);
-        return false;
-      }
-      earliest = Math.min(earliest, message.expiresAt);
-      return true;
-    });
-    this.earliestExpiry = earliest;
+    const sessions = this.sessions?.expireDue(now) ?? Infinity;
+    this.earliestExpiry = Math.min(
+      sessions,
+      this.order.expireDue(now, (message) => this.expire(message)),
+    );
   }
-
-  private pruneDuplicates(now: number): void {
-    for (const [id, until] of this.duplicates) {
-      if (until > now) break;
-      this.duplicates.delete(id);
-    }
-  }
-
-  /**
-   * Bytes the entity holds, as Service Bus counts it against MaxSizeInMegabytes: every stored message (active,
-   * locked, deferred, scheduled) and its dead-letter subqueue.
-   */
-  sizeBytes(): number {
-    return this.bytes + (this.deadLetter?.sizeBytes() ?? 0);
-  }
-
-  /** The QuotaExceeded refusal for `incoming` more bytes, or undefined when they fit. */
-  quotaExceeded(incoming: number): string | undefined {
-    const max = this.settings.maxSizeBytes;
-    const size = this.sizeBytes();
-    if (size + incoming <= max) return undefined;
-    return `The maximum entity size has been reached or exceeded for Queue: '${this.name}'. Size of entity in bytes:${size}, Max entity size in bytes: ${max}.`;
-  }
-
-  counts(): QueueCounts {
-    const counts: QueueCounts = {
-      active: 0,
-      locked: 0,
-      scheduled: 0,
-      deferred: 0,
-      deadLettered: 0,
-      duplicatesDropped: this.duplicatesDropped,
-      expired: this.expired,
-    };
-    for (const message of this.bySeq.values()) {
-      if (message.state === "active") counts.active += 1;
-      else if (message.state === "locked") counts.locked += 1;
-      else if (message.state === "scheduled") counts.scheduled += 1;
-      else if (message.state === "deferred") counts.deferred += 1;
-    }
-    if (this.deadLetter) {
-      const dlq = this.deadLetter.counts();
-      counts.deadLettered = dlq.active + dlq.locked + dlq.deferred;
-    }
-    return counts;
-  }
-}
-
-function insertSorted(
-  list: StoredMessage[],
-  message: StoredMessage,
-  key: (m: StoredMessage) => number,
-): void {
-  const k = key(message);
-  let lo = 0;
-  let hi = list.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (key(list[mid]!) <= k) lo = mid + 1;
-    else hi = mid;
-  }
-  list.splice(lo, 0, message);
 }

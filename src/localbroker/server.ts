@@ -1,40 +1,19 @@
 import type { Server, Socket } from "node:net";
 import { entityNotFound, parseEntityAddress, type EntityAddress } from "./addresses.ts";
-import {
-  isBatchFormat,
-  MalformedMessageError,
-  messageIdKey,
-  parseMessage,
-  setMessageId,
-  unpackBatch,
-  type MessageParts,
-} from "./codec.ts";
 import type { BrokerLogger } from "./logger.ts";
 import { accepted, answerDrainsWithoutCredit, LinkConsumer, rejected } from "./consumer.ts";
 import { forwards, RECEIVE_REFUSED } from "./forwarding.ts";
-import { newLockToken } from "./lock-token.ts";
+import { acceptSend, type Entity } from "./incoming.ts";
 import { handleManagement, type ManagementResponse } from "./management.ts";
-import type { Queue } from "./queue.ts";
 import { openSessionLink, SESSION_FILTER } from "./session-link.ts";
-import { NO_SESSION_ID_SEND, sessionIdOfParts } from "./sessions.ts";
+import { patchSession } from "./session-patches.ts";
 import { Topic } from "./topic.ts";
-import {
-  amqp,
-  type Connection,
-  type Delivery,
-  type EventContext,
-  type Link,
-  type RheaMessage,
-} from "./rhea.ts";
+import { amqp, type Connection, type EventContext, type Link, type RheaMessage } from "./rhea.ts";
 
 /** How long a shutdown lets clients answer the broker's close before their sockets are dropped. */
 const CLOSE_GRACE_MS = 250;
 
-/** Marks a single (non-batch) transfer so rhea hands the broker its bytes instead of a decoded message. */
-const RAW_SINGLE = 0xfffffff0;
-
-/** A queue, a subscription (a Queue of its own), a dead-letter subqueue, or a topic. */
-export type Entity = Queue | Topic;
+export type { Entity };
 
 export interface QueueLookup {
   find(address: EntityAddress): Entity | undefined;
@@ -105,7 +84,7 @@ export class AmqpServer {
       };
     container.on(
       "session_open",
-      guard("session_open", (c) => this.patchSession(c.session)),
+      guard("session_open", (c) => patchSession(c.session)),
     );
     container.on(
       "sender_open",
@@ -214,17 +193,6 @@ export class AmqpServer {
     await closed;
   }
 
-  private patchSession(session: Record<string, unknown> | undefined): void {
-    if (!session) return;
-    attachRepliesFirst(session as unknown as RheaSession);
-    answerEchoes(session as unknown as RheaSession);
-    const original = session["on_transfer"] as (frame: { performative: { message_format?: number } }) => void;
-    session["on_transfer"] = function (this: unknown, frame: { performative: { message_format?: number } }) {
-      if (!frame.performative.message_format) frame.performative.message_format = RAW_SINGLE;
-      original.call(this, frame);
-    };
-  }
-
   private refuse(link: Link, address: string | undefined): void {
     this.options.logger.debug(`refusing link to ${address ?? "(no address)"}`);
     link.close(entityNotFound(address ?? ""));
@@ -322,7 +290,14 @@ export class AmqpServer {
       delivery.update(true, rejected("amqp:decode-error", "unexpected message encoding"));
       return;
     }
-    if (role?.kind === "producer") return this.onSend(role.queue, data, context.format, delivery);
+    if (role?.kind === "producer")
+      return acceptSend(
+        role.queue,
+        data,
+        context.format,
+        delivery,
+        this.options.maxMessageSizeBytes(role.queue),
+      );
     if (role?.kind === "cbs" || role?.kind === "management") {
       delivery.update(true, accepted());
       let request: RheaMessage;
@@ -340,47 +315,6 @@ export class AmqpServer {
       return;
     }
     delivery.update(true, rejected("amqp:not-allowed", "this link does not accept messages"));
-  }
-
-  private onSend(queue: Entity, data: Buffer, format: number | undefined, delivery: Delivery): void {
-    const limit = this.options.maxMessageSizeBytes(queue);
-    if (data.length > limit) {
-      delivery.update(
-        true,
-        rejected(
-          "amqp:link:message-size-exceeded",
-          `The received message (delivery-id:${delivery.id}, size:${data.length} bytes) exceeds the limit (${limit} bytes) currently allowed on the link.`,
-        ),
-      );
-      return;
-    }
-    const full = queue.quotaExceeded(data.length);
-    if (full !== undefined) {
-      delivery.update(true, rejected("amqp:resource-limit-exceeded", full));
-      return;
-    }
-    let messages: MessageParts[];
-    try {
-      const raws = isBatchFormat(format) ? unpackBatch(data) : [data];
-      messages = raws.map(parseMessage);
-    } catch (error) {
-      if (!(error instanceof MalformedMessageError)) throw error;
-      delivery.update(true, rejected("amqp:decode-error", error.message));
-      return;
-    }
-    if ("sessions" in queue && queue.sessions && messages.some((m) => sessionIdOfParts(m) === undefined)) {
-      delivery.update(true, rejected("amqp:not-allowed", NO_SESSION_ID_SEND));
-      return;
-    }
-    for (const parts of messages) {
-      let key = messageIdKey(parts.head.message_id);
-      if (key === undefined) {
-        key = newLockToken().replace(/-/g, "");
-        setMessageId(parts, key);
-      }
-      queue.send(parts, key);
-    }
-    delivery.update(true, accepted());
   }
 
   /** put-token is accepted for any token (there is no security here), but only for entities that exist. */
@@ -437,56 +371,6 @@ export class AmqpServer {
     );
     return links;
   }
-}
-
-interface RheaSession {
-  state: { need_open(): boolean };
-  local: { begin: unknown };
-  links: Record<string, { state: { need_open(): boolean }; local: { attach: unknown } }>;
-  remote: { handles: Record<number, { issue_flow: boolean } | undefined> };
-  connection: { _register(): void };
-  output(frame: unknown): void;
-  _process(): void;
-  _write_flow(link?: unknown): void;
-  on_flow(frame: { performative: { echo?: boolean; handle?: number } }): void;
-}
-
-/**
- * rhea's session writes queued transfers and dispositions, then each link's pending attach, flow and detach. A
- * client that sends its credit (or a request on a reply link) right behind its attach, as the .NET SDK does with
- * prefetch, would get a transfer on a handle it has not seen attached, and end the session with
- * amqp:session:unattached-handle. Service Bus answers an attach before anything else on that link, so pending
- * attaches go out first here. Flow echoes, drain replies and detaches stay after the transfers, as rhea has them:
- * a drain reply must count transfers already on the wire, and nothing may follow a detach.
- */
-function attachRepliesFirst(session: RheaSession): void {
-  const original = session._process.bind(session);
-  session._process = () => {
-    if (session.state.need_open()) session.output(session.local.begin);
-    for (const name in session.links) {
-      const link = session.links[name]!;
-      if (link.state.need_open()) session.output(link.local.attach);
-    }
-    original();
-  };
-}
-
-/**
- * A flow with `echo` asks the peer for its own flow state (AMQP 1.0, 2.7.4); rhea ignores the field. The answer
- * for a link goes through the link's own flow, written after its attach and any transfers already queued.
- */
-function answerEchoes(session: RheaSession): void {
-  const original = session.on_flow.bind(session);
-  session.on_flow = (frame) => {
-    original(frame);
-    if (frame.performative.echo !== true) return;
-    const handle = frame.performative.handle;
-    const link = handle === undefined || handle === null ? undefined : session.remote.handles[handle];
-    if (link) {
-      link.issue_flow = true;
-      session.connection._register();
-    } else session._write_flow();
-  };
 }
 
 function describe(value: unknown): string {

@@ -1,5 +1,19 @@
 import type { MessageParts } from "./codec.ts";
-import type { Consumer, Queue, StoredMessage } from "./queue.ts";
+import type { QueueSettings } from "./entity-settings.ts";
+import type { Consumer, StoredMessage } from "./stored-message.ts";
+
+/**
+ * What the sessions use of the queue they belong to (queue.ts), which keeps sequence numbers, delivery counts,
+ * settlement and the dead-letter queue; an interface, so the queue can hold its Sessions without a cycle.
+ */
+export interface SessionQueue {
+  readonly settings: QueueSettings;
+  pump(): void;
+  handOut(message: StoredMessage, consumer: Consumer): void;
+  unlock(message: StoredMessage, countAttempt: boolean): void;
+  expire(message: StoredMessage): void;
+  moveToDeadLetter(message: StoredMessage, reason: string | undefined, description: string | undefined): void;
+}
 
 /** Service Bus's own words for a message without a session id on a session entity (Azure/azure-service-bus#196). */
 export const NO_SESSION_ID_SEND =
@@ -41,12 +55,12 @@ export interface Session {
  * dead-letter queue; this decides which message may go to which receiver.
  */
 export class Sessions {
-  private readonly queue: Queue;
+  private readonly queue: SessionQueue;
   readonly now: () => number;
   private readonly sessions = new Map<string, Session>();
   private waiters: SessionWaiter[] = [];
 
-  constructor(queue: Queue, now: () => number) {
+  constructor(queue: SessionQueue, now: () => number) {
     this.queue = queue;
     this.now = now;
   }

@@ -1,5 +1,6 @@
 import type { MessageParts } from "./codec.ts";
-import type { TopicSettings } from "./config.ts";
+import { DuplicateWindow } from "./duplicates.ts";
+import type { TopicSettings } from "./entity-settings.ts";
 import { Queue, type QueueCounts } from "./queue.ts";
 import { filterInput, type Rule } from "./rules.ts";
 
@@ -33,7 +34,7 @@ export class Topic {
   readonly settings: TopicSettings;
   readonly subscriptions: readonly Subscription[];
   private readonly now: () => number;
-  private readonly duplicates = new Map<string, number>();
+  private readonly duplicates: DuplicateWindow;
   private scheduled: ScheduledSend[] = [];
   private sequence = 0;
   private duplicatesDropped = 0;
@@ -43,6 +44,7 @@ export class Topic {
     this.name = settings.name;
     this.settings = settings;
     this.now = now;
+    this.duplicates = new DuplicateWindow(settings.duplicateDetectionWindowMs);
     this.subscriptions = settings.subscriptions.map((s) => {
       const deadLetter = new Queue(s.queue, now, undefined, `${s.queue.name}/$DeadLetterQueue`);
       return { name: s.name, queue: new Queue(s.queue, now, deadLetter), rules: s.rules };
@@ -135,18 +137,9 @@ export class Topic {
   }
 
   private isDuplicate(messageIdKey: string, now: number): boolean {
-    if (!this.settings.requiresDuplicateDetection) return false;
-    for (const [id, until] of this.duplicates) {
-      if (until > now) break;
-      this.duplicates.delete(id);
-    }
-    const until = this.duplicates.get(messageIdKey);
-    if (until !== undefined && until > now) {
-      this.duplicatesDropped += 1;
-      return true;
-    }
-    this.duplicates.set(messageIdKey, now + this.settings.duplicateDetectionWindowMs);
-    return false;
+    if (!this.settings.requiresDuplicateDetection || !this.duplicates.seen(messageIdKey, now)) return false;
+    this.duplicatesDropped += 1;
+    return true;
   }
 }
 

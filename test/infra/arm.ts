@@ -1,15 +1,17 @@
 /**
  * Compiles the Bicep with the pinned CLI and walks the ARM JSON it produces, nested module templates included, so
- * tests can assert on what Azure will actually receive. A template is compiled once for all the test files that run
- * side by side: the first compiles it under a lock, the others read its output, kept under node_modules/.cache by
- * the hash of every Bicep source it could include.
+ * tests can assert on what Azure will actually receive. A template or parameters file is compiled once for all the
+ * test processes of the checkout (the files of a run, and a second run beside it): the first compiles it under a
+ * lock, the others read its output, kept under node_modules/.cache by the hash of every Bicep source it could
+ * include and of the environment variables they read. So no two Bicep CLIs (each a .NET process compiling every
+ * module) compete for the cores, and each compile is done once however many copies of the suite run.
  */
 import { createHash } from "node:crypto";
 import { globSync } from "node:fs";
 import { mkdir, mkdtemp, readFile, rename, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { repoRoot, runBicep } from "../../scripts/bicep.ts";
+import { placeholderDeployEnv, repoRoot, runBicep, type BicepResult } from "../../scripts/bicep.ts";
 import { withRepoLock } from "../helpers/repo-lock.ts";
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
@@ -44,15 +46,21 @@ async function bicepToJson(args: string[], outFile: string): Promise<JsonObject>
   return JSON.parse(await readFile(outFile, "utf8")) as JsonObject;
 }
 
-/** Hash of what a `bicep build` reads: every Bicep (and loaded JSON) file a template may include, the linter's config, the CLI pin. */
-async function sourcesHash(args: string[]): Promise<string> {
+/**
+ * Hash of what a Bicep CLI call reads: its arguments, every Bicep, parameters and loaded JSON file it may include,
+ * the linter's config, the CLI pin, and the value of each environment variable a `readEnvironmentVariable` names
+ * (as runBicep sets them).
+ */
+async function sourcesHash(args: string[], extraEnv: Record<string, string>): Promise<string> {
   const hash = createHash("sha256").update(JSON.stringify(args));
   const files = globSync(
     // The .json too: loadJsonContent/loadTextContent put the generated workbook and queries into the template.
     [
       "bicep/**/*.bicep",
+      "bicep/**/*.bicepparam",
       "bicep/**/*.json",
       "infra/**/*.bicep",
+      "infra/**/*.bicepparam",
       "bicepconfig.json",
       "tools/bicep/bicep.csproj",
     ],
@@ -60,44 +68,78 @@ async function sourcesHash(args: string[]): Promise<string> {
       cwd: repoRoot,
     },
   ).sort();
-  for (const file of files) hash.update(file).update(await readFile(join(repoRoot, file)));
+  const variables = new Set<string>();
+  for (const file of files) {
+    const text = await readFile(join(repoRoot, file), "utf8");
+    hash.update(file).update(text);
+    for (const [, name] of text.matchAll(/readEnvironmentVariable\(\s*'([^']+)'/g)) variables.add(name!);
+  }
+  const env: Record<string, string | undefined> = { ...placeholderDeployEnv, ...process.env, ...extraEnv };
+  hash.update(JSON.stringify([...variables].sort().map((name) => [name, env[name] ?? null])));
   return hash.digest("hex").slice(0, 32);
 }
 
-async function buildShared(path: string): Promise<JsonObject> {
-  const args = ["build", path];
-  const cached = join(repoRoot, "node_modules", ".cache", "sbinbox-arm", `${await sourcesHash(args)}.json`);
+/**
+ * `produce`'s text, computed once for all test processes of the checkout: under the lock, read from the cache or
+ * produced and cached. `produce` returns undefined for a result not to keep (a failed compile).
+ */
+async function shared(key: string, produce: () => Promise<string | undefined>): Promise<string | undefined> {
+  const cached = join(repoRoot, "node_modules", ".cache", "sbinbox-arm", `${key}.json`);
   return withRepoLock("bicep", async () => {
     const hit = await readFile(cached, "utf8").catch(() => undefined);
-    if (hit !== undefined) return JSON.parse(hit) as JsonObject;
-    const template = await bicepToJson(args, join(await workDir(), `${path.replaceAll("/", "_")}.json`));
+    if (hit !== undefined) return hit;
+    const text = await produce();
+    if (text === undefined) return undefined;
     await mkdir(join(cached, ".."), { recursive: true });
-    await writeFile(`${cached}.tmp`, JSON.stringify(template));
+    await writeFile(`${cached}.tmp`, text);
     await rename(`${cached}.tmp`, cached);
-    return template;
+    return text;
   });
+}
+
+async function compileShared(args: string[], path: string): Promise<JsonObject> {
+  const text = await shared(await sourcesHash(args, {}), async () =>
+    JSON.stringify(await bicepToJson(args, join(await workDir(), `${path.replaceAll("/", "_")}.json`))),
+  );
+  return JSON.parse(text!) as JsonObject;
+}
+
+function once(args: string[], path: string): Promise<JsonObject> {
+  const key = JSON.stringify(args);
+  let entry = cache.get(key);
+  if (!entry) {
+    entry = compileShared(args, path);
+    cache.set(key, entry);
+  }
+  return entry;
 }
 
 /** ARM template of a .bicep file, relative to the repository root. */
 export function compileTemplate(path: string): Promise<JsonObject> {
-  let entry = cache.get(path);
-  if (!entry) {
-    entry = buildShared(path);
-    cache.set(path, entry);
-  }
-  return entry;
+  return once(["build", path], path);
 }
 
 /** Parameters JSON of a .bicepparam file (placeholders stand in for the deploy-time environment). */
 export function compileParameters(path: string): Promise<JsonObject> {
-  let entry = cache.get(path);
-  if (!entry) {
-    entry = workDir().then((dir) =>
-      bicepToJson(["build-params", path], join(dir, `${path.replaceAll("/", "_")}.json`)),
-    );
-    cache.set(path, entry);
-  }
-  return entry;
+  return once(["build-params", path], path);
+}
+
+/**
+ * runBicep, shared as the compiles are: a successful result (exit 0, nothing on stderr) is kept for the other
+ * test processes, keyed with `extraEnv`; a failure is run again by each caller and returned as it came.
+ */
+export async function runBicepShared(
+  args: string[],
+  extraEnv: Record<string, string> = {},
+): Promise<BicepResult> {
+  let failed: BicepResult | undefined;
+  const text = await shared(await sourcesHash(args, extraEnv), async () => {
+    const result = await runBicep(args, extraEnv);
+    if (result.code === 0 && result.stderr.trim() === "") return JSON.stringify(result);
+    failed = result;
+    return undefined;
+  });
+  return failed ?? (JSON.parse(text!) as BicepResult);
 }
 
 export function isObject(value: Json | undefined): value is JsonObject {

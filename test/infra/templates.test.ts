@@ -9,12 +9,12 @@ import {
   parameterDefault,
   props,
   resources,
+  runBicepShared,
   single,
   str,
   templates,
   type JsonObject,
 } from "./arm.ts";
-import { runBicep } from "../../scripts/bicep.ts";
 
 // Built-in role definition IDs, the same in every tenant (Microsoft's "Azure built-in roles" list).
 const dataReceiverRole = "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0";
@@ -496,7 +496,7 @@ describe("infra/main.<env>.bicepparam compiled by the pinned Bicep CLI", functio
     });
 
     it(`${env}: an optional variable set but empty (an unset GitHub secret) falls back to its default`, async function () {
-      const result = await runBicep(["build-params", `infra/main.${env}.bicepparam`, "--stdout"], {
+      const result = await runBicepShared(["build-params", `infra/main.${env}.bicepparam`, "--stdout"], {
         AZURE_LOCATION: "",
         SQL_ADMIN_PRINCIPAL_TYPE: "",
         APP_SERVICE_PLAN_CAPACITY: "",
@@ -507,7 +507,7 @@ describe("infra/main.<env>.bicepparam compiled by the pinned Bicep CLI", functio
       assert.equal(value("location"), "westeurope");
       assert.equal(value("sqlAdministratorPrincipalType"), "Group");
       assert.equal(value("appServicePlanCurrentCapacity"), 0);
-      const given = await runBicep(["build-params", `infra/main.${env}.bicepparam`, "--stdout"], {
+      const given = await runBicepShared(["build-params", `infra/main.${env}.bicepparam`, "--stdout"], {
         AZURE_LOCATION: "swedencentral",
         APP_SERVICE_PLAN_CAPACITY: "5",
       });

@@ -51,7 +51,10 @@ const config = parseConfig({
 });
 
 describe("local broker: topics and subscriptions through the SDK", () => {
-  const fixture = useLocalBroker(config);
+  // The broker's clock runs ahead by `clockAheadMs` once a test moves it: a scheduled message comes due when the
+  // test says, not after a wall-clock delay that a loaded machine can outlast before the test looks.
+  let clockAheadMs = 0;
+  const fixture = useLocalBroker(config, { now: () => Date.now() + clockAheadMs });
 
   async function receiveAll(
     subscription: string,
@@ -154,17 +157,19 @@ describe("local broker: topics and subscriptions through the SDK", () => {
 
   it("schedules on the topic: the copies reach the subscriptions when due, and a cancel reaches none", async () => {
     const sender = fixture.client.createSender("events");
+    const dueInMs = 60_000;
     const [kept] = await sender.scheduleMessages(
       { messageId: "later-1", body: 1 },
-      new Date(Date.now() + 300),
+      new Date(Date.now() + clockAheadMs + dueInMs),
     );
     const [cancelled] = await sender.scheduleMessages(
       { messageId: "later-2", body: 2 },
-      new Date(Date.now() + 300),
+      new Date(Date.now() + clockAheadMs + dueInMs),
     );
     assert.ok(kept !== undefined && cancelled !== undefined);
     await sender.cancelScheduledMessages(cancelled);
     assert.equal(fixture.broker.counts("events/Subscriptions/email").active, 0, "nothing before it is due");
+    clockAheadMs += dueInMs;
     await waitUntil(
       () => fixture.broker.counts("events/Subscriptions/email").active === 1,
       "the copy is due",

@@ -158,8 +158,23 @@ describe("outbox relay: LISTEN after a PostgreSQL restart (own server)", functio
     await store.migrate();
     const errors: string[] = [];
     const sender = createOutboxSender({ client: fixture.client, queue: QUEUE });
+    // The store as the relay sees it, counting each LISTEN that holds: the test waits for that, not for a time.
+    let listens = 0;
+    const counted = new Proxy(store, {
+      get(target, key) {
+        if (key === "listen") {
+          return async (...args: Parameters<PostgresOutboxStore["listen"]>) => {
+            const stop = await target.listen(...args);
+            listens += 1;
+            return stop;
+          };
+        }
+        const value: unknown = Reflect.get(target, key, target);
+        return typeof value === "function" ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+      },
+    });
     const relay = await startRelay({
-      store,
+      store: counted,
       sender,
       pollIntervalMs: 200_000, // only NOTIFY can make it send within the test
       onError: (_error, during) => errors.push(during),
@@ -179,10 +194,16 @@ describe("outbox relay: LISTEN after a PostgreSQL restart (own server)", functio
       await waitUntil(() => relay.counters.sent === 1, "the first row, by NOTIFY");
       await server.stop();
       await waitUntil(() => errors.includes("listen"), "the LISTEN connection lost", 20_000);
-      await new Promise((r) => setTimeout(r, 3_000)); // a few failed claims and LISTENs: their back-offs grow
+      // The lost connection and four failed LISTENs: the back-off has grown to 1.6 s (100 ms, doubling).
+      await waitUntil(
+        () => errors.filter((during) => during === "listen").length >= 5,
+        "a few failed LISTENs",
+        20_000,
+      );
+      assert.equal(listens, 1, "no LISTEN holds while the server is down");
       await server.start();
-      // Give LISTEN its back-off (at most 5 s) to come back, then commit: only its NOTIFY can wake the relay.
-      await new Promise((r) => setTimeout(r, 6_000));
+      // LISTEN comes back on its own back-off (at most 5 s); only then can a NOTIFY wake the relay.
+      await waitUntil(() => listens === 2, "LISTEN holds again after the restart", 20_000);
       await commit("2");
       await waitUntil(() => relay.counters.sent === 2, "the second row, by NOTIFY after the restart", 10_000);
     } finally {

@@ -10,10 +10,27 @@ import { retryMessageId } from "../../src/servicebus/message-id.ts";
 import { sendRawMessages } from "../../src/servicebus/raw.ts";
 import { defaultRetryPolicy } from "../../src/worker/retry-policy.ts";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
+import { retriesToOutlast, settleDeadlineMs, SETTLE_SLACK_MS } from "../helpers/retry-wait.ts";
 import { exampleDatabase, startTestWorker } from "../helpers/worker.ts";
 
-const QUEUE = "retries";
+// A queue per test, named after the test's message: a message one test leaves behind (settled late, after its
+// test gave up under load) is never received by the next test's worker and counted there.
+const QUEUES = [
+  "tp-503",
+  "tx-down",
+  "net-code",
+  "net-fetch",
+  "tx-3",
+  "tx-long",
+  "dd",
+  "tx-kill",
+  "tx-never",
+  "tp-busy",
+] as const;
+const LOCK_MS = 5_000;
 const fast = { ...defaultRetryPolicy, jitter: 0 };
+/** The downstream outage of the tests that ride one out with the default delays. */
+const OUTAGE_MS = 5_000;
 
 /** A two-phase handler on a fake external API that fails the first `failures` calls per key. */
 function flakyApi(failures: number) {
@@ -67,9 +84,14 @@ const body = (json: unknown) => Buffer.from(JSON.stringify(json));
 
 describe("worker: failures retried over time, never burning a message", function () {
   const fixture = useLocalBroker(
-    brokerConfig({
-      [QUEUE]: { MaxDeliveryCount: 10, LockDuration: "PT5S", RequiresDuplicateDetection: true },
-    }),
+    brokerConfig(
+      Object.fromEntries(
+        QUEUES.map((queue) => [
+          queue,
+          { MaxDeliveryCount: 10, LockDuration: `PT${LOCK_MS / 1000}S`, RequiresDuplicateDetection: true },
+        ]),
+      ),
+    ),
   );
   let db: Database;
   before(async () => {
@@ -80,13 +102,18 @@ describe("worker: failures retried over time, never burning a message", function
   });
 
   it("two-phase perform() failing once (a 503): retried on the same delivery, effect once, claim closed", async function () {
+    const queue = "tp-503";
     const api = flakyApi(1);
-    await sendRawMessages(fixture.client, QUEUE, [
+    await sendRawMessages(fixture.client, queue, [
       { messageId: "tp-503", subject: "Flaky", body: body({ n: 1 }) },
     ]);
-    const worker = startTestWorker({ client: fixture.client, db, queue: QUEUE, handlers: [api.handler] });
+    const worker = startTestWorker({ client: fixture.client, db, queue, handlers: [api.handler] });
     try {
-      await waitUntil(() => worker.stats.settled === 1, "the message is settled", 20_000);
+      await waitUntil(
+        () => worker.stats.settled === 1,
+        "the message is settled",
+        settleDeadlineMs(defaultRetryPolicy, 1),
+      );
     } finally {
       await worker.stop();
     }
@@ -97,7 +124,7 @@ describe("worker: failures retried over time, never burning a message", function
       { attempt: 1, deliveryCount: 0 },
       { attempt: 2, deliveryCount: 0 },
     ]);
-    assert.equal(fixture.broker.counts(QUEUE).deadLettered, 0);
+    assert.equal(fixture.broker.counts(queue).deadLettered, 0);
     const { rows } = await db.sql.query<{ open: number }>(
       `SELECT count(*)::int AS open FROM "Inbox" WHERE "MessageId" = 'tp-503' AND "ProcessedUtc" IS NULL`,
     );
@@ -105,23 +132,27 @@ describe("worker: failures retried over time, never burning a message", function
   });
 
   it("a transactional handler whose downstream is down for 5 s: retried in place with the defaults, applied once", async function () {
-    const downUntil = Date.now() + 5_000;
+    // With the default jitter the second retry can come before the outage ends, and the third waits up to 30 s.
+    const deadlineMs = settleDeadlineMs(defaultRetryPolicy, retriesToOutlast(defaultRetryPolicy, OUTAGE_MS));
+    this.timeout(deadlineMs + SETTLE_SLACK_MS);
+    const queue = "tx-down";
+    const downUntil = Date.now() + OUTAGE_MS;
     const attempts: number[] = [];
     const handler = creditHandler((context) => {
       attempts.push(context.deliveryCount);
       return Date.now() < downUntil ? new Error("ECONNREFUSED downstream") : undefined;
     });
-    await sendRawMessages(fixture.client, QUEUE, [
+    await sendRawMessages(fixture.client, queue, [
       { messageId: "tx-down", subject: "Credit", body: body({ amount: 3 }) },
     ]);
-    const worker = startTestWorker({ client: fixture.client, db, queue: QUEUE, handlers: [handler] });
+    const worker = startTestWorker({ client: fixture.client, db, queue, handlers: [handler] });
     try {
-      await waitUntil(() => worker.stats.settled === 1, "the message is settled", 30_000);
+      await waitUntil(() => worker.stats.settled === 1, "the message is settled", deadlineMs);
     } finally {
       await worker.stop();
     }
     assert.equal(await credits(db, "tx-down"), 1);
-    assert.equal(fixture.broker.counts(QUEUE).deadLettered, 0);
+    assert.equal(fixture.broker.counts(queue).deadLettered, 0);
     assert.ok(attempts.length >= 2, `retried (${attempts.length} attempts)`);
     assert.ok(
       attempts.every((d) => d === 0),
@@ -131,39 +162,45 @@ describe("worker: failures retried over time, never burning a message", function
 
   // What node's net/http (and axios) throw when the downstream refuses connections, and what undici's fetch throws.
   // A network code on a handler's error is a downstream's, not the database's: the retry policy, not the outage pause.
-  for (const [name, downstreamError] of [
+  for (const [queue, name, downstreamError] of [
     [
+      "net-code",
       "{ code: ECONNREFUSED }",
       () =>
         Object.assign(new Error("connect ECONNREFUSED 10.0.0.9:443"), { code: "ECONNREFUSED", errno: -111 }),
     ],
     [
+      "net-fetch",
       "TypeError('fetch failed', { cause: { code: ECONNREFUSED } })",
       () => new TypeError("fetch failed", { cause: { code: "ECONNREFUSED" } }),
     ],
   ] as const) {
     it(`a downstream down for 5 s throwing ${name}: the retry policy, no outage, applied once`, async function () {
-      this.timeout(40_000);
-      const downUntil = Date.now() + 5_000;
-      const messageId = `net-${name.length}`;
+      const deadlineMs = settleDeadlineMs(
+        defaultRetryPolicy,
+        retriesToOutlast(defaultRetryPolicy, OUTAGE_MS),
+      );
+      this.timeout(deadlineMs + SETTLE_SLACK_MS);
+      const downUntil = Date.now() + OUTAGE_MS;
+      const messageId = queue;
       let attempts = 0;
       const handler = creditHandler(() => {
         attempts += 1;
         return Date.now() < downUntil ? downstreamError() : undefined;
       });
-      await sendRawMessages(fixture.client, QUEUE, [
+      await sendRawMessages(fixture.client, queue, [
         { messageId, subject: "Credit", body: body({ amount: 2 }) },
       ]);
-      const worker = startTestWorker({ client: fixture.client, db, queue: QUEUE, handlers: [handler] });
+      const worker = startTestWorker({ client: fixture.client, db, queue, handlers: [handler] });
       try {
-        await waitUntil(() => worker.stats.settled === 1, "the message is settled", 30_000);
+        await waitUntil(() => worker.stats.settled === 1, "the message is settled", deadlineMs);
       } finally {
         await worker.stop();
       }
       assert.equal(worker.stats.outages, 0, "no database outage recorded");
       assert.equal(worker.stats.committed, 1);
       assert.equal(await credits(db, messageId), 1, "applied once");
-      assert.equal(fixture.broker.counts(QUEUE).deadLettered, 0, "never dead-lettered");
+      assert.equal(fixture.broker.counts(queue).deadLettered, 0, "never dead-lettered");
       assert.ok(
         worker.stats.retriesWaited >= 1 && attempts >= 2,
         `retried by the policy (${attempts} attempts)`,
@@ -179,18 +216,24 @@ describe("worker: failures retried over time, never burning a message", function
       calls += 1;
       return calls <= 3 ? new Error("deadlock victim, try again") : undefined;
     });
-    await sendRawMessages(fixture.client, QUEUE, [
+    const queue = "tx-3";
+    const policy = { ...fast, transientDelaysMs: [100, 200, 300] };
+    await sendRawMessages(fixture.client, queue, [
       { messageId: "tx-3", subject: "Credit", body: body({ amount: 1 }) },
     ]);
     const worker = startTestWorker({
       client: fixture.client,
       db,
-      queue: QUEUE,
+      queue,
       handlers: [handler],
-      retryPolicy: { ...fast, transientDelaysMs: [100, 200, 300] },
+      retryPolicy: policy,
     });
     try {
-      await waitUntil(() => worker.stats.settled === 1, "the message is settled", 20_000);
+      await waitUntil(
+        () => worker.stats.settled === 1,
+        "the message is settled",
+        settleDeadlineMs(policy, 3),
+      );
     } finally {
       await worker.stop();
     }
@@ -201,18 +244,20 @@ describe("worker: failures retried over time, never burning a message", function
   });
 
   it("a delay longer than the in-place limit goes through a scheduled copy keyed by the original", async function () {
+    const queue = "tx-long";
+    const retryAfterMs = 1_500;
     const seen: MessageContext[] = [];
     const handler = creditHandler((context) => {
       seen.push(context);
-      return context.attempt === 1 ? new RetryAfterError(1_500, "rate limited") : undefined;
+      return context.attempt === 1 ? new RetryAfterError(retryAfterMs, "rate limited") : undefined;
     });
-    await sendRawMessages(fixture.client, QUEUE, [
+    await sendRawMessages(fixture.client, queue, [
       { messageId: "tx-long", subject: "Credit", body: body({ amount: 5 }) },
     ]);
     const worker = startTestWorker({
       client: fixture.client,
       db,
-      queue: QUEUE,
+      queue,
       handlers: [handler],
       retryPolicy: { ...fast, maxInProcessWaitMs: 0 },
     });
@@ -220,9 +265,14 @@ describe("worker: failures retried over time, never burning a message", function
       await waitUntil(
         () => worker.stats.settled === 1,
         "the original is completed after its copy is scheduled",
+        SETTLE_SLACK_MS,
       );
-      assert.equal(fixture.broker.counts(QUEUE).scheduled, 1, "the copy waits, scheduled");
-      await waitUntil(() => worker.stats.settled === 2, "the copy is processed", 15_000);
+      assert.equal(fixture.broker.counts(queue).scheduled, 1, "the copy waits, scheduled");
+      await waitUntil(
+        () => worker.stats.settled === 2,
+        "the copy is processed",
+        retryAfterMs + SETTLE_SLACK_MS,
+      );
     } finally {
       await worker.stop();
     }
@@ -234,13 +284,13 @@ describe("worker: failures retried over time, never burning a message", function
     assert.equal(seen[1]!.attempt, 2);
     assert.equal(seen[1]!.deliveryCount, 0, "the copy is a fresh message");
     assert.equal(seen[1]!.applicationProperties[CopyProperty.originalKey], "tx-long");
-    const counts = fixture.broker.counts(QUEUE);
+    const counts = fixture.broker.counts(queue);
     assert.equal(counts.active + counts.locked + counts.scheduled + counts.deadLettered, 0);
   });
 
   it("the same retry scheduled twice is dropped by duplicate detection; the next attempt is not", async function () {
-    const sender = fixture.client.createSender(QUEUE);
-    const before = fixture.broker.counts(QUEUE);
+    const queue = "dd";
+    const sender = fixture.client.createSender(queue);
     const at = new Date(Date.now() + 60_000);
     const copy = (attempt: number) => ({
       messageId: retryMessageId("dd", 0, attempt),
@@ -260,9 +310,9 @@ describe("worker: failures retried over time, never burning a message", function
     } finally {
       await sender.close();
     }
-    const counts = fixture.broker.counts(QUEUE);
-    assert.equal(counts.duplicatesDropped - before.duplicatesDropped, 1);
-    assert.equal(counts.scheduled - before.scheduled, 1, "attempt 3 remains scheduled");
+    const counts = fixture.broker.counts(queue);
+    assert.equal(counts.duplicatesDropped, 1);
+    assert.equal(counts.scheduled, 1, "attempt 3 remains scheduled");
   });
 
   it("a crash between scheduling the copy and completing the original still makes one effect", async function () {
@@ -276,16 +326,23 @@ describe("worker: failures retried over time, never burning a message", function
     const handler = creditHandler(() =>
       ++calls === 1 ? new Error("timeout calling the ledger") : undefined,
     );
-    await sendRawMessages(fixture.client, QUEUE, [
+    const queue = "tx-kill";
+    const copyDelayMs = 800;
+    await sendRawMessages(fixture.client, queue, [
       { messageId: "tx-kill", subject: "Credit", body: body({ amount: 7 }) },
     ]);
     const first = startTestWorker({
       client: doomed,
       db,
-      queue: QUEUE,
+      queue,
       handlers: [handler],
       gracePeriodMs: 200,
-      retryPolicy: { ...fast, transientDelaysMs: [800], permanentDelaysMs: [800], maxInProcessWaitMs: 0 },
+      retryPolicy: {
+        ...fast,
+        transientDelaysMs: [copyDelayMs],
+        permanentDelaysMs: [copyDelayMs],
+        maxInProcessWaitMs: 0,
+      },
       beforeComplete: async () => {
         reachedGap();
         await held;
@@ -296,12 +353,13 @@ describe("worker: failures retried over time, never burning a message", function
     release();
     await first.stop();
     assert.equal(first.stats.retriesScheduled, 1);
-    const second = startTestWorker({ client: fixture.client, db, queue: QUEUE, handlers: [handler] });
+    const second = startTestWorker({ client: fixture.client, db, queue, handlers: [handler] });
     try {
+      // The original comes back when its lock lapses, the copy when its delay is over.
       await waitUntil(
         () => second.stats.committed + second.stats.duplicate === 2,
         "the original's redelivery and the copy are both settled",
-        15_000,
+        Math.max(LOCK_MS, copyDelayMs) + SETTLE_SLACK_MS,
       );
     } finally {
       await second.stop();
@@ -313,22 +371,28 @@ describe("worker: failures retried over time, never burning a message", function
 
   it("retries used up: dead-lettered as RetriesExhausted naming the last error, never the body", async function () {
     const handler = creditHandler(() => new Error("ledger rejected the posting"));
-    await sendRawMessages(fixture.client, QUEUE, [
+    const queue = "tx-never";
+    const policy = { ...fast, transientDelaysMs: [50, 50] };
+    await sendRawMessages(fixture.client, queue, [
       { messageId: "tx-never", subject: "Credit", body: body({ amount: 424242 }) },
     ]);
     const worker = startTestWorker({
       client: fixture.client,
       db,
-      queue: QUEUE,
+      queue,
       handlers: [handler],
-      retryPolicy: { ...fast, transientDelaysMs: [50, 50] },
+      retryPolicy: policy,
     });
     try {
-      await waitUntil(() => worker.stats.settled === 1, "the message is dead-lettered");
+      await waitUntil(
+        () => worker.stats.settled === 1,
+        "the message is dead-lettered",
+        settleDeadlineMs(policy, 2),
+      );
     } finally {
       await worker.stop();
     }
-    const dlq = fixture.client.createReceiver(QUEUE, { subQueueType: "deadLetter" });
+    const dlq = fixture.client.createReceiver(queue, { subQueueType: "deadLetter" });
     try {
       const [message] = await dlq.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
       assert.ok(message);
@@ -351,27 +415,33 @@ describe("worker: failures retried over time, never burning a message", function
     const api = flakyApi(0);
     // Another instance's claim, open and fresh.
     await db.sql.query(`INSERT INTO "Inbox" ("MessageId", "Consumer") VALUES ('tp-busy', 'test')`);
-    await sendRawMessages(fixture.client, QUEUE, [
+    const queue = "tp-busy";
+    const policy = { ...fast, transientDelaysMs: [300, 300, 300, 300, 300, 300, 300, 300] };
+    await sendRawMessages(fixture.client, queue, [
       { messageId: "tp-busy", subject: "Flaky", body: body({ n: 2 }) },
     ]);
     const worker = startTestWorker({
       client: fixture.client,
       db,
-      queue: QUEUE,
+      queue,
       handlers: [api.handler],
-      retryPolicy: { ...fast, transientDelaysMs: [300, 300, 300, 300, 300, 300, 300, 300] },
+      retryPolicy: policy,
     });
     try {
-      await waitUntil(() => worker.stats.retriesWaited >= 2, "the busy claim is retried in place");
+      await waitUntil(
+        () => worker.stats.retriesWaited >= 2,
+        "the busy claim is retried in place",
+        settleDeadlineMs(policy, 2),
+      );
       assert.equal(worker.stats.settled, 0, "not abandoned");
       // The other claimant finishes.
       await db.sql.query(`UPDATE "Inbox" SET "ProcessedUtc" = now() WHERE "MessageId" = 'tp-busy'`);
-      await waitUntil(() => worker.stats.settled === 1, "the message is settled");
+      await waitUntil(() => worker.stats.settled === 1, "the message is settled", SETTLE_SLACK_MS);
     } finally {
       await worker.stop();
     }
     assert.equal(worker.stats.duplicate, 1);
     assert.equal(api.calls.size, 0, "this worker never performed the effect");
-    assert.equal(fixture.broker.counts(QUEUE).deadLettered, 0);
+    assert.equal(fixture.broker.counts(queue).deadLettered, 0);
   });
 });

@@ -153,15 +153,6 @@ const TYPE_ONLY: Record<string, readonly string[]> = {
   "@azure/service-bus": ["console/service.ts"],
 };
 
-/** One strongly connected set of files the lead's split of localbroker/queue.ts is to break (docs/architecture.md). */
-const KNOWN_CYCLE = new Set([
-  "localbroker/config.ts",
-  "localbroker/forwarding.ts",
-  "localbroker/queue.ts",
-  "localbroker/sessions.ts",
-  "localbroker/topic.ts",
-]);
-
 function allowed(where: readonly string[], file: string): boolean {
   return where.some((w) => (w.endsWith(".ts") ? file === w : area(file) === w));
 }
@@ -253,8 +244,7 @@ describe("architecture: the import rules of docs/architecture.md", () => {
     assert.deepEqual(broken, []);
   });
 
-  it("no import cycle between files, but the one named in docs/architecture.md", () => {
-    const found = cycles().filter((c) => !c.every((f) => KNOWN_CYCLE.has(f)));
-    assert.deepEqual(found, [], "files that import each other, directly or through others");
+  it("no import cycle between files", () => {
+    assert.deepEqual(cycles(), [], "files that import each other, directly or through others");
   });
 });
