@@ -15,6 +15,8 @@ export interface IncomingMessage {
   readonly lockedUntil?: Date;
   /** The session the message belongs to, on a session-enabled entity. */
   readonly sessionId?: string;
+  /** The partition key its sender set, if any. */
+  readonly partitionKey?: string;
   readonly applicationProperties: Readonly<Record<string, unknown>>;
 }
 
@@ -39,6 +41,9 @@ export class HandlerRegistry {
   register<T>(handler: MessageHandler<T>): this {
     if (this.byType.has(handler.type))
       throw new Error(`a handler for "${handler.type}" is already registered`);
+    const keys: unknown = (handler as { keys?: unknown }).keys;
+    if (keys !== undefined && typeof keys !== "function")
+      throw new Error(`the handler for "${handler.type}" has keys that are not a function (body, context) => keys`);
     this.byType.set(handler.type, handler);
     return this;
   }

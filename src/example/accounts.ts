@@ -74,6 +74,9 @@ export function accountCreditedHandler(): TransactionalHandler<AccountCredited> 
     kind: "transactional",
     type: ACCOUNT_CREDITED,
     schema: accountCreditedSchema,
+    // Every row the handler writes is the account's (its balance, its credits): credits of other accounts may be
+    // applied side by side, those of one account one after another (docs/batching.md).
+    keys: (body) => `account:${body.accountId}`,
     async handle(body, tx, context) {
       if (body.failOnce && !failedOnce.has(context.messageId)) {
         failedOnce.add(context.messageId);

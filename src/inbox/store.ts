@@ -28,6 +28,11 @@ export interface InboxBatchItem {
   readonly work: (tx: SqlExecutor) => Promise<void>;
   /** As `ProcessHint.firstDelivery`: such a message is left out of the batch's pre-check read. */
   readonly firstDelivery?: boolean;
+  /**
+   * As `ProcessHint.keys` (undefined = unkeyed: may touch anything). Items whose keys are disjoint may run at
+   * once on the batch's connection; an item waits for every earlier item that shares a key with it.
+   */
+  readonly keys?: readonly string[];
 }
 
 /**
@@ -72,13 +77,19 @@ export interface CleanupOptions {
   onBatch?: (deleted: number) => void;
 }
 
-/** What the caller knows of a message before its transaction, for the pre-check (see `InboxStoreOptions`). */
+/** What the caller knows of a message before its transaction: for the pre-check (`InboxStoreOptions`), its keys. */
 export interface ProcessHint {
   /**
    * The broker's first delivery of the message itself (not a redelivery, a scheduled retry or a replayed copy):
    * its marker almost never exists, so with the default pre-check mode the store skips the read.
    */
   readonly firstDelivery?: boolean;
+  /**
+   * The rows the message's handler may touch, as it declares them (`keys` of the handler, docs/batching.md);
+   * undefined: any row. Only batches use them (messages with disjoint keys run side by side); `process` ignores
+   * them.
+   */
+  readonly keys?: readonly string[];
 }
 
 /**

@@ -22,10 +22,10 @@ export interface BatcherOptions {
   /** How long the first message of a batch waits for more before the batch runs. */
   readonly waitMs: number;
   /**
-   * Most batch transactions running at once (default 1). Two batches whose handlers touch the same rows in
-   * different orders deadlock, which a message-at-a-time worker's short transactions rarely do: the victim waits
-   * out the database's deadlock timeout, rolls back and reruns its messages alone. With 1, the next batch fills
-   * while one runs and this worker's batches never meet each other.
+   * Most batch transactions running at once (default DEFAULT_BATCH_MAX_IN_FLIGHT). They are assigned by key: no
+   * key is in two at once, so batches of handlers that declare their keys share no rows and cannot deadlock each
+   * other; a batch holding an unkeyed message (its handler declares no keys: it may touch anything) runs with no
+   * other beside it, as every batch did when only one ran at a time.
    */
   readonly maxInFlight?: number;
   /** Each batch that ran, with its size and how it ended (metrics). */
@@ -38,12 +38,30 @@ export interface BatcherOptions {
  */
 export type BatchOutcome = "committed" | "all_duplicate" | BatchFailureReason;
 
+/** Batch transactions one worker runs at once unless told otherwise (docs/batching.md says how it was chosen). */
+export const DEFAULT_BATCH_MAX_IN_FLIGHT = 4;
+
 interface Entry {
   readonly key: InboxKey;
   readonly work: (tx: SqlExecutor) => Promise<void>;
   readonly hint: ProcessHint | undefined;
   readonly ctx: Context;
   readonly resolve: (outcome: ProcessOutcome) => void;
+}
+
+/** A formed batch and the keys it holds while it runs: undefined when one of its messages is unkeyed (any row). */
+interface Batch {
+  readonly entries: readonly Entry[];
+  readonly keys: ReadonlySet<string> | undefined;
+}
+
+function batchOf(entries: readonly Entry[]): Batch {
+  const keys = new Set<string>();
+  for (const entry of entries) {
+    if (entry.hint?.keys === undefined) return { entries, keys: undefined };
+    for (const key of entry.hint.keys) keys.add(key);
+  }
+  return { entries, keys };
 }
 
 /**
@@ -57,21 +75,22 @@ export class Batcher {
   private readonly options: BatcherOptions;
   private pending: Entry[] = [];
   private timer: NodeJS.Timeout | undefined;
-  private readonly ready: Entry[][] = [];
-  private running = 0;
+  /** Formed batches in arrival order, waiting for room or for a batch that holds one of their keys. */
+  private readonly ready: Batch[] = [];
+  private readonly inFlight = new Set<Batch>();
   private readonly maxInFlight: number;
 
   constructor(options: BatcherOptions) {
     if (!Number.isInteger(options.maxSize) || options.maxSize < 2)
       throw new RangeError("a batcher's maxSize must be a whole number of at least 2");
-    const inFlight = options.maxInFlight ?? 1;
+    const inFlight = options.maxInFlight ?? DEFAULT_BATCH_MAX_IN_FLIGHT;
     if (!Number.isInteger(inFlight) || inFlight < 1)
       throw new RangeError("a batcher's maxInFlight must be a whole number of at least 1");
     this.options = options;
     this.maxInFlight = inFlight;
   }
 
-  /** Formed batches waiting for one in flight to end. */
+  /** Formed batches waiting for room, or for a batch in flight that holds one of their keys. */
   get queued(): number {
     return this.ready.length;
   }
@@ -98,16 +117,39 @@ export class Batcher {
     this.timer = undefined;
     const entries = this.pending;
     this.pending = [];
-    if (entries.length > 0) this.ready.push(entries);
+    if (entries.length > 0) this.ready.push(batchOf(entries));
     this.next();
   }
 
+  /**
+   * Starts the formed batches that may run now, in arrival order: a keyed batch when it shares no key with a batch
+   * in flight or with an earlier batch still waiting (so per key the arrival order holds), an unkeyed batch only
+   * first in line with nothing in flight; nothing passes a waiting unkeyed batch.
+   */
   private next(): void {
-    while (this.ready.length > 0 && this.running < this.maxInFlight) {
-      const entries = this.ready.shift()!;
-      this.running += 1;
-      void this.run(entries).finally(() => {
-        this.running -= 1;
+    const taken = new Set<string>();
+    let all = false;
+    for (const batch of this.inFlight) {
+      if (batch.keys === undefined) all = true;
+      else for (const key of batch.keys) taken.add(key);
+    }
+    let i = 0;
+    while (i < this.ready.length && this.inFlight.size < this.maxInFlight && !all) {
+      const batch = this.ready[i]!;
+      const free =
+        batch.keys === undefined
+          ? i === 0 && this.inFlight.size === 0
+          : ![...batch.keys].some((key) => taken.has(key));
+      if (batch.keys === undefined) all = true;
+      else for (const key of batch.keys) taken.add(key);
+      if (!free) {
+        i += 1;
+        continue;
+      }
+      this.ready.splice(i, 1);
+      this.inFlight.add(batch);
+      void this.run(batch.entries).finally(() => {
+        this.inFlight.delete(batch);
         this.next();
       });
     }
@@ -152,6 +194,7 @@ export class Batcher {
     const items: InboxBatchItem[] = entries.map((entry) => ({
       messageId: entry.key.messageId,
       firstDelivery: entry.hint?.firstDelivery,
+      keys: entry.hint?.keys,
       // Each handler runs in its own message's context, so its log lines and spans belong to that message.
       work: (tx) => context.with(entry.ctx, () => entry.work(tx)),
     }));

@@ -169,6 +169,8 @@ export class SqlServerDriver implements InboxDriver {
   readonly dialect = "sqlserver" as const;
   readonly statements: ReturnType<typeof sqlServerSql>["statements"];
   readonly batchStatements: ReturnType<typeof sqlServerSql>["batchStatements"];
+  /** One request at a time on a connection (mssql refuses a second one on a transaction): handlers in turn. */
+  readonly concurrentStatements = false;
   private readonly sql: ReturnType<typeof sqlServerSql>;
   private readonly schema: string;
   private readonly pool: mssql.ConnectionPool;
