@@ -43,7 +43,9 @@ export class HandlerRegistry {
       throw new Error(`a handler for "${handler.type}" is already registered`);
     const keys: unknown = (handler as { keys?: unknown }).keys;
     if (keys !== undefined && typeof keys !== "function")
-      throw new Error(`the handler for "${handler.type}" has keys that are not a function (body, context) => keys`);
+      throw new Error(
+        `the handler for "${handler.type}" has keys that are not a function (body, context) => keys`,
+      );
     this.byType.set(handler.type, handler);
     return this;
   }

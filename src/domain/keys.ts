@@ -60,5 +60,7 @@ function describe(value: unknown): string {
   if (value === null) return "null";
   if (Array.isArray(value)) return "an array";
   if (typeof value === "string") return value === "" ? "an empty string" : "a string";
-  return typeof value === "object" ? "an object" : `${typeof value} ${String(value)}`.slice(0, 60);
+  if (typeof value === "number" || typeof value === "boolean" || typeof value === "bigint")
+    return `${typeof value} ${value}`;
+  return typeof value === "object" ? "an object" : typeof value;
 }

@@ -12,7 +12,11 @@ export interface RoundTrips {
  * a statement goes out on a connection with nothing in flight; statements sent while others are in flight ride in
  * the same pipeline. Only promise-returning `query` calls count (every call the store makes).
  */
-export function countingPool(url: string, max: number, pipeline = true): { pool: pg.Pool; counted: RoundTrips } {
+export function countingPool(
+  url: string,
+  max: number,
+  pipeline = true,
+): { pool: pg.Pool; counted: RoundTrips } {
   const counted: RoundTrips = { statements: 0, roundTrips: 0 };
   class CountingClient extends pg.Client {
     private inFlight = 0;

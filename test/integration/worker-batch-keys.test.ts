@@ -76,7 +76,10 @@ describe("group commit with keys (real SDK, local broker, PostgreSQL)", function
     return worker;
   }
 
-  async function publishAll(type: string, bodies: readonly { key: string; body: object }[]): Promise<string[]> {
+  async function publishAll(
+    type: string,
+    bodies: readonly { key: string; body: object }[],
+  ): Promise<string[]> {
     const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
     const ids: string[] = [];
     // One after another: the broker's order is the order of the sequence numbers.
@@ -137,7 +140,11 @@ describe("group commit with keys (real SDK, local broker, PostgreSQL)", function
     );
     assert.equal(rows.length, bodies.length, "each message applied once");
     for (const row of rows)
-      assert.equal(row.prev, row.seq === 1 ? null : row.seq - 1, `${row.account} #${row.seq} saw #${row.prev}`);
+      assert.equal(
+        row.prev,
+        row.seq === 1 ? null : row.seq - 1,
+        `${row.account} #${row.seq} saw #${row.prev}`,
+      );
     // What the run went through (else the order above would prove nothing about batches).
     const keyed = batches.filter((b) => b.result.failure === undefined && b.keys.length > 1);
     assert.ok(

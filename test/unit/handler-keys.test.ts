@@ -29,10 +29,28 @@ function handler(keys?: (body: unknown, ctx: MessageContext) => unknown): Transa
 describe("a handler's keys", function () {
   it("none declared: unkeyed; a string: one key; an array: its distinct keys; the context's session and partition", function () {
     assert.equal(messageKeys(handler(), {}, context), undefined);
-    assert.deepEqual(messageKeys(handler(() => "a"), {}, context), ["a"]);
-    assert.deepEqual(messageKeys(handler(() => ["a", "b", "a"]), {}, context), ["a", "b"]);
     assert.deepEqual(
-      messageKeys(handler((_b, c) => [`session:${c.sessionId}`, `partition:${c.partitionKey}`]), {}, context),
+      messageKeys(
+        handler(() => "a"),
+        {},
+        context,
+      ),
+      ["a"],
+    );
+    assert.deepEqual(
+      messageKeys(
+        handler(() => ["a", "b", "a"]),
+        {},
+        context,
+      ),
+      ["a", "b"],
+    );
+    assert.deepEqual(
+      messageKeys(
+        handler((_b, c) => [`session:${c.sessionId}`, `partition:${c.partitionKey}`]),
+        {},
+        context,
+      ),
       ["session:s-1", "partition:p-1"],
     );
   });
