@@ -1,7 +1,6 @@
 import type { Dialect } from "../domain/sql.ts";
-import type { InboxTransaction } from "./core.ts";
 import type { InboxBatchItem } from "./store.ts";
-import { TransactionHandle } from "./transaction-handle.ts";
+import { TransactionHandle, type StatementRunner } from "./transaction-handle.ts";
 
 /** Why a batch's handlers did not all succeed: the first failure, and whether any was a deadlock's. */
 export interface BatchHandlersFailure {
@@ -20,7 +19,7 @@ export interface BatchHandlersFailure {
  * waited for; the caller rolls back. Never throws.
  */
 export async function runBatchHandlers(
-  tx: InboxTransaction,
+  tx: StatementRunner,
   dialect: Dialect,
   items: readonly InboxBatchItem[],
   open: readonly number[],

@@ -1,7 +1,11 @@
 import type { Dialect, SqlExecutor, SqlResult } from "../domain/sql.ts";
-import type { InboxTransaction } from "./core.ts";
 import { TransactionControlError, UnawaitedStatementError } from "./errors.ts";
 import { refusedStatement } from "./transaction-guard.ts";
+
+/** What a handle sends its statements through: the inbox transaction (core.ts's InboxTransaction). */
+export interface StatementRunner {
+  query<R = Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>>;
+}
 
 /**
  * The handler's only handle: bound to the transaction, and dead once the transaction ends. Its statements run
@@ -19,7 +23,7 @@ export class TransactionHandle {
   /** The error of the first of the handler's statements that failed (the driver's own error object). */
   statementFailure: unknown;
 
-  constructor(dialect: Dialect, tx: InboxTransaction) {
+  constructor(dialect: Dialect, tx: StatementRunner) {
     this.executor = {
       dialect,
       query: <R = Record<string, unknown>>(
