@@ -1,3 +1,4 @@
+import { inKeyOrder } from "../domain/key-order.ts";
 import type { Dialect } from "../domain/sql.ts";
 import type { InboxBatchItem } from "./store.ts";
 import { TransactionHandle, type StatementRunner } from "./transaction-handle.ts";
@@ -50,29 +51,10 @@ export async function runBatchHandlers(
     const problem = await handle.end();
     if (problem !== undefined) fail(problem, undefined);
   };
-  const finished: Promise<void>[] = [];
-  // The last unkeyed item, the keyed items since it, and per key the last item that holds it.
-  let barrier: Promise<void> = Promise.resolve();
-  let sinceBarrier: Promise<void>[] = [];
-  const lastOfKey = new Map<string, Promise<void>>();
-  for (const i of open) {
-    const item = items[i]!;
-    const keys = concurrent ? item.keys : undefined;
-    const before =
-      keys === undefined
-        ? [barrier, ...sinceBarrier]
-        : [barrier, ...keys.flatMap((k) => lastOfKey.get(k) ?? [])];
-    const done = Promise.all(before).then(() => run(item));
-    if (keys === undefined) {
-      barrier = done;
-      sinceBarrier = [];
-      lastOfKey.clear();
-    } else {
-      sinceBarrier.push(done);
-      for (const k of keys) lastOfKey.set(k, done);
-    }
-    finished.push(done);
-  }
-  await Promise.all(finished);
+  await inKeyOrder(
+    open.map((i) => items[i]!),
+    (item) => (concurrent ? item.keys : undefined),
+    run,
+  );
   return failed ? { failure: first, deadlock } : undefined;
 }

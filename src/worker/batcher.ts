@@ -7,6 +7,7 @@ import {
   type Context,
   type Link,
 } from "@opentelemetry/api";
+import { inKeyOrder } from "../domain/key-order.ts";
 import type { ProcessOutcome } from "../domain/outcome.ts";
 import type { SqlExecutor } from "../domain/sql.ts";
 import type { BatchFailureReason, InboxBatchItem, InboxBatchResult } from "../inbox/core.ts";
@@ -155,10 +156,11 @@ export class Batcher {
     }
   }
 
+  /** Resolves once every message of the batch is decided, those that went alone included. */
   private async run(entries: readonly Entry[]): Promise<void> {
     const { store } = this.options;
     if (entries.length === 1 || store.processBatch === undefined) {
-      for (const entry of entries) this.alone(entry);
+      await this.alone(entries);
       return;
     }
     let result: InboxBatchResult;
@@ -169,11 +171,13 @@ export class Batcher {
       result = { outcomes: entries.map(() => ({ kind: "single" })), failure: true, reason: "other" };
     }
     this.options.onBatch?.(entries.length, outcomeOf(result));
+    const single: Entry[] = [];
     entries.forEach((entry, i) => {
       const outcome = result.outcomes[i]!;
-      if (outcome.kind === "single") this.alone(entry);
+      if (outcome.kind === "single") single.push(entry);
       else entry.resolve(outcome);
     });
+    await this.alone(single);
   }
 
   /** The batch's transaction: one span, linked from each message's process span and linking to each. */
@@ -221,12 +225,23 @@ export class Batcher {
       );
   }
 
-  private alone(entry: Entry): void {
-    context
-      .with(entry.ctx, () => this.options.store.process(entry.key, entry.work, entry.hint))
-      .then(entry.resolve, (error: unknown) =>
-        entry.resolve({ kind: "failed", error, errorClass: "permanent" }),
-      );
+  /**
+   * Messages the batch could not decide, each in a transaction of its own on the store's single path, while the
+   * batch still holds their keys: per key one after another in arrival order (so a later message of a key never
+   * overtakes an earlier one), unkeyed ones at once as they always went alone.
+   */
+  private async alone(entries: readonly Entry[]): Promise<void> {
+    const one = (entry: Entry): Promise<void> =>
+      context
+        .with(entry.ctx, () => this.options.store.process(entry.key, entry.work, entry.hint))
+        .then(entry.resolve, (error: unknown) =>
+          entry.resolve({ kind: "failed", error, errorClass: "permanent" }),
+        );
+    const keyed = entries.filter((e) => e.hint?.keys !== undefined);
+    await Promise.all([
+      ...entries.filter((e) => e.hint?.keys === undefined).map(one),
+      inKeyOrder(keyed, (e) => e.hint?.keys, one),
+    ]);
   }
 }
 

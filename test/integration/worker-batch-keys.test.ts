@@ -98,6 +98,8 @@ describe("group commit with keys (real SDK, local broker, PostgreSQL)", function
       // Read, then write: a message of the same account run beside this one would read before it writes. The read
       // takes 5 ms, so that later batches form while one runs.
       async handle(body, tx, context) {
+        // Fails its batch once: the batch's other messages then go alone, still in order per key.
+        if (body.account === "fails-once" && context.attempt === 1) throw new Error("fails on attempt 1");
         const { rows } = await tx.query<{ prev: number | null }>(
           "SELECT max(seq) AS prev FROM key_order, pg_sleep(0.005) WHERE account = $1",
           [body.account],
@@ -124,6 +126,7 @@ describe("group commit with keys (real SDK, local broker, PostgreSQL)", function
           next.set(account, seq);
           bodies.push({ key: `${account}-${seq}`, body: { account, seq } });
         }
+    bodies.splice(30, 0, { key: "fails-once-1", body: { account: "fails-once", seq: 1 } });
     await publishAll("Sequenced", bodies);
     const { store, batches, most } = recordingBatches(db.store);
     const worker = start(store, {
@@ -132,6 +135,13 @@ describe("group commit with keys (real SDK, local broker, PostgreSQL)", function
       batchSize: 4,
       batchWaitMs: 20,
       batchMaxInFlight: 3,
+      retryPolicy: {
+        transientDelaysMs: [20],
+        permanentDelaysMs: [20],
+        jitter: 0,
+        maxInProcessWaitMs: 1_000,
+        lockMarginMs: 500,
+      },
     });
     await waitUntil(() => worker.stats.settled === bodies.length && settledAll(), "all settled", 60_000);
     assert.equal(worker.stats.committed, bodies.length);
@@ -139,11 +149,12 @@ describe("group commit with keys (real SDK, local broker, PostgreSQL)", function
       "SELECT account, seq, prev FROM key_order ORDER BY n",
     );
     assert.equal(rows.length, bodies.length, "each message applied once");
+    const failed = batches.filter((b) => b.result.failure !== undefined).map((b) => b.result.reason);
     for (const row of rows)
       assert.equal(
         row.prev,
         row.seq === 1 ? null : row.seq - 1,
-        `${row.account} #${row.seq} saw #${row.prev}`,
+        `${row.account} #${row.seq} saw #${row.prev} (batches that failed: ${failed.join(",") || "none"})`,
       );
     // What the run went through (else the order above would prove nothing about batches).
     const keyed = batches.filter((b) => b.result.failure === undefined && b.keys.length > 1);
@@ -152,6 +163,7 @@ describe("group commit with keys (real SDK, local broker, PostgreSQL)", function
       "a batch held two messages of one account",
     );
     assert.ok(most() >= 2, `batches ran side by side (at most ${most()} at once)`);
+    assert.deepEqual(failed, ["handler_error"], "one batch failed, and its messages went alone");
     assert.ok(
       batches.every((b) => b.result.reason !== "deadlock"),
       "no batch was a deadlock's victim",
