@@ -10,14 +10,15 @@ export interface RoundTrips {
 /**
  * A pool (postgresPoolConfig's, `pipeline` as given) whose clients count what they send. A round trip starts when
  * a statement goes out on a connection with nothing in flight; statements sent while others are in flight ride in
- * the same pipeline. Only promise-returning `query` calls count (every call the store makes).
+ * the same pipeline. Only promise-returning `query` calls count (every call the store makes). Counted into
+ * `counted` when given (pools that share one count).
  */
 export function countingPool(
   url: string,
   max: number,
   pipeline = true,
+  counted: RoundTrips = { statements: 0, roundTrips: 0 },
 ): { pool: pg.Pool; counted: RoundTrips } {
-  const counted: RoundTrips = { statements: 0, roundTrips: 0 };
   class CountingClient extends pg.Client {
     private inFlight = 0;
     constructor(config?: string | pg.ClientConfig) {
