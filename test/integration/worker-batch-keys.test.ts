@@ -2,45 +2,14 @@ import assert from "node:assert/strict";
 import { z } from "zod";
 import type { Database } from "../../src/app/database.ts";
 import type { TransactionalHandler } from "../../src/domain/handler.ts";
-import type { InboxBatchItem, InboxBatchResult } from "../../src/inbox/core.ts";
 import type { InboxStore } from "../../src/inbox/store.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
 import type { Worker } from "../../src/worker/worker.ts";
+import { recordingBatches } from "../helpers/recording-batches.ts";
 import { brokerConfig, takeDeadLetters, useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { creditsPerMessage, exampleDatabase, startTestWorker } from "../helpers/worker.ts";
 
 const QUEUE = "sbinbox";
-
-interface Recorded {
-  readonly keys: (readonly string[] | undefined)[];
-  readonly result: InboxBatchResult;
-}
-
-/** The real store, with each batch's keys, its result and how many batches ran at once recorded. */
-function recordingBatches(store: InboxStore): { store: InboxStore; batches: Recorded[]; most: () => number } {
-  const batches: Recorded[] = [];
-  let running = 0;
-  let most = 0;
-  const wrapped = new Proxy(store, {
-    get(target, property, receiver) {
-      if (property === "processBatch")
-        return async (consumer: string, items: readonly InboxBatchItem[]) => {
-          running += 1;
-          most = Math.max(most, running);
-          try {
-            const result = await target.processBatch!(consumer, items);
-            batches.push({ keys: items.map((i) => i.keys), result });
-            return result;
-          } finally {
-            running -= 1;
-          }
-        };
-      const value: unknown = Reflect.get(target, property, receiver);
-      return typeof value === "function" ? (value as (...a: unknown[]) => unknown).bind(target) : value;
-    },
-  });
-  return { store: wrapped, batches, most: () => most };
-}
 
 describe("group commit with keys (real SDK, local broker, PostgreSQL)", function () {
   this.timeout(90_000);

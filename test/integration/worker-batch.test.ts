@@ -4,31 +4,14 @@ import { z } from "zod";
 import type { Database } from "../../src/app/database.ts";
 import type { TransactionalHandler } from "../../src/domain/handler.ts";
 import { ACCOUNT_CREDITED, accountCreditedHandler } from "../../src/example/index.ts";
-import type { InboxBatchItem } from "../../src/inbox/core.ts";
 import type { InboxStore } from "../../src/inbox/store.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
 import type { Worker } from "../../src/worker/worker.ts";
+import { recordingBatches } from "../helpers/recording-batches.ts";
 import { brokerConfig, takeDeadLetters, useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { creditsPerMessage, exampleDatabase, startTestWorker } from "../helpers/worker.ts";
 
 const QUEUE = "sbinbox";
-
-/** The real store, with each batch's size recorded on its way through (nothing else changes). */
-function recordingBatches(store: InboxStore): { store: InboxStore; sizes: number[] } {
-  const sizes: number[] = [];
-  const wrapped = new Proxy(store, {
-    get(target, property, receiver) {
-      if (property === "processBatch")
-        return (consumer: string, items: readonly InboxBatchItem[]) => {
-          sizes.push(items.length);
-          return target.processBatch!(consumer, items);
-        };
-      const value: unknown = Reflect.get(target, property, receiver);
-      return typeof value === "function" ? (value as (...a: unknown[]) => unknown).bind(target) : value;
-    },
-  });
-  return { store: wrapped, sizes };
-}
 
 describe("worker with group commit (SBINBOX_BATCH_SIZE > 1; real SDK, local broker, PostgreSQL)", function () {
   this.timeout(60_000);
