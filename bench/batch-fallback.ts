@@ -4,7 +4,7 @@
 // default SBINBOX_BATCH_MAX_IN_FLIGHT), pools built by postgresPoolConfig (pg pipeline mode on), sized as the
 // worker sizes its pool for SBINBOX_MAX_CONCURRENT_CALLS = 2 x the batch. A benchmark, not a test.
 import { availableParallelism, loadavg } from "node:os";
-import pg from "pg";
+import type pg from "pg";
 import { moduleMigrations } from "../src/app/handler-module.ts";
 import { EmbeddedPostgresServer } from "../src/embedded/postgres.ts";
 import { accountSql } from "../src/example/accounts.ts";
@@ -12,8 +12,8 @@ import { exampleModule } from "../src/example/module.ts";
 import type { SqlExecutor } from "../src/domain/sql.ts";
 import type { InboxBatchItem, InboxCore } from "../src/inbox/core.ts";
 import { createPostgresInboxStore } from "../src/inbox/postgres/adapter.ts";
-import { postgresPoolConfig } from "../src/inbox/postgres/pool.ts";
 import { BEGIN, COMMIT, ROLLBACK, statements, batchStatements } from "../src/inbox/postgres/statements.ts";
+import { countingPool } from "../test/helpers/counting-pool.ts";
 import { formatTable } from "./common.ts";
 import { median } from "./median.ts";
 
@@ -47,35 +47,9 @@ const CHECK_EFFECTS = `SELECT
 /** Statements sent and round trips waited, counted on every client of the pools below. */
 const counted = { statements: 0, roundTrips: 0 };
 
-/**
- * A pg client that counts what it sends. A round trip starts when a statement goes out on a connection with
- * nothing in flight; statements sent while others are in flight ride in the same pipeline.
- */
-class CountingClient extends pg.Client {
-  private inFlight = 0;
-  constructor(config?: string | pg.ClientConfig) {
-    super(config);
-    const send = this.query.bind(this) as (...args: unknown[]) => unknown;
-    (this as { query: unknown }).query = (...args: unknown[]) => {
-      const result = send(...args);
-      // Only promise-returning calls (every call here and in the store); pool internals do not call query.
-      if (!(result instanceof Promise)) return result;
-      counted.statements += 1;
-      if (this.inFlight === 0) counted.roundTrips += 1;
-      this.inFlight += 1;
-      const done = () => {
-        this.inFlight -= 1;
-      };
-      result.then(done, done);
-      return result;
-    };
-  }
-}
-
+/** A pool built by postgresPoolConfig (pipeline mode on) whose clients count into `counted`. */
 function pool(url: string, max: number): pg.Pool {
-  const p = new pg.Pool({ ...postgresPoolConfig(url, max), Client: CountingClient });
-  p.on("error", () => undefined); // idle connections end when the server stops
-  return p;
+  return countingPool(url, max, true, counted).pool;
 }
 
 class HandlerFailure extends Error {

@@ -18,6 +18,8 @@ export const noteCreated: TransactionalHandler<NoteCreated> = {
   kind: "transactional",
   type: "NoteCreated",
   schema: noteCreatedSchema,
+  // The one row it writes is the note's: notes of other ids may be applied side by side (docs/batching.md).
+  keys: (body) => `note:${body.noteId}`,
   async handle(body, tx, context) {
     await tx.query(notesSql.insertNote[tx.dialect], [body.noteId, body.text, context.messageId]);
   },

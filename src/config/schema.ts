@@ -34,7 +34,7 @@ export const settings = {
     "most messages per inbox transaction (group commit, docs/batching.md); 1 is one transaction per message",
   SBINBOX_BATCH_WAIT_MS: "how long a batch's first message waits for more before the batch runs",
   SBINBOX_BATCH_MAX_IN_FLIGHT:
-    "most batch transactions of one worker at once; 1 keeps its batches from deadlocking each other (docs/batching.md)",
+    "most batch transactions of one worker at once, assigned by the handlers' keys so that no key is in two; a batch holding a message whose handler declares no keys runs alone (docs/batching.md)",
   SBINBOX_PRECHECK:
     "read the inbox before the transaction, so late redeliveries cost one read: redeliveries (all but first deliveries, unless over half of recent ones were duplicates), true (all), false (none)",
   SBINBOX_MAX_MESSAGE_BYTES: "bodies larger than this are dead-lettered as MessageTooLarge",
@@ -198,7 +198,8 @@ export const parsers = {
   // 1,000: SQL Server's VALUES list limit (and 1,001 parameters, under its 2,100).
   SBINBOX_BATCH_SIZE: int(1, 1000).default(1),
   SBINBOX_BATCH_WAIT_MS: ms(0, 1000).default(2),
-  SBINBOX_BATCH_MAX_IN_FLIGHT: int(1, 1000).default(1),
+  // As the batcher's DEFAULT_BATCH_MAX_IN_FLIGHT (docs/batching.md has the measurement).
+  SBINBOX_BATCH_MAX_IN_FLIGHT: int(1, 1000).default(4),
   SBINBOX_PRECHECK: precheck.default("redeliveries"),
   SBINBOX_MAX_MESSAGE_BYTES: int(1).default(262_144),
   SBINBOX_GRACE_PERIOD_MS: ms(0).default(20_000),

@@ -16,6 +16,8 @@ export interface IncomingMessage {
   readonly lockedUntil?: Date;
   /** The session the message belongs to, on a session-enabled entity. */
   readonly sessionId?: string;
+  /** The partition key its sender set, if any. */
+  readonly partitionKey?: string;
   readonly applicationProperties: Readonly<Record<string, unknown>>;
 }
 

@@ -38,5 +38,5 @@ export function checkHandler(handler: unknown): asserts handler is MessageHandle
   if (typeof h[KIND_FUNCTION[kind]] !== "function")
     throw new TypeError(`${name} is of kind "${kind}" but has no ${KIND_FUNCTION[kind]}() function`);
   if (h.keys !== undefined && typeof h.keys !== "function")
-    throw new TypeError(`${name} has keys that are not a function`);
+    throw new TypeError(`${name} has keys that are not a function: (body, context) => a key or keys`);
 }

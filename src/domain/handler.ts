@@ -13,6 +13,10 @@ export interface MessageContext {
   readonly correlationId?: string;
   readonly enqueuedTime?: Date;
   readonly applicationProperties: Readonly<Record<string, unknown>>;
+  /** The message's session, on a session-enabled entity (a handler may key by it). */
+  readonly sessionId?: string;
+  /** The message's partition key, when its sender set one (a handler may key by it). */
+  readonly partitionKey?: string;
 }
 
 /**

@@ -92,6 +92,9 @@ export function accountCreditedHandler(): TransactionalHandler<AccountCredited> 
     kind: "transactional",
     type: ACCOUNT_CREDITED,
     schema: accountCreditedSchema,
+    // Every row the handler writes is the account's (its balance, its credits): credits of other accounts may be
+    // applied side by side, those of one account one after another (docs/batching.md).
+    keys: (body) => `account:${body.accountId}`,
     async handle(body, tx, context) {
       demoFaults(failedOnce, body, context);
       await tx.query(accountSql.insertCredit[tx.dialect], [context.messageId, body.accountId, body.amount]);
@@ -111,6 +114,7 @@ export function accountCreditedStatementsHandler(): StatementsHandler<AccountCre
     kind: "statements",
     type: ACCOUNT_CREDITED,
     schema: accountCreditedSchema,
+    keys: (body) => `account:${body.accountId}`,
     statements(body, context): Statement[] {
       demoFaults(failedOnce, body, context);
       return [

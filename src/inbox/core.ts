@@ -1,8 +1,9 @@
 import type { ErrorClass, ProcessOutcome } from "../domain/outcome.ts";
 import type { Dialect, SqlExecutor, SqlResult } from "../domain/sql.ts";
-import { ClaimLostError, TransactionControlError, UnawaitedStatementError } from "./errors.ts";
-import { refusedStatement } from "./transaction-guard.ts";
+import { ClaimLostError, UnawaitedStatementError } from "./errors.ts";
 import { processStatements, processStatementsBatch, type StatementRequests } from "./batch-statements.ts";
+import { runBatchHandlers } from "./batch-handlers.ts";
+import { TransactionHandle } from "./transaction-handle.ts";
 import type {
   BatchFailureReason,
   CleanupOptions,
@@ -107,6 +108,12 @@ export interface InboxDriver {
    * the statements are given to a transaction together (PostgreSQL pipelines them; batch-statements.ts).
    */
   readonly statementRequests?: StatementRequests;
+  /**
+   * True when one transaction's connection takes a statement while others are in flight and runs them in the
+   * order sent (pg in pipeline mode): a batch's handlers with disjoint keys then run at once. Absent or false
+   * (mssql/tedious: one request at a time per connection): they run one after another.
+   */
+  readonly concurrentStatements?: boolean;
   /** One statement in its own (auto-commit) transaction. */
   query<R = Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>>;
   begin(): Promise<InboxTransaction>;
@@ -253,7 +260,7 @@ export class InboxCore implements InboxStore {
 
   /**
    * Several messages of one consumer in one transaction: one read for markers that exist, one insert of the
-   * others' markers, each handler in turn, one commit. Any failure rolls the whole batch back; its undecided
+   * others' markers, the handlers (side by side where their keys are disjoint: batch-handlers.ts), one commit. Any failure rolls the whole batch back; its undecided
    * messages come back as `single`. Keys must be distinct.
    */
   async processBatch(consumer: string, items: readonly InboxBatchItem[]): Promise<InboxBatchResult> {
@@ -352,24 +359,17 @@ export class InboxCore implements InboxStore {
         this.driver.classify(failure, "marker") === "duplicate" ? "duplicate" : "other",
       );
     }
-    for (const i of open) {
-      const handle = new TransactionHandle(this.dialect, tx);
-      try {
-        await items[i]!.work(handle.executor);
-      } catch (failure) {
-        await handle.end();
-        await tx.rollback();
-        // A handler that caught its statement's deadlock and threw its own error still failed by the deadlock.
-        return undecided(
-          failure,
-          this.driver.isDeadlock?.(handle.statementFailure) ? "deadlock" : "handler_error",
-        );
-      }
-      const problem = await handle.end();
-      if (problem !== undefined) {
-        await tx.rollback();
-        return undecided(problem, "handler_error");
-      }
+    const failed = await runBatchHandlers(
+      tx,
+      this.dialect,
+      items,
+      open,
+      this.driver.concurrentStatements === true,
+      (error) => this.driver.isDeadlock?.(error) === true,
+    );
+    if (failed !== undefined) {
+      await tx.rollback();
+      return undecided(failed.failure, failed.deadlock ? "deadlock" : "handler_error");
     }
     try {
       await tx.commit();
@@ -526,71 +526,6 @@ export class InboxCore implements InboxStore {
 const SINGLE: InboxBatchOutcome = { kind: "single" };
 const DUPLICATE: InboxBatchOutcome = { kind: "duplicate" };
 const COMMITTED: InboxBatchOutcome = { kind: "committed" };
-
-/**
- * The handler's only handle: bound to the transaction, and dead once the transaction ends. Its statements run
- * one at a time in the order given (mssql refuses a second request on a transaction while one runs, and its
- * refused rollback would leave the transaction open), and it knows which are still running.
- */
-class TransactionHandle {
-  readonly executor: SqlExecutor;
-  private open = true;
-  /** The tail of the queue: settles when every statement given so far has finished. */
-  private tail: Promise<unknown> = Promise.resolve();
-  private readonly running = new Set<Promise<unknown>>();
-  private readonly failures = new Map<Promise<unknown>, unknown>();
-  private refused: TransactionControlError | undefined;
-  /** The error of the first of the handler's statements that failed (the driver's own error object). */
-  statementFailure: unknown;
-
-  constructor(dialect: Dialect, tx: InboxTransaction) {
-    this.executor = {
-      dialect,
-      query: <R = Record<string, unknown>>(
-        sql: string,
-        params?: readonly unknown[],
-      ): Promise<SqlResult<R>> => {
-        if (!this.open)
-          return Promise.reject(
-            new Error("the inbox transaction has ended; this handle can no longer write"),
-          );
-        const refused = refusedStatement(sql, dialect);
-        if (refused !== undefined) {
-          this.refused ??= new TransactionControlError(refused);
-          return Promise.reject(this.refused);
-        }
-        const statement = this.tail.then(() => tx.query<R>(sql, params));
-        this.tail = statement.catch(() => undefined);
-        this.running.add(statement);
-        statement.then(
-          () => this.running.delete(statement),
-          (error: unknown) => {
-            this.running.delete(statement);
-            this.failures.set(statement, error);
-            this.statementFailure ??= error;
-          },
-        );
-        return statement;
-      },
-    };
-  }
-
-  /**
-   * Closes the handle and waits for every statement to finish. Returns why the transaction must not commit:
-   * a refused statement, or a statement still running when the handler returned that then failed (the handler
-   * cannot have seen that error).
-   */
-  async end(): Promise<unknown> {
-    this.open = false;
-    const unawaited = [...this.running];
-    await this.tail;
-    if (this.refused) return this.refused;
-    for (const statement of unawaited) {
-      if (this.failures.has(statement)) return new UnawaitedStatementError(this.failures.get(statement));
-    }
-    return undefined;
-  }
-}
 
 /** A duration as [whole seconds, remaining milliseconds]: SQL Server's DATEADD takes an int, too small for ms. */
 function splitMs(ms: number, name: string): [number, number] {

@@ -36,6 +36,11 @@ export interface InboxBatchItem {
   readonly firstDelivery?: boolean;
   /** As `ProcessHint.statements`: a batch whose items all have them goes to the database in one request. */
   readonly statements?: readonly BoundStatement[];
+  /**
+   * As `ProcessHint.keys` (undefined = unkeyed: may touch anything). Items whose keys are disjoint may run at
+   * once on the batch's connection; an item waits for every earlier item that shares a key with it.
+   */
+  readonly keys?: readonly string[];
 }
 
 /**
@@ -80,7 +85,7 @@ export interface CleanupOptions {
   onBatch?: (deleted: number) => void;
 }
 
-/** What the caller knows of a message before its transaction, for the pre-check (see `InboxStoreOptions`). */
+/** What the caller knows of a message before its transaction: for the pre-check (`InboxStoreOptions`), its keys. */
 export interface ProcessHint {
   /**
    * The broker's first delivery of the message itself (not a redelivery, a scheduled retry or a replayed copy):
@@ -92,6 +97,12 @@ export interface ProcessHint {
    * the marker, together instead of running `work`, which runs the same statements through the handle.
    */
   readonly statements?: readonly BoundStatement[];
+  /**
+   * The rows the message's handler may touch, as it declares them (`keys` of the handler, docs/batching.md);
+   * undefined: any row. Only batches use them (messages with disjoint keys run side by side); `process` ignores
+   * them.
+   */
+  readonly keys?: readonly string[];
 }
 
 /**

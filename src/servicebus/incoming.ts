@@ -13,6 +13,7 @@ export function toIncoming(message: ServiceBusReceivedMessage): IncomingMessage 
     enqueuedTime: message.enqueuedTimeUtc,
     lockedUntil: message.lockedUntilUtc,
     ...(message.sessionId !== undefined ? { sessionId: message.sessionId } : {}),
+    ...(message.partitionKey !== undefined ? { partitionKey: message.partitionKey } : {}),
     applicationProperties: message.applicationProperties ?? {},
   };
 }

@@ -7,6 +7,7 @@ import {
   type Context,
   type Link,
 } from "@opentelemetry/api";
+import { inKeyOrder } from "../domain/key-order.ts";
 import type { ProcessOutcome } from "../domain/outcome.ts";
 import type { SqlExecutor } from "../domain/sql.ts";
 import type { BatchFailureReason, InboxBatchItem, InboxBatchResult } from "../inbox/core.ts";
@@ -22,10 +23,10 @@ export interface BatcherOptions {
   /** How long the first message of a batch waits for more before the batch runs. */
   readonly waitMs: number;
   /**
-   * Most batch transactions running at once (default 1). Two batches whose handlers touch the same rows in
-   * different orders deadlock, which a message-at-a-time worker's short transactions rarely do: the victim waits
-   * out the database's deadlock timeout, rolls back and reruns its messages alone. With 1, the next batch fills
-   * while one runs and this worker's batches never meet each other.
+   * Most batch transactions running at once (default DEFAULT_BATCH_MAX_IN_FLIGHT). They are assigned by key: no
+   * key is in two at once, so batches of handlers that declare their keys share no rows and cannot deadlock each
+   * other; a batch holding an unkeyed message (its handler declares no keys: it may touch anything) runs with no
+   * other beside it, as every batch did when only one ran at a time.
    */
   readonly maxInFlight?: number;
   /** Each batch that ran, with its size and how it ended (metrics). */
@@ -38,12 +39,30 @@ export interface BatcherOptions {
  */
 export type BatchOutcome = "committed" | "all_duplicate" | BatchFailureReason;
 
+/** Batch transactions one worker runs at once unless told otherwise (docs/batching.md says how it was chosen). */
+export const DEFAULT_BATCH_MAX_IN_FLIGHT = 4;
+
 interface Entry {
   readonly key: InboxKey;
   readonly work: (tx: SqlExecutor) => Promise<void>;
   readonly hint: ProcessHint | undefined;
   readonly ctx: Context;
   readonly resolve: (outcome: ProcessOutcome) => void;
+}
+
+/** A formed batch and the keys it holds while it runs: undefined when one of its messages is unkeyed (any row). */
+interface Batch {
+  readonly entries: readonly Entry[];
+  readonly keys: ReadonlySet<string> | undefined;
+}
+
+function batchOf(entries: readonly Entry[]): Batch {
+  const keys = new Set<string>();
+  for (const entry of entries) {
+    if (entry.hint?.keys === undefined) return { entries, keys: undefined };
+    for (const key of entry.hint.keys) keys.add(key);
+  }
+  return { entries, keys };
 }
 
 /**
@@ -57,21 +76,22 @@ export class Batcher {
   private readonly options: BatcherOptions;
   private pending: Entry[] = [];
   private timer: NodeJS.Timeout | undefined;
-  private readonly ready: Entry[][] = [];
-  private running = 0;
+  /** Formed batches in arrival order, waiting for room or for a batch that holds one of their keys. */
+  private readonly ready: Batch[] = [];
+  private readonly inFlight = new Set<Batch>();
   private readonly maxInFlight: number;
 
   constructor(options: BatcherOptions) {
     if (!Number.isInteger(options.maxSize) || options.maxSize < 2)
       throw new RangeError("a batcher's maxSize must be a whole number of at least 2");
-    const inFlight = options.maxInFlight ?? 1;
+    const inFlight = options.maxInFlight ?? DEFAULT_BATCH_MAX_IN_FLIGHT;
     if (!Number.isInteger(inFlight) || inFlight < 1)
       throw new RangeError("a batcher's maxInFlight must be a whole number of at least 1");
     this.options = options;
     this.maxInFlight = inFlight;
   }
 
-  /** Formed batches waiting for one in flight to end. */
+  /** Formed batches waiting for room, or for a batch in flight that holds one of their keys. */
   get queued(): number {
     return this.ready.length;
   }
@@ -98,25 +118,49 @@ export class Batcher {
     this.timer = undefined;
     const entries = this.pending;
     this.pending = [];
-    if (entries.length > 0) this.ready.push(entries);
+    if (entries.length > 0) this.ready.push(batchOf(entries));
     this.next();
   }
 
+  /**
+   * Starts the formed batches that may run now, in arrival order: a keyed batch when it shares no key with a batch
+   * in flight or with an earlier batch still waiting (so per key the arrival order holds), an unkeyed batch only
+   * first in line with nothing in flight; nothing passes a waiting unkeyed batch.
+   */
   private next(): void {
-    while (this.ready.length > 0 && this.running < this.maxInFlight) {
-      const entries = this.ready.shift()!;
-      this.running += 1;
-      void this.run(entries).finally(() => {
-        this.running -= 1;
+    const taken = new Set<string>();
+    let all = false;
+    for (const batch of this.inFlight) {
+      if (batch.keys === undefined) all = true;
+      else for (const key of batch.keys) taken.add(key);
+    }
+    let i = 0;
+    while (i < this.ready.length && this.inFlight.size < this.maxInFlight && !all) {
+      const batch = this.ready[i]!;
+      const free =
+        batch.keys === undefined
+          ? i === 0 && this.inFlight.size === 0
+          : ![...batch.keys].some((key) => taken.has(key));
+      if (batch.keys === undefined) all = true;
+      else for (const key of batch.keys) taken.add(key);
+      if (!free) {
+        i += 1;
+        continue;
+      }
+      this.ready.splice(i, 1);
+      this.inFlight.add(batch);
+      void this.run(batch.entries).finally(() => {
+        this.inFlight.delete(batch);
         this.next();
       });
     }
   }
 
+  /** Resolves once every message of the batch is decided, those that went alone included. */
   private async run(entries: readonly Entry[]): Promise<void> {
     const { store } = this.options;
     if (entries.length === 1 || store.processBatch === undefined) {
-      for (const entry of entries) this.alone(entry);
+      await this.alone(entries);
       return;
     }
     let result: InboxBatchResult;
@@ -127,11 +171,13 @@ export class Batcher {
       result = { outcomes: entries.map(() => ({ kind: "single" })), failure: true, reason: "other" };
     }
     this.options.onBatch?.(entries.length, outcomeOf(result));
+    const single: Entry[] = [];
     entries.forEach((entry, i) => {
       const outcome = result.outcomes[i]!;
-      if (outcome.kind === "single") this.alone(entry);
+      if (outcome.kind === "single") single.push(entry);
       else entry.resolve(outcome);
     });
+    await this.alone(single);
   }
 
   /** The batch's transaction: one span, linked from each message's process span and linking to each. */
@@ -153,6 +199,7 @@ export class Batcher {
       messageId: entry.key.messageId,
       firstDelivery: entry.hint?.firstDelivery,
       statements: entry.hint?.statements,
+      keys: entry.hint?.keys,
       // Each handler runs in its own message's context, so its log lines and spans belong to that message.
       work: (tx) => context.with(entry.ctx, () => entry.work(tx)),
     }));
@@ -179,12 +226,23 @@ export class Batcher {
       );
   }
 
-  private alone(entry: Entry): void {
-    context
-      .with(entry.ctx, () => this.options.store.process(entry.key, entry.work, entry.hint))
-      .then(entry.resolve, (error: unknown) =>
-        entry.resolve({ kind: "failed", error, errorClass: "permanent" }),
-      );
+  /**
+   * Messages the batch could not decide, each in a transaction of its own on the store's single path, while the
+   * batch still holds their keys: per key one after another in arrival order (so a later message of a key never
+   * overtakes an earlier one), unkeyed ones at once as they always went alone.
+   */
+  private async alone(entries: readonly Entry[]): Promise<void> {
+    const one = (entry: Entry): Promise<void> =>
+      context
+        .with(entry.ctx, () => this.options.store.process(entry.key, entry.work, entry.hint))
+        .then(entry.resolve, (error: unknown) =>
+          entry.resolve({ kind: "failed", error, errorClass: "permanent" }),
+        );
+    const keyed = entries.filter((e) => e.hint?.keys !== undefined);
+    await Promise.all([
+      ...entries.filter((e) => e.hint?.keys === undefined).map(one),
+      inKeyOrder(keyed, (e) => e.hint?.keys, one),
+    ]);
   }
 }
 

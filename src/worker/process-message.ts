@@ -7,6 +7,7 @@ import {
 } from "../domain/envelope.ts";
 import { PoisonMessageError } from "../domain/errors.ts";
 import type { MessageContext } from "../domain/handler.ts";
+import { messageKeys } from "../domain/keys.ts";
 import type { ErrorClass, ProcessOutcome } from "../domain/outcome.ts";
 import type { SqlExecutor } from "../domain/sql.ts";
 import type { Decision } from "../domain/settlement.ts";
@@ -108,11 +109,26 @@ export async function processMessage(
     correlationId: message.correlationId,
     enqueuedTime: message.enqueuedTime,
     applicationProperties: message.applicationProperties,
+    ...(message.sessionId !== undefined ? { sessionId: message.sessionId } : {}),
+    ...(message.partitionKey !== undefined ? { partitionKey: message.partitionKey } : {}),
   };
   const { handler, body, type } = decoded;
+  // Computed whether or not batches are on, so that a handler's faulty keys fail the same way either way.
+  let keys: readonly string[] | undefined;
+  if (handler.kind !== "two-phase") {
+    try {
+      keys = messageKeys(handler, body, context);
+    } catch (error) {
+      // An InvalidKeysError, a DoNotRetryError: dead-lettered at once as NotRetryable.
+      return { ...failed(error, "permanent"), messageType: type };
+    }
+  }
   if (handler.kind === "transactional" || handler.kind === "statements") {
     let work: (tx: SqlExecutor) => Promise<void>;
-    let hint: ProcessHint = { firstDelivery: isFirstDelivery(message, attempt) };
+    let hint: ProcessHint = {
+      firstDelivery: isFirstDelivery(message, attempt),
+      ...(keys !== undefined ? { keys } : {}),
+    };
     if (handler.kind === "statements") {
       let statements;
       try {

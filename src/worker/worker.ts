@@ -41,8 +41,8 @@ export interface WorkerOptions {
   /** How long a batch's first message waits for more before the batch runs. */
   readonly batchWaitMs?: number;
   /**
-   * Most batch transactions at once (default 1: this worker's batches never deadlock each other; more only for
-   * handlers that touch shared rows in one stable order, docs/batching.md).
+   * Most batch transactions at once (default DEFAULT_BATCH_MAX_IN_FLIGHT), assigned by key: no key in two at once,
+   * and a batch holding an unkeyed message runs alone (docs/batching.md).
    */
   readonly batchMaxInFlight?: number;
   readonly gracePeriodMs?: number;

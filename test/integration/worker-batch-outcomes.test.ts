@@ -27,16 +27,28 @@ describe("group commit: two batches over the same rows in opposite orders (real 
     await db.close();
   });
 
-  async function run(maxInFlight: number | undefined) {
+  /**
+   * Batches a-1/a-2 and b-1/b-2 over accounts x, y; `keys` names each message's keys (none: unkeyed). With
+   * `workers: 2` the two batches go to two batchers on the one database, as two worker instances would.
+   */
+  async function run(
+    maxInFlight: number | undefined,
+    keys: (id: string, account: string) => readonly string[] | undefined = () => undefined,
+    workers: 1 | 2 = 1,
+  ) {
     const outcomes: BatchOutcome[] = [];
-    const batcher = new Batcher({
-      store: db.store,
-      consumer: CONSUMER,
-      maxSize: 2,
-      waitMs: 60_000,
-      ...(maxInFlight === undefined ? {} : { maxInFlight }),
-      onBatch: (_size, outcome) => outcomes.push(outcome),
-    });
+    const batchers = Array.from(
+      { length: workers },
+      () =>
+        new Batcher({
+          store: db.store,
+          consumer: CONSUMER,
+          maxSize: 2,
+          waitMs: 60_000,
+          ...(maxInFlight === undefined ? {} : { maxInFlight }),
+          onBatch: (_size, outcome) => outcomes.push(outcome),
+        }),
+    );
     let holding = 0;
     const credit =
       (id: string, account: string, first: boolean) =>
@@ -45,7 +57,10 @@ describe("group commit: two batches over the same rows in opposite orders (real 
         await tx.query(accountSql.insertCredit.postgres, [id, account, 1]);
         if (first) {
           holding += 1;
-          await waitUntil(() => holding >= 2 || batcher.queued > 0, "the other batch holds its row or waits");
+          await waitUntil(
+            () => holding >= 2 || batchers.some((b) => b.queued > 0),
+            "the other batch holds its row or waits",
+          );
         }
       };
     const messages: [string, string, boolean][] = [
@@ -54,9 +69,14 @@ describe("group commit: two batches over the same rows in opposite orders (real 
       ["b-1", "y", true],
       ["b-2", "x", false],
     ];
-    const settled: Promise<ProcessOutcome>[] = messages.map(([id, account, first]) =>
-      batcher.process({ messageId: id, consumer: CONSUMER }, credit(id, account, first)),
-    );
+    const settled: Promise<ProcessOutcome>[] = messages.map(([id, account, first], i) => {
+      const given = keys(id, account);
+      return batchers[i < 2 ? 0 : workers - 1]!.process(
+        { messageId: id, consumer: CONSUMER },
+        credit(id, account, first),
+        given === undefined ? {} : { keys: given },
+      );
+    });
     const results = await Promise.all(settled);
     return { outcomes, results, ids: messages.map(([id]) => id) };
   }
@@ -76,22 +96,46 @@ describe("group commit: two batches over the same rows in opposite orders (real 
     );
   }
 
-  it("by default one batch transaction runs at a time: no deadlock, both commit whole", async function () {
+  const allCommitted = ["committed", "committed", "committed", "committed"];
+
+  it("unkeyed, with the default in flight: their batches still run one at a time: no deadlock, both commit whole", async function () {
     const { outcomes, results, ids } = await run(undefined);
     assert.deepEqual(outcomes, ["committed", "committed"]);
     assert.deepEqual(
       results.map((r) => r.kind),
-      ["committed", "committed", "committed", "committed"],
+      allCommitted,
     );
     await assertOneEffectEach(ids);
   });
 
-  it("with two in flight they deadlock: the victim is counted as a deadlock and its messages commit alone, once each", async function () {
-    const { outcomes, results, ids } = await run(2);
+  it("keyed by the accounts they touch, two in flight: the second batch shares a key and waits: no deadlock", async function () {
+    const { outcomes, results, ids } = await run(2, (_id, account) => [`account:${account}`]);
+    assert.deepEqual(outcomes, ["committed", "committed"]);
+    assert.deepEqual(
+      results.map((r) => r.kind),
+      allCommitted,
+    );
+    await assertOneEffectEach(ids);
+  });
+
+  it("keys that do not name the rows touched (the sender, not the account), two in flight: they deadlock; the victim's messages commit alone, once each", async function () {
+    // a-1 and a-2 share a key, so they run in turn in their batch, as b-1 and b-2 do in theirs; the batches' keys
+    // are disjoint, so both run at once, and meet on the accounts.
+    const { outcomes, results, ids } = await run(2, (id) => [`sender:${id.slice(0, 1)}`]);
     assert.deepEqual([...outcomes].sort(), ["committed", "deadlock"]);
     assert.deepEqual(
       results.map((r) => r.kind),
-      ["committed", "committed", "committed", "committed"],
+      allCommitted,
+    );
+    await assertOneEffectEach(ids);
+  });
+
+  it("unkeyed, in two workers' batches on one database: they deadlock; the victim is counted and its messages commit alone, once each", async function () {
+    const { outcomes, results, ids } = await run(undefined, undefined, 2);
+    assert.deepEqual([...outcomes].sort(), ["committed", "deadlock"]);
+    assert.deepEqual(
+      results.map((r) => r.kind),
+      allCommitted,
     );
     await assertOneEffectEach(ids);
   });

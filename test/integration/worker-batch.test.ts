@@ -7,7 +7,7 @@ import { ACCOUNT_CREDITED, accountCreditedHandler } from "../../src/example/inde
 import type { InboxStore } from "../../src/inbox/store.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
 import type { Worker } from "../../src/worker/worker.ts";
-import { recordingBatches } from "../helpers/batches.ts";
+import { recordingBatches } from "../helpers/recording-batches.ts";
 import { brokerConfig, takeDeadLetters, useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { creditsPerMessage, exampleDatabase, startTestWorker } from "../helpers/worker.ts";
 

@@ -77,6 +77,8 @@ export class PostgresDriver implements InboxDriver {
   readonly dialect = "postgres" as const;
   readonly statements: ReturnType<typeof postgresSql>["statements"];
   readonly batchStatements: ReturnType<typeof postgresSql>["batchStatements"];
+  /** A pipelining pool (the one this driver builds) sends a statement while others are in flight. */
+  readonly concurrentStatements: boolean;
   private readonly sql: ReturnType<typeof postgresSql>;
   private readonly schema: string;
   private readonly pool: pg.Pool;
@@ -99,6 +101,7 @@ export class PostgresDriver implements InboxDriver {
       );
       this.ownsPool = true;
     }
+    this.concurrentStatements = (this.pool.options as { pipeline?: unknown }).pipeline === true;
     // Without a listener an idle client's error (server restart) would crash the process; pg drops that client.
     const onIdleError = options.onIdleError ?? (() => undefined);
     this.pool.on("error", onIdleError);

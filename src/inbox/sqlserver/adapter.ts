@@ -171,6 +171,8 @@ export class SqlServerDriver implements InboxDriver {
   readonly statements: ReturnType<typeof sqlServerSql>["statements"];
   readonly batchStatements: ReturnType<typeof sqlServerSql>["batchStatements"];
   readonly statementRequests: ReturnType<typeof sqlServerStatementRequests>;
+  /** One request at a time on a connection (mssql refuses a second one on a transaction): handlers in turn. */
+  readonly concurrentStatements = false;
   private readonly sql: ReturnType<typeof sqlServerSql>;
   private readonly schema: string;
   private readonly pool: mssql.ConnectionPool;

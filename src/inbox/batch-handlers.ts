@@ -1,0 +1,60 @@
+import { inKeyOrder } from "../domain/key-order.ts";
+import type { Dialect } from "../domain/sql.ts";
+import type { InboxBatchItem } from "./store.ts";
+import { TransactionHandle, type StatementRunner } from "./transaction-handle.ts";
+
+/** Why a batch's handlers did not all succeed: the first failure, and whether any was a deadlock's. */
+export interface BatchHandlersFailure {
+  readonly failure: unknown;
+  readonly deadlock: boolean;
+}
+
+/**
+ * Runs the handlers of a batch's open items on its one transaction. Items keep arrival order: an item starts once
+ * every earlier item that shares a key with it has finished (its handler returned and every statement it sent has
+ * ended); an unkeyed item shares with all, so it waits for everything before it and everything after waits for
+ * it. Items whose keys are disjoint run at once when the driver can run statements concurrently on one
+ * connection (pg's pipeline mode sends their statements back to back); otherwise every item is treated as unkeyed,
+ * one after another. Each item has its own TransactionHandle: what it left running is waited for before it counts
+ * as finished, and it can send nothing once it has. The first failure stops new starts; the running items are
+ * waited for; the caller rolls back. Never throws.
+ */
+export async function runBatchHandlers(
+  tx: StatementRunner,
+  dialect: Dialect,
+  items: readonly InboxBatchItem[],
+  open: readonly number[],
+  concurrent: boolean,
+  isDeadlock: (error: unknown) => boolean,
+): Promise<BatchHandlersFailure | undefined> {
+  let first: unknown;
+  let failed = false;
+  let deadlock = false;
+  const fail = (failure: unknown, statementFailure: unknown): void => {
+    // A handler that caught its statement's deadlock and threw its own error still failed by the deadlock.
+    deadlock ||= isDeadlock(failure) || (statementFailure !== undefined && isDeadlock(statementFailure));
+    if (failed) return;
+    failed = true;
+    first = failure;
+  };
+  const run = async (item: InboxBatchItem): Promise<void> => {
+    if (failed) return;
+    const handle = new TransactionHandle(dialect, tx);
+    try {
+      await item.work(handle.executor);
+    } catch (failure) {
+      await handle.end();
+      fail(failure, handle.statementFailure);
+      return;
+    }
+    // Statements the handler left running are waited for; one that failed, or a refused one, fails the batch.
+    const problem = await handle.end();
+    if (problem !== undefined) fail(problem, undefined);
+  };
+  await inKeyOrder(
+    open.map((i) => items[i]!),
+    (item) => (concurrent ? item.keys : undefined),
+    run,
+  );
+  return failed ? { failure: first, deadlock } : undefined;
+}
