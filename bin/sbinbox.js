@@ -10,19 +10,23 @@ import module from "node:module";
 // started again does not parse and compile its modules anew; NODE_DISABLE_COMPILE_CACHE=1 turns it off.
 module.enableCompileCache?.();
 
-// `sbinbox publish --file` streams a file of any size. With V8's default young generation the heap's committed size
-// grows with the file though little is live (docs/publisher.md, "Memory"), and V8 sizes the young generation
-// only at start-up, so that command replaces itself, once, with the same command under a 4 MB semi-space (as
-// `npm start` runs the worker). process.execve keeps the process: its pid, stdio and signals stay, no parent waits
-// beside it (a child process cost a waiting parent of about 46 MB), and an --inspect port is free again for the new
-// image (exec closes the old one's socket). Windows has no execve: there it runs as it is, with V8's sizing. A
-// semi-space flag already given (on the command line or in NODE_OPTIONS) is left as it is.
+// V8 sizes its young generation only at start-up, and with its default (16 MB semi-spaces) the heap's committed size
+// grows with the work done though little is live: `sbinbox worker` draining a backlog reaches 176 MB and more
+// (docs/benchmark.md), `sbinbox publish --file` grows with the file (docs/publisher.md, "Memory"). So these two
+// commands replace themselves, once, with the same command under a 4 MB semi-space (as `npm start` and App
+// Service's start command pass it), however they are started: `npx sbinbox`, the npm bin shim, `node bin/sbinbox.js`.
+// process.execve keeps the process: its pid, stdio and signals stay, no parent waits beside it (a child process
+// cost a waiting parent of about 46 MB), and an --inspect port is free again for the new image (exec closes the old
+// one's socket). Nothing is loaded before it but this file. Windows has no execve: there it runs as it is, with
+// V8's sizing. A semi-space flag already given (on the command line or in NODE_OPTIONS) is left as it is.
 const argv = process.argv.slice(2);
 const SEMI_SPACE = "--max-semi-space-size";
+const grows =
+  argv[0] === "worker" ||
+  (argv[0] === "publish" && argv.some((a) => a === "--file" || a.startsWith("--file=")));
 if (
   typeof process.execve === "function" &&
-  argv[0] === "publish" &&
-  argv.some((a) => a === "--file" || a.startsWith("--file=")) &&
+  grows &&
   ![...process.execArgv, ...(process.env.NODE_OPTIONS ?? "").split(/\s+/)].some((a) =>
     a.startsWith(SEMI_SPACE),
   )

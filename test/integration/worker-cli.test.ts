@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
-import { mkdtemp, writeFile } from "node:fs/promises";
+import { mkdtemp, readFile, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import type { Database } from "../../src/app/database.ts";
 import { demoEvent } from "../../src/example/demo-events.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
@@ -30,6 +31,62 @@ describe("sbinbox worker as a process", function () {
       });
       assert.equal(result.code, 2);
       assert.match(result.stderr, /SBINBOX_DATABASE: Service Bus is configured but no database/);
+    });
+  });
+
+  describe("V8's young generation", function () {
+    /** NODE_OPTIONS with a preload that records each image's pid and V8 flags, and what it recorded. */
+    async function recorder(): Promise<{
+      nodeOptions: string;
+      seen: () => Promise<{ pid: number; execArgv: string[] }[]>;
+    }> {
+      const dir = await mkdtemp(join(tmpdir(), "sbinbox-semi-"));
+      const hook = join(dir, "record.mjs");
+      const out = join(dir, "seen.jsonl");
+      await writeFile(
+        hook,
+        `import { appendFileSync } from "node:fs";
+         appendFileSync(${JSON.stringify(out)}, JSON.stringify({ pid: process.pid, execArgv: process.execArgv }) + "\\n");`,
+      );
+      return {
+        nodeOptions: `--import=${pathToFileURL(hook).href}`,
+        seen: async () =>
+          (await readFile(out, "utf8"))
+            .trim()
+            .split("\n")
+            .map((l) => JSON.parse(l) as { pid: number; execArgv: string[] }),
+      };
+    }
+
+    it("`sbinbox worker` replaces itself, in the same process, with a 4 MB semi-space", async function () {
+      const { nodeOptions, seen } = await recorder();
+      const { child, done } = startCli(["worker"], {
+        SBINBOX_MAX_CONCURRENT_CALLS: "lots",
+        NODE_OPTIONS: nodeOptions,
+      });
+      const result = await done;
+      assert.equal(result.code, 2, "the worker's own configuration check ran in the new image");
+      assert.match(result.stderr, /SBINBOX_MAX_CONCURRENT_CALLS: must be a whole number/);
+      const images = await seen();
+      assert.deepEqual(
+        images.map((i) => i.pid),
+        [child.pid, child.pid],
+        "two images of one process",
+      );
+      assert.ok(!images[0]!.execArgv.some((a) => a.startsWith("--max-semi-space-size")));
+      assert.ok(images[1]!.execArgv.includes("--max-semi-space-size=4"), JSON.stringify(images[1]));
+    });
+
+    it("a semi-space given in NODE_OPTIONS is left alone: one image", async function () {
+      const { nodeOptions, seen } = await recorder();
+      const given = await runCli(["worker"], {
+        SBINBOX_MAX_CONCURRENT_CALLS: "lots",
+        NODE_OPTIONS: `${nodeOptions} --max-semi-space-size=8`,
+      });
+      assert.equal(given.code, 2, given.stderr);
+      const images = await seen();
+      assert.equal(images.length, 1, JSON.stringify(images));
+      assert.ok(!images[0]!.execArgv.includes("--max-semi-space-size=4"));
     });
   });
 
