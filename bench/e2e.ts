@@ -47,7 +47,13 @@ import { batchedTable, loopbackRows, singleTable, type LoopbackRow } from "./e2e
 import { DelayProxy } from "./e2e/proxy.ts";
 import { remoteRows, remoteTable, type RemoteRow } from "./e2e/remote.ts";
 import { target, targetLines } from "./e2e/targets.ts";
-import { maxRss, memoryLines, runWorkerProcess, type WorkerRun } from "./e2e/worker-process.ts";
+import {
+  CPU_NODE_OPTIONS,
+  maxRss,
+  memoryLines,
+  runWorkerProcess,
+  type WorkerRun,
+} from "./e2e/worker-process.ts";
 import { publisherBench } from "./publisher.ts";
 import { relayBench } from "./relay.ts";
 
@@ -230,12 +236,12 @@ async function main(): Promise<void> {
       const single: WorkerRun = await runWorkerProcess(h, {
         messages: CPU_MESSAGES,
         batchSize: 1,
-        nodeOptions: "",
+        nodeOptions: CPU_NODE_OPTIONS,
       });
       const batched: WorkerRun = await runWorkerProcess(h, {
         messages: CPU_MESSAGES,
         batchSize: CPU_BATCH,
-        nodeOptions: "",
+        nodeOptions: CPU_NODE_OPTIONS,
         inFlight: BATCH_IN_FLIGHT,
       });
       const row = (label: string, r: WorkerRun): string[] => [

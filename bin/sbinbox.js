@@ -5,6 +5,7 @@
 // runs the compiled dist/ (Node does not strip types inside node_modules).
 import { existsSync } from "node:fs";
 import module from "node:module";
+import v8 from "node:v8";
 
 // V8's compiled code (and, from a checkout, the stripped TypeScript) is kept on disk between runs, so a command
 // started again does not parse and compile its modules anew; NODE_DISABLE_COMPILE_CACHE=1 turns it off.
@@ -36,6 +37,20 @@ if (
     [process.execPath, ...process.execArgv, `${SEMI_SPACE}=4`, process.argv[1], ...argv],
     process.env,
   );
+}
+
+// A small young generation is not all: V8 lets the old generation grow to up to four times what survived the last
+// full collection before it collects again, and a worker's heap is mostly garbage (about 25 MB live, 70 MB
+// committed after 16,000 messages). Growing by a fifth (`--heap-growing-percent=20`) keeps it near what is live:
+// more frequent full collections, no limit (unlike --max-old-space-size, nothing crashes when it is reached). Set
+// here rather than on the command line: V8 reads it at each collection, and a V8 that lacks the flag ignores it
+// instead of refusing to start. A value given on the command line or in NODE_OPTIONS is left as it is.
+const GROWING = "--heap-growing-percent";
+if (
+  grows &&
+  ![...process.execArgv, ...(process.env.NODE_OPTIONS ?? "").split(/\s+/)].some((a) => a.startsWith(GROWING))
+) {
+  v8.setFlagsFromString(`${GROWING}=20`);
 }
 
 const fromSource = existsSync(new URL("../src/cli/main.ts", import.meta.url));

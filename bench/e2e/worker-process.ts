@@ -13,6 +13,8 @@ export const BIN =
   process.env.SBINBOX_BENCH_WORKER_BIN ?? fileURLToPath(new URL("../../bin/sbinbox.js", import.meta.url));
 /** SBINBOX_HANDLERS for these processes (e.g. a module with a statements handler); unset: the example's. */
 const HANDLERS = process.env.SBINBOX_BENCH_WORKER_HANDLERS;
+/** NODE_OPTIONS added to the CPU runs, e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof` for a profile of each. */
+export const CPU_NODE_OPTIONS = process.env.SBINBOX_BENCH_CPU_NODE_OPTIONS ?? "";
 
 function rssMb(pid: number): number {
   const status = readFileSync(`/proc/${pid}/status`, "utf8");
@@ -85,8 +87,11 @@ export async function runWorkerProcess(
       if (c.active + c.locked === 0) break;
     }
   } finally {
-    child.kill("SIGTERM");
-    await new Promise((resolve) => child.once("exit", resolve));
+    if (child.exitCode === null && child.signalCode === null) {
+      const exited = new Promise((resolve) => child.once("exit", resolve));
+      child.kill("SIGTERM");
+      await exited;
+    }
   }
   const counts = perMessage(before, await h.proxy.counts(), messages);
   const first = samples.find((s) => s.done > 0) ?? samples[0]!;
