@@ -1,14 +1,14 @@
 import assert from "node:assert/strict";
-import { mkdtemp, readFile, writeFile } from "node:fs/promises";
+import { mkdtemp, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { pathToFileURL } from "node:url";
 import type { Database } from "../../src/app/database.ts";
 import { demoEvent } from "../../src/example/demo-events.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { freePort } from "../../src/embedded/free-port.ts";
 import { runCli, startCli } from "../helpers/cli.ts";
+import { imageRecorder } from "../helpers/images.ts";
 import { countCredits, creditsPerMessage, exampleDatabase, startTestWorker } from "../helpers/worker.ts";
 
 const QUEUE = "sbinbox";
@@ -35,28 +35,10 @@ describe("sbinbox worker as a process", function () {
   });
 
   describe("V8's young generation", function () {
-    /** NODE_OPTIONS with a preload that records each image's pid and V8 flags, and what it recorded. */
-    async function recorder(): Promise<{
-      nodeOptions: string;
-      seen: () => Promise<{ pid: number; execArgv: string[] }[]>;
-    }> {
-      const dir = await mkdtemp(join(tmpdir(), "sbinbox-semi-"));
-      const hook = join(dir, "record.mjs");
-      const out = join(dir, "seen.jsonl");
-      await writeFile(
-        hook,
-        `import { appendFileSync } from "node:fs";
-         appendFileSync(${JSON.stringify(out)}, JSON.stringify({ pid: process.pid, execArgv: process.execArgv }) + "\\n");`,
-      );
-      return {
-        nodeOptions: `--import=${pathToFileURL(hook).href}`,
-        seen: async () =>
-          (await readFile(out, "utf8"))
-            .trim()
-            .split("\n")
-            .map((l) => JSON.parse(l) as { pid: number; execArgv: string[] }),
-      };
-    }
+    const recorder = async () => {
+      const { nodeOptions, images } = await imageRecorder(await mkdtemp(join(tmpdir(), "sbinbox-semi-")));
+      return { nodeOptions, seen: images };
+    };
 
     it("`sbinbox worker` replaces itself, in the same process, with a 4 MB semi-space", async function () {
       const { nodeOptions, seen } = await recorder();
