@@ -127,7 +127,7 @@ export function memoryLines(run: WorkerRun, batchSize: number, nodeOptions: stri
     line("75%", at(0.75)),
     line("end", end),
     `  max ${max.toFixed(1)} MB (target <= 150: ${max <= 150 ? "met" : "missed"}); end - 25%: ` +
-      `${(end.rss - quarter.rss).toFixed(1)} MB (not growing)`,
+      `${(end.rss - quarter.rss).toFixed(1)} MB (target: not growing)`,
   ];
 }
 
