@@ -37,7 +37,6 @@ import {
   REMOTE_DELAY_MS,
   ROUNDS,
   batchSizeAt,
-  checkHandlerKind,
   drainWithWorker,
   freshEvents,
   serveBroker,
@@ -115,7 +114,6 @@ async function main(): Promise<void> {
       broker: brokerChild,
       connectionString,
     };
-    await checkHandlerKind(h);
     const lines: string[] = [];
     const targets: Parameters<typeof targetLines>[0][number][] = [];
 

@@ -4,10 +4,8 @@ import type { ChildProcess } from "node:child_process";
 import { ServiceBusClient } from "@azure/service-bus";
 import type { Database } from "../../src/app/database.ts";
 import { openDatabase } from "../../src/app/database.ts";
-import type { MessageHandler, StatementsHandler } from "../../src/domain/handler.ts";
-import { accountCreditedHandler, accountCreditedSchema, accountSql } from "../../src/example/accounts.ts";
-import type { AccountCredited } from "../../src/example/accounts.ts";
-import { ACCOUNT_CREDITED } from "../../src/example/event-types.ts";
+import type { MessageHandler } from "../../src/domain/handler.ts";
+import { accountCreditedHandler, accountCreditedStatementsHandler } from "../../src/example/accounts.ts";
 import { demoEvent } from "../../src/example/demo-events.ts";
 import type { PreCheckMode } from "../../src/inbox/core.ts";
 import { LocalBroker } from "../../src/localbroker/broker.ts";
@@ -107,25 +105,9 @@ export async function prefill(h: Harness, events: readonly PublishEvent[], queue
   if (publisher !== h.publisher) await publisher.close();
 }
 
-/** The example's credit as statements-as-data: the same two statements, keyed by the account. */
-export function accountStatementsHandler(): StatementsHandler<AccountCredited> {
-  return {
-    kind: "statements",
-    type: ACCOUNT_CREDITED,
-    schema: accountCreditedSchema,
-    statements: (body, context) => [
-      { sql: accountSql.insertCredit, params: [context.messageId, body.accountId, body.amount] },
-      { sql: accountSql.addToBalance, params: [body.accountId, body.amount] },
-    ],
-    keys: (body) => `account:${body.accountId}`,
-  };
-}
-
 function benchHandler(): MessageHandler {
-  if (HANDLER_KIND === "code") return accountCreditedHandler();
-  // Cast: the handler union gains the statements kind with issue 29's item 2; `checkHandlerKind` refuses to run
-  // on a worker that does not apply it.
-  return accountStatementsHandler() as unknown as MessageHandler;
+  // The example's credit, as code or as statements-as-data: the same two statements, keyed by the account.
+  return HANDLER_KIND === "code" ? accountCreditedHandler() : accountCreditedStatementsHandler();
 }
 
 /** Starts the worker as `sbinbox worker` composes it, at concurrency `c`, on a pool of c + 4 like the app. */
@@ -226,40 +208,6 @@ export async function drainWithWorker(
   await settledQueue(h);
   const counts = perMessage(before, await h.proxy.counts(), events.length);
   return { rate, cpuUs: (cpu.user + cpu.system) / (events.length - 1), ...counts };
-}
-
-/**
- * Refuses a handler kind the worker does not apply: one message through it must commit its effect. (Before the
- * statements kind is wired, a statements handler would go down another path and fail.)
- */
-export async function checkHandlerKind(h: Harness): Promise<void> {
-  if (HANDLER_KIND === "code") return;
-  const [event] = freshEvents(1);
-  await prefill(h, [event!]);
-  const id = deriveMessageId(event!.type, event!.key);
-  let outcome = "";
-  let decide!: () => void;
-  const decided = new Promise<void>((resolve) => (decide = resolve));
-  const w = await startWorker(h, 1, (_, k) => {
-    outcome ||= k;
-    decide();
-  });
-  const timeout = setTimeout(() => decide(), 20_000);
-  await decided;
-  clearTimeout(timeout);
-  await stopWorker(w);
-  const rows = await h.db.sql.query<{ n: number }>(
-    "SELECT count(*)::int AS n FROM example_credits WHERE message_id = $1",
-    [id],
-  );
-  if (outcome !== "committed" || rows.rows[0]?.n !== 1) {
-    throw new Error(
-      `SBINBOX_BENCH_HANDLER=statements: this worker does not apply the statements handler kind (issue 29, item 2): ` +
-        `the probe message ended "${outcome || "undecided after 20 s"}" with ${rows.rows[0]?.n ?? 0} credit rows`,
-    );
-  }
-  await sleep(200);
-  await settledQueue(h);
 }
 
 export function percentile(sorted: number[], p: number): number {
