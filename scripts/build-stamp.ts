@@ -41,13 +41,13 @@ export const BUILD_OUTPUTS = [
 /** Folders inside the inputs that are outputs or installs, not sources. */
 const SKIPPED = new Set(["node_modules", "dist", "dist-handlers"]);
 
-function files(root: string, path: string): string[] {
+function files(root: string, path: string, skipped: ReadonlySet<string> = SKIPPED): string[] {
   const full = join(root, path);
   if (!existsSync(full)) return [];
   if (!statSync(full).isDirectory()) return [path];
   return readdirSync(full, { withFileTypes: true }).flatMap((entry) => {
-    if (entry.isDirectory() && SKIPPED.has(entry.name)) return [];
-    return entry.isDirectory() || entry.isFile() ? files(root, join(path, entry.name)) : [];
+    if (entry.isDirectory() && skipped.has(entry.name)) return [];
+    return entry.isDirectory() || entry.isFile() ? files(root, join(path, entry.name), skipped) : [];
   });
 }
 
@@ -76,21 +76,13 @@ export function buildInputsHash(root: string): string {
  * tens of milliseconds; a size and mtime would miss a rewrite within the clock's step or a copy that keeps mtimes).
  */
 export function outputsManifest(root: string): string[] {
-  return BUILD_OUTPUTS.flatMap((output) => outputFiles(root, output))
+  return BUILD_OUTPUTS.flatMap((output) => files(root, output, new Set()))
+    .map(slashed)
     .sort()
     .map((file) => {
       const content = readFileSync(join(root, file));
       return `${file} ${content.length} ${createHash("sha256").update(content).digest("hex")}`;
     });
-}
-
-function outputFiles(root: string, path: string): string[] {
-  const full = join(root, path);
-  if (!existsSync(full)) return [];
-  if (!statSync(full).isDirectory()) return [slashed(path)];
-  return readdirSync(full, { withFileTypes: true }).flatMap((entry) =>
-    entry.isDirectory() || entry.isFile() ? outputFiles(root, join(path, entry.name)) : [],
-  );
 }
 
 /** Where the stamp lives: beside the test locks, outside everything the build or `npm pack` writes and reads. */

@@ -129,9 +129,11 @@ describe("npm run build: the inputs cover every file tsc reads (scripts/build-st
   const repo = join(import.meta.dirname, "..", "..");
 
   it("each build project's files outside node_modules are inputs, or outputs of an earlier build step", async () => {
-    const workspaces = (JSON.parse(readFileSync(join(repo, "package.json"), "utf8")) as {
-      workspaces: string[];
-    }).workspaces;
+    const workspaces = (
+      JSON.parse(readFileSync(join(repo, "package.json"), "utf8")) as {
+        workspaces: string[];
+      }
+    ).workspaces;
     assert.deepEqual(workspaces, ["packages/*"], "the projects below follow the workspaces");
     // Each workspace's `build` script compiles its tsconfig.json; scripts/build.ts then runs BUILD_PROJECTS.
     const projects = ["packages/dev/tsconfig.json", "packages/publisher/tsconfig.json", ...BUILD_PROJECTS];
