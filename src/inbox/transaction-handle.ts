@@ -39,10 +39,13 @@ export class TransactionHandle {
             new Error("the inbox transaction has ended; this handle can no longer write"),
           );
         const refused = refusedStatement(sql, dialect);
-        const savepoint = alongside && refused === undefined ? refusedStatement(sql, dialect, "alongside") : undefined;
+        const savepoint =
+          alongside && refused === undefined ? refusedStatement(sql, dialect, "alongside") : undefined;
         if (refused !== undefined || savepoint !== undefined) {
           this.refused ??=
-            refused !== undefined ? new TransactionControlError(refused) : new SavepointInBatchError(savepoint!);
+            refused !== undefined
+              ? new TransactionControlError(refused)
+              : new SavepointInBatchError(savepoint!);
           return Promise.reject(this.refused);
         }
         const statement = this.tail.then(() => tx.query<R>(sql, params));

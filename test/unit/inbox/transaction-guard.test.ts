@@ -135,7 +135,10 @@ describe("the transaction handle's guard: what a handler may not send", () => {
       assert.equal(refusedStatement("COMMIT", "postgres", rules), "COMMIT");
       assert.equal(refusedStatement("SET NOCOUNT ON", "sqlserver", rules), "SET NOCOUNT");
       assert.equal(refusedStatement(`SELECT 'SAVEPOINT s', "release" FROM t`, "postgres", rules), undefined);
-      assert.equal(refusedStatement("SELECT N'SAVE TRAN s' AS t, [declare] FROM dbo.T", "sqlserver", rules), undefined);
+      assert.equal(
+        refusedStatement("SELECT N'SAVE TRAN s' AS t, [declare] FROM dbo.T", "sqlserver", rules),
+        undefined,
+      );
       assert.equal(refusedStatement("-- ROLLBACK TO s\nSELECT 1", "postgres", rules), undefined);
     }
   });
