@@ -223,6 +223,17 @@ export function statementsConformance(backend: Backend): void {
       assert.deepEqual(await Promise.all([a, b].map(markers)), [0, 0]);
     });
 
+    /** Every pooled SQL Server connection is outside any transaction. */
+    const noTransactionOpen = async (): Promise<void> => {
+      const counts = await Promise.all(
+        Array.from({ length: 8 }, () => scalar(db.raw, "SELECT @@TRANCOUNT AS n")),
+      );
+      assert.deepEqual(
+        counts,
+        counts.map(() => 0),
+      );
+    };
+
     // RAISERROR does not honour XACT_ABORT: before its statements were wrapped in TRY...CATCH, the composed request
     // ran on to COMMIT while mssql reported the error (marker and write committed, the message reported failed).
     const raises = (): BoundStatement => ({
@@ -246,15 +257,7 @@ export function statementsConformance(backend: Backend): void {
       else assert.equal((error as { code?: string }).code, "22012");
       assert.equal(await markers(k), 0, "no marker: the retry runs it again");
       assert.equal(await effects(k), 0, "the write before it rolled back");
-      if (backend.dialect === "sqlserver") {
-        const counts = await Promise.all(
-          Array.from({ length: 8 }, () => scalar(db.raw, "SELECT @@TRANCOUNT AS n")),
-        );
-        assert.deepEqual(
-          counts,
-          counts.map(() => 0),
-        );
-      }
+      if (backend.dialect === "sqlserver") await noTransactionOpen();
     });
 
     it("a batch with a statement that raises rolls back whole; alone, the others commit once", async () => {
@@ -354,13 +357,7 @@ export function statementsConformance(backend: Backend): void {
         skipFor(this, await tracksTextTransactions(db));
         // A batch that BEGINs and ends without COMMIT or ROLLBACK, as a compile-time error or a timeout can leave one.
         await db.raw.query("BEGIN TRANSACTION; SELECT 1 AS n;");
-        const counts = await Promise.all(
-          Array.from({ length: 8 }, () => scalar(db.raw, "SELECT @@TRANCOUNT AS n")),
-        );
-        assert.deepEqual(
-          counts,
-          counts.map(() => 0),
-        );
+        await noTransactionOpen();
       });
 
     it("a statement that names a missing table fails the message and leaves no transaction open on the pool", async () => {

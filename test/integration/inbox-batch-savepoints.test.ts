@@ -41,6 +41,23 @@ describe("savepoints in a batch of keyed handlers (PostgreSQL, pipelined)", func
   const writeB = async (tx: SqlExecutor): Promise<void> => {
     await tx.query("INSERT INTO b_rows VALUES ($1)", ["b1"]);
   };
+  /** A batch of A (keyed "a") and B (keyed "b"): refused for A's savepoint, so both come back to go alone. */
+  const refusedBatch = async (a: InboxBatchItem["work"]) => {
+    const items: InboxBatchItem[] = [
+      { messageId: "msg-a", work: a, keys: ["a"] },
+      { messageId: "msg-b", work: writeB, keys: ["b"] },
+    ];
+    const result = await store.processBatch(CONSUMER, items);
+    assert.deepEqual(
+      result.outcomes.map((o) => o.kind),
+      ["single", "single"],
+    );
+    assert.equal(result.reason, "handler_error");
+    assert.ok(result.failure instanceof SavepointInBatchError, String(result.failure));
+    assert.deepEqual(await markers(), []);
+    assert.deepEqual(await rows("b_rows"), []);
+    return { items, failure: result.failure };
+  };
   /** What the batcher does with a batch's undecided messages: each through the single path. */
   const alone = async (items: readonly InboxBatchItem[]) =>
     Promise.all(items.map((i) => store.process({ messageId: i.messageId, consumer: CONSUMER }, i.work)));
@@ -58,20 +75,8 @@ describe("savepoints in a batch of keyed handlers (PostgreSQL, pipelined)", func
       }
       await tx.query("INSERT INTO a_rows VALUES ($1)", ["a1"]);
     };
-    const items: InboxBatchItem[] = [
-      { messageId: "msg-a", work: a, keys: ["a"] },
-      { messageId: "msg-b", work: writeB, keys: ["b"] },
-    ];
-    const result = await store.processBatch(CONSUMER, items);
-    assert.deepEqual(
-      result.outcomes.map((o) => o.kind),
-      ["single", "single"],
-    );
-    assert.equal(result.reason, "handler_error");
-    assert.ok(result.failure instanceof SavepointInBatchError, String(result.failure));
-    assert.equal(result.failure.statement, "SAVEPOINT");
-    assert.deepEqual(await markers(), []);
-    assert.deepEqual(await rows("b_rows"), []);
+    const { items, failure } = await refusedBatch(a);
+    assert.equal(failure.statement, "SAVEPOINT");
 
     const single = await alone(items);
     assert.deepEqual(
@@ -90,17 +95,7 @@ describe("savepoints in a batch of keyed handlers (PostgreSQL, pipelined)", func
       const { rows: decided } = await tx.query<{ keep: boolean }>("SELECT false AS keep");
       if (!decided[0]!.keep) await tx.query("ROLLBACK TO SAVEPOINT maybe");
     };
-    const items: InboxBatchItem[] = [
-      { messageId: "msg-a", work: a, keys: ["a"] },
-      { messageId: "msg-b", work: writeB, keys: ["b"] },
-    ];
-    const result = await store.processBatch(CONSUMER, items);
-    assert.deepEqual(
-      result.outcomes.map((o) => o.kind),
-      ["single", "single"],
-    );
-    assert.ok(result.failure instanceof SavepointInBatchError, String(result.failure));
-    assert.deepEqual(await markers(), []);
+    const { items } = await refusedBatch(a);
 
     assert.deepEqual(
       (await alone(items)).map((o) => o.kind),
