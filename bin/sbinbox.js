@@ -18,25 +18,31 @@ module.enableCompileCache?.();
 // Service's start command pass it), however they are started: `npx sbinbox`, the npm bin shim, `node bin/sbinbox.js`.
 // process.execve keeps the process: its pid, stdio and signals stay, no parent waits beside it (a child process
 // cost a waiting parent of about 46 MB), and an --inspect port is free again for the new image (exec closes the old
-// one's socket). Nothing is loaded before it but this file. Windows has no execve: there it runs as it is, with
-// V8's sizing. A semi-space flag already given (on the command line or in NODE_OPTIONS) is left as it is.
+// one's socket). Nothing is loaded before it but this file. Windows has no execve (Node defines process.execve there
+// too, and it throws ERR_FEATURE_UNAVAILABLE_ON_PLATFORM): there, and wherever execve fails, it runs as it is, with
+// V8's sizing. A semi-space flag already given (on the command line or in NODE_OPTIONS, in either spelling: V8 reads
+// `_` and `-` alike) is left as it is.
 const argv = process.argv.slice(2);
 const SEMI_SPACE = "--max-semi-space-size";
 const grows =
   argv[0] === "worker" ||
   (argv[0] === "publish" && argv.some((a) => a === "--file" || a.startsWith("--file=")));
-if (
-  typeof process.execve === "function" &&
-  grows &&
-  ![...process.execArgv, ...(process.env.NODE_OPTIONS ?? "").split(/\s+/)].some((a) =>
-    a.startsWith(SEMI_SPACE),
-  )
-) {
-  process.execve(
-    process.execPath,
-    [process.execPath, ...process.execArgv, `${SEMI_SPACE}=4`, process.argv[1], ...argv],
-    process.env,
-  );
+/** Whether a V8 flag is given to this process already, as `--name` or `--name=value`, `_` or `-` between words. */
+const given = (flag) =>
+  [...process.execArgv, ...(process.env.NODE_OPTIONS ?? "").split(/\s+/)].some((a) => {
+    const name = a.split("=", 1)[0].replaceAll("_", "-");
+    return name === flag;
+  });
+if (typeof process.execve === "function" && process.platform !== "win32" && grows && !given(SEMI_SPACE)) {
+  try {
+    process.execve(
+      process.execPath,
+      [process.execPath, ...process.execArgv, `${SEMI_SPACE}=4`, process.argv[1], ...argv],
+      process.env,
+    );
+  } catch {
+    // Not replaced (a platform or sandbox without execve): the command runs on in this image, with V8's sizing.
+  }
 }
 
 // A small young generation is not all: V8 lets the old generation grow to up to four times what survived the last
@@ -46,10 +52,7 @@ if (
 // here rather than on the command line: V8 reads it at each collection, and a V8 that lacks the flag ignores it
 // instead of refusing to start. A value given on the command line or in NODE_OPTIONS is left as it is.
 const GROWING = "--heap-growing-percent";
-if (
-  grows &&
-  ![...process.execArgv, ...(process.env.NODE_OPTIONS ?? "").split(/\s+/)].some((a) => a.startsWith(GROWING))
-) {
+if (grows && !given(GROWING)) {
   v8.setFlagsFromString(`${GROWING}=20`);
 }
 

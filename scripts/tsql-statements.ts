@@ -31,5 +31,10 @@ export function composedExampleSamples(): { name: string; sql: string }[] {
     ...batch(3).requests.map((r) => ({ name: "composed: a batch of three", sql: r.sql })),
     ...split.requests.map((r, i) => ({ name: `composed: a split batch, request ${i + 1}`, sql: r.sql })),
     { name: "composed: one message's statements on the handle", sql: composeStatements(message(0)).sql },
+    // A statement ending in a line comment: its `;` goes on a line of its own, not into the comment.
+    ...composeTransaction({ sql: batchStatements.insertMarkers(2), params: ["example", "m-0", "m-1"] }, [
+      [{ sql: "UPDATE dbo.Accounts SET Balance = Balance + @p1 WHERE Id = @p2 -- credit", params: [1, "a"] }],
+      message(1),
+    ]).requests.map((r) => ({ name: "composed: a statement ending in a -- comment", sql: r.sql })),
   ];
 }

@@ -16,8 +16,12 @@ export interface BatchHandlersFailure {
  * it. Items whose keys are disjoint run at once when the driver can run statements concurrently on one
  * connection (pg's pipeline mode sends their statements back to back); otherwise every item is treated as unkeyed,
  * one after another. Each item has its own TransactionHandle: what it left running is waited for before it counts
- * as finished, and it can send nothing once it has. The first failure stops new starts; the running items are
- * waited for; the caller rolls back. Never throws.
+ * as finished, and it can send nothing once it has. A handler that runs beside others (keyed, concurrently) is
+ * held to what cannot reach their writes: its savepoint commands are refused (ROLLBACK TO would undo their
+ * interleaved writes), and a statement of its that failed fails the batch even when the handler caught the
+ * error (without a savepoint nothing can recover its transaction). Either way its messages go alone, where
+ * savepoints are safe. The first failure stops new starts; the running items are waited for; the caller rolls
+ * back. Never throws.
  */
 export async function runBatchHandlers(
   tx: StatementRunner,
@@ -39,7 +43,9 @@ export async function runBatchHandlers(
   };
   const run = async (item: InboxBatchItem): Promise<void> => {
     if (failed) return;
-    const handle = new TransactionHandle(dialect, tx);
+    // An unkeyed item runs with nothing beside it (inKeyOrder): it keeps the single path's rules.
+    const alongside = concurrent && item.keys !== undefined;
+    const handle = new TransactionHandle(dialect, tx, alongside);
     try {
       await item.work(handle.executor);
     } catch (failure) {
@@ -50,6 +56,7 @@ export async function runBatchHandlers(
     // Statements the handler left running are waited for; one that failed, or a refused one, fails the batch.
     const problem = await handle.end();
     if (problem !== undefined) fail(problem, undefined);
+    else if (alongside && handle.statementFailure !== undefined) fail(handle.statementFailure, undefined);
   };
   await inKeyOrder(
     open.map((i) => items[i]!),

@@ -86,7 +86,7 @@ function refusal(
   statements: readonly BoundStatement[],
 ): TransactionControlError | undefined {
   for (const statement of statements) {
-    const refused = refusedStatement(statement.sql, dialect);
+    const refused = refusedStatement(statement.sql, dialect, "statements");
     if (refused !== undefined) return new TransactionControlError(refused);
   }
   return undefined;

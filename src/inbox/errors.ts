@@ -35,6 +35,24 @@ export class TransactionControlError extends Error {
   }
 }
 
+/**
+ * A handler running beside other messages' handlers on a batch's one transaction (keyed, on a connection that
+ * pipelines) sent a savepoint command: ROLLBACK TO would undo the other messages' writes interleaved since the
+ * savepoint, and they would commit without them. Refused before it is sent; the batch rolls back and each of its
+ * messages goes alone, where the handler's savepoints reach only its own writes.
+ */
+export class SavepointInBatchError extends Error {
+  readonly statement: string;
+  constructor(statement: string) {
+    super(
+      `a handler running beside other messages in a batch may not send ${statement}: it would reach the other ` +
+        `messages' writes; the batch is rolled back and its messages go one by one`,
+    );
+    this.name = "SavepointInBatchError";
+    this.statement = statement;
+  }
+}
+
 /** A statement the handler did not await was still running when it returned, and then failed. */
 export class UnawaitedStatementError extends Error {
   constructor(cause: unknown) {

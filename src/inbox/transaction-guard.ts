@@ -3,19 +3,28 @@ import type { Dialect } from "../domain/sql.ts";
 /**
  * What a handler may not send through its transaction handle: statements that end or restart the inbox's
  * transaction (the marker would commit without the work, or the work run outside any transaction), and
- * session-level settings that would outlive the message on a pooled connection. Savepoints stay allowed.
+ * session-level settings that would outlive the message on a pooled connection. Savepoints stay allowed for a
+ * handler that runs alone in its transaction (`rules` "handler"), and are refused where they would reach past its
+ * own writes: "alongside", a handler running beside others on one transaction (its ROLLBACK TO would undo their
+ * interleaved writes too), and "statements", a statements handler's statements, sent together in one request
+ * (where a statement's failure recovered by a savepoint would still be reported, and its DECLARE would be made
+ * again by the next message's statements of one batch).
  *
  * A small tokenizer rather than a SQL parser: the only parsers for these dialects in Node are large native or
  * grammar packages, and the question here is narrow (the leading words of each statement, outside comments,
  * strings and quoted names). What it cannot see (dynamic SQL, a procedure that commits) is listed in docs/inbox.md.
  */
-export function refusedStatement(sql: string, dialect: Dialect): string | undefined {
+export function refusedStatement(
+  sql: string,
+  dialect: Dialect,
+  rules: GuardRules = "handler",
+): string | undefined {
   // Handlers send the same few statement texts again and again: each is read once.
-  const cache = verdicts[dialect];
+  const cache = verdicts[rules][dialect];
   const known = cache.get(sql);
   if (known !== undefined) return known === ALLOWED ? undefined : known;
   const words = tokens(sql, dialect);
-  const verdict = dialect === "postgres" ? refusedPostgres(words) : refusedSqlServer(words);
+  const verdict = dialect === "postgres" ? refusedPostgres(words, rules) : refusedSqlServer(words, rules);
   if (cache.size >= CACHE_LIMIT) cache.clear();
   if (sql.length <= CACHEABLE_LENGTH) cache.set(sql, verdict ?? ALLOWED);
   return verdict;
@@ -24,7 +33,14 @@ export function refusedStatement(sql: string, dialect: Dialect): string | undefi
 const ALLOWED = "";
 const CACHE_LIMIT = 1_000;
 const CACHEABLE_LENGTH = 4_096;
-const verdicts: Record<Dialect, Map<string, string>> = { postgres: new Map(), sqlserver: new Map() };
+/** What else is refused beside transaction control and session state (see refusedStatement). */
+export type GuardRules = "handler" | "alongside" | "statements";
+
+const verdicts: Record<GuardRules, Record<Dialect, Map<string, string>>> = {
+  handler: { postgres: new Map(), sqlserver: new Map() },
+  alongside: { postgres: new Map(), sqlserver: new Map() },
+  statements: { postgres: new Map(), sqlserver: new Map() },
+};
 
 /** Words upper-cased, `;` and operators as their own tokens; comments, strings and quoted names are dropped. */
 function tokens(sql: string, dialect: Dialect): string[] {
@@ -123,7 +139,7 @@ function blockCommentEnd(sql: string, start: number, _dialect: Dialect): number 
 }
 
 /** PostgreSQL: statements are separated by `;`; each one's leading words decide. */
-function refusedPostgres(words: string[]): string | undefined {
+function refusedPostgres(words: string[], rules: GuardRules): string | undefined {
   let start = true;
   for (let i = 0; i < words.length; i += 1) {
     const w = words[i]!;
@@ -148,6 +164,14 @@ function refusedPostgres(words: string[]): string | undefined {
       case "ROLLBACK":
         // ROLLBACK TO [SAVEPOINT] name undoes part of the transaction and keeps it open.
         if (second !== "TO") return w;
+        if (rules !== "handler") return "ROLLBACK TO";
+        break;
+      case "SAVEPOINT":
+      case "RELEASE":
+        if (rules !== "handler") return w;
+        break;
+      case "DECLARE":
+        if (rules === "statements") return w;
         break;
       case "PREPARE":
         if (second === "TRANSACTION") return "PREPARE TRANSACTION";
@@ -166,7 +190,7 @@ function refusedPostgres(words: string[]): string | undefined {
  * statement only outside parentheses: inside, it is a query hint (`OPTION (USE HINT (...))`, `USE PLAN`), and
  * no statement starts within parentheses.
  */
-function refusedSqlServer(words: string[]): string | undefined {
+function refusedSqlServer(words: string[], rules: GuardRules): string | undefined {
   let depth = 0;
   for (let i = 0; i < words.length; i += 1) {
     const w = words[i]!;
@@ -196,6 +220,14 @@ function refusedSqlServer(words: string[]): string | undefined {
           /^[A-Z_@]/.test(third)
         ))
           return w;
+        if (rules !== "handler") return "ROLLBACK TRANSACTION savepoint";
+        break;
+      case "SAVE":
+        if (rules !== "handler" && (second === "TRAN" || second === "TRANSACTION")) return "SAVE TRANSACTION";
+        break;
+      case "DECLARE":
+        // A reserved word: wherever it stands, it declares.
+        if (rules === "statements") return w;
         break;
       case "SET":
         // A session option is SET <name> <value>; SET col = ..., SET t.col += ... and SET @v = ... are not.

@@ -1,5 +1,5 @@
 import type { Dialect, SqlExecutor, SqlResult } from "../domain/sql.ts";
-import { TransactionControlError, UnawaitedStatementError } from "./errors.ts";
+import { SavepointInBatchError, TransactionControlError, UnawaitedStatementError } from "./errors.ts";
 import { refusedStatement } from "./transaction-guard.ts";
 
 /** What a handle sends its statements through: the inbox transaction (core.ts's InboxTransaction). */
@@ -19,11 +19,15 @@ export class TransactionHandle {
   private tail: Promise<unknown> = Promise.resolve();
   private readonly running = new Set<Promise<unknown>>();
   private readonly failures = new Map<Promise<unknown>, unknown>();
-  private refused: TransactionControlError | undefined;
+  private refused: TransactionControlError | SavepointInBatchError | undefined;
   /** The error of the first of the handler's statements that failed (the driver's own error object). */
   statementFailure: unknown;
 
-  constructor(dialect: Dialect, tx: StatementRunner) {
+  /**
+   * `alongside`: the handler runs beside others on the transaction (a batch's keyed handler on a pipelining
+   * connection), so its savepoints are refused too (transaction-guard.ts).
+   */
+  constructor(dialect: Dialect, tx: StatementRunner, alongside = false) {
     this.executor = {
       dialect,
       query: <R = Record<string, unknown>>(
@@ -35,8 +39,13 @@ export class TransactionHandle {
             new Error("the inbox transaction has ended; this handle can no longer write"),
           );
         const refused = refusedStatement(sql, dialect);
-        if (refused !== undefined) {
-          this.refused ??= new TransactionControlError(refused);
+        const savepoint =
+          alongside && refused === undefined ? refusedStatement(sql, dialect, "alongside") : undefined;
+        if (refused !== undefined || savepoint !== undefined) {
+          this.refused ??=
+            refused !== undefined
+              ? new TransactionControlError(refused)
+              : new SavepointInBatchError(savepoint!);
           return Promise.reject(this.refused);
         }
         const statement = this.tail.then(() => tx.query<R>(sql, params));

@@ -9,8 +9,8 @@ import { refusedStatement } from "../inbox/transaction-guard.ts";
  * A statements handler's statements for one message, resolved to the store's dialect and checked before any is
  * sent. What `statements()` throws is the handler's failure, judged by the retry policy like a transactional
  * handler's throw. What it returns that can never run (not a list of statements, no text for this dialect,
- * transaction control, more parameters than a SQL Server request takes, a reference to a parameter it does not
- * give) is the handler's bug, the same for every delivery: a DoNotRetryError, so the message is dead-lettered at
+ * transaction control, a savepoint or a DECLARE, more parameters than a SQL Server request takes, a reference to
+ * a parameter it does not give or to @p0) is the handler's bug, the same for every delivery: a DoNotRetryError, so the message is dead-lettered at
  * once as NotRetryable with a description naming the handler, the statement and what is wrong.
  */
 export function resolveStatements<T>(
@@ -36,8 +36,20 @@ export function resolveStatements<T>(
     const values: readonly unknown[] = params ?? [];
     const refused = refusedStatement(text, dialect);
     if (refused !== undefined) throw wrong(`${at}: ${refused}`);
+    const together = refusedStatement(text, dialect, "statements");
+    if (together !== undefined)
+      throw wrong(
+        `${at}: ${together} (the statements are sent together, in a batch with other messages' in one ` +
+          "transaction: a savepoint would reach past them, and a DECLARE would be made again by the next message's)",
+      );
     if (dialect === "sqlserver") {
-      const highest = renumberParameters(text, 0).highest;
+      let highest: number;
+      try {
+        highest = renumberParameters(text, 0).highest;
+      } catch (error) {
+        // @p0 or @p01: renumbered, it would bind a parameter before the statement's own (the marker's MessageId).
+        throw wrong(`${at}: ${(error as Error).message}`);
+      }
       if (highest > values.length)
         throw wrong(`${at} refers to @p${highest} but gives ${values.length} parameters`);
     }

@@ -223,6 +223,86 @@ export function statementsConformance(backend: Backend): void {
       assert.deepEqual(await Promise.all([a, b].map(markers)), [0, 0]);
     });
 
+    /** Every pooled SQL Server connection is outside any transaction. */
+    const noTransactionOpen = async (): Promise<void> => {
+      const counts = await Promise.all(
+        Array.from({ length: 8 }, () => scalar(db.raw, "SELECT @@TRANCOUNT AS n")),
+      );
+      assert.deepEqual(
+        counts,
+        counts.map(() => 0),
+      );
+    };
+
+    // RAISERROR does not honour XACT_ABORT: before its statements were wrapped in TRY...CATCH, the composed request
+    // ran on to COMMIT while mssql reported the error (marker and write committed, the message reported failed).
+    const raises = (): BoundStatement => ({
+      sql:
+        backend.dialect === "sqlserver"
+          ? "IF @p1 > 0 RAISERROR('sbinbox test: refused %d', 16, 1, @p1)"
+          : "SELECT 1 / (0 * $1::int) AS refused",
+      params: [7],
+    });
+
+    it("a statement that raises after a write: nothing commits, the message fails and is classified", async () => {
+      const k = key();
+      const outcome = await store.process(k, () => Promise.reject(new Error("work must not run")), {
+        statements: [effect(k), raises(), effect(k)],
+      });
+      assert.equal(outcome.kind, "failed");
+      assert.equal(outcome.kind === "failed" && outcome.errorClass, "permanent");
+      const error = outcome.kind === "failed" ? outcome.error : undefined;
+      if (backend.dialect === "sqlserver")
+        assert.match(String((error as Error).message), /sbinbox test: refused 7/);
+      else assert.equal((error as { code?: string }).code, "22012");
+      assert.equal(await markers(k), 0, "no marker: the retry runs it again");
+      assert.equal(await effects(k), 0, "the write before it rolled back");
+      if (backend.dialect === "sqlserver") await noTransactionOpen();
+    });
+
+    it("a batch with a statement that raises rolls back whole; alone, the others commit once", async () => {
+      const keys = [key(), key(), key()];
+      const items = [
+        item(keys[0]!, [effect(keys[0]!)]),
+        item(keys[1]!, [effect(keys[1]!), raises()]),
+        item(keys[2]!, [effect(keys[2]!)]),
+      ];
+      const result = await store.processBatch("ledger", items);
+      assert.equal(result.reason, "handler_error");
+      assert.deepEqual(await Promise.all(keys.map(markers)), [0, 0, 0]);
+      assert.deepEqual(await Promise.all(keys.map(effects)), [0, 0, 0]);
+      const alone = await Promise.all(items.map((it, i) => store.process(keys[i]!, it.work, it)));
+      assert.deepEqual(
+        alone.map((o) => o.kind),
+        ["committed", "failed", "committed"],
+      );
+      assert.deepEqual(await Promise.all(keys.map(effects)), [1, 0, 1]);
+      assert.deepEqual(await Promise.all(keys.map(markers)), [1, 0, 1]);
+    });
+
+    it("a savepoint among the statements is never sent: alone the message fails permanently with nothing applied", async () => {
+      const taken = (nextOrder += 1);
+      await db.raw.query(db.sql.insertOrder, [taken]);
+      const k = key();
+      // Recovered by the savepoint, PostgreSQL would commit while the failed statement reported the message failed.
+      const [save, back]: BoundStatement[] =
+        backend.dialect === "sqlserver"
+          ? [
+              { sql: "SAVE TRANSACTION s1", params: [] },
+              { sql: "ROLLBACK TRANSACTION s1", params: [] },
+            ]
+          : [
+              { sql: "SAVEPOINT s1", params: [] },
+              { sql: "ROLLBACK TO SAVEPOINT s1", params: [] },
+            ];
+      const outcome = await store.process(k, () => Promise.resolve(), {
+        statements: [effect(k), save!, order(taken), back!],
+      });
+      assert.equal(outcome.kind === "failed" && outcome.errorClass, "permanent");
+      assert.equal(await markers(k), 0);
+      assert.equal(await effects(k), 0);
+    });
+
     it("a batch past one request's parameters is split inside one transaction, and commits whole", async () => {
       // 3 messages of 400 statements of 2 parameters: 2,400 parameters with the markers' 4, over 2,100.
       const keys = [key(), key(), key()];
@@ -277,13 +357,7 @@ export function statementsConformance(backend: Backend): void {
         skipFor(this, await tracksTextTransactions(db));
         // A batch that BEGINs and ends without COMMIT or ROLLBACK, as a compile-time error or a timeout can leave one.
         await db.raw.query("BEGIN TRANSACTION; SELECT 1 AS n;");
-        const counts = await Promise.all(
-          Array.from({ length: 8 }, () => scalar(db.raw, "SELECT @@TRANCOUNT AS n")),
-        );
-        assert.deepEqual(
-          counts,
-          counts.map(() => 0),
-        );
+        await noTransactionOpen();
       });
 
     it("a statement that names a missing table fails the message and leaves no transaction open on the pool", async () => {

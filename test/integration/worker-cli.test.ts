@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { mkdtemp, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import type { Database } from "../../src/app/database.ts";
 import { demoEvent } from "../../src/example/demo-events.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
@@ -69,6 +70,55 @@ describe("sbinbox worker as a process", function () {
       const images = await seen();
       assert.equal(images.length, 1, JSON.stringify(images));
       assert.ok(!images[0]!.execArgv.includes("--max-semi-space-size=4"));
+    });
+
+    it("the flag's underscore spelling in NODE_OPTIONS counts as the same flag: one image", async function () {
+      const { nodeOptions, seen } = await recorder();
+      const given = await runCli(["worker"], {
+        SBINBOX_MAX_CONCURRENT_CALLS: "lots",
+        NODE_OPTIONS: `${nodeOptions} --max_semi_space_size=8`,
+      });
+      assert.equal(given.code, 2, given.stderr);
+      const images = await seen();
+      assert.equal(images.length, 1, JSON.stringify(images));
+      assert.ok(!images[0]!.execArgv.some((a) => a.startsWith("--max-semi-space-size")));
+    });
+
+    /** A preload, after the recorder's, that changes what bin/sbinbox.js sees of the platform. */
+    const preload = async (code: string): Promise<string> => {
+      const file = join(await mkdtemp(join(tmpdir(), "sbinbox-preload-")), "preload.mjs");
+      await writeFile(file, code);
+      return `--import=${pathToFileURL(file).href}`;
+    };
+
+    // Node defines process.execve on Windows too, where it throws ERR_FEATURE_UNAVAILABLE_ON_PLATFORM.
+    it("on win32 it runs on in its one image with V8's sizing, no crash", async function () {
+      const { nodeOptions, seen } = await recorder();
+      const win32 = await preload(`Object.defineProperty(process, "platform", { value: "win32" });`);
+      const result = await runCli(["worker"], {
+        SBINBOX_MAX_CONCURRENT_CALLS: "lots",
+        NODE_OPTIONS: `${nodeOptions} ${win32}`,
+      });
+      assert.equal(result.code, 2, result.stderr);
+      assert.match(result.stderr, /SBINBOX_MAX_CONCURRENT_CALLS: must be a whole number/);
+      assert.doesNotMatch(result.stderr, /ERR_FEATURE_UNAVAILABLE_ON_PLATFORM/);
+      const images = await seen();
+      assert.equal(images.length, 1, JSON.stringify(images));
+    });
+
+    it("an execve that throws leaves the command running in its one image", async function () {
+      const { nodeOptions, seen } = await recorder();
+      const failing = await preload(
+        `process.execve = () => { throw Object.assign(new Error("no execve here"), { code: "ERR_FEATURE_UNAVAILABLE_ON_PLATFORM" }); };`,
+      );
+      const result = await runCli(["worker"], {
+        SBINBOX_MAX_CONCURRENT_CALLS: "lots",
+        NODE_OPTIONS: `${nodeOptions} ${failing}`,
+      });
+      assert.equal(result.code, 2, result.stderr);
+      assert.match(result.stderr, /SBINBOX_MAX_CONCURRENT_CALLS: must be a whole number/);
+      assert.doesNotMatch(result.stderr, /no execve here/);
+      assert.equal((await seen()).length, 1);
     });
   });
 

@@ -37,11 +37,18 @@ export interface ComposedTransaction {
 
 /**
  * `@pN` parameter references in a statement renumbered by `offset`, outside string literals, quoted and bracketed
- * identifiers and comments; `@@ROWCOUNT` and other variables are left alone. Returns the highest N it met.
+ * identifiers and comments; `@@ROWCOUNT` and other variables are left alone. Returns the highest N it met, and
+ * whether the text ends inside a `--` comment (a `;` appended on its line would be commented out). Parameters are
+ * numbered from @p1: `@p0`, or a number written with a leading zero (`@p01`), would be renumbered onto a parameter
+ * before the statement's own (the marker's MessageId) and is refused with a RangeError.
  */
-export function renumberParameters(sql: string, offset: number): { sql: string; highest: number } {
+export function renumberParameters(
+  sql: string,
+  offset: number,
+): { sql: string; highest: number; endsInComment: boolean } {
   let out = "";
   let highest = 0;
+  let endsInComment = false;
   let i = 0;
   const n = sql.length;
   const skipQuoted = (close: string): void => {
@@ -70,6 +77,7 @@ export function renumberParameters(sql: string, offset: number): { sql: string; 
     else if (c === "-" && sql[i + 1] === "-") {
       const k = sql.indexOf("\n", i);
       const j = k === -1 ? n : k;
+      endsInComment = k === -1;
       out += sql.slice(i, j);
       i = j;
     } else if (c === "/" && sql[i + 1] === "*") {
@@ -92,6 +100,8 @@ export function renumberParameters(sql: string, offset: number): { sql: string; 
       const match = /^@(@?)([\p{L}\p{N}_@#$]*)/u.exec(sql.slice(i, i + 200))!;
       const parameter = match[1] === "" ? /^[pP](\d+)$/.exec(match[2]!) : null;
       if (parameter) {
+        if (parameter[1]!.startsWith("0"))
+          throw new RangeError(`${match[0]}: parameters are numbered from @p1, without leading zeros`);
         const number = Number(parameter[1]);
         highest = Math.max(highest, number);
         out += `@p${number + offset}`;
@@ -102,7 +112,7 @@ export function renumberParameters(sql: string, offset: number): { sql: string; 
       i += 1;
     }
   }
-  return { sql: out, highest };
+  return { sql: out, highest, endsInComment };
 }
 
 /** A statement's text as one item of a batch: without the semicolons and blanks it ends with. */
@@ -124,6 +134,27 @@ IF XACT_STATE() <> 0 ROLLBACK TRANSACTION;
 IF ERROR_NUMBER() IN (2601, 2627) THROW ${MARKER_EXISTS.number}, N'sbinbox: an inbox marker of this request exists', ${MARKER_EXISTS.state};
 THROW;
 END CATCH;`;
+}
+
+/**
+ * A request's statements inside TRY, rolled back and raised again in CATCH. XACT_ABORT does not cover every error:
+ * RAISERROR does not honour it ([SET XACT_ABORT](https://learn.microsoft.com/sql/t-sql/statements/set-xact-abort-transact-sql)),
+ * so the statements after it and the COMMIT would run while the client is told the request failed (marker and
+ * writes committed, the message reported failed: review of issue 29, on Babelfish). Inside TRY an error of
+ * severity above 10 goes to CATCH, which rolls the transaction back and ends the batch with the same error
+ * (THROW keeps its number, so a business table's 2627 stays 2627, never the markers' 51029).
+ */
+function guardedStatements(parts: readonly string[]): string[] {
+  if (parts.length === 0) return [];
+  return [
+    "BEGIN TRY",
+    ...parts,
+    "END TRY",
+    "BEGIN CATCH",
+    "IF XACT_STATE() <> 0 ROLLBACK TRANSACTION;",
+    "THROW;",
+    "END CATCH;",
+  ];
 }
 
 /**
@@ -155,13 +186,19 @@ export function composeTransaction(
     append(request, statements);
   }
   if (requests.length === 1) {
-    const only = requests[0]!;
+    const [markerPart, ...statementParts] = requests[0]!.parts;
     return {
       whole: true,
       requests: [
         {
-          sql: ["SET XACT_ABORT ON;", "BEGIN TRANSACTION;", ...only.parts, "COMMIT TRANSACTION;"].join("\n"),
-          params: only.params,
+          sql: [
+            "SET XACT_ABORT ON;",
+            "BEGIN TRANSACTION;",
+            markerPart!,
+            ...guardedStatements(statementParts),
+            "COMMIT TRANSACTION;",
+          ].join("\n"),
+          params: requests[0]!.params,
         },
       ],
     };
@@ -169,7 +206,10 @@ export function composeTransaction(
   return {
     whole: false,
     requests: requests.map((r, i) => ({
-      sql: (i === 0 ? ["SET XACT_ABORT ON;", ...r.parts] : r.parts).join("\n"),
+      sql: (i === 0
+        ? ["SET XACT_ABORT ON;", r.parts[0]!, ...guardedStatements(r.parts.slice(1))]
+        : guardedStatements(r.parts)
+      ).join("\n"),
       params: r.params,
     })),
   };
@@ -188,12 +228,14 @@ function append(
   statements: readonly BoundStatement[],
 ): void {
   for (const statement of statements) {
-    const renumbered = renumberParameters(statement.sql, request.params.length);
+    // Trimmed first, so that a comment on the last line is seen as the end it is.
+    const renumbered = renumberParameters(trimmed(statement.sql), request.params.length);
     if (renumbered.highest > statement.params.length)
       throw new RangeError(
         `a statement refers to @p${renumbered.highest} but is given ${statement.params.length} parameters`,
       );
-    request.parts.push(`${trimmed(renumbered.sql)};`);
+    // A text ending in a `--` comment ends its statement on a line of its own.
+    request.parts.push(`${renumbered.sql}${renumbered.endsInComment ? "\n;" : ";"}`);
     request.params.push(...statement.params);
   }
 }

@@ -55,10 +55,32 @@ describe("statements on SQL Server: renumbering and composition", () => {
       request!.sql,
       new RegExp(`THROW ${MARKER_EXISTS.number}, N'[^']+', ${MARKER_EXISTS.state};`),
     );
+    // The statements inside TRY: an error XACT_ABORT leaves running (RAISERROR) rolls back and ends the batch.
     assert.match(
       request!.sql,
-      /INSERT INTO dbo\.E \(M\) VALUES \(@p4\);\nINSERT INTO dbo\.E \(M, N\) VALUES \(@p5, @p6\);\nCOMMIT TRANSACTION;$/,
+      /END CATCH;\nBEGIN TRY\nINSERT INTO dbo\.E \(M\) VALUES \(@p4\);\nINSERT INTO dbo\.E \(M, N\) VALUES \(@p5, @p6\);\nEND TRY\nBEGIN CATCH\nIF XACT_STATE\(\) <> 0 ROLLBACK TRANSACTION;\nTHROW;\nEND CATCH;\nCOMMIT TRANSACTION;$/,
     );
+  });
+
+  it("a statement ending in a -- comment gets its ; on a line of its own", () => {
+    const composed = composeStatements([
+      { sql: "UPDATE dbo.T SET x = x + @p1 WHERE id = 1 -- one more", params: [1] },
+      { sql: "UPDATE dbo.T SET x = x + @p1 -- again;\n", params: [2] },
+      { sql: "UPDATE dbo.T SET x = 0 /* -- not a line comment */", params: [] },
+    ]);
+    assert.equal(
+      composed.sql,
+      "UPDATE dbo.T SET x = x + @p1 WHERE id = 1 -- one more\n;\n" +
+        "UPDATE dbo.T SET x = x + @p2 -- again\n;\n" +
+        "UPDATE dbo.T SET x = 0 /* -- not a line comment */;",
+    );
+  });
+
+  it("refuses @p0 and numbers with leading zeros: renumbered, they would bind the marker's parameters", () => {
+    for (const sql of ["UPDATE dbo.A SET B = @p1 WHERE Id = @p0", "SELECT @p01", "SELECT @P00"])
+      assert.throws(() => renumberParameters(sql, 2), /parameters are numbered from @p1/, sql);
+    assert.equal(renumberParameters("SELECT '@p0', [@p0] -- @p0", 2).highest, 0);
+    assert.equal(renumberParameters("SELECT @p10, @p100", 0).highest, 100);
   });
 
   it("splits at the parameter limit between messages, never inside one, without transaction control", () => {
@@ -80,6 +102,13 @@ describe("statements on SQL Server: renumbering and composition", () => {
       assert.equal(renumberParameters(r.sql, 0).highest, r.params.length);
     }
     assert.match(composed.requests[0]!.sql, /^SET XACT_ABORT ON;\nBEGIN TRY/);
+    // Each request's statements inside a TRY of their own, after the markers' in the first.
+    for (const r of composed.requests)
+      assert.match(
+        r.sql,
+        /BEGIN TRY\n(?:INSERT INTO dbo\.T [^\n]+\n)+END TRY\nBEGIN CATCH\nIF XACT_STATE\(\) <> 0 ROLLBACK TRANSACTION;\nTHROW;\nEND CATCH;$/,
+      );
+    assert.equal(composed.requests[0]!.sql.split("BEGIN TRY").length - 1, 2);
   });
 
   it("fills a request to exactly the limit", () => {
@@ -145,6 +174,22 @@ describe("statements handlers: what statements() returns, checked before anythin
       /refers to @p2 but gives 1/,
     ],
     [
+      "@p0 (it would bind the marker's MessageId)",
+      () => [{ sql: "UPDATE dbo.A SET B = B + @p1 WHERE Id = @p0", params: [5] }],
+      /statement 1: @p0: parameters are numbered from @p1/,
+    ],
+    ["a leading zero", () => [{ sql: "SELECT @p01", params: [5] }], /@p01: parameters are numbered from @p1/],
+    [
+      "a savepoint (SQL Server)",
+      () => [{ sql: "SAVE TRANSACTION s1" }],
+      /statement 1: SAVE TRANSACTION \(the statements are sent together/,
+    ],
+    [
+      "a DECLARE (made again by the next message's statements of a batch)",
+      () => [{ sql: "DECLARE @n int = @p1; UPDATE dbo.T SET x = x + @n WHERE id = 1", params: [1] }],
+      /statement 1: DECLARE \(/,
+    ],
+    [
       "more parameters than a request takes",
       () =>
         Array.from({ length: 3 }, () => ({ sql: "SELECT 1", params: Array.from({ length: 700 }, () => 1) })),
@@ -170,6 +215,15 @@ describe("statements handlers: what statements() returns, checked before anythin
         }),
       (error: unknown) => error === thrown,
     );
+  });
+
+  it("refuses a savepoint among the statements on PostgreSQL too", () => {
+    for (const sql of ["SAVEPOINT s", "ROLLBACK TO SAVEPOINT s", "RELEASE SAVEPOINT s"])
+      assert.throws(
+        () => resolve(() => [{ sql: "SELECT 1" }, { sql }], "postgres"),
+        (error: unknown) => error instanceof DoNotRetryError && /statement 2: /.test(error.message),
+        sql,
+      );
   });
 
   it("has no parameter ceiling of its own on PostgreSQL", () => {

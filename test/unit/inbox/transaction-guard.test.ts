@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import type { Dialect } from "../../../src/domain/sql.ts";
 import { refusedStatement } from "../../../src/inbox/transaction-guard.ts";
 
 describe("the transaction handle's guard: what a handler may not send", () => {
@@ -95,6 +96,52 @@ describe("the transaction handle's guard: what a handler may not send", () => {
       assert.equal(refusedStatement(sql, "sqlserver"), undefined);
     });
   }
+
+  // Beside other handlers on one transaction, and among a statements handler's statements, a savepoint would reach
+  // past the handler's own writes; a statements handler's DECLARE would be made again by the next message's.
+  const savepoints: [string, Dialect, string][] = [
+    ["SAVEPOINT s1", "postgres", "SAVEPOINT"],
+    ["select 1; savepoint s1", "postgres", "SAVEPOINT"],
+    ["ROLLBACK TO SAVEPOINT s1", "postgres", "ROLLBACK TO"],
+    ["ROLLBACK TO s1", "postgres", "ROLLBACK TO"],
+    ["RELEASE SAVEPOINT s1", "postgres", "RELEASE"],
+    ["RELEASE s1", "postgres", "RELEASE"],
+    ["SAVE TRANSACTION s1", "sqlserver", "SAVE TRANSACTION"],
+    ["SAVE TRAN @name", "sqlserver", "SAVE TRANSACTION"],
+    ["ROLLBACK TRANSACTION s1", "sqlserver", "ROLLBACK TRANSACTION savepoint"],
+    ["UPDATE dbo.T SET x = 1 ROLLBACK TRAN s1", "sqlserver", "ROLLBACK TRANSACTION savepoint"],
+  ];
+  for (const [sql, dialect, word] of savepoints) {
+    it(`${dialect}: ${JSON.stringify(sql)} is allowed alone, refused alongside others and among statements`, () => {
+      assert.equal(refusedStatement(sql, dialect), undefined);
+      assert.equal(refusedStatement(sql, dialect, "alongside"), word);
+      assert.equal(refusedStatement(sql, dialect, "statements"), word);
+    });
+  }
+  const declares: [string, Dialect][] = [
+    ["DECLARE @n int = @p1; UPDATE dbo.T SET x = x + @n WHERE id = 1", "sqlserver"],
+    ["UPDATE dbo.T SET x = 1; declare @n int", "sqlserver"],
+    ["DECLARE c CURSOR FOR SELECT 1", "postgres"],
+  ];
+  for (const [sql, dialect] of declares) {
+    it(`${dialect}: ${JSON.stringify(sql)} is refused among a statements handler's statements only`, () => {
+      assert.equal(refusedStatement(sql, dialect), undefined);
+      assert.equal(refusedStatement(sql, dialect, "alongside"), undefined);
+      assert.equal(refusedStatement(sql, dialect, "statements"), "DECLARE");
+    });
+  }
+  it("the stricter rules refuse what the handler's rules refuse, and allow the rest", () => {
+    for (const rules of ["alongside", "statements"] as const) {
+      assert.equal(refusedStatement("COMMIT", "postgres", rules), "COMMIT");
+      assert.equal(refusedStatement("SET NOCOUNT ON", "sqlserver", rules), "SET NOCOUNT");
+      assert.equal(refusedStatement(`SELECT 'SAVEPOINT s', "release" FROM t`, "postgres", rules), undefined);
+      assert.equal(
+        refusedStatement("SELECT N'SAVE TRAN s' AS t, [declare] FROM dbo.T", "sqlserver", rules),
+        undefined,
+      );
+      assert.equal(refusedStatement("-- ROLLBACK TO s\nSELECT 1", "postgres", rules), undefined);
+    }
+  });
 
   it("a statement seen before keeps its verdict (the verdicts are cached per dialect)", () => {
     for (let i = 0; i < 3; i += 1) {
