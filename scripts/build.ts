@@ -1,10 +1,18 @@
 // `npm run build`: the packages' builds, sbinbox's, the harness's and the handlers', then the assets they read at
-// run time; skipped when nothing it reads changed since its last success in this checkout (scripts/build-stamp.ts).
+// run time; skipped when nothing it reads changed and nothing it wrote was touched since its last success in this
+// checkout (scripts/build-stamp.ts).
 // `--force` builds anyway.
 import { execFileSync } from "node:child_process";
-import { mkdirSync, rmSync, writeFileSync } from "node:fs";
-import { dirname, join } from "node:path";
-import { BUILD_OUTPUTS, buildInputsHash, stampPath, upToDate } from "./build-stamp.ts";
+import { rmSync } from "node:fs";
+import { join } from "node:path";
+import {
+  BUILD_OUTPUTS,
+  BUILD_PROJECTS,
+  buildInputsHash,
+  stampPath,
+  upToDate,
+  writeStamp,
+} from "./build-stamp.ts";
 
 const root = join(import.meta.dirname, "..");
 const hash = buildInputsHash(root);
@@ -19,15 +27,9 @@ if (!process.argv.includes("--force") && upToDate(root, hash)) {
   };
   run("npm", ["run", "build", "--workspaces"]);
   const tsc = join(root, "node_modules", "typescript", "bin", "tsc");
-  for (const project of [
-    "tsconfig.build.json",
-    "packages/dev/tsconfig.testing.json",
-    "tsconfig.handlers.json",
-  ])
-    run(process.execPath, [tsc, "-p", project]);
+  for (const project of BUILD_PROJECTS) run(process.execPath, [tsc, "-p", project]);
   run(process.execPath, [join(root, "scripts", "copy-build-assets.ts")]);
   // The hash from before the build: an input edited while it ran leaves a stamp that no longer matches.
-  mkdirSync(dirname(stampPath(root)), { recursive: true });
-  writeFileSync(stampPath(root), `${hash}\n`);
+  writeStamp(root, hash);
   process.stdout.write(`build: done (inputs ${hash.slice(0, 12)}; ${BUILD_OUTPUTS.join(", ")})\n`);
 }

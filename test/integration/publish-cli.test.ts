@@ -9,6 +9,7 @@ import { useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { spawn } from "node:child_process";
 import { createServer, type AddressInfo } from "node:net";
 import { BIN, cleanEnv, runCli, startCli } from "../helpers/cli.ts";
+import { imageRecorder } from "../helpers/images.ts";
 
 const QUEUE = "sbinbox";
 
@@ -258,29 +259,10 @@ describe("sbinbox publish (streaming, in flight)", function () {
   });
 
   describe("--file replaces itself with a 4 MB semi-space", function () {
-    /** A preload that appends each process's pid, parent and V8 flags to `out`, one JSON line each. */
-    async function recorder(): Promise<{ nodeOptions: string; processes: () => Promise<ProcessSeen[]> }> {
-      const hook = join(dir, "record-flags.mjs");
-      const out = join(dir, `flags-${Date.now()}.jsonl`);
-      await writeFile(
-        hook,
-        `import { appendFileSync } from "node:fs";
-         appendFileSync(${JSON.stringify(out)}, JSON.stringify({ pid: process.pid, ppid: process.ppid, execArgv: process.execArgv }) + "\\n");`,
-      );
-      return {
-        nodeOptions: `--import=${pathToFileURL(hook).href}`,
-        processes: async () =>
-          (await readFile(out, "utf8"))
-            .trim()
-            .split("\n")
-            .map((l) => JSON.parse(l) as ProcessSeen),
-      };
-    }
-    interface ProcessSeen {
-      pid: number;
-      ppid: number;
-      execArgv: string[];
-    }
+    const recorder = async () => {
+      const { nodeOptions, images } = await imageRecorder(dir);
+      return { nodeOptions, processes: images };
+    };
 
     it("replaces itself with the flag, in the same process, and exits with its code", async function () {
       const { nodeOptions, processes } = await recorder();

@@ -8,6 +8,7 @@ import { createPublisher } from "../../src/servicebus/publisher.ts";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { freePort } from "../../src/embedded/free-port.ts";
 import { runCli, startCli } from "../helpers/cli.ts";
+import { imageRecorder } from "../helpers/images.ts";
 import { countCredits, creditsPerMessage, exampleDatabase, startTestWorker } from "../helpers/worker.ts";
 
 const QUEUE = "sbinbox";
@@ -30,6 +31,44 @@ describe("sbinbox worker as a process", function () {
       });
       assert.equal(result.code, 2);
       assert.match(result.stderr, /SBINBOX_DATABASE: Service Bus is configured but no database/);
+    });
+  });
+
+  describe("V8's young generation", function () {
+    const recorder = async () => {
+      const { nodeOptions, images } = await imageRecorder(await mkdtemp(join(tmpdir(), "sbinbox-semi-")));
+      return { nodeOptions, seen: images };
+    };
+
+    it("`sbinbox worker` replaces itself, in the same process, with a 4 MB semi-space", async function () {
+      const { nodeOptions, seen } = await recorder();
+      const { child, done } = startCli(["worker"], {
+        SBINBOX_MAX_CONCURRENT_CALLS: "lots",
+        NODE_OPTIONS: nodeOptions,
+      });
+      const result = await done;
+      assert.equal(result.code, 2, "the worker's own configuration check ran in the new image");
+      assert.match(result.stderr, /SBINBOX_MAX_CONCURRENT_CALLS: must be a whole number/);
+      const images = await seen();
+      assert.deepEqual(
+        images.map((i) => i.pid),
+        [child.pid, child.pid],
+        "two images of one process",
+      );
+      assert.ok(!images[0]!.execArgv.some((a) => a.startsWith("--max-semi-space-size")));
+      assert.ok(images[1]!.execArgv.includes("--max-semi-space-size=4"), JSON.stringify(images[1]));
+    });
+
+    it("a semi-space given in NODE_OPTIONS is left alone: one image", async function () {
+      const { nodeOptions, seen } = await recorder();
+      const given = await runCli(["worker"], {
+        SBINBOX_MAX_CONCURRENT_CALLS: "lots",
+        NODE_OPTIONS: `${nodeOptions} --max-semi-space-size=8`,
+      });
+      assert.equal(given.code, 2, given.stderr);
+      const images = await seen();
+      assert.equal(images.length, 1, JSON.stringify(images));
+      assert.ok(!images[0]!.execArgv.includes("--max-semi-space-size=4"));
     });
   });
 

@@ -222,6 +222,13 @@ describe("worker: settlement follows the inbox outcome (real SDK, local broker, 
     workers.push(b);
     await waitUntil(() => a.stats.committed + a.stats.failed === 1, "A finished", 10_000);
     await waitUntil(() => settledAll(), "the message is gone from the queue", 10_000);
+    // A's commit is counted before its complete goes out, and B's complete can empty the queue first: wait for
+    // A's settlement to be answered, or the assertion below reads A's stats while its complete is in flight.
+    await waitUntil(
+      () => a.stats.settled + a.stats.settlementFailures === 1,
+      "A's settlement is answered",
+      10_000,
+    );
     assert.equal((await creditsPerMessage(db)).get(messageId), 1, "one effect");
     assert.equal(a.stats.committed, 1, "A's transaction won");
     assert.equal(b.stats.committed, 0);

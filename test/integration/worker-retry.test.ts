@@ -83,6 +83,9 @@ async function credits(db: Database, messageId: string): Promise<number> {
 const body = (json: unknown) => Buffer.from(JSON.stringify(json));
 
 describe("worker: failures retried over time, never burning a message", function () {
+  // A test may stop the broker's clock (`frozenAt`): a scheduled copy then stays scheduled however long a loaded
+  // machine takes before the test looks, and comes due when the test lets the clock run again.
+  let frozenAt: number | undefined;
   const fixture = useLocalBroker(
     brokerConfig(
       Object.fromEntries(
@@ -92,6 +95,7 @@ describe("worker: failures retried over time, never burning a message", function
         ]),
       ),
     ),
+    { now: () => frozenAt ?? Date.now() },
   );
   let db: Database;
   before(async () => {
@@ -254,6 +258,9 @@ describe("worker: failures retried over time, never burning a message", function
     await sendRawMessages(fixture.client, queue, [
       { messageId: "tx-long", subject: "Credit", body: body({ amount: 5 }) },
     ]);
+    // The worker dates the copy from its own clock, some time between `before` and `after`.
+    const before = Date.now();
+    frozenAt = before;
     const worker = startTestWorker({
       client: fixture.client,
       db,
@@ -261,19 +268,31 @@ describe("worker: failures retried over time, never burning a message", function
       handlers: [handler],
       retryPolicy: { ...fast, maxInProcessWaitMs: 0 },
     });
+    const peeker = fixture.client.createReceiver(queue);
     try {
       await waitUntil(
         () => worker.stats.settled === 1,
         "the original is completed after its copy is scheduled",
         SETTLE_SLACK_MS,
       );
+      const after = Date.now();
       assert.equal(fixture.broker.counts(queue).scheduled, 1, "the copy waits, scheduled");
+      const [copy] = await peeker.peekMessages(1);
+      const dueAt = copy?.scheduledEnqueueTimeUtc?.getTime();
+      assert.ok(dueAt !== undefined, "the copy has a scheduled enqueue time");
+      assert.ok(
+        dueAt >= before + retryAfterMs && dueAt <= after + retryAfterMs,
+        `the copy is due ${retryAfterMs} ms after it was scheduled (${dueAt - before} ms after the send)`,
+      );
+      frozenAt = undefined;
       await waitUntil(
         () => worker.stats.settled === 2,
         "the copy is processed",
         retryAfterMs + SETTLE_SLACK_MS,
       );
     } finally {
+      frozenAt = undefined;
+      await peeker.close();
       await worker.stop();
     }
     assert.equal(worker.stats.retriesScheduled, 1);
