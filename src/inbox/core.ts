@@ -1,14 +1,19 @@
 import type { ErrorClass, ProcessOutcome } from "../domain/outcome.ts";
-import type { Dialect, SqlExecutor, SqlResult } from "../domain/sql.ts";
+import type { Dialect, SqlExecutor } from "../domain/sql.ts";
 import { ClaimLostError, UnawaitedStatementError } from "./errors.ts";
-import { processStatements, processStatementsBatch, type StatementRequests } from "./batch-statements.ts";
-import { runBatchHandlers } from "./batch-handlers.ts";
+import { processStatements, processStatementsBatch } from "./batch-statements.ts";
+import { processMarkersBatch } from "./batch-markers.ts";
 import { TransactionHandle } from "./transaction-handle.ts";
 import type {
-  BatchFailureReason,
+  InboxDriver,
+  InboxStatements,
+  InboxStoreOptions,
+  InboxTransaction,
+  StatementOrigin,
+} from "./driver.ts";
+import type {
   CleanupOptions,
   InboxBatchItem,
-  InboxBatchOutcome,
   InboxBatchResult,
   InboxClaimOutcome,
   InboxKey,
@@ -19,6 +24,16 @@ import type {
   PreCheckMode,
 } from "./store.ts";
 
+// What a database adapter provides is declared in driver.ts; its importers find it here too.
+export type {
+  InboxBatchStatements,
+  InboxDriver,
+  InboxStatements,
+  InboxStoreOptions,
+  InboxTransaction,
+  StatementOrigin,
+} from "./driver.ts";
+
 export type {
   BatchFailureReason,
   InboxBatchItem,
@@ -26,114 +41,6 @@ export type {
   InboxBatchResult,
   PreCheckMode,
 } from "./store.ts";
-
-/**
- * The statements the store sends, one set per dialect (the dialects' statements.ts). Parameters are positional;
- * each comment gives them in order.
- */
-export interface InboxStatements {
-  /** [messageId, consumer]: the marker of a transactional handling, processed at once. */
-  readonly insertProcessedMarker: string;
-  /** [messageId, consumer]: an open two-phase claim; returns one row { id }. */
-  readonly insertOpenClaim: string;
-  /** [messageId, consumer]: a row when a processed marker exists. */
-  readonly isProcessed: string;
-  /** [messageId, consumer]: { id, processed (1 or 0) } or no row. */
-  readonly readMarker: string;
-  /** [messageId, consumer]: closes the open claim. */
-  readonly markProcessed: string;
-  /** [messageId, consumer, id]: closes the open claim only if it is still this claim row. */
-  readonly markProcessedById: string;
-  /**
-   * [messageId, consumer, id]: takes an open claim over in one transaction, by deleting that claim row and
-   * inserting a fresh one; returns the new row { id }, or no row when that claim row is no longer there.
-   */
-  readonly reenterClaim: string;
-  /** [messageId, consumer, id]: deletes the open claim only if it is still this claim row. */
-  readonly releaseClaim: string;
-  /** [seconds, milliseconds]: deletes claims open longer than that, on the database's clock. */
-  readonly sweepStaleClaims: string;
-  /** Returns { n }. */
-  readonly countOpenClaims: string;
-  /** [seconds, milliseconds]: returns { cutoff }, the database's now minus that. */
-  readonly cleanupCutoff: string;
-  /** [cutoff, batchSize]: deletes at most batchSize rows received before cutoff. */
-  readonly cleanupBatch: string;
-  readonly ping: string;
-}
-
-/**
- * The statements of a batch of messages, built for its size. Parameters: [consumer, messageId...], except where
- * `arrays` is set: then [messageIds as one array, consumer].
- */
-export interface InboxBatchStatements {
-  /** The most messages one batch statement may carry (SQL Server: 1,000 rows in a VALUES list). */
-  readonly maxRows: number;
-  /** True when the parameters are [ids[], consumer] (PostgreSQL's arrays); false for [consumer, id1..idn]. */
-  readonly arrays: boolean;
-  /** Returns { id } for each of the messages whose processed marker exists. */
-  isProcessed(rows: number): string;
-  /** Inserts processed markers for all of them. */
-  insertMarkers(rows: number): string;
-  /**
-   * True when `insertMarkers` skips the rows whose key exists and returns { id } for those it inserted (so the
-   * others are duplicates); false when a unique violation fails the whole statement.
-   */
-  readonly returnsInserted: boolean;
-  /**
-   * Inserts the markers failing whole when one exists, for a batch of statements sent with them (a skipped marker
-   * would let a duplicate's statements be applied); absent when `insertMarkers` already fails so.
-   */
-  insertMarkersOrFail?(rows: number): string;
-}
-
-/** Which statement raised an error: only the marker insert's unique violation can mean "duplicate". */
-export type StatementOrigin = "marker" | "other";
-
-export interface InboxTransaction {
-  query<R = Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>>;
-  commit(): Promise<void>;
-  /** Never throws: a failed rollback means the connection is gone, and the database rolls back for us. */
-  rollback(): Promise<void>;
-}
-
-/** What a database adapter provides; everything else about the inbox is the same on every database. */
-export interface InboxDriver {
-  readonly dialect: Dialect;
-  readonly statements: InboxStatements;
-  /** Absent: the driver has no batch statements, and every batch goes message by message. */
-  readonly batchStatements?: InboxBatchStatements;
-  /**
-   * How the driver sends a transaction of statements as requests of its own (SQL Server: one T-SQL batch). Absent:
-   * the statements are given to a transaction together (PostgreSQL pipelines them; batch-statements.ts).
-   */
-  readonly statementRequests?: StatementRequests;
-  /**
-   * True when one transaction's connection takes a statement while others are in flight and runs them in the
-   * order sent (pg in pipeline mode): a batch's handlers with disjoint keys then run at once. Absent or false
-   * (mssql/tedious: one request at a time per connection): they run one after another.
-   */
-  readonly concurrentStatements?: boolean;
-  /** One statement in its own (auto-commit) transaction. */
-  query<R = Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>>;
-  begin(): Promise<InboxTransaction>;
-  classify(error: unknown, origin: StatementOrigin): ErrorClass;
-  /**
-   * True when the error (or one it wraps) is the database choosing this transaction as a deadlock's victim, by
-   * its structured number (PostgreSQL 40P01, SQL Server 1205). Only counts why batches fail (the metric).
-   */
-  isDeadlock?(error: unknown): boolean;
-  migrate(module?: ModuleMigrations): Promise<MigrationResult>;
-  pendingMigrations(module?: ModuleMigrations): Promise<string[]>;
-  close(): Promise<void>;
-}
-
-export interface InboxStoreOptions {
-  /** See `PreCheckMode` (default "redeliveries"). */
-  readonly preCheck?: PreCheckMode;
-  /** Rows per cleanup batch when the caller gives none (default 500, below SQL Server's lock escalation). */
-  readonly cleanupBatchSize?: number;
-}
 
 type Failed = Extract<ProcessOutcome, { kind: "failed" }>;
 
@@ -266,7 +173,7 @@ export class InboxCore implements InboxStore {
   async processBatch(consumer: string, items: readonly InboxBatchItem[]): Promise<InboxBatchResult> {
     const result = this.statementsBatch(items)
       ? await processStatementsBatch(this.driver, consumer, items, (item) => this.batchPreChecks(item))
-      : await this.batchOnce(consumer, items);
+      : await processMarkersBatch(this.driver, consumer, items, (item) => this.batchPreChecks(item));
     // A message that comes back `single` is noted when it goes through `process`.
     result.outcomes.forEach((o, i) => {
       if (items[i]!.firstDelivery === true && o.kind !== "single") this.noteFirstDelivery(o.kind);
@@ -289,102 +196,10 @@ export class InboxCore implements InboxStore {
     );
   }
 
-  /** Whether a batch reads for an item's marker first: as batchOnce decides it. */
+  /** Whether a batch reads for an item's marker first (batch-markers.ts, batch-statements.ts). */
   private batchPreChecks(item: InboxBatchItem): boolean {
     if (this.driver.batchStatements?.returnsInserted) return this.preChecks(item.firstDelivery);
     return this.preCheck !== false;
-  }
-
-  private async batchOnce(consumer: string, items: readonly InboxBatchItem[]): Promise<InboxBatchResult> {
-    const batch = this.driver.batchStatements;
-    const outcomes: InboxBatchOutcome[] = items.map(() => ({ kind: "single" }));
-    if (batch === undefined || items.length === 0) return { outcomes };
-    if (items.length > batch.maxRows || new Set(items.map((i) => i.messageId)).size !== items.length)
-      throw new RangeError(`a batch takes 1 to ${batch.maxRows} messages with distinct MessageIds`);
-    const params = (ids: readonly string[]): unknown[] =>
-      batch.arrays ? [ids, consumer] : [consumer, ...ids];
-    let open = items.map((_, i) => i);
-    // Only the messages the mode reads for; first deliveries meet an existing marker at the insert instead. Where
-    // the insert cannot skip an existing key (SQL Server), one such key fails the whole batch, and every message
-    // then takes a transaction of its own: there the read, one per batch, is always made.
-    const checked = batch.returnsInserted
-      ? items.filter((item) => this.preChecks(item.firstDelivery))
-      : this.preCheck === false
-        ? []
-        : items;
-    if (checked.length > 0) {
-      try {
-        const found = await this.driver.query<{ id: string }>(
-          batch.isProcessed(checked.length),
-          params(checked.map((i) => i.messageId)),
-        );
-        const done = new Set(found.rows.map((r) => r.id));
-        open = open.filter((i) => !done.has(items[i]!.messageId));
-        for (let i = 0; i < items.length; i += 1) if (done.has(items[i]!.messageId)) outcomes[i] = DUPLICATE;
-      } catch (failure) {
-        return { outcomes, failure, reason: this.batchFailure(failure, "other") };
-      }
-      // Nothing left to write: no transaction opened, so none committed (the metric says so).
-      if (open.length === 0) return { outcomes, noTransaction: true };
-    }
-    let tx: InboxTransaction;
-    try {
-      tx = await this.driver.begin();
-    } catch (failure) {
-      return { outcomes, failure, reason: this.batchFailure(failure, "other") };
-    }
-    const undecided = (failure: unknown, reason: BatchFailureReason): InboxBatchResult => ({
-      outcomes: outcomes.map((o) => (o.kind === "duplicate" ? o : SINGLE)),
-      failure,
-      reason: this.batchFailure(failure, reason),
-    });
-    try {
-      // The keys in one order (code-unit order; any fixed order does), so two batches sharing keys take their key
-      // locks in that order and cannot deadlock on them: SQL Server's VALUES rows go in as given, PostgreSQL's
-      // statement sorts them again itself (ORDER BY m). The handlers still run in arrival order.
-      const inserted = await tx.query<{ id: string }>(
-        batch.insertMarkers(open.length),
-        params(open.map((i) => items[i]!.messageId).sort()),
-      );
-      if (batch.returnsInserted) {
-        // Decided from the keys the database returns, never from an error's text.
-        const fresh = new Set(inserted.rows.map((r) => r.id));
-        for (const i of open) if (!fresh.has(items[i]!.messageId)) outcomes[i] = DUPLICATE;
-        open = open.filter((i) => fresh.has(items[i]!.messageId));
-      }
-    } catch (failure) {
-      await tx.rollback();
-      return undecided(
-        failure,
-        this.driver.classify(failure, "marker") === "duplicate" ? "duplicate" : "other",
-      );
-    }
-    const failed = await runBatchHandlers(
-      tx,
-      this.dialect,
-      items,
-      open,
-      this.driver.concurrentStatements === true,
-      (error) => this.driver.isDeadlock?.(error) === true,
-    );
-    if (failed !== undefined) {
-      await tx.rollback();
-      return undecided(failed.failure, failed.deadlock ? "deadlock" : "handler_error");
-    }
-    try {
-      await tx.commit();
-    } catch (failure) {
-      // Committed or not, the single path decides each one: a marker that made it makes that one a duplicate.
-      await tx.rollback();
-      return undecided(failure, "other");
-    }
-    for (const i of open) outcomes[i] = COMMITTED;
-    return { outcomes };
-  }
-
-  /** A deadlock wherever it happened, else the reason the failing step gives. */
-  private batchFailure(failure: unknown, otherwise: BatchFailureReason): BatchFailureReason {
-    return this.driver.isDeadlock?.(failure) ? "deadlock" : otherwise;
   }
 
   async isProcessed(key: InboxKey): Promise<boolean> {
@@ -522,10 +337,6 @@ export class InboxCore implements InboxStore {
     return { kind: "failed", error, errorClass: errorClass === "duplicate" ? "permanent" : errorClass };
   }
 }
-
-const SINGLE: InboxBatchOutcome = { kind: "single" };
-const DUPLICATE: InboxBatchOutcome = { kind: "duplicate" };
-const COMMITTED: InboxBatchOutcome = { kind: "committed" };
 
 /** A duration as [whole seconds, remaining milliseconds]: SQL Server's DATEADD takes an int, too small for ms. */
 function splitMs(ms: number, name: string): [number, number] {

@@ -1,16 +1,12 @@
 import {
   isServiceBusError,
   type ProcessErrorArgs,
-  type ServiceBusClient,
   type ServiceBusReceivedMessage,
   type ServiceBusReceiver,
   type ServiceBusSender,
 } from "@azure/service-bus";
 import { context, type Context } from "@opentelemetry/api";
-import type { IncomingMessage } from "../domain/envelope.ts";
 import type { Decision } from "../domain/settlement.ts";
-import type { Logger } from "../telemetry/logger.ts";
-import type { Disposition } from "../telemetry/names.ts";
 import { copyOf } from "./copy.ts";
 import { toIncoming } from "./incoming.ts";
 import { createEntityReceiver } from "./entity-receiver.ts";
@@ -25,6 +21,10 @@ import {
 } from "./tracing.ts";
 import { within } from "../domain/within.ts";
 import { ConfigError } from "../domain/errors.ts";
+import type { QueueReceiverOptions, ReceiverStats, Settlement } from "./receiver-options.ts";
+
+// What a receiver is given and what it reports are declared in receiver-options.ts; importers find them here too.
+export type { QueueReceiverOptions, ReceiverStats, Settlement } from "./receiver-options.ts";
 
 /**
  * Service Bus's refusal of a plain receiver on a session entity, in today's words ("A non-sessionful message
@@ -34,55 +34,6 @@ const NEEDS_SESSIONS = /non-sessionful message receiver/i;
 
 /** The longest a stop waits for one link to close (see `closeWithin`). */
 const CLOSE_LIMIT_MS = 5_000;
-
-export interface QueueReceiverOptions {
-  readonly client: ServiceBusClient;
-  /** The entity path: a queue's name, or "<topic>/Subscriptions/<subscription>" (src/domain/entity.ts). */
-  readonly queue: string;
-  readonly maxConcurrentCalls: number;
-  readonly maxAutoLockRenewalMs: number;
-  /** The entity's LockDuration, which bounds each settlement's wait besides the message's lock time. */
-  readonly lockDurationMs?: number;
-  /**
-   * Decides what becomes of one message; must not throw (a throw is treated as a failure: abandon). `held`, in
-   * session mode, fires when the message's session is given up (lock lost, closed, detached); `unsettled` in the
-   * answer then leaves the message unsettled: closing its session returns it without spending a delivery.
-   */
-  readonly handle: (
-    message: IncomingMessage,
-    ctx: Context,
-    held?: AbortSignal,
-  ) => Promise<Decision & { messageType?: string; unsettled?: boolean }>;
-  readonly logger: Logger;
-  readonly scheduler?: SettlementScheduler;
-  /** Awaited after the decision, before settlement (the demo's kill-between-commit-and-complete switch; tests). */
-  readonly beforeSettle?: (message: IncomingMessage, decision: Decision) => void | Promise<void>;
-  /** Awaited after a retry's copy is scheduled, before the original is completed (fault injection; tests). */
-  readonly beforeComplete?: (message: IncomingMessage, decision: Decision) => void | Promise<void>;
-  /** Each message taken for processing. */
-  readonly onReceived?: () => void;
-  /**
-   * Each error the SDK reports for the receive link (processError with errorSource "receive"), with a function
-   * that tells whether that link is open now.
-   */
-  readonly onReceiveError?: (error: unknown, linkOpen: () => boolean | undefined) => void;
-  /** After settlement: the broker call made, whether it took effect, its error if not, the time since receipt. */
-  readonly onSettled?: (decision: Decision, result: Settlement & { durationMs: number }) => void;
-}
-
-/** The settlement actually issued (a reschedule completes, or abandons when its copy cannot be sent). */
-export interface Settlement {
-  readonly settled: boolean;
-  readonly error?: unknown;
-  readonly disposition: Disposition;
-}
-
-export interface ReceiverStats {
-  inFlight: number;
-  held: number;
-  settlementFailures: number;
-  receiveErrors: number;
-}
 
 /**
  * A peek-lock subscription with explicit settlement. It can stop taking messages (pause, stop) without settling

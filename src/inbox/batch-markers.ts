@@ -1,0 +1,106 @@
+import { runBatchHandlers } from "./batch-handlers.ts";
+import type { InboxDriver, InboxTransaction } from "./driver.ts";
+import type { BatchFailureReason, InboxBatchItem, InboxBatchOutcome, InboxBatchResult } from "./store.ts";
+
+/**
+ * A batch of code handlers (or a mixed one) in one transaction: one read for the markers that exist (of the items
+ * `readsFor` picks), one insert of the others' markers, the handlers (side by side where their keys are disjoint:
+ * batch-handlers.ts), one commit. Any failure rolls the whole batch back; its undecided messages come back as
+ * `single`. Keys must be distinct.
+ */
+export async function processMarkersBatch(
+  driver: InboxDriver,
+  consumer: string,
+  items: readonly InboxBatchItem[],
+  readsFor: (item: InboxBatchItem) => boolean,
+): Promise<InboxBatchResult> {
+  const batch = driver.batchStatements;
+  const outcomes: InboxBatchOutcome[] = items.map(() => ({ kind: "single" }));
+  if (batch === undefined || items.length === 0) return { outcomes };
+  if (items.length > batch.maxRows || new Set(items.map((i) => i.messageId)).size !== items.length)
+    throw new RangeError(`a batch takes 1 to ${batch.maxRows} messages with distinct MessageIds`);
+  const params = (ids: readonly string[]): unknown[] => (batch.arrays ? [ids, consumer] : [consumer, ...ids]);
+  let open = items.map((_, i) => i);
+  // Only the messages the mode reads for; first deliveries meet an existing marker at the insert instead. Where
+  // the insert cannot skip an existing key (SQL Server), one such key fails the whole batch, and every message
+  // then takes a transaction of its own: there the read, one per batch, is always made.
+  const checked = items.filter(readsFor);
+  if (checked.length > 0) {
+    try {
+      const found = await driver.query<{ id: string }>(
+        batch.isProcessed(checked.length),
+        params(checked.map((i) => i.messageId)),
+      );
+      const done = new Set(found.rows.map((r) => r.id));
+      open = open.filter((i) => !done.has(items[i]!.messageId));
+      for (let i = 0; i < items.length; i += 1) if (done.has(items[i]!.messageId)) outcomes[i] = DUPLICATE;
+    } catch (failure) {
+      return { outcomes, failure, reason: batchFailure(driver, failure, "other") };
+    }
+    // Nothing left to write: no transaction opened, so none committed (the metric says so).
+    if (open.length === 0) return { outcomes, noTransaction: true };
+  }
+  let tx: InboxTransaction;
+  try {
+    tx = await driver.begin();
+  } catch (failure) {
+    return { outcomes, failure, reason: batchFailure(driver, failure, "other") };
+  }
+  const undecided = (failure: unknown, reason: BatchFailureReason): InboxBatchResult => ({
+    outcomes: outcomes.map((o) => (o.kind === "duplicate" ? o : SINGLE)),
+    failure,
+    reason: batchFailure(driver, failure, reason),
+  });
+  try {
+    // The keys in one order (code-unit order; any fixed order does), so two batches sharing keys take their key
+    // locks in that order and cannot deadlock on them: SQL Server's VALUES rows go in as given, PostgreSQL's
+    // statement sorts them again itself (ORDER BY m). The handlers still run in arrival order.
+    const inserted = await tx.query<{ id: string }>(
+      batch.insertMarkers(open.length),
+      params(open.map((i) => items[i]!.messageId).sort()),
+    );
+    if (batch.returnsInserted) {
+      // Decided from the keys the database returns, never from an error's text.
+      const fresh = new Set(inserted.rows.map((r) => r.id));
+      for (const i of open) if (!fresh.has(items[i]!.messageId)) outcomes[i] = DUPLICATE;
+      open = open.filter((i) => fresh.has(items[i]!.messageId));
+    }
+  } catch (failure) {
+    await tx.rollback();
+    return undecided(failure, driver.classify(failure, "marker") === "duplicate" ? "duplicate" : "other");
+  }
+  const failed = await runBatchHandlers(
+    tx,
+    driver.dialect,
+    items,
+    open,
+    driver.concurrentStatements === true,
+    (error) => driver.isDeadlock?.(error) === true,
+  );
+  if (failed !== undefined) {
+    await tx.rollback();
+    return undecided(failed.failure, failed.deadlock ? "deadlock" : "handler_error");
+  }
+  try {
+    await tx.commit();
+  } catch (failure) {
+    // Committed or not, the single path decides each one: a marker that made it makes that one a duplicate.
+    await tx.rollback();
+    return undecided(failure, "other");
+  }
+  for (const i of open) outcomes[i] = COMMITTED;
+  return { outcomes };
+}
+
+/** A deadlock wherever it happened, else the reason the failing step gives. */
+function batchFailure(
+  driver: InboxDriver,
+  failure: unknown,
+  otherwise: BatchFailureReason,
+): BatchFailureReason {
+  return driver.isDeadlock?.(failure) ? "deadlock" : otherwise;
+}
+
+const SINGLE: InboxBatchOutcome = { kind: "single" };
+const DUPLICATE: InboxBatchOutcome = { kind: "duplicate" };
+const COMMITTED: InboxBatchOutcome = { kind: "committed" };

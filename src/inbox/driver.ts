@@ -1,0 +1,112 @@
+import type { ErrorClass } from "../domain/outcome.ts";
+import type { Dialect, SqlResult } from "../domain/sql.ts";
+import type { StatementRequests } from "./batch-statements.ts";
+import type { MigrationResult, ModuleMigrations, PreCheckMode } from "./store.ts";
+
+/**
+ * The statements the store sends, one set per dialect (the dialects' statements.ts). Parameters are positional;
+ * each comment gives them in order.
+ */
+export interface InboxStatements {
+  /** [messageId, consumer]: the marker of a transactional handling, processed at once. */
+  readonly insertProcessedMarker: string;
+  /** [messageId, consumer]: an open two-phase claim; returns one row { id }. */
+  readonly insertOpenClaim: string;
+  /** [messageId, consumer]: a row when a processed marker exists. */
+  readonly isProcessed: string;
+  /** [messageId, consumer]: { id, processed (1 or 0) } or no row. */
+  readonly readMarker: string;
+  /** [messageId, consumer]: closes the open claim. */
+  readonly markProcessed: string;
+  /** [messageId, consumer, id]: closes the open claim only if it is still this claim row. */
+  readonly markProcessedById: string;
+  /**
+   * [messageId, consumer, id]: takes an open claim over in one transaction, by deleting that claim row and
+   * inserting a fresh one; returns the new row { id }, or no row when that claim row is no longer there.
+   */
+  readonly reenterClaim: string;
+  /** [messageId, consumer, id]: deletes the open claim only if it is still this claim row. */
+  readonly releaseClaim: string;
+  /** [seconds, milliseconds]: deletes claims open longer than that, on the database's clock. */
+  readonly sweepStaleClaims: string;
+  /** Returns { n }. */
+  readonly countOpenClaims: string;
+  /** [seconds, milliseconds]: returns { cutoff }, the database's now minus that. */
+  readonly cleanupCutoff: string;
+  /** [cutoff, batchSize]: deletes at most batchSize rows received before cutoff. */
+  readonly cleanupBatch: string;
+  readonly ping: string;
+}
+
+/**
+ * The statements of a batch of messages, built for its size. Parameters: [consumer, messageId...], except where
+ * `arrays` is set: then [messageIds as one array, consumer].
+ */
+export interface InboxBatchStatements {
+  /** The most messages one batch statement may carry (SQL Server: 1,000 rows in a VALUES list). */
+  readonly maxRows: number;
+  /** True when the parameters are [ids[], consumer] (PostgreSQL's arrays); false for [consumer, id1..idn]. */
+  readonly arrays: boolean;
+  /** Returns { id } for each of the messages whose processed marker exists. */
+  isProcessed(rows: number): string;
+  /** Inserts processed markers for all of them. */
+  insertMarkers(rows: number): string;
+  /**
+   * True when `insertMarkers` skips the rows whose key exists and returns { id } for those it inserted (so the
+   * others are duplicates); false when a unique violation fails the whole statement.
+   */
+  readonly returnsInserted: boolean;
+  /**
+   * Inserts the markers failing whole when one exists, for a batch of statements sent with them (a skipped marker
+   * would let a duplicate's statements be applied); absent when `insertMarkers` already fails so.
+   */
+  insertMarkersOrFail?(rows: number): string;
+}
+
+/** Which statement raised an error: only the marker insert's unique violation can mean "duplicate". */
+export type StatementOrigin = "marker" | "other";
+
+export interface InboxTransaction {
+  query<R = Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>>;
+  commit(): Promise<void>;
+  /** Never throws: a failed rollback means the connection is gone, and the database rolls back for us. */
+  rollback(): Promise<void>;
+}
+
+/** What a database adapter provides; everything else about the inbox is the same on every database. */
+export interface InboxDriver {
+  readonly dialect: Dialect;
+  readonly statements: InboxStatements;
+  /** Absent: the driver has no batch statements, and every batch goes message by message. */
+  readonly batchStatements?: InboxBatchStatements;
+  /**
+   * How the driver sends a transaction of statements as requests of its own (SQL Server: one T-SQL batch). Absent:
+   * the statements are given to a transaction together (PostgreSQL pipelines them; batch-statements.ts).
+   */
+  readonly statementRequests?: StatementRequests;
+  /**
+   * True when one transaction's connection takes a statement while others are in flight and runs them in the
+   * order sent (pg in pipeline mode): a batch's handlers with disjoint keys then run at once. Absent or false
+   * (mssql/tedious: one request at a time per connection): they run one after another.
+   */
+  readonly concurrentStatements?: boolean;
+  /** One statement in its own (auto-commit) transaction. */
+  query<R = Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>>;
+  begin(): Promise<InboxTransaction>;
+  classify(error: unknown, origin: StatementOrigin): ErrorClass;
+  /**
+   * True when the error (or one it wraps) is the database choosing this transaction as a deadlock's victim, by
+   * its structured number (PostgreSQL 40P01, SQL Server 1205). Only counts why batches fail (the metric).
+   */
+  isDeadlock?(error: unknown): boolean;
+  migrate(module?: ModuleMigrations): Promise<MigrationResult>;
+  pendingMigrations(module?: ModuleMigrations): Promise<string[]>;
+  close(): Promise<void>;
+}
+
+export interface InboxStoreOptions {
+  /** See `PreCheckMode` (default "redeliveries"). */
+  readonly preCheck?: PreCheckMode;
+  /** Rows per cleanup batch when the caller gives none (default 500, below SQL Server's lock escalation). */
+  readonly cleanupBatchSize?: number;
+}

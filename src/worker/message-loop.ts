@@ -1,0 +1,265 @@
+import type { Context } from "@opentelemetry/api";
+import { CopyProperty, type HandlerRegistry, type IncomingMessage } from "../domain/envelope.ts";
+import type { Decision, ScheduledCopy } from "../domain/settlement.ts";
+import type { InboxStore } from "../inbox/store.ts";
+import { retryMessageId } from "../servicebus/message-id.ts";
+import { recordAttempt, recordRetryWait } from "../servicebus/tracing.ts";
+import type { Logger } from "../telemetry/logger.ts";
+import type { WorkerMetrics } from "../telemetry/metrics.ts";
+import type { Batcher } from "./batcher.ts";
+import { firstAttempt, processMessage, releaseDeadLetteredClaim, type Attempt } from "./process-message.ts";
+import { decideRetry, retryClass, type RetryPolicy } from "./retry-policy.ts";
+import type { WorkerOptions, WorkerStats } from "./worker-types.ts";
+
+/** What the message loop is given by the worker around it: its parts, its counters, and its lifecycle's state. */
+export interface MessageLoopContext {
+  readonly options: WorkerOptions;
+  readonly store: InboxStore;
+  readonly registry: HandlerRegistry;
+  readonly logger: Logger;
+  readonly stats: WorkerStats;
+  readonly telemetry: WorkerMetrics;
+  readonly batcher: Batcher | undefined;
+  readonly policy: RetryPolicy;
+  readonly maxAutoLockRenewalMs: number;
+  /** True once the worker has begun to stop. */
+  isStopping(): boolean;
+  /** Pauses receiving for a database outage (nothing when paused already or stopping). */
+  enterOutage(): void;
+  /** Settles with true when the current outage is over, false when the worker stops first. */
+  recovery(): Promise<boolean>;
+}
+
+export interface MessageLoop {
+  /** What becomes of one message: its attempts, retries in place and outage waits (the receiver's `handle`). */
+  handle(
+    message: IncomingMessage,
+    ctx: Context,
+    held?: AbortSignal,
+  ): Promise<Decision & { messageType?: string; unsettled?: boolean }>;
+  /** Wakes every in-place retry wait (the worker stops): each then schedules its retry instead. */
+  wakeRetryWaits(): void;
+}
+
+/**
+ * The worker's message loop: each message through the inbox, its failures retried in place under the lock or by a
+ * scheduled copy, a message that met an outage waiting for the database (the lifecycle, worker.ts, pauses
+ * receiving meanwhile).
+ */
+export function createMessageLoop(loop: MessageLoopContext): MessageLoop {
+  const { options, store, registry, logger, stats, telemetry, batcher, policy, maxAutoLockRenewalMs } = loop;
+  const sessions = options.sessions;
+  // The retry waits in progress, for wakeRetryWaits.
+  const waits = new Set<() => void>();
+
+  async function handle(
+    message: IncomingMessage,
+    ctx: Context,
+    held?: AbortSignal,
+  ): Promise<Decision & { messageType?: string; unsettled?: boolean }> {
+    // In session mode every line about the message names its session.
+    const log = message.sessionId === undefined ? logger : logger.child({ sessionId: message.sessionId });
+    const receivedAt = Date.now();
+    const attempt = firstAttempt();
+    /** How long the latest attempt ran: a retry in place must fit under the lock again. */
+    let attemptMs = 0;
+    let tried = false;
+    const decide = async () => {
+      const started = Date.now();
+      // Only a delivery's first attempt joins a batch: a retry in place or after an outage goes alone, as today.
+      const first = !tried;
+      tried = true;
+      const decided = await processMessage(
+        message,
+        {
+          store,
+          registry,
+          consumer: options.consumer,
+          maxMessageBytes: options.maxMessageBytes ?? 262_144,
+          process: first && batcher ? (key, work, hint) => batcher.process(key, work, hint) : undefined,
+        },
+        attempt,
+      );
+      attemptMs = Date.now() - started;
+      recordAttempt(ctx, attempt.attempt);
+      return decided;
+    };
+    let decision = await decide();
+    for (;;) {
+      // A message that met an outage keeps its lock (renewed by the SDK) and waits for the database instead of
+      // being abandoned: an abandon would spend one of its deliveries on every outage. Bounded, so a database that
+      // flaps cannot hold it forever; after that, and on stop, it is abandoned as any other failure.
+      for (let retry = 0; retry < OUTAGE_RETRIES && isOutage(decision) && !loop.isStopping(); retry += 1) {
+        loop.enterOutage();
+        if (!(await loop.recovery())) break;
+        decision = await decide();
+      }
+      if (sessions && isOutage(decision) && (loop.isStopping() || held?.aborted)) {
+        stats.failed += 1;
+        return { ...decision, unsettled: true }; // as a cut-short retry wait below: no delivery spent
+      }
+      if (decision.disposition !== "abandon" || decision.errorClass === "unavailable") break;
+      const errorClass = retryClass(decision.error, decision.errorClass);
+      const verdict = decideRetry(policy, {
+        attempt: attempt.attempt,
+        errorClass,
+        error: decision.error,
+        lockRemainingMs: lockRemaining(message, receivedAt),
+        attemptDurationMs: attemptMs,
+        random: Math.random(),
+      });
+      if (verdict.action === "dead_letter") {
+        stats.retriesExhausted += 1;
+        telemetry.recordRetry(options.queue, "exhausted", errorClass);
+        await releaseDeadLetteredClaim(store, options.consumer, attempt, (error) =>
+          logger.warn("a dead-lettered message's claim could not be released; the sweeper frees it", {
+            error,
+          }),
+        );
+        decision = {
+          disposition: "dead_letter",
+          outcome: "failed",
+          reason: verdict.reason,
+          description: verdict.description,
+          messageType: decision.messageType,
+        };
+        break;
+      }
+      let delayMs = verdict.delayMs;
+      // With sessions a scheduled copy would land behind the session's later messages: every retry waits in place,
+      // the session held (and its lock renewed) meanwhile; the session's other messages wait behind it.
+      if ((verdict.action === "wait" || sessions) && !loop.isStopping()) {
+        log.info("attempt failed; retrying under the lock", {
+          messageId: message.messageId,
+          attempt: attempt.attempt,
+          delayMs,
+          errorClass,
+          error: decision.error,
+        });
+        options.onRetry?.(message, { attempt: attempt.attempt, delayMs, errorClass, error: decision.error });
+        recordRetryWait(ctx, verdict.attempt, delayMs, decision.error);
+        const began = Date.now();
+        if (await pause(delayMs, held)) {
+          stats.retriesWaited += 1;
+          telemetry.recordRetry(options.queue, "waited", errorClass);
+          attempt.attempt = verdict.attempt;
+          decision = await decide();
+          continue;
+        }
+        // Stopping: the rest of the wait becomes a scheduled copy, so the stop spends no delivery.
+        delayMs = Math.max(0, delayMs - (Date.now() - began));
+      }
+      if (sessions) {
+        // Stopping, or the session given up (its lock lost): the message is left unsettled. Closing the session
+        // returns it at its session's head with its delivery count unchanged (an abandon would spend one); after a
+        // lost lock, settling is no longer this worker's to do.
+        log.info("retry wait ended with the session given up; the message is left unsettled", {
+          messageId: message.messageId,
+          attempt: attempt.attempt,
+          reason: held?.aborted ? "session given up" : "stopping",
+        });
+        stats.failed += 1;
+        return { ...decision, errorClass, unsettled: true };
+      }
+      stats.retriesScheduled += 1;
+      telemetry.recordRetry(options.queue, "scheduled", errorClass);
+      decision = {
+        disposition: "reschedule",
+        outcome: "failed",
+        error: decision.error,
+        errorClass,
+        copy: scheduledCopy(attempt, verdict.attempt, delayMs),
+        messageType: decision.messageType,
+      };
+      break;
+    }
+    stats[decision.outcome] += 1;
+    if (decision.disposition === "abandon") {
+      log.warn("message abandoned", {
+        messageId: message.messageId,
+        deliveryCount: message.deliveryCount,
+        errorClass: decision.errorClass,
+        error: decision.error,
+      });
+      if (isOutage(decision)) loop.enterOutage();
+    } else if (decision.disposition === "reschedule") {
+      log.warn("attempt failed; retry scheduled", {
+        messageId: message.messageId,
+        attempt: decision.copy.attempt - 1,
+        retryMessageId: decision.copy.messageId,
+        enqueueAt: decision.copy.enqueueAt.toISOString(),
+        errorClass: decision.errorClass,
+        error: decision.error,
+      });
+    } else if (decision.disposition === "dead_letter") {
+      log.warn("message dead-lettered", {
+        messageId: message.messageId,
+        reason: decision.reason,
+        description: decision.description,
+      });
+    }
+    return decision;
+  }
+
+  /** How long this delivery's lock can still be held: while the SDK renews it, or until it expires. */
+  function lockRemaining(message: IncomingMessage, receivedAt: number): number | undefined {
+    if (sessions) return Infinity; // the session receiver renews the session's lock while it holds the session
+    if (maxAutoLockRenewalMs > 0) return receivedAt + maxAutoLockRenewalMs - Date.now();
+    return message.lockedUntil ? message.lockedUntil.getTime() - Date.now() : undefined;
+  }
+
+  /** Resolves true after `ms`, or false at once when the worker stops or `held` fires (the session given up). */
+  function pause(ms: number, held?: AbortSignal): Promise<boolean> {
+    if (loop.isStopping() || held?.aborted) return Promise.resolve(false);
+    return new Promise<boolean>((resolve) => {
+      const wake = () => {
+        clearTimeout(timer);
+        waits.delete(wake);
+        held?.removeEventListener("abort", wake);
+        resolve(false);
+      };
+      const timer = setTimeout(() => {
+        waits.delete(wake);
+        held?.removeEventListener("abort", wake);
+        resolve(true);
+      }, ms);
+      waits.add(wake);
+      held?.addEventListener("abort", wake, { once: true });
+    });
+  }
+
+  return {
+    handle,
+    wakeRetryWaits() {
+      for (const wake of [...waits]) wake();
+    },
+  };
+}
+
+/** How many times a message that met an outage waits for the database and tries again before it is abandoned. */
+const OUTAGE_RETRIES = 3;
+
+/**
+ * The copy for a retry that does not fit under the lock. Its MessageId is derived from the inbox key, the replay
+ * number and the attempt, so scheduling the same retry twice is dropped by the broker's duplicate detection, while
+ * each new attempt (and each replay's attempts) passes it.
+ */
+function scheduledCopy(attempt: Attempt, next: number, delayMs: number): ScheduledCopy {
+  const state = attempt.state!;
+  const properties: Record<string, string | number> = {
+    [CopyProperty.originalKey]: state.inboxKey,
+    [CopyProperty.attempt]: next,
+    [CopyProperty.replay]: state.replay,
+  };
+  if (attempt.claimId !== undefined) properties[CopyProperty.claimId] = attempt.claimId;
+  return {
+    messageId: retryMessageId(state.inboxKey, state.replay, next),
+    enqueueAt: new Date(Date.now() + delayMs),
+    attempt: next,
+    properties,
+  };
+}
+
+function isOutage(decision: Decision): boolean {
+  return decision.disposition === "abandon" && decision.errorClass === "unavailable";
+}
