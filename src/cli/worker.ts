@@ -84,7 +84,21 @@ export async function run(argv: string[]): Promise<number> {
     httpPort: app.httpPort,
     embeddedConnectionString: app.embeddedConnectionString,
   });
+  // The entity's answer can come after start-up stopped waiting for it (a loaded machine, a slow attach): a receiver
+  // of the wrong kind is then still a configuration error that no retry mends, and the process ends as start-up would.
+  let late: Error | undefined;
+  void app.worker.entityAnswer(Number.POSITIVE_INFINITY).then((mismatch) => {
+    if (mismatch === undefined) return;
+    late = mismatch;
+    stopRequested("mismatch");
+  });
   const signal = await stopped;
+  if (late !== undefined) {
+    process.stderr.write(`sbinbox worker: configuration error: ${late.message}\n`);
+    await app.stop();
+    setTimeout(() => process.exit(2), 1_000).unref();
+    return 2;
+  }
   logger.info("stopping gracefully", { signal, gracePeriodMs: config.gracePeriodMs });
   // A backstop: whatever still holds the event loop after the grace period cannot delay the exit for long.
   setTimeout(() => process.exit(0), config.gracePeriodMs + 10_000).unref();
