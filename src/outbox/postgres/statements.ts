@@ -31,14 +31,26 @@ const HEAD_OF_KEY = `("SessionId" IS NULL OR NOT EXISTS (
       SELECT 1 FROM "Outbox" e
       WHERE e."SessionId" = h."SessionId" AND e."Id" < h."Id" AND e."SentUtc" IS NULL))`;
 
+/**
+ * The insert; without the SessionId column when no row of the call has a key (`withSession` false), so that an
+ * enqueue without session keys still works on a database at migration 0001 (docs/outbox.md, Upgrading).
+ */
+function insertRows(withSession: boolean): string {
+  const [sid, arr] = withSession ? [', "SessionId"', ", $9::text[]"] : ["", ""];
+  return `INSERT INTO "Outbox" ("MessageId", "Type", "Key", "Body", "Properties", "CorrelationId", "TraceParent", "TraceState"${sid})
+SELECT m, t, k, b, p, c, tp, ts${withSession ? ", sid" : ""}
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[]${arr})
+  WITH ORDINALITY AS u(m, t, k, b, p, c, tp, ts${withSession ? ", sid" : ""}, n)
+ORDER BY n
+RETURNING "Id" AS id`;
+}
+
+/** The insert of rows none of which has a session key (8 parameters). */
+export const INSERT_ROWS_WITHOUT_SESSION = insertRows(false);
+
 export const statements: OutboxStatements = {
   // One statement for any number of rows; ORDINALITY keeps the caller's order in the identity values.
-  insertRows: `INSERT INTO "Outbox" ("MessageId", "Type", "Key", "Body", "Properties", "CorrelationId", "TraceParent", "TraceState", "SessionId")
-SELECT m, t, k, b, p, c, tp, ts, sid
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[])
-  WITH ORDINALITY AS u(m, t, k, b, p, c, tp, ts, sid, n)
-ORDER BY n
-RETURNING "Id" AS id`,
+  insertRows: insertRows(true),
   // Delivered at commit, dropped with a rollback: a relay wakes only for rows it can see.
   notify: `SELECT pg_notify('${OUTBOX_CHANNEL}', '')`,
   // SKIP LOCKED: rows another relay is claiming right now are left to it, not waited on. The lease then keeps

@@ -28,30 +28,36 @@ const OUTBOX_ROW_COLUMNS = [
 export const SQLSERVER_INSERT_MAX_ROWS = Math.floor(2098 / OUTBOX_ROW_COLUMNS.length);
 
 /**
- * The insert of `rows` outbox rows, [row 1's 8 values, row 2's, ...]. INSERT ... SELECT ... ORDER BY assigns
+ * The insert of `rows` outbox rows, [row 1's 9 values, row 2's, ...]; with `withSession` false without the
+ * SessionId column ([row 1's 8 values, ...]), so that an enqueue without session keys still works on a database at
+ * migration 0001 (docs/outbox.md, Upgrading). INSERT ... SELECT ... ORDER BY assigns
  * identity values in that order: the caller's order. Each value is a parameter of its own rather than a string
  * inside one JSON parameter read by OPENJSON: OPENJSON must unescape the body's quotes, which not every TDS server
  * does. No OUTPUT clause: nothing reads the ids, and not every TDS server takes OUTPUT together with ORDER BY.
  */
-export function insertRowsSql(rows: number): string {
+export function insertRowsSql(rows: number, withSession = true): string {
   if (!Number.isInteger(rows) || rows < 1 || rows > SQLSERVER_INSERT_MAX_ROWS)
     throw new RangeError(`an outbox insert takes 1 to ${SQLSERVER_INSERT_MAX_ROWS} rows, not ${rows}`);
-  const width = OUTBOX_ROW_COLUMNS.length;
+  const names = withSession ? OUTBOX_ROW_COLUMNS : OUTBOX_ROW_COLUMNS.filter((c) => c !== "SessionId");
+  const width = names.length;
   const values = Array.from(
     { length: rows },
-    (_, r) => `(${r + 1}, ${OUTBOX_ROW_COLUMNS.map((_c, c) => `@p${r * width + c + 1}`).join(", ")})`,
+    (_, r) => `(${r + 1}, ${names.map((_c, c) => `@p${r * width + c + 1}`).join(", ")})`,
   );
-  const columns = OUTBOX_ROW_COLUMNS.join(", ");
+  const columns = names.join(", ");
   return `INSERT INTO dbo.Outbox (${columns})
-SELECT ${OUTBOX_ROW_COLUMNS.map((c) => `v.${c}`).join(", ")}
+SELECT ${names.map((c) => `v.${c}`).join(", ")}
 FROM (VALUES
   ${values.join(",\n  ")}
 ) AS v (n, ${columns})
 ORDER BY v.n;`;
 }
 
-/** The insert at one, two and the most rows, so that `npm run check:tsql` parses what is sent. */
-export const INSERT_ROWS_SAMPLES = [1, 2, SQLSERVER_INSERT_MAX_ROWS].map(insertRowsSql);
+/** The insert at one, two and the most rows, with and without SessionId, so that `npm run check:tsql` parses it. */
+export const INSERT_ROWS_SAMPLES = [1, 2, SQLSERVER_INSERT_MAX_ROWS].flatMap((n) => [
+  insertRowsSql(n),
+  insertRowsSql(n, false),
+]);
 
 export const ACQUIRE_MIGRATION_LOCK = `DECLARE @result int;
 EXEC @result = sp_getapplock @Resource = @p1, @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 120000;
