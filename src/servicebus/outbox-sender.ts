@@ -240,7 +240,8 @@ export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
           // The broker refused the batch for one of its messages: one at a time, to find it.
           for (let i = 0; i < inBatch.length; i++) {
             const failed = await sendOne(inBatch[i]!, report);
-            if (failed) return waitFrom(index - inBatch.length + i, failed.error, mayHaveReachedBroker(failed.error));
+            if (failed)
+              return waitFrom(index - inBatch.length + i, failed.error, mayHaveReachedBroker(failed.error));
           }
         }
       }

@@ -18,7 +18,10 @@ function outboxRowsRead(node: PlanNode): number {
   const loops = node["Actual Loops"] ?? 1;
   const own =
     node["Relation Name"] === "Outbox"
-      ? ((node["Actual Rows"] ?? 0) + (node["Rows Removed by Filter"] ?? 0) + (node["Rows Removed by Index Recheck"] ?? 0)) * loops
+      ? ((node["Actual Rows"] ?? 0) +
+          (node["Rows Removed by Filter"] ?? 0) +
+          (node["Rows Removed by Index Recheck"] ?? 0)) *
+        loops
       : 0;
   return own + (node.Plans ?? []).reduce((sum, child) => sum + outboxRowsRead(child), 0);
 }
@@ -84,7 +87,9 @@ describe("outbox claim on PostgreSQL: rows read do not grow with a key's backlog
   it("behind a hot key's 20,000 rows, a claim of 100 takes 100 keys' heads and rows without a key, reading about that many", async () => {
     await fill(20_000, 60, 60);
     const { claimed, read } = await claim(100);
-    console.log(`      claim of 100 behind a hot key of 20,000: ${claimed} claimed, ${read} Outbox rows read`);
+    console.log(
+      `      claim of 100 behind a hot key of 20,000: ${claimed} claimed, ${read} Outbox rows read`,
+    );
     assert.equal(claimed, 100);
     // Heads of 61 keys (hot included) and up to 100 rows without a key are candidates: a few hundred reads at most.
     assert.ok(read < 600, `a claim read ${read} rows`);

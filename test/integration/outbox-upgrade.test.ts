@@ -25,7 +25,10 @@ describe("outbox: enqueue on a database still at migration 0001", function () {
     dir = await mkdtemp(join(tmpdir(), "sbinbox-outbox-0001-"));
     const source = fileURLToPath(new URL("../../src/outbox/postgres/migrations/", import.meta.url));
     await copyFile(join(source, "0001_outbox.sql"), join(dir, "0001_outbox.sql"));
-    await new OutboxStore(new PostgresDriver({ pool }), statements, { ...POSTGRES_OUTBOX_MIGRATIONS, dir }).migrate();
+    await new OutboxStore(new PostgresDriver({ pool }), statements, {
+      ...POSTGRES_OUTBOX_MIGRATIONS,
+      dir,
+    }).migrate();
     const { rows } = await pool.query<{ n: number }>(
       `SELECT count(*)::int AS n FROM information_schema.columns WHERE table_name = 'Outbox' AND column_name = 'SessionId'`,
     );

@@ -50,8 +50,7 @@ describe("sends per session id (relay and publisher)", function () {
       for (;;) {
         const messages = await session.receiveMessages(50, { maxWaitTimeInMs: 300 });
         if (messages.length === 0) return got;
-        for (const m of messages)
-          got.push(bodies ? (m.body as { n: number }).n : m.messageId);
+        for (const m of messages) got.push(bodies ? (m.body as { n: number }).n : m.messageId);
       }
     } finally {
       await session.close();
@@ -84,7 +83,11 @@ describe("sends per session id (relay and publisher)", function () {
     } finally {
       await sender.close();
     }
-    for (const key of keys) assert.deepEqual(await drainSession(key), [0, 1, 2].map((n) => `${key}-${n}`));
+    for (const key of keys)
+      assert.deepEqual(
+        await drainSession(key),
+        [0, 1, 2].map((n) => `${key}-${n}`),
+      );
   });
 
   it("the relay's sender keeps rows without a key in batches, apart from keyed ones", async () => {

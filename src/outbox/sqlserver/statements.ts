@@ -76,23 +76,49 @@ export const RECORD_VERSION = "INSERT INTO dbo.SbOutboxSchemaVersion (Version, N
 
 const UNSENT = "SentUtc IS NULL AND SetAsideUtc IS NULL";
 
-/**
- * Unsent, not leased by another relay, first tried inside the window (@p3 ms), and for a row with a session key the
- * head of its key (no earlier row of the key unsent, set aside and stale rows included): the rows a claim may take.
- * The head look has no READPAST: a head another relay is claiming right now must be seen, not skipped, so that its
- * followers stay. It reads IX_Outbox_UnsentSession, whose columns a claim does not change, so it waits on no claim.
- */
-const CLAIMABLE = (t: string) => `${t}.SentUtc IS NULL AND ${t}.SetAsideUtc IS NULL
+/** Unsent, not leased by another relay, and first tried inside the window (@p3 ms): a row's own conditions. */
+const FREE = (t: string) => `${t}.SentUtc IS NULL AND ${t}.SetAsideUtc IS NULL
     AND (${t}.LockedUntilUtc IS NULL OR ${t}.LockedUntilUtc <= SYSUTCDATETIME())
-    AND (${t}.FirstAttemptUtc IS NULL OR ${t}.FirstAttemptUtc > DATEADD(millisecond, -@p3, SYSUTCDATETIME()))
+    AND (${t}.FirstAttemptUtc IS NULL OR ${t}.FirstAttemptUtc > DATEADD(millisecond, -@p3, SYSUTCDATETIME()))`;
+
+/**
+ * FREE, and for a row with a session key the head of its key (no earlier row of the key unsent, set aside and stale
+ * rows included): the rows a claim may take. The head look has no READPAST: a head another relay is claiming right
+ * now must be seen, not skipped, so that its followers stay. It seeks IX_Outbox_UnsentSession (whose filter its
+ * `e.SessionId IS NOT NULL` matches), whose columns a claim does not change, so it waits on no claim.
+ */
+const CLAIMABLE = (t: string) => `${FREE(t)}
     AND (${t}.SessionId IS NULL OR NOT EXISTS (
       SELECT 1 FROM dbo.Outbox AS e
-      WHERE e.SessionId = ${t}.SessionId AND e.Id < ${t}.Id AND e.SentUtc IS NULL))`;
+      WHERE e.SessionId = ${t}.SessionId AND e.SessionId IS NOT NULL AND e.Id < ${t}.Id AND e.SentUtc IS NULL))`;
+
+/**
+ * The claim's candidates, from two indexes, so that no claim scans past a key's backlog in Id order: rows without
+ * a key from IX_Outbox_UnsentNoSession, and each key's head, its lowest unsent Id, from IX_Outbox_UnsentSession
+ * (one pass over that index's entries, a stream aggregate: no look per row). T-SQL has no LIMIT in a recursive
+ * query, so the one-probe-per-key walk PostgreSQL's claim does is not written here.
+ */
+const CANDIDATES = `SELECT TOP (@p1) c.Id FROM (
+      SELECT n.Id FROM (
+        SELECT TOP (@p1) p.Id FROM dbo.Outbox AS p WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+        WHERE ${FREE("p")} AND p.SessionId IS NULL
+        ORDER BY p.Id) AS n
+      UNION ALL
+      SELECT s.Id FROM (
+        SELECT TOP (@p1) k.Id FROM (
+          SELECT MIN(h.Id) AS Id FROM dbo.Outbox AS h
+          WHERE h.SentUtc IS NULL AND h.SessionId IS NOT NULL
+          GROUP BY h.SessionId) AS m
+        JOIN dbo.Outbox AS k WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK) ON k.Id = m.Id
+        WHERE ${FREE("k")}
+        ORDER BY k.Id) AS s
+    ) AS c
+    ORDER BY c.Id`;
 
 export const statements: OutboxStatements = {
   insertRows: insertRowsSql(1),
   notify: "",
-  // The inner read picks the rows: UPDLOCK with READPAST skips rows another relay is claiming right now instead of
+  // The inner read (CANDIDATES) picks the rows: UPDLOCK with READPAST skips rows another relay is claiming right now instead of
   // waiting on them, ROWLOCK keeps the locks on rows, and READCOMMITTEDLOCK lets READPAST run under
   // READ_COMMITTED_SNAPSHOT ON (Azure SQL's default), where SQL Server refuses it otherwise (error 650). The update
   // reads with the same hints and repeats the conditions, so a row is claimed only while still claimable: on a
@@ -111,9 +137,7 @@ OUTPUT INSERTED.Id AS [id], INSERTED.MessageId AS [messageId], INSERTED.Type AS 
   INSERTED.SessionId AS [sessionId], DELETED.FirstAttemptUtc AS [firstAttemptBefore]
 WHERE ${CLAIMABLE("Outbox")}
   AND Outbox.Id IN (
-    SELECT TOP (@p1) c.Id FROM dbo.Outbox AS c WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-    WHERE ${CLAIMABLE("c")}
-    ORDER BY c.Id
+    ${CANDIDATES}
   );`,
   markSent: `UPDATE dbo.Outbox SET SentUtc = SYSUTCDATETIME(), LockedUntilUtc = NULL
 WHERE Id IN (SELECT CAST([value] AS bigint) FROM OPENJSON(@p1));`,
