@@ -166,14 +166,23 @@ export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
     return span;
   }
 
+  /**
+   * The row's span, started when the row is first put in a batch (its context is in the message, so before the
+   * size check): a row never started (the lease ran short) has no span, so a later claim's send is its only one.
+   */
+  function started(entry: Entry): Entry {
+    entry.span ??= traced(entry.row, entry.message);
+    return entry;
+  }
+
   /** One row alone; resolves with the failure if it is not the row's own (the row is then not settled). */
   async function sendOne(entry: Entry, report: Mutable<SendReport>): Promise<{ error: unknown } | undefined> {
     try {
       await sendUnlessDropped(client, sender, entry.message);
-      endSpan(entry.span);
+      endSpan(entry.span!);
       report.sent.push(entry.row.id);
     } catch (error) {
-      endSpan(entry.span, error);
+      endSpan(entry.span!, error);
       if (!isRowError(error)) return { error };
       report.setAside.push({ id: entry.row.id, error: describe(error) });
     }
@@ -195,7 +204,7 @@ export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
       report.mayHaveReached ||= reached;
       for (const rest of entries.slice(from)) {
         if (isSettled(rest.row.id, report)) continue;
-        endSpan(rest.span, error);
+        if (rest.span) endSpan(rest.span, error);
         report.retry.push(rest.row.id);
         if (!reached) report.notReached.push(rest.row.id);
       }
@@ -215,7 +224,7 @@ export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
           throw Object.assign(new NotSentError(), { cause: error });
         }
         const inBatch: Entry[] = [];
-        while (index < entries.length && batch.tryAddMessage(entries[index]!.message)) {
+        while (index < entries.length && batch.tryAddMessage(started(entries[index]!).message)) {
           inBatch.push(entries[index]!);
           index += 1;
         }
@@ -223,7 +232,7 @@ export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
           // Too large for an empty batch: larger than the queue's maximum message size.
           const entry = entries[index]!;
           const error = `MessageSizeExceeded: message ${entry.row.messageId} is larger than the queue allows (${batch.maxSizeInBytes} bytes per batch)`;
-          endSpan(entry.span, Object.assign(new Error(error), { code: "MessageSizeExceeded" }));
+          endSpan(entry.span!, Object.assign(new Error(error), { code: "MessageSizeExceeded" }));
           report.setAside.push({ id: entry.row.id, error });
           index += 1;
           continue;
@@ -232,7 +241,7 @@ export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
           // Failing at once if the connection drops, not by a throw from rhea-promise's timer (connection-drop.ts).
           await sendUnlessDropped(client, sender, batch, signal);
           for (const entry of inBatch) {
-            endSpan(entry.span);
+            endSpan(entry.span!);
             report.sent.push(entry.row.id);
           }
         } catch (error) {
@@ -275,7 +284,7 @@ export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
           const key = row.sessionId || null;
           let group = groups.get(key);
           if (!group) groups.set(key, (group = []));
-          group.push({ row, message, span: traced(row, message) });
+          group.push({ row, message });
         } catch (error) {
           report.setAside.push({ id: row.id, error: describe(error) });
         }
@@ -304,7 +313,8 @@ class NotSentError extends Error {}
 interface Entry {
   readonly row: OutboxMessage;
   readonly message: ServiceBusMessage;
-  readonly span: Span;
+  /** Started by `started` when the row first goes into a batch. */
+  span?: Span;
 }
 
 type Mutable<T> = { -readonly [K in keyof T]: T[K] };
