@@ -31,13 +31,13 @@ describe("sends per session id (relay and publisher)", function () {
   });
 
   /** Sends on links to `queue`: transfers that open a delivery, on a link the client attached to the queue. */
-  function sendsTo(queue: string): number {
+  function sendsTo(queue: string, on: FrameTap = tap): number {
     const links = new Set(
-      tap.clientFrames
+      on.clientFrames
         .filter((f) => f.name === "attach" && f.linkName?.startsWith(`${queue}-`))
         .map((f) => `${f.channel}:${f.handle}`),
     );
-    return tap.clientFrames.filter(
+    return on.clientFrames.filter(
       (f) => f.name === "transfer" && f.deliveryId !== undefined && links.has(`${f.channel}:${f.handle}`),
     ).length;
   }
@@ -62,18 +62,7 @@ describe("sends per session id (relay and publisher)", function () {
     const rows: OutboxMessage[] = [];
     // Interleaved as a claim returns them (Id order): k1, k2, k3, k4, k1, ...
     for (let n = 0; n < 3; n++)
-      for (const key of keys)
-        rows.push({
-          id: String(rows.length + 1),
-          messageId: `${key}-${n}`,
-          type: "E",
-          body: "{}",
-          properties: null,
-          correlationId: null,
-          traceParent: null,
-          traceState: null,
-          sessionId: key,
-        });
+      for (const key of keys) rows.push(outboxRow(rows.length + 1, `${key}-${n}`, key));
     const sender = createOutboxSender({ client, queue: QUEUE });
     try {
       const report = await sender.send(rows);
@@ -91,31 +80,14 @@ describe("sends per session id (relay and publisher)", function () {
   });
 
   it("the relay's sender keeps rows without a key in batches, apart from keyed ones", async () => {
-    const rows: OutboxMessage[] = ["a", "b", "c", "d"].map((m, i) => ({
-      id: String(i + 1),
-      messageId: m,
-      type: "E",
-      body: "{}",
-      properties: null,
-      correlationId: null,
-      traceParent: null,
-      traceState: null,
-    }));
+    const rows = ["a", "b", "c", "d"].map((m, i) => outboxRow(i + 1, m));
     const plainTap = await startFrameTap(plainFixture.broker.port);
     const plainClient = new ServiceBusClient(localConnectionString(plainTap.port));
     const sender = createOutboxSender({ client: plainClient, queue: plain });
     try {
       const report = await sender.send(rows);
       assert.equal(report.sent.length, 4);
-      const links = new Set(
-        plainTap.clientFrames
-          .filter((f) => f.name === "attach" && f.linkName?.startsWith(`${plain}-`))
-          .map((f) => `${f.channel}:${f.handle}`),
-      );
-      const sends = plainTap.clientFrames.filter(
-        (f) => f.name === "transfer" && f.deliveryId !== undefined && links.has(`${f.channel}:${f.handle}`),
-      ).length;
-      assert.equal(sends, 1, "four rows without a key: one batch");
+      assert.equal(sendsTo(plain, plainTap), 1, "four rows without a key: one batch");
     } finally {
       await sender.close();
       await plainClient.close();
@@ -141,3 +113,18 @@ describe("sends per session id (relay and publisher)", function () {
     assert.deepEqual(await drainSession("b", true), [0, 1]);
   });
 });
+
+/** A claimed outbox row as the relay hands it to the sender. */
+function outboxRow(id: number, messageId: string, sessionId?: string): OutboxMessage {
+  return {
+    id: String(id),
+    messageId,
+    type: "E",
+    body: "{}",
+    properties: null,
+    correlationId: null,
+    traceParent: null,
+    traceState: null,
+    ...(sessionId ? { sessionId } : {}),
+  };
+}
