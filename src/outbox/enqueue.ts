@@ -2,7 +2,7 @@ import { context } from "@opentelemetry/api";
 import type { SqlExecutor } from "../domain/sql.ts";
 import { deriveMessageId } from "../servicebus/message-id.ts";
 import { endSpan, startCreateSpan, traceparentOf, tracestateOf } from "../servicebus/tracing.ts";
-import { statements as postgresStatements } from "./postgres/statements.ts";
+import { INSERT_ROWS_WITHOUT_SESSION, statements as postgresStatements } from "./postgres/statements.ts";
 import { insertRowsSql, SQLSERVER_INSERT_MAX_ROWS } from "./sqlserver/statements.ts";
 
 /** One event for the outbox: its type (the message's subject), its business key, a JSON-serialisable body. */
@@ -147,14 +147,47 @@ function chunks(rows: readonly Row[]): Row[][] {
   return out;
 }
 
+/**
+ * The SessionId column is written only when an event of the call has a key: an application upgraded before its
+ * database was migrated to 0002 still enqueues events without one, and one with a key gets an error that names
+ * the migration instead of the database's "column does not exist".
+ */
 async function insert(tx: OutboxTransaction, rows: readonly Row[], notify: boolean): Promise<void> {
+  const withSession = rows.some((r) => r.sessionId !== null);
+  try {
+    await insertRows(tx, rows, notify, withSession);
+  } catch (error) {
+    if (withSession && isMissingSessionColumn(error))
+      throw new Error(
+        "enqueue: an event has a sessionId, but the Outbox table has no SessionId column: run the outbox migration 0002_outbox_session first (sbinbox migrate --outbox, or the relay's start, docs/outbox.md, Upgrading)",
+        { cause: error },
+      );
+    throw error;
+  }
+}
+
+/** PostgreSQL 42703 (undefined_column), SQL Server 207 (invalid column name), on the SessionId column. */
+function isMissingSessionColumn(error: unknown): boolean {
+  const e = error as { code?: unknown; number?: unknown; message?: unknown } | null;
+  if (typeof e?.message !== "string" || !/SessionId/i.test(e.message)) return false;
+  return e.code === "42703" || e.number === 207 || /Invalid column name/i.test(e.message);
+}
+
+async function insertRows(
+  tx: OutboxTransaction,
+  rows: readonly Row[],
+  notify: boolean,
+  withSession: boolean,
+): Promise<void> {
+  const pgInsert = withSession ? postgresStatements.insertRows : INSERT_ROWS_WITHOUT_SESSION;
   if (isExecutor(tx)) {
     if (tx.dialect === "postgres") {
-      await tx.query(postgresStatements.insertRows, postgresParams(rows));
+      await tx.query(pgInsert, postgresParams(rows, withSession));
       if (notify) await tx.query(postgresStatements.notify);
     } else {
       // One statement after the other, in order: identity values still follow the caller's order.
-      for (const chunk of chunks(rows)) await tx.query(insertRowsSql(chunk.length), sqlServerParams(chunk));
+      for (const chunk of chunks(rows))
+        await tx.query(insertRowsSql(chunk.length, withSession), sqlServerParams(chunk, withSession));
     }
     return;
   }
@@ -164,8 +197,8 @@ async function insert(tx: OutboxTransaction, rows: readonly Row[], notify: boole
       throw new TypeError("enqueue: the mssql Transaction is not open (call begin() first)");
     for (const chunk of chunks(rows)) {
       const request = tx.request();
-      sqlServerParams(chunk).forEach((value, i) => request.input(`p${i + 1}`, value));
-      await request.query(insertRowsSql(chunk.length));
+      sqlServerParams(chunk, withSession).forEach((value, i) => request.input(`p${i + 1}`, value));
+      await request.query(insertRowsSql(chunk.length, withSession));
     }
     return;
   }
@@ -178,12 +211,12 @@ async function insert(tx: OutboxTransaction, rows: readonly Row[], notify: boole
   if (status === "I" || status === null)
     throw new TypeError("enqueue: the pg client is not inside a transaction (run BEGIN first)");
   if (status === "E") throw new TypeError("enqueue: the pg client's transaction has failed; roll it back");
-  await client.query(postgresStatements.insertRows, postgresParams(rows));
+  await client.query(pgInsert, postgresParams(rows, withSession));
   if (notify) await client.query(postgresStatements.notify);
 }
 
-function postgresParams(rows: readonly Row[]): unknown[] {
-  return [
+function postgresParams(rows: readonly Row[], withSession: boolean): unknown[] {
+  const params = [
     rows.map((r) => r.messageId),
     rows.map((r) => r.type),
     rows.map((r) => r.key),
@@ -192,12 +225,13 @@ function postgresParams(rows: readonly Row[]): unknown[] {
     rows.map((r) => r.correlationId),
     rows.map((r) => r.traceParent),
     rows.map((r) => r.traceState),
-    rows.map((r) => r.sessionId),
   ];
+  if (withSession) params.push(rows.map((r) => r.sessionId));
+  return params;
 }
 
-/** The rows' values in insertRowsSql's order (its 9 columns), row after row. */
-function sqlServerParams(rows: readonly Row[]): unknown[] {
+/** The rows' values in insertRowsSql's order (its 9 columns, or 8 without SessionId), row after row. */
+function sqlServerParams(rows: readonly Row[], withSession: boolean): unknown[] {
   return rows.flatMap((r) => [
     r.messageId,
     r.type,
@@ -207,7 +241,7 @@ function sqlServerParams(rows: readonly Row[]): unknown[] {
     r.correlationId,
     r.traceParent,
     r.traceState,
-    r.sessionId,
+    ...(withSession ? [r.sessionId] : []),
   ]);
 }
 

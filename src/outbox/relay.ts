@@ -160,17 +160,16 @@ export async function startRelay(options: RelayOptions): Promise<Relay> {
       await store.release(
         report.retry,
         0,
-        rows.filter((r) => r.firstTry && report.retry.includes(r.id)).map((r) => r.id),
+        rows.filter((r) => r.firstTry && report.notReached.includes(r.id)).map((r) => r.id),
       );
       return "more";
     }
     if (report.retry.length > 0) {
       counters.failedSends += 1;
       onError(report.error, "send");
-      // A failure that proves nothing reached the broker leaves the window unstarted for rows on their first try.
-      const neverSent = report.mayHaveReached
-        ? []
-        : rows.filter((r) => r.firstTry && report.retry.includes(r.id)).map((r) => r.id);
+      // Rows that provably never reached the broker (a failure that proves it, or not started in time) leave the
+      // window unstarted if on their first try; a key whose send may have reached it starts the window of its rows.
+      const neverSent = rows.filter((r) => r.firstTry && report.notReached.includes(r.id)).map((r) => r.id);
       await store.release(report.retry, s.retryDelayMs, neverSent);
       return "failed";
     }

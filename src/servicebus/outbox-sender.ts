@@ -41,9 +41,15 @@ export interface SendReport {
    * False when the failure proves that none of the `retry` rows reached the broker (the link could not be
    * opened, the queue does not exist, the identity may not send, the connection was refused); true when a copy
    * may have been accepted (a timeout, a lost connection or disposition). Only the latter starts the
-   * duplicate-detection window for those rows.
+   * duplicate-detection window for those rows. With several session keys in one call, true when any key's
+   * failure may have reached the broker; `notReached` says it row by row.
    */
   readonly mayHaveReached: boolean;
+  /**
+   * The `retry` rows that provably never reached the broker: not started before `startBy`, or in a send whose
+   * failure proves nothing was accepted. The relay restarts the window of those on their first try only.
+   */
+  readonly notReached: string[];
 }
 
 export interface SendOptions {
@@ -125,8 +131,20 @@ export function toOutboxServiceBusMessage(row: OutboxMessage): ServiceBusMessage
 }
 
 /**
+ * Sends of different session keys in flight at once, at most. Each key is its own send (see createOutboxSender),
+ * and a claim holds one head per key, so a claim of many keys is that many one-message sends: side by side, they
+ * cost about one round trip per this many keys instead of one per key.
+ */
+export const MAX_CONCURRENT_KEY_SENDS = 8;
+
+/**
  * The relay's sending side: fills size-limited batches in row order and sends them; sorts each row into sent,
  * set aside (this row can never be sent) or retry (the broker or network failed; stop here so that order holds).
+ * Rows are sent per session key: a partitioned entity refuses a send whose messages have different partition keys
+ * (SDK TROUBLESHOOTING.md, "Cannot send batch with multiple partition keys"), and a session key is the partition
+ * key. Rows without a key go out in batches as before; each key's rows in their order, one batch after another;
+ * different keys (which have no order between them) side by side, up to MAX_CONCURRENT_KEY_SENDS. A failure that
+ * is not a row's stops only its own key (or the rows without one): their later rows wait, the other keys go on.
  */
 export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
   if (!options.client && !options.connection)
@@ -148,102 +166,136 @@ export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
     return span;
   }
 
-  async function sendOne(entry: Entry, report: Mutable<SendReport>): Promise<boolean> {
+  /**
+   * The row's span, started when the row is first put in a batch (its context is in the message, so before the
+   * size check): a row never started (the lease ran short) has no span, so a later claim's send is its only one.
+   */
+  function started(entry: Entry): Entry {
+    entry.span ??= traced(entry.row, entry.message);
+    return entry;
+  }
+
+  /** One row alone; resolves with the failure if it is not the row's own (the row is then not settled). */
+  async function sendOne(entry: Entry, report: Mutable<SendReport>): Promise<{ error: unknown } | undefined> {
     try {
       await sendUnlessDropped(client, sender, entry.message);
-      endSpan(entry.span);
+      endSpan(entry.span!);
       report.sent.push(entry.row.id);
-      return true;
     } catch (error) {
-      endSpan(entry.span, error);
-      if (isRowError(error)) {
-        report.setAside.push({ id: entry.row.id, error: describe(error) });
-        return true;
+      endSpan(entry.span!, error);
+      if (!isRowError(error)) return { error };
+      report.setAside.push({ id: entry.row.id, error: describe(error) });
+    }
+    return undefined;
+  }
+
+  /**
+   * The rows of one session key (or all rows without one), in order: batches one after another; at the first
+   * failure that is not a row's, this and every later row of the group go to retry, so the group's order holds.
+   */
+  async function sendGroup(
+    entries: readonly Entry[],
+    report: Mutable<SendReport>,
+    options: SendOptions,
+    signal: AbortSignal,
+  ): Promise<void> {
+    const waitFrom = (from: number, error: unknown, reached: boolean): void => {
+      if (error !== undefined) report.error ??= error;
+      report.mayHaveReached ||= reached;
+      for (const rest of entries.slice(from)) {
+        if (isSettled(rest.row.id, report)) continue;
+        if (rest.span) endSpan(rest.span, error);
+        report.retry.push(rest.row.id);
+        if (!reached) report.notReached.push(rest.row.id);
       }
-      report.error = error;
-      report.mayHaveReached = mayHaveReachedBroker(error);
-      return false;
+    };
+    let index = 0;
+    try {
+      while (index < entries.length) {
+        if (options.startBy !== undefined && Date.now() >= options.startBy) {
+          // Too late to start a send that must end inside the lease: the rest waits, never sent.
+          return waitFrom(index, undefined, false);
+        }
+        let batch: ServiceBusMessageBatch;
+        try {
+          batch = await sender.createMessageBatch();
+        } catch (error) {
+          // The link to the queue could not be opened: nothing of this batch or after it was sent.
+          throw Object.assign(new NotSentError(), { cause: error });
+        }
+        const inBatch: Entry[] = [];
+        while (index < entries.length && batch.tryAddMessage(started(entries[index]!).message)) {
+          inBatch.push(entries[index]!);
+          index += 1;
+        }
+        if (inBatch.length === 0) {
+          // Too large for an empty batch: larger than the queue's maximum message size.
+          const entry = entries[index]!;
+          const error = `MessageSizeExceeded: message ${entry.row.messageId} is larger than the queue allows (${batch.maxSizeInBytes} bytes per batch)`;
+          endSpan(entry.span!, Object.assign(new Error(error), { code: "MessageSizeExceeded" }));
+          report.setAside.push({ id: entry.row.id, error });
+          index += 1;
+          continue;
+        }
+        try {
+          // Failing at once if the connection drops, not by a throw from rhea-promise's timer (connection-drop.ts).
+          await sendUnlessDropped(client, sender, batch, signal);
+          for (const entry of inBatch) {
+            endSpan(entry.span!);
+            report.sent.push(entry.row.id);
+          }
+        } catch (error) {
+          if (!isRowError(error)) throw error;
+          // The broker refused the batch for one of its messages: one at a time, to find it.
+          for (let i = 0; i < inBatch.length; i++) {
+            const failed = await sendOne(inBatch[i]!, report);
+            if (failed)
+              return waitFrom(index - inBatch.length + i, failed.error, mayHaveReachedBroker(failed.error));
+          }
+        }
+      }
+    } catch (error) {
+      // A failure that is not one row's: this batch and everything after it in the group wait, so order holds.
+      const notSent = error instanceof NotSentError;
+      waitFrom(0, notSent ? error.cause : error, !notSent && mayHaveReachedBroker(error));
     }
   }
 
   return {
     queue,
     async send(rows, options = {}) {
-      const report: Mutable<SendReport> = { sent: [], setAside: [], retry: [], mayHaveReached: false };
+      const report: Mutable<SendReport> = {
+        sent: [],
+        setAside: [],
+        retry: [],
+        mayHaveReached: false,
+        notReached: [],
+      };
       const abort = new AbortController();
       const abortTimer =
         options.abortAt !== undefined
           ? setTimeout(() => abort.abort(), Math.max(0, options.abortAt - Date.now()))
           : undefined;
-      const entries: Entry[] = [];
+      // One group per session key, and one for the rows without a key; each in row order.
+      const groups = new Map<string | null, Entry[]>();
       for (const row of rows) {
         try {
           const message = toOutboxServiceBusMessage(row);
-          entries.push({ row, message, span: traced(row, message) });
+          const key = row.sessionId || null;
+          let group = groups.get(key);
+          if (!group) groups.set(key, (group = []));
+          group.push({ row, message });
         } catch (error) {
           report.setAside.push({ id: row.id, error: describe(error) });
         }
       }
-      let index = 0;
+      const queued = [...groups.values()];
+      const worker = async (): Promise<void> => {
+        for (let group = queued.shift(); group; group = queued.shift())
+          await sendGroup(group, report, options, abort.signal);
+      };
       try {
-        while (index < entries.length) {
-          if (options.startBy !== undefined && Date.now() >= options.startBy) {
-            // Too late to start a send that must end inside the lease: the rest waits, never sent.
-            for (const rest of entries.slice(index)) endSpan(rest.span);
-            report.retry.push(...entries.slice(index).map((e) => e.row.id));
-            return report;
-          }
-          let batch: ServiceBusMessageBatch;
-          try {
-            batch = await sender.createMessageBatch();
-          } catch (error) {
-            // The link to the queue could not be opened: nothing of this batch or after it was sent.
-            throw Object.assign(new NotSentError(), { cause: error });
-          }
-          const inBatch: Entry[] = [];
-          while (index < entries.length && batch.tryAddMessage(entries[index]!.message)) {
-            inBatch.push(entries[index]!);
-            index += 1;
-          }
-          if (inBatch.length === 0) {
-            // Too large for an empty batch: larger than the queue's maximum message size.
-            const entry = entries[index]!;
-            const error = `MessageSizeExceeded: message ${entry.row.messageId} is larger than the queue allows (${batch.maxSizeInBytes} bytes per batch)`;
-            endSpan(entry.span, Object.assign(new Error(error), { code: "MessageSizeExceeded" }));
-            report.setAside.push({ id: entry.row.id, error });
-            index += 1;
-            continue;
-          }
-          try {
-            // Failing at once if the connection drops, not by a throw from rhea-promise's timer (connection-drop.ts).
-            await sendUnlessDropped(client, sender, batch, abort.signal);
-            for (const entry of inBatch) {
-              endSpan(entry.span);
-              report.sent.push(entry.row.id);
-            }
-          } catch (error) {
-            if (!isRowError(error)) throw error;
-            // The broker refused the batch for one of its messages: one at a time, to find it.
-            for (let i = 0; i < inBatch.length; i++) {
-              if (!(await sendOne(inBatch[i]!, report))) {
-                for (const rest of inBatch.slice(i + 1)) endSpan(rest.span, report.error);
-                report.retry.push(...inBatch.slice(i).map((e) => e.row.id));
-                for (const rest of entries.slice(index)) endSpan(rest.span, report.error);
-                report.retry.push(...entries.slice(index).map((e) => e.row.id));
-                return report;
-              }
-            }
-          }
-        }
-      } catch (error) {
-        // A failure that is not one row's: this batch and everything after it wait, so order holds.
-        report.error = error instanceof NotSentError ? error.cause : error;
-        report.mayHaveReached = !(error instanceof NotSentError) && mayHaveReachedBroker(error);
-        for (const entry of entries) {
-          if (isSettled(entry.row.id, report)) continue;
-          endSpan(entry.span, report.error);
-          report.retry.push(entry.row.id);
-        }
+        await Promise.all(Array.from({ length: Math.min(MAX_CONCURRENT_KEY_SENDS, queued.length) }, worker));
       } finally {
         clearTimeout(abortTimer);
       }
@@ -261,7 +313,8 @@ class NotSentError extends Error {}
 interface Entry {
   readonly row: OutboxMessage;
   readonly message: ServiceBusMessage;
-  readonly span: Span;
+  /** Started by `started` when the row first goes into a batch. */
+  span?: Span;
 }
 
 type Mutable<T> = { -readonly [K in keyof T]: T[K] };

@@ -34,7 +34,10 @@ export interface SendInBatchesOptions {
  * flight the next one is filled, so encoding overlaps the round trip; a batch is sent only when fewer than
  * `maxInFlight` are unacknowledged. Memory holds at most `maxInFlight` + 1 batches, whatever the source's length.
  * A message too large for an empty batch is an error. Resolves with the number of messages sent. A failure's error
- * carries `acknowledged` and `acknowledgedPrefix` (`PublishFailure`).
+ * carries `acknowledged` and `acknowledgedPrefix` (`PublishFailure`). A batch holds messages of one session id
+ * only (or none with one): a partitioned entity refuses a send whose messages have different partition keys (SDK
+ * TROUBLESHOOTING.md, "Cannot send batch with multiple partition keys"), and the session id is the partition key.
+ * So a new batch starts where the session id changes: events given grouped by key take the fewest sends.
  */
 export function sendInBatches(
   sender: Pick<ServiceBusSender, "createMessageBatch" | "sendMessages">,
@@ -87,11 +90,20 @@ export async function sendBuilt<T>(
     await new Promise<void>((resolve) => setImmediate(resolve));
   };
   let batch: ServiceBusMessageBatch | undefined;
+  // The session id of the messages in `batch` (undefined: none has one).
+  let batchSession: string | undefined;
   const rollOver = async (message: ServiceBusMessage): Promise<void> => {
     if (batch!.count === 0) throw tooLarge(message);
     await dispatch(batch!);
     batch = await sender.createMessageBatch();
+    batchSession = message.sessionId;
     if (!batch.tryAddMessage(message)) throw tooLarge(message);
+  };
+  // A new batch when this one is full, or holds another session id's messages.
+  const fits = (message: ServiceBusMessage): boolean => {
+    if (batch!.count > 0 && message.sessionId !== batchSession) return false;
+    batchSession = message.sessionId;
+    return batch!.tryAddMessage(message);
   };
   try {
     batch = await sender.createMessageBatch();
@@ -99,12 +111,12 @@ export async function sendBuilt<T>(
     if (Symbol.asyncIterator in items) {
       for await (const item of items) {
         const message = build(item);
-        if (!batch.tryAddMessage(message)) await rollOver(message);
+        if (!fits(message)) await rollOver(message);
       }
     } else {
       for (const item of items) {
         const message = build(item);
-        if (!batch.tryAddMessage(message)) await rollOver(message);
+        if (!fits(message)) await rollOver(message);
       }
     }
     if (batch.count > 0) await dispatch(batch);

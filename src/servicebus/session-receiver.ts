@@ -16,10 +16,13 @@ export interface SessionReceiverOptions extends QueueReceiverOptions {
 }
 
 /**
- * The error the broker gives a session receiver on an entity without sessions: Service Bus's words today ("A
- * sessionful message receiver cannot be created on an entity that does not require sessions") and older ones.
+ * The error the broker gives a session receiver on an entity without sessions, in Service Bus's exact words (as
+ * reported in danielgerlag/workflow-core#1217: "A sessionful message receiver cannot be created on an entity that
+ * does not require sessions. Ensure RequiresSession is set to true ..."), which the local broker gives too. Exact,
+ * so that no other error that merely mentions sessions is taken for a mismatch and stops the worker.
  */
-const NOT_A_SESSION_ENTITY = /does not require sessions|not.*session.*enabled/i;
+const NOT_A_SESSION_ENTITY =
+  /A sessionful message receiver cannot be created on an entity that does not require sessions/;
 
 /**
  * The worker's receiver in session mode: `maxSessions` slots, each holding one session at a time (the next

@@ -28,6 +28,18 @@ describe("the SQL Server outbox insert", function () {
     assert.throws(() => insertRowsSql(SQLSERVER_INSERT_MAX_ROWS + 1), RangeError);
   });
 
+  it("leaves SessionId out (8 parameters a row) when no event of the call has a session key", async function () {
+    const { tx, sent } = recording();
+    await enqueue(tx, [
+      { type: "NoteCreated", key: "a", body: {} },
+      { type: "NoteCreated", key: "b", body: {} },
+    ]);
+    assert.equal(sent.length, 1);
+    assert.doesNotMatch(sent[0]!.sql, /SessionId/);
+    assert.equal(sent[0]!.params.length, 16);
+    assert.match(sent[0]!.sql, /\(2, @p9, [^)]*@p16\)/);
+  });
+
   it("enqueue sends 234 events as a statement of 233 rows, then one of 1, each value a parameter as given", async function () {
     const { tx, sent } = recording();
     const events = Array.from({ length: 234 }, (_, i) => ({

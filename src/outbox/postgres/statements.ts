@@ -21,43 +21,80 @@ const COLUMNS = `o."Id" AS id, o."MessageId" AS "messageId", o."Type" AS type, o
   o."Properties" AS properties, o."CorrelationId" AS "correlationId", o."TraceParent" AS "traceParent",
   o."TraceState" AS "traceState", o."Attempts" AS attempts, o."SessionId" AS "sessionId"`;
 
+/** Not leased by another relay, and first tried inside the window ($3 ms): a row's own claim conditions. */
+const FREE = (t: string) => `(${t}."LockedUntilUtc" IS NULL OR ${t}."LockedUntilUtc" <= now())
+    AND (${t}."FirstAttemptUtc" IS NULL OR ${t}."FirstAttemptUtc" > now() - make_interval(secs => $3::bigint / 1000.0))`;
+
 /**
- * A row with a session key is claimable only as its key's head: no earlier row of the key is unsent (set aside and
- * stale rows included, so they hold their key's later rows back instead of letting them pass). The look reads
- * committed rows without SKIP LOCKED: a head another relay is claiming right now is still unsent, so its followers
- * stay where they are. A key's next row is claimable only once its head is marked sent, after the broker took it.
+ * The claim's candidates, from two indexes, so that no claim reads past a key's backlog:
+ * - `plain`: rows without a session key, in Id order, from IX_Outbox_UnsentNoSession.
+ * - `heads`: the head of each key, its lowest unsent Id (set aside and stale rows included, so that they hold
+ *   their key's later rows back instead of letting them pass). A loose index scan of IX_Outbox_UnsentSession: one
+ *   probe per key, whatever the key's backlog (not a look at each of its rows). It reads committed rows without
+ *   SKIP LOCKED: a head another relay is claiming right now is still unsent, so its followers are no candidates.
+ * `keyed` keeps the heads that are claimable themselves. Both lock with SKIP LOCKED (rows another relay is
+ * claiming right now are left to it, not waited on) and recheck the row's conditions once locked, so a head marked
+ * sent meanwhile is dropped. A key's next row becomes a head only once its head is marked sent, after the broker
+ * took it. The lease then keeps the claimed rows from other relays while this one sends, and frees them if it dies.
  */
-const HEAD_OF_KEY = `("SessionId" IS NULL OR NOT EXISTS (
-      SELECT 1 FROM "Outbox" e
-      WHERE e."SessionId" = h."SessionId" AND e."Id" < h."Id" AND e."SentUtc" IS NULL))`;
+const CANDIDATES = `WITH RECURSIVE heads AS (
+  (SELECT "SessionId" AS s, "Id" AS id FROM "Outbox"
+   WHERE "SentUtc" IS NULL AND "SessionId" IS NOT NULL
+   ORDER BY "SessionId", "Id" LIMIT 1)
+  UNION ALL
+  SELECT n.s, n.id FROM heads, LATERAL (
+    SELECT "SessionId" AS s, "Id" AS id FROM "Outbox"
+    WHERE "SentUtc" IS NULL AND "SessionId" IS NOT NULL AND "SessionId" > heads.s
+    ORDER BY "SessionId", "Id" LIMIT 1) n
+),
+plain AS (
+  SELECT "Id", "FirstAttemptUtc" IS NULL AS "firstTry" FROM "Outbox" h
+  WHERE ${UNSENT} AND "SessionId" IS NULL AND ${FREE("h")}
+  ORDER BY "Id" LIMIT $1
+  FOR UPDATE SKIP LOCKED
+),
+keyed AS (
+  SELECT h."Id", h."FirstAttemptUtc" IS NULL AS "firstTry" FROM heads JOIN "Outbox" h ON h."Id" = heads.id
+  WHERE h."SentUtc" IS NULL AND h."SetAsideUtc" IS NULL AND ${FREE("h")}
+  ORDER BY h."Id" LIMIT $1
+  FOR UPDATE OF h SKIP LOCKED
+),
+c AS (
+  SELECT * FROM plain UNION ALL SELECT * FROM keyed
+  ORDER BY "Id" LIMIT $1
+)`;
+
+/**
+ * The insert; without the SessionId column when no row of the call has a key (`withSession` false), so that an
+ * enqueue without session keys still works on a database at migration 0001 (docs/outbox.md, Upgrading).
+ */
+function insertRows(withSession: boolean): string {
+  const [sid, arr] = withSession ? [', "SessionId"', ", $9::text[]"] : ["", ""];
+  return `INSERT INTO "Outbox" ("MessageId", "Type", "Key", "Body", "Properties", "CorrelationId", "TraceParent", "TraceState"${sid})
+SELECT m, t, k, b, p, c, tp, ts${withSession ? ", sid" : ""}
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[]${arr})
+  WITH ORDINALITY AS u(m, t, k, b, p, c, tp, ts${withSession ? ", sid" : ""}, n)
+ORDER BY n
+RETURNING "Id" AS id`;
+}
+
+/** The insert of rows none of which has a session key (8 parameters). */
+export const INSERT_ROWS_WITHOUT_SESSION = insertRows(false);
 
 export const statements: OutboxStatements = {
   // One statement for any number of rows; ORDINALITY keeps the caller's order in the identity values.
-  insertRows: `INSERT INTO "Outbox" ("MessageId", "Type", "Key", "Body", "Properties", "CorrelationId", "TraceParent", "TraceState", "SessionId")
-SELECT m, t, k, b, p, c, tp, ts, sid
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[])
-  WITH ORDINALITY AS u(m, t, k, b, p, c, tp, ts, sid, n)
-ORDER BY n
-RETURNING "Id" AS id`,
+  insertRows: insertRows(true),
   // Delivered at commit, dropped with a rollback: a relay wakes only for rows it can see.
   notify: `SELECT pg_notify('${OUTBOX_CHANNEL}', '')`,
-  // SKIP LOCKED: rows another relay is claiming right now are left to it, not waited on. The lease then keeps
-  // them from other relays while this one sends, and frees them if it dies.
-  claim: `UPDATE "Outbox" o
+  // CANDIDATES says how the rows are picked.
+  claim: `${CANDIDATES}
+UPDATE "Outbox" o
 SET "Attempts" = o."Attempts" + 1,
   "FirstAttemptUtc" = coalesce(o."FirstAttemptUtc", now()),
   "LockedUntilUtc" = now() + make_interval(secs => $2::integer / 1000.0)
-FROM (
-  SELECT "Id", "FirstAttemptUtc" IS NULL AS "firstTry" FROM "Outbox" h
-  WHERE ${UNSENT}
-    AND ("LockedUntilUtc" IS NULL OR "LockedUntilUtc" <= now())
-    AND ("FirstAttemptUtc" IS NULL OR "FirstAttemptUtc" > now() - make_interval(secs => $3::bigint / 1000.0))
-    AND ${HEAD_OF_KEY}
-  ORDER BY "Id"
-  LIMIT $1
-  FOR UPDATE SKIP LOCKED
-) c
-WHERE o."Id" = c."Id"
+FROM c
+-- The ids as an array too: the planner then reads o by its key, where it would scan the table for a hash join.
+WHERE o."Id" = c."Id" AND o."Id" = ANY (ARRAY(SELECT "Id" FROM c))
 RETURNING ${COLUMNS}, c."firstTry" AS "firstTry"`,
   markSent: `UPDATE "Outbox" SET "SentUtc" = now(), "LockedUntilUtc" = NULL WHERE "Id" = ANY($1::bigint[])`,
   release: `UPDATE "Outbox" SET "LockedUntilUtc" = now() + make_interval(secs => $2::integer / 1000.0),
