@@ -86,13 +86,14 @@ export async function run(argv: string[]): Promise<number> {
   });
   // The entity's answer can come after start-up stopped waiting for it (a loaded machine, a slow attach): a receiver
   // of the wrong kind is then still a configuration error that no retry mends, and the process ends as start-up would.
+  // Watched, not awaited once: a refused link can look open for a moment before its detach arrives.
   let late: Error | undefined;
-  void app.worker.entityAnswer(Number.POSITIVE_INFINITY).then((mismatch) => {
-    if (mismatch === undefined) return;
-    late = mismatch;
-    stopRequested("mismatch");
-  });
+  const watch = setInterval(() => {
+    late = app.worker.mismatch;
+    if (late !== undefined) stopRequested("mismatch");
+  }, 250).unref();
   const signal = await stopped;
+  clearInterval(watch);
   if (late !== undefined) {
     process.stderr.write(`sbinbox worker: configuration error: ${late.message}\n`);
     await app.stop();

@@ -102,4 +102,6 @@ export interface Worker {
   readonly settling: number;
   /** After start(): the entity's refusal of the receiver's kind (sessions or not), or undefined (entity-check.ts). */
   entityAnswer(ms: number): Promise<Error | undefined>;
+  /** Set once the entity has refused this worker's kind of receiver (at start-up or later): receiving has stopped. */
+  readonly mismatch: Error | undefined;
 }

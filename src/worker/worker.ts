@@ -206,6 +206,9 @@ export function createWorker(options: WorkerOptions): Worker {
       return receiver.settling;
     },
     entityAnswer: (ms) => entityAnswer(receiver, ms),
+    get mismatch() {
+      return receiver.mismatch;
+    },
     start() {
       if (started) return;
       started = true;
