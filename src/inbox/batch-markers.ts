@@ -1,4 +1,5 @@
 import { runBatchHandlers } from "./batch-handlers.ts";
+import { batchFailure, markerParams, preCheckBatch } from "./batch-precheck.ts";
 import type { InboxDriver, InboxTransaction } from "./driver.ts";
 import type { BatchFailureReason, InboxBatchItem, InboxBatchOutcome, InboxBatchResult } from "./store.ts";
 
@@ -19,27 +20,16 @@ export async function processMarkersBatch(
   if (batch === undefined || items.length === 0) return { outcomes };
   if (items.length > batch.maxRows || new Set(items.map((i) => i.messageId)).size !== items.length)
     throw new RangeError(`a batch takes 1 to ${batch.maxRows} messages with distinct MessageIds`);
-  const params = (ids: readonly string[]): unknown[] => (batch.arrays ? [ids, consumer] : [consumer, ...ids]);
-  let open = items.map((_, i) => i);
+  const params = (ids: readonly string[]): unknown[] => markerParams(driver, consumer, ids);
   // Only the messages the mode reads for; first deliveries meet an existing marker at the insert instead. Where
   // the insert cannot skip an existing key (SQL Server), one such key fails the whole batch, and every message
   // then takes a transaction of its own: there the read, one per batch, is always made.
-  const checked = items.filter(readsFor);
-  if (checked.length > 0) {
-    try {
-      const found = await driver.query<{ id: string }>(
-        batch.isProcessed(checked.length),
-        params(checked.map((i) => i.messageId)),
-      );
-      const done = new Set(found.rows.map((r) => r.id));
-      open = open.filter((i) => !done.has(items[i]!.messageId));
-      for (let i = 0; i < items.length; i += 1) if (done.has(items[i]!.messageId)) outcomes[i] = DUPLICATE;
-    } catch (failure) {
-      return { outcomes, failure, reason: batchFailure(driver, failure, "other") };
-    }
-    // Nothing left to write: no transaction opened, so none committed (the metric says so).
-    if (open.length === 0) return { outcomes, noTransaction: true };
-  }
+  const checked = await preCheckBatch(driver, consumer, items, readsFor, outcomes);
+  if ("failure" in checked)
+    return { outcomes, failure: checked.failure, reason: batchFailure(driver, checked.failure, "other") };
+  // Nothing left to write: no transaction opened, so none committed (the metric says so).
+  if (checked.open.length === 0) return { outcomes, noTransaction: true };
+  let open = checked.open;
   let tx: InboxTransaction;
   try {
     tx = await driver.begin();
@@ -90,15 +80,6 @@ export async function processMarkersBatch(
   }
   for (const i of open) outcomes[i] = COMMITTED;
   return { outcomes };
-}
-
-/** A deadlock wherever it happened, else the reason the failing step gives. */
-function batchFailure(
-  driver: InboxDriver,
-  failure: unknown,
-  otherwise: BatchFailureReason,
-): BatchFailureReason {
-  return driver.isDeadlock?.(failure) ? "deadlock" : otherwise;
 }
 
 const SINGLE: InboxBatchOutcome = { kind: "single" };

@@ -2,6 +2,7 @@ import type { ErrorClass, ProcessOutcome } from "../domain/outcome.ts";
 import type { Dialect, SqlExecutor, SqlResult } from "../domain/sql.ts";
 import { TransactionControlError } from "./errors.ts";
 import { refusedStatement } from "./transaction-guard.ts";
+import { batchFailure, markerParams, preCheckBatch } from "./batch-precheck.ts";
 import { composeStatements, type ComposedRequest, type ComposedTransaction } from "./sqlserver/compose.ts";
 import type {
   BatchFailureReason,
@@ -151,37 +152,22 @@ export async function processStatementsBatch(
 ): Promise<InboxBatchResult> {
   const batch = driver.batchStatements!;
   const outcomes: InboxBatchOutcome[] = items.map(() => SINGLE);
-  const params = (ids: readonly string[]): unknown[] => (batch.arrays ? [ids, consumer] : [consumer, ...ids]);
-  const reason = (failure: unknown, otherwise: BatchFailureReason): BatchFailureReason =>
-    driver.isDeadlock?.(failure) ? "deadlock" : otherwise;
+  const params = (ids: readonly string[]): unknown[] => markerParams(driver, consumer, ids);
   // Each goes alone, where the one with a refused statement fails and the others commit.
   const refused = refusal(
     driver.dialect,
     items.flatMap((i) => i.statements ?? []),
   );
   if (refused !== undefined) return { outcomes, failure: refused, reason: "handler_error" };
-  let open = items.map((_, i) => i);
-  const checked = items.filter(checks);
-  if (checked.length > 0) {
-    try {
-      const found = await driver.query<{ id: string }>(
-        batch.isProcessed(checked.length),
-        params(checked.map((i) => i.messageId)),
-      );
-      const done = new Set(found.rows.map((r) => r.id));
-      open = open.filter((i) => !done.has(items[i]!.messageId));
-      items.forEach((item, i) => {
-        if (done.has(item.messageId)) outcomes[i] = DUPLICATE;
-      });
-    } catch (failure) {
-      return { outcomes, failure, reason: reason(failure, "other") };
-    }
-    if (open.length === 0) return { outcomes, noTransaction: true };
-  }
+  const checked = await preCheckBatch(driver, consumer, items, checks, outcomes);
+  if ("failure" in checked)
+    return { outcomes, failure: checked.failure, reason: batchFailure(driver, checked.failure, "other") };
+  if (checked.open.length === 0) return { outcomes, noTransaction: true };
+  const open = checked.open;
   const undecided = (failure: unknown, why: BatchFailureReason): InboxBatchResult => ({
     outcomes: outcomes.map((o) => (o.kind === "duplicate" ? o : SINGLE)),
     failure,
-    reason: reason(failure, why),
+    reason: batchFailure(driver, failure, why),
   });
   // The keys in one order, as the code path inserts them (no two batches take their key locks in other orders).
   const ids = open.map((i) => items[i]!.messageId).sort();
@@ -258,5 +244,4 @@ async function sendComposed(driver: StatementsDriver, composed: ComposedTransact
 }
 
 const SINGLE: InboxBatchOutcome = { kind: "single" };
-const DUPLICATE: InboxBatchOutcome = { kind: "duplicate" };
 const COMMITTED: InboxBatchOutcome = { kind: "committed" };
