@@ -8,7 +8,8 @@ import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { scalar, type Backend, type BackendDatabase } from "./backends.ts";
 import { closeOutbox, openOutbox, type OpenedOutbox, type Upstream } from "./outbox-suite.ts";
 
-const QUEUE = "ordered";
+/** A session queue per test, so that what one test leaves behind (a failed test's unreceived events) is not another's. */
+const QUEUES = ["ordered-1", "ordered-2", "ordered-3", "ordered-4", "ordered-5"];
 
 const sqlFor: Record<Dialect, Record<string, string>> = {
   postgres: {
@@ -47,7 +48,11 @@ export function outboxSessionsConformance(backend: Backend): void {
   describe(`outbox relay with session keys on ${backend.name} (real SDK, local broker, session queue)`, function () {
     this.timeout(90_000);
     const fixture = useLocalBroker(
-      brokerConfig({ [QUEUE]: { RequiresDuplicateDetection: true, RequiresSession: true } }),
+      brokerConfig(
+        Object.fromEntries(
+          QUEUES.map((q) => [q, { RequiresDuplicateDetection: true, RequiresSession: true }]),
+        ),
+      ),
     );
     const q = sqlFor[backend.dialect];
     let db: BackendDatabase;
@@ -56,9 +61,12 @@ export function outboxSessionsConformance(backend: Backend): void {
     let opened: OpenedOutbox = {};
     const relays: Relay[] = [];
     const senders: OutboxSender[] = [];
+    let tests = 0;
+    let QUEUE = QUEUES[0]!;
 
     beforeEach(async function () {
       run += 1;
+      QUEUE = QUEUES[tests++]!;
       const label = `outbox sessions ${this.currentTest?.title ?? ""}`;
       ({ db, store, upstream } = await openOutbox(backend, label, opened));
     });
