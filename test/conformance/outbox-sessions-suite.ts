@@ -191,8 +191,13 @@ export function outboxSessionsConformance(backend: Backend): void {
         queue: QUEUE,
         send(rows, options) {
           if (failedAt === undefined && rows.some((r) => r.sessionId === "acct-2")) {
-            failedAt = log.length;
-            return missing.send(rows, options);
+            // The failure counts once it happened: a send the lease left no time to start (a slow claim under
+            // load) fails nothing, and the next batch with acct-2's head is failed instead.
+            const at = log.length;
+            return missing.send(rows, options).then((report) => {
+              if (report.error !== undefined) failedAt = at;
+              return report;
+            });
           }
           return good.send(rows, options);
         },
