@@ -166,10 +166,40 @@ export function outboxSessionsConformance(backend: Backend): void {
       assert.ok(BigInt(next[0]!.id) > BigInt(first[0]!.id));
     });
 
+    /**
+     * Senders whose first sends wait (up to `maxWaitMs`) until each of them has a batch in hand, so that the relays
+     * are shown to work side by side instead of hoping the timing gives each of them rows: under load, or on a server
+     * that waits where READPAST would skip (Babelfish), one relay can otherwise drain the outbox before the other's
+     * first claim. The wait stays under the lease, so no batch is claimed twice because of it.
+     */
+    function meetingSenders(n: number, maxWaitMs: number): { senders: OutboxSender[]; met: () => boolean } {
+      const arrived = new Set<number>();
+      let release!: () => void;
+      const together = new Promise<void>((resolve) => (release = resolve));
+      const meet = (i: number): Promise<void> => {
+        arrived.add(i);
+        if (arrived.size === n) release();
+        return Promise.race([together, new Promise<void>((resolve) => setTimeout(resolve, maxWaitMs))]);
+      };
+      const senders = Array.from({ length: n }, (_, i): OutboxSender => {
+        const inner = sender();
+        return {
+          queue: QUEUE,
+          send: (rows, options) => meet(i).then(() => inner.send(rows, options)),
+          close: () => Promise.resolve(),
+        };
+      });
+      return { senders, met: () => arrived.size === n };
+    }
+
     it("two relays with interleaved keys deliver each key's events in commit order, each once", async function () {
       const total = await commitInterleaved(5, 8, 2);
-      const [a, b] = await Promise.all([relay({ batchSize: 3 }), relay({ batchSize: 3 })]);
+      const meeting = meetingSenders(2, 2_000);
+      const [a, b] = await Promise.all(
+        meeting.senders.map((s) => relay({ batchSize: 3, sender: s, leaseMs: 10_000 })),
+      );
       await waitUntil(() => a.counters.sent + b.counters.sent === total, `all ${total} rows sent`, 60_000);
+      assert.ok(meeting.met(), "both relays claimed a batch while the other held one");
       assert.ok(a.counters.sent > 0 && b.counters.sent > 0, "both relays sent rows");
       for (let account = 0; account < 5; account++)
         assert.deepEqual(
