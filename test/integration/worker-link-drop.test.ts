@@ -278,7 +278,15 @@ for (const batchSize of [1, 8]) {
 }
 
 describe("sbinbox worker as a process: SIGTERM right after a reset", function () {
-  const fixture = useLocalBroker(brokerConfig({ [QUEUE]: { LockDuration: `PT${LOCK_MS / 1000}S` } }));
+  // Locks long past the test's stall, so that a complete caught by the reset ends on the drop, never on its lock
+  // running out first (which a loaded machine's slower commits could otherwise make it do: a message taken into
+  // the stall with little of a short lock left). The broker's clock then moves past them, so the next worker gets
+  // what the dropped connection held at once instead of after the lock's wall-clock time.
+  const CLI_LOCK_MS = 60_000;
+  let clockAheadMs = 0;
+  const fixture = useLocalBroker(brokerConfig({ [QUEUE]: { LockDuration: `PT${CLI_LOCK_MS / 1000}S` } }), {
+    now: () => Date.now() + clockAheadMs,
+  });
 
   it("exits 0 well inside the grace period; every message applied once by the next worker", async function () {
     this.timeout(120_000);
@@ -321,6 +329,7 @@ describe("sbinbox worker as a process: SIGTERM right after a reset", function ()
       assert.ok(exitMs < GRACE_MS / 2, `exited ${exitMs} ms after SIGTERM (grace period ${GRACE_MS} ms)`);
       assert.match(result.stderr, /complete not confirmed: the connection the message came on dropped/);
 
+      clockAheadMs += CLI_LOCK_MS;
       next.push(startTestWorker({ client: fixture.client, db, consumer: "sbinbox" }));
       const counts = () => fixture.broker.counts(QUEUE);
       await waitUntil(() => counts().active + counts().locked === 0, "the queue empties", 30_000);
