@@ -195,9 +195,8 @@ export function outboxSessionsConformance(backend: Backend): void {
     it("two relays with interleaved keys deliver each key's events in commit order, each once", async function () {
       const total = await commitInterleaved(5, 8, 2);
       const meeting = meetingSenders(2, 2_000);
-      const [a, b] = await Promise.all(
-        meeting.senders.map((s) => relay({ batchSize: 3, sender: s, leaseMs: 10_000 })),
-      );
+      const started = (i: number) => relay({ batchSize: 3, sender: meeting.senders[i]!, leaseMs: 10_000 });
+      const [a, b] = await Promise.all([started(0), started(1)]);
       await waitUntil(() => a.counters.sent + b.counters.sent === total, `all ${total} rows sent`, 60_000);
       assert.ok(meeting.met(), "both relays claimed a batch while the other held one");
       assert.ok(a.counters.sent > 0 && b.counters.sent > 0, "both relays sent rows");
