@@ -191,6 +191,9 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
 async function execute(sources: ConsoleSources, plan: Plan, job: Job): Promise<void> {
   const select = selectorOf({ sequenceNumbers: plan.messages.map((m) => m.sequenceNumber) });
   const acted = new Set<string>();
+  // The state changes once, at the very end: a poll during the check of what is left must not see "done" for a
+  // run that then turns out partial.
+  let failed = false;
   const options = {
     onProgress: (done: number, m: DeadLetter) => {
       job.done = done;
@@ -219,10 +222,9 @@ async function execute(sources: ConsoleSources, plan: Plan, job: Job): Promise<v
     } else {
       await purgeDeadLetters(sources.client, sources.entity, select, options);
     }
-    job.state = "done";
   } catch (error) {
     job.error = (error as Error).message;
-    job.state = "failed";
+    failed = true;
   }
   const missed = plan.messages.filter((m) => !acted.has(m.sequenceNumber));
   let left = new Set<string>();
@@ -235,10 +237,9 @@ async function execute(sources: ConsoleSources, plan: Plan, job: Job): Promise<v
       );
     } catch (error) {
       job.error ??= `could not check what is left: ${(error as Error).message}`;
-      if (job.state === "done") job.state = "failed";
+      failed = true;
     }
   }
-  if (job.state === "done" && left.size > 0) job.state = "partial";
   for (const m of missed)
     job.results.push({
       ...m,
@@ -247,4 +248,5 @@ async function execute(sources: ConsoleSources, plan: Plan, job: Job): Promise<v
         ? "still dead-lettered: run again"
         : (job.error ?? "no longer in the dead-letter queue (replayed or purged meanwhile)"),
     });
+  job.state = failed ? "failed" : left.size > 0 ? "partial" : "done";
 }
