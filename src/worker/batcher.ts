@@ -20,7 +20,11 @@ export interface BatcherOptions {
   readonly consumer: string;
   /** The most messages per transaction (at least 2; a batch of 1 is the single-message path). */
   readonly maxSize: number;
-  /** How long the first message of a batch waits for more before the batch runs. */
+  /**
+   * How long the first message of a batch waits for more before the batch runs. 0: no wait of its own; what is
+   * pending runs once the messages that arrived in the same turn of the event loop have joined it, if a batch could
+   * start now, and otherwise when one ends (group commit: a batch forms from what arrives while others run).
+   */
   readonly waitMs: number;
   /**
    * Most batch transactions running at once (default DEFAULT_BATCH_MAX_IN_FLIGHT). They are assigned by key: no
@@ -76,6 +80,7 @@ export class Batcher {
   private readonly options: BatcherOptions;
   private pending: Entry[] = [];
   private timer: NodeJS.Timeout | undefined;
+  private turn: NodeJS.Immediate | undefined;
   /** Formed batches in arrival order, waiting for room or for a batch that holds one of their keys. */
   private readonly ready: Batch[] = [];
   private readonly inFlight = new Set<Batch>();
@@ -108,8 +113,21 @@ export class Batcher {
     return new Promise<ProcessOutcome>((resolve) => {
       this.pending.push({ key, work, hint, ctx: context.active(), resolve });
       if (this.pending.length >= this.options.maxSize) this.flush();
-      else this.timer ??= setTimeout(() => this.flush(), this.options.waitMs);
+      else if (this.options.waitMs > 0) this.timer ??= setTimeout(() => this.flush(), this.options.waitMs);
+      // setImmediate runs after the rest of this I/O turn: the messages of one read from the broker join first.
+      else
+        this.turn ??= setImmediate(() => {
+          this.turn = undefined;
+          if (this.roomNow()) this.flush();
+        });
     });
+  }
+
+  /** Whether a new batch could start at once: nothing waiting in line, a slot free, no unkeyed batch running. */
+  private roomNow(): boolean {
+    if (this.ready.length > 0 || this.inFlight.size >= this.maxInFlight) return false;
+    for (const batch of this.inFlight) if (batch.keys === undefined) return false;
+    return true;
   }
 
   /** Runs what is pending now instead of waiting (a stop). */
@@ -151,7 +169,9 @@ export class Batcher {
       this.inFlight.add(batch);
       void this.run(batch.entries).finally(() => {
         this.inFlight.delete(batch);
-        this.next();
+        // With no wait of its own, what arrived while the slots were full forms the next batch now.
+        if (this.options.waitMs === 0 && this.pending.length > 0) this.flush();
+        else this.next();
       });
     }
   }

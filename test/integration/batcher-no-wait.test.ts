@@ -1,0 +1,125 @@
+import assert from "node:assert/strict";
+import type { Database } from "../../src/app/database.ts";
+import type { ProcessOutcome } from "../../src/domain/outcome.ts";
+import type { SqlExecutor } from "../../src/domain/sql.ts";
+import { Batcher } from "../../src/worker/batcher.ts";
+import { recordingBatches } from "../helpers/recording-batches.ts";
+import { exampleDatabase } from "../helpers/worker.ts";
+
+const CONSUMER = "no-wait";
+const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+/**
+ * The batcher with no wait of its own (SBINBOX_BATCH_WAIT_MS=0, the default) on the embedded PostgreSQL: a message
+ * that finds a transaction free runs at once, and a batch forms from what arrives while the transactions run.
+ */
+describe("group commit with no wait: a batch forms from what arrives while transactions run (PostgreSQL)", function () {
+  this.timeout(30_000);
+  let db: Database & { url: string };
+  before(async () => {
+    db = await exampleDatabase("batcher_no_wait");
+  });
+  // A failed assertion leaves handlers waiting: released, so that their transactions end and the pool closes.
+  const releases: (() => void)[] = [];
+  afterEach(() => {
+    for (const release of releases.splice(0)) release();
+  });
+  after(async () => {
+    await db.close();
+  });
+
+  /** A handler that writes its credit row and then waits for the test's word; `started` once it has written. */
+  function held(id: string, account: string) {
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const state = { started: false, release };
+    releases.push(release);
+    const work = async (tx: SqlExecutor): Promise<void> => {
+      await tx.query("INSERT INTO example_credits (account_id, amount, message_id) VALUES ($1, 1, $2)", [
+        account,
+        id,
+      ]);
+      state.started = true;
+      await released;
+    };
+    return { state, work };
+  }
+
+  function batcher(maxInFlight: number) {
+    const recorded = recordingBatches(db.store);
+    const b = new Batcher({ store: recorded.store, consumer: CONSUMER, maxSize: 8, waitMs: 0, maxInFlight });
+    return { b, sizes: recorded.sizes };
+  }
+
+  async function creditsOf(ids: string[]): Promise<number> {
+    const { rows } = await db.sql.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM example_credits WHERE message_id = ANY($1)",
+      [ids],
+    );
+    return Number(rows[0]!.n);
+  }
+
+  it("unkeyed: the first message runs at once alone; those arriving meanwhile run as one batch after it", async function () {
+    const { b, sizes } = batcher(4);
+    const first = held("u-0", "u");
+    const outcomes: Promise<ProcessOutcome>[] = [
+      b.process({ messageId: "u-0", consumer: CONSUMER }, first.work),
+    ];
+    // One turn later the first has left: no wait of its own holds it back for company (a timer of even 1 ms would
+    // still be pending, and the next message would join it).
+    await turn();
+    const later = ["u-1", "u-2", "u-3", "u-4"].map((id) => ({ id, ...held(id, "u") }));
+    for (const m of later) {
+      outcomes.push(b.process({ messageId: m.id, consumer: CONSUMER }, m.work));
+      await turn();
+    }
+    const deadline = Date.now() + 10_000;
+    while (!first.state.started && Date.now() < deadline) await turn();
+    assert.ok(first.state.started, "the first message's handler ran");
+    // An unkeyed transaction runs with none beside it: the four wait, whatever the slots.
+    assert.deepEqual(
+      later.map((m) => m.state.started),
+      [false, false, false, false],
+      "nothing ran beside the unkeyed one",
+    );
+    first.state.release();
+    for (const m of later) m.state.release();
+    const settled = await Promise.all(outcomes);
+    assert.deepEqual(
+      settled.map((o) => o.kind),
+      ["committed", "committed", "committed", "committed", "committed"],
+    );
+    assert.deepEqual(sizes, [4], "the four that came meanwhile ran as one batch; the first went alone");
+    assert.equal(await creditsOf(["u-0", "u-1", "u-2", "u-3", "u-4"]), 5);
+  });
+
+  it("keyed: each slot takes a message at once; what arrives while every slot is busy forms the next batch", async function () {
+    const { b, sizes } = batcher(2);
+    const a = held("k-a", "a");
+    const c = held("k-b", "b");
+    const outcomes: Promise<ProcessOutcome>[] = [];
+    outcomes.push(b.process({ messageId: "k-a", consumer: CONSUMER }, a.work, { keys: ["a"] }));
+    await turn();
+    outcomes.push(b.process({ messageId: "k-b", consumer: CONSUMER }, c.work, { keys: ["b"] }));
+    const deadline = Date.now() + 10_000;
+    while (!(a.state.started && c.state.started) && Date.now() < deadline) await turn();
+    assert.ok(a.state.started && c.state.started, "two keys, two slots: both ran at once");
+    const later = ["c", "d", "e"].map((key) => ({ id: `k-${key}`, key, ...held(`k-${key}`, key) }));
+    for (const m of later) {
+      outcomes.push(b.process({ messageId: m.id, consumer: CONSUMER }, m.work, { keys: [m.key] }));
+      await turn();
+    }
+    assert.ok(
+      later.every((m) => !m.state.started),
+      "both slots busy: the three wait",
+    );
+    a.state.release();
+    for (const m of later) m.state.release();
+    while (!later.every((m) => m.state.started) && Date.now() < deadline) await turn();
+    assert.deepEqual(sizes, [3], "the three ran as one batch in the slot freed first");
+    c.state.release();
+    const settled = await Promise.all(outcomes);
+    assert.ok(settled.every((o) => o.kind === "committed"));
+    assert.equal(await creditsOf(["k-a", "k-b", "k-c", "k-d", "k-e"]), 5);
+  });
+});
