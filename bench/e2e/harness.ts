@@ -46,7 +46,7 @@ export const BATCH_IN_FLIGHT = Number(env.SBINBOX_BENCH_BATCH_IN_FLIGHT ?? 0) ||
 /** The batched rows' SBINBOX_BATCH_SIZE at concurrency c (default c / 2: the next batch fills while one runs). */
 export const batchSizeAt = (c: number): number =>
   Number(env.SBINBOX_BENCH_BATCH_SIZE ?? 0) || Math.max(1, Math.floor(c / 2));
-export const BATCH_WAIT_MS = Number(env.SBINBOX_BENCH_BATCH_WAIT_MS ?? 2);
+export const BATCH_WAIT_MS = Number(env.SBINBOX_BENCH_BATCH_WAIT_MS ?? 0);
 export const QUEUE = "bench";
 export const RSS_QUEUE = "rss";
 export const CONSUMER = "bench";

@@ -32,7 +32,8 @@ export const settings = {
   SBINBOX_MAX_AUTO_LOCK_RENEWAL_MS: "how long the SDK keeps renewing a message lock (0 turns renewal off)",
   SBINBOX_BATCH_SIZE:
     "most messages per inbox transaction (group commit, docs/batching.md); 1 is one transaction per message",
-  SBINBOX_BATCH_WAIT_MS: "how long a batch's first message waits for more before the batch runs",
+  SBINBOX_BATCH_WAIT_MS:
+    "how long a batch's first message waits for more before the batch runs; 0: no wait, a batch forms from what arrives while transactions run",
   SBINBOX_BATCH_MAX_IN_FLIGHT:
     "most batch transactions of one worker at once, assigned by the handlers' keys so that no key is in two; a batch holding a message whose handler declares no keys runs alone (docs/batching.md)",
   SBINBOX_PRECHECK:
@@ -197,7 +198,7 @@ export const parsers = {
   SBINBOX_MAX_AUTO_LOCK_RENEWAL_MS: ms(0).default(300_000),
   // 1,000: SQL Server's VALUES list limit (and 1,001 parameters, under its 2,100).
   SBINBOX_BATCH_SIZE: int(1, 1000).default(1),
-  SBINBOX_BATCH_WAIT_MS: ms(0, 1000).default(2),
+  SBINBOX_BATCH_WAIT_MS: ms(0, 1000).default(0),
   // As the batcher's DEFAULT_BATCH_MAX_IN_FLIGHT (docs/batching.md has the measurement).
   SBINBOX_BATCH_MAX_IN_FLIGHT: int(1, 1000).default(4),
   SBINBOX_PRECHECK: precheck.default("redeliveries"),

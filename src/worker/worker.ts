@@ -278,7 +278,7 @@ function createBatcher(
     store: options.store,
     consumer: options.consumer,
     maxSize: size,
-    waitMs: options.batchWaitMs ?? 2,
+    waitMs: options.batchWaitMs ?? 0,
     maxInFlight: options.batchMaxInFlight,
     onBatch,
   });

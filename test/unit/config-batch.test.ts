@@ -14,10 +14,10 @@ function configError(fn: () => unknown): ConfigError {
 }
 
 describe("config: group commit settings", function () {
-  it("defaults to one transaction per message, with a 2 ms wait", function () {
+  it("defaults to one transaction per message, and batches that wait for no timer", function () {
     const config = loadConfig({ env: {} });
     assert.equal(config.batchSize, 1);
-    assert.equal(config.batchWaitMs, 2);
+    assert.equal(config.batchWaitMs, 0);
     assert.equal(config.batchMaxInFlight, DEFAULT_BATCH_MAX_IN_FLIGHT, "the batcher's own default");
     assert.ok(config.batchMaxInFlight > 1, "batches side by side, assigned by key");
   });
@@ -27,12 +27,12 @@ describe("config: group commit settings", function () {
       env: {
         SBINBOX_BATCH_SIZE: "16",
         SBINBOX_MAX_CONCURRENT_CALLS: "32",
-        SBINBOX_BATCH_WAIT_MS: "0",
+        SBINBOX_BATCH_WAIT_MS: "5",
         SBINBOX_BATCH_MAX_IN_FLIGHT: "2",
       },
     });
     assert.equal(config.batchSize, 16);
-    assert.equal(config.batchWaitMs, 0);
+    assert.equal(config.batchWaitMs, 5);
     assert.equal(config.batchMaxInFlight, 2);
   });
 
