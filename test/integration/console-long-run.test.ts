@@ -14,15 +14,26 @@ const HELD = "console-long-run-held";
 describe("sbinbox console: a replay that outlives the dead-letter queue's lock", function () {
   this.timeout(120_000);
   let offsetMs = 0;
+  // Stopped while the set-up dead-letters its messages one by one: under load that outlasts the 1 s lock.
+  let frozenAt: number | undefined;
   const fixture = useLocalBroker(
     brokerConfig({
       [QUEUE]: { LockDuration: "PT1S", MaxDeliveryCount: 100 },
       [HELD]: { LockDuration: "PT1M", MaxDeliveryCount: 100 },
     }),
-    { now: () => Date.now() + offsetMs },
+    { now: () => frozenAt ?? Date.now() + offsetMs },
   );
 
   before(async function () {
+    frozenAt = Date.now();
+    try {
+      await setUp();
+    } finally {
+      frozenAt = undefined;
+    }
+  });
+
+  async function setUp(): Promise<void> {
     for (let i = 0; i < N; i += 100)
       await sendRawMessages(
         fixture.client,
@@ -40,7 +51,7 @@ describe("sbinbox console: a replay that outlives the dead-letter queue's lock",
       { messageId: "h-1", subject: "X", body: Buffer.from("{}") },
     ]);
     await deadLetterAll(HELD, 2, () => "A");
-  });
+  }
 
   /** Dead-letters the queue's first `count` messages (m-<n>), each with the reason `reasonOf(n)`. */
   async function deadLetterAll(queue: string, count: number, reasonOf: (n: number) => string): Promise<void> {
