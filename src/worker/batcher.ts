@@ -123,10 +123,15 @@ export class Batcher {
     });
   }
 
-  /** Whether a new batch could start at once: nothing waiting in line, a slot free, no unkeyed batch running. */
+  /**
+   * Whether what is pending may form a batch now: a slot is free and no unkeyed batch runs or waits (nothing passes
+   * that one, so what comes meanwhile joins one batch behind it). A batch waiting in line for a key held in flight
+   * does not stop it: next() starts the new one only if it shares no key with those in flight or before it in line.
+   */
   private roomNow(): boolean {
-    if (this.ready.length > 0 || this.inFlight.size >= this.maxInFlight) return false;
+    if (this.inFlight.size >= this.maxInFlight) return false;
     for (const batch of this.inFlight) if (batch.keys === undefined) return false;
+    for (const batch of this.ready) if (batch.keys === undefined) return false;
     return true;
   }
 

@@ -29,7 +29,10 @@ export interface WorkerOptions {
   readonly maxMessageBytes?: number;
   /** Most messages per transaction (group commit, docs/batching.md); 1, the default, is one per message. */
   readonly batchSize?: number;
-  /** How long a batch's first message waits for more before the batch runs. */
+  /**
+   * How long a batch's first message waits for more before the batch runs. 0, the default: no timer; a batch forms
+   * from what arrives while batch transactions run (docs/batching.md, How a batch forms).
+   */
   readonly batchWaitMs?: number;
   /**
    * Most batch transactions at once (default DEFAULT_BATCH_MAX_IN_FLIGHT), assigned by key: no key in two at once,

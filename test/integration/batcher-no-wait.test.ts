@@ -122,4 +122,33 @@ describe("group commit with no wait: a batch forms from what arrives while trans
     assert.ok(settled.every((o) => o.kind === "committed"));
     assert.equal(await creditsOf(["k-a", "k-b", "k-c", "k-d", "k-e"]), 5);
   });
+
+  it("keyed: a batch waiting in line for a key in flight does not hold back a message of a free key", async function () {
+    // Found in review: the first version formed nothing while any batch waited in line, so c waited for a1's end.
+    const { b } = batcher(4);
+    const a1 = held("b-a1", "a");
+    const a2 = held("b-a2", "a");
+    const c = held("b-c", "c");
+    const outcomes: Promise<ProcessOutcome>[] = [];
+    outcomes.push(b.process({ messageId: "b-a1", consumer: CONSUMER }, a1.work, { keys: ["a"] }));
+    const deadline = Date.now() + 10_000;
+    while (!a1.state.started && Date.now() < deadline) await turn();
+    assert.ok(a1.state.started, "the first message of a runs");
+    outcomes.push(b.process({ messageId: "b-a2", consumer: CONSUMER }, a2.work, { keys: ["a"] }));
+    while (b.queued === 0 && Date.now() < deadline) await turn();
+    assert.equal(b.queued, 1, "a's second message waits in line for key a");
+    outcomes.push(b.process({ messageId: "b-c", consumer: CONSUMER }, c.work, { keys: ["c"] }));
+    while (!c.state.started && Date.now() < deadline) await turn();
+    assert.ok(c.state.started, "c (a free key, slots free) started while a's first message ran");
+    assert.equal(a2.state.started, false, "a's second message still waits behind its first");
+    a1.state.release();
+    a2.state.release();
+    c.state.release();
+    const settled = await Promise.all(outcomes);
+    assert.deepEqual(
+      settled.map((o) => o.kind),
+      ["committed", "committed", "committed"],
+    );
+    assert.equal(await creditsOf(["b-a1", "b-a2", "b-c"]), 3);
+  });
 });
