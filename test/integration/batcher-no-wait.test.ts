@@ -151,4 +151,44 @@ describe("group commit with no wait: a batch forms from what arrives while trans
     );
     assert.equal(await creditsOf(["b-a1", "b-a2", "b-c"]), 3);
   });
+
+  it("keyed: a batch that fills while every slot is busy waits in line, then runs whole; what comes after forms the next", async function () {
+    const { b, sizes } = batcher(2);
+    const busy = ["f-a", "f-b"].map((id, i) => ({ id, key: `busy-${i}`, ...held(id, `busy-${i}`) }));
+    const outcomes: Promise<ProcessOutcome>[] = [];
+    for (const m of busy) {
+      outcomes.push(b.process({ messageId: m.id, consumer: CONSUMER }, m.work, { keys: [m.key] }));
+      await turn();
+    }
+    const deadline = Date.now() + 10_000;
+    while (!busy.every((m) => m.state.started) && Date.now() < deadline) await turn();
+    assert.ok(
+      busy.every((m) => m.state.started),
+      "both slots taken",
+    );
+    // Eight more fill a batch (the batcher's size) with no slot free: it waits in line; a ninth starts the next one.
+    const filling = Array.from({ length: 9 }, (_, i) => ({
+      id: `f-${i}`,
+      key: `f-${i}`,
+      ...held(`f-${i}`, `f-${i}`),
+    }));
+    for (const m of filling) {
+      outcomes.push(b.process({ messageId: m.id, consumer: CONSUMER }, m.work, { keys: [m.key] }));
+      await turn();
+    }
+    assert.equal(b.queued, 1, "the full batch waits in line");
+    assert.ok(
+      filling.every((m) => !m.state.started),
+      "nothing starts while both slots are busy",
+    );
+    busy[0]!.state.release();
+    while (!filling.slice(0, 8).every((m) => m.state.started) && Date.now() < deadline) await turn();
+    assert.deepEqual(sizes, [8], "the eight ran as one batch in the freed slot");
+    assert.equal(filling[8]!.state.started, false, "the ninth waits for a slot");
+    for (const m of filling) m.state.release();
+    busy[1]!.state.release();
+    const settled = await Promise.all(outcomes);
+    assert.ok(settled.every((o) => o.kind === "committed"));
+    assert.equal(await creditsOf([...busy, ...filling].map((m) => m.id)), 11);
+  });
 });
