@@ -3,6 +3,7 @@ import type { Database } from "../../src/app/database.ts";
 import type { ProcessOutcome } from "../../src/domain/outcome.ts";
 import type { SqlExecutor } from "../../src/domain/sql.ts";
 import { Batcher } from "../../src/worker/batcher.ts";
+import { waitUntil } from "../helpers/broker.ts";
 import { recordingBatches } from "../helpers/recording-batches.ts";
 import { exampleDatabase } from "../helpers/worker.ts";
 
@@ -73,9 +74,7 @@ describe("group commit with no wait: a batch forms from what arrives while trans
       outcomes.push(b.process({ messageId: m.id, consumer: CONSUMER }, m.work));
       await turn();
     }
-    const deadline = Date.now() + 10_000;
-    while (!first.state.started && Date.now() < deadline) await turn();
-    assert.ok(first.state.started, "the first message's handler ran");
+    await waitUntil(() => first.state.started, "the first message's handler ran");
     // An unkeyed transaction runs with none beside it: the four wait, whatever the slots.
     assert.deepEqual(
       later.map((m) => m.state.started),
@@ -101,9 +100,7 @@ describe("group commit with no wait: a batch forms from what arrives while trans
     outcomes.push(b.process({ messageId: "k-a", consumer: CONSUMER }, a.work, { keys: ["a"] }));
     await turn();
     outcomes.push(b.process({ messageId: "k-b", consumer: CONSUMER }, c.work, { keys: ["b"] }));
-    const deadline = Date.now() + 10_000;
-    while (!(a.state.started && c.state.started) && Date.now() < deadline) await turn();
-    assert.ok(a.state.started && c.state.started, "two keys, two slots: both ran at once");
+    await waitUntil(() => a.state.started && c.state.started, "two keys, two slots: both ran at once");
     const later = ["c", "d", "e"].map((key) => ({ id: `k-${key}`, key, ...held(`k-${key}`, key) }));
     for (const m of later) {
       outcomes.push(b.process({ messageId: m.id, consumer: CONSUMER }, m.work, { keys: [m.key] }));
@@ -115,7 +112,7 @@ describe("group commit with no wait: a batch forms from what arrives while trans
     );
     a.state.release();
     for (const m of later) m.state.release();
-    while (!later.every((m) => m.state.started) && Date.now() < deadline) await turn();
+    await waitUntil(() => later.every((m) => m.state.started), "the three ran");
     assert.deepEqual(sizes, [3], "the three ran as one batch in the slot freed first");
     c.state.release();
     const settled = await Promise.all(outcomes);
@@ -131,15 +128,12 @@ describe("group commit with no wait: a batch forms from what arrives while trans
     const c = held("b-c", "c");
     const outcomes: Promise<ProcessOutcome>[] = [];
     outcomes.push(b.process({ messageId: "b-a1", consumer: CONSUMER }, a1.work, { keys: ["a"] }));
-    const deadline = Date.now() + 10_000;
-    while (!a1.state.started && Date.now() < deadline) await turn();
-    assert.ok(a1.state.started, "the first message of a runs");
+    await waitUntil(() => a1.state.started, "the first message of a runs");
     outcomes.push(b.process({ messageId: "b-a2", consumer: CONSUMER }, a2.work, { keys: ["a"] }));
-    while (b.queued === 0 && Date.now() < deadline) await turn();
+    await waitUntil(() => b.queued > 0, "a's second message waits in line");
     assert.equal(b.queued, 1, "a's second message waits in line for key a");
     outcomes.push(b.process({ messageId: "b-c", consumer: CONSUMER }, c.work, { keys: ["c"] }));
-    while (!c.state.started && Date.now() < deadline) await turn();
-    assert.ok(c.state.started, "c (a free key, slots free) started while a's first message ran");
+    await waitUntil(() => c.state.started, "c (a free key, slots free) started while a's first message ran");
     assert.equal(a2.state.started, false, "a's second message still waits behind its first");
     a1.state.release();
     a2.state.release();
@@ -160,12 +154,7 @@ describe("group commit with no wait: a batch forms from what arrives while trans
       outcomes.push(b.process({ messageId: m.id, consumer: CONSUMER }, m.work, { keys: [m.key] }));
       await turn();
     }
-    const deadline = Date.now() + 10_000;
-    while (!busy.every((m) => m.state.started) && Date.now() < deadline) await turn();
-    assert.ok(
-      busy.every((m) => m.state.started),
-      "both slots taken",
-    );
+    await waitUntil(() => busy.every((m) => m.state.started), "both slots taken");
     // Eight more fill a batch (the batcher's size) with no slot free: it waits in line; a ninth starts the next one.
     const filling = Array.from({ length: 9 }, (_, i) => ({
       id: `f-${i}`,
@@ -182,7 +171,7 @@ describe("group commit with no wait: a batch forms from what arrives while trans
       "nothing starts while both slots are busy",
     );
     busy[0]!.state.release();
-    while (!filling.slice(0, 8).every((m) => m.state.started) && Date.now() < deadline) await turn();
+    await waitUntil(() => filling.slice(0, 8).every((m) => m.state.started), "the eight ran");
     assert.deepEqual(sizes, [8], "the eight ran as one batch in the freed slot");
     assert.equal(filling[8]!.state.started, false, "the ninth waits for a slot");
     for (const m of filling) m.state.release();
