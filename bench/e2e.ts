@@ -247,17 +247,18 @@ async function main(): Promise<void> {
         r.rate.toFixed(0),
         r.cpuUs.toFixed(0),
         (r.cpuUs / f.totalUs).toFixed(2),
+        r.writes.toFixed(2),
         r.roundTrips.toFixed(2),
         r.commits.toFixed(2),
         maxRss(r).toFixed(0),
       ];
       lines.push(
         `cpu: sbinbox worker processes (maxConcurrentCalls 16, no NODE_OPTIONS) draining ${CPU_MESSAGES} each; ` +
-          `CPU from /proc between the first and last sample with messages done; floor = a bare subscribe() + ` +
+          `CPU and write system calls from /proc between the first and last sample with messages done; floor = a bare subscribe() + ` +
           `complete loop (${f.receiveUs.toFixed(0)} us) + a bare pg loop of the same four statements ` +
           `(${f.databaseUs.toFixed(0)} us) at 16, CPU a message in the bench process: ${f.totalUs.toFixed(0)} us`,
         ...formatTable(
-          ["sbinbox worker", "msgs/s", "cpu us/msg", "x floor", "rt/msg", "commits/msg", "max RSS MB"],
+          ["sbinbox worker", "msgs/s", "cpu us/msg", "x floor", "writes/msg", "rt/msg", "commits/msg", "max RSS MB"],
           [row("single", single), row(`batch ${CPU_BATCH}`, batched)],
         ),
         "",

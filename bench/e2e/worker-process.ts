@@ -28,10 +28,17 @@ function cpuUs(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) * 10_000;
 }
 
+/** Write system calls a process has made (/proc/<pid>/io syscw: write, writev and the like, sockets included). */
+function writeCalls(pid: number): number {
+  const io = readFileSync(`/proc/${pid}/io`, "utf8");
+  return Number(/syscw:\s+(\d+)/.exec(io)?.[1] ?? NaN);
+}
+
 interface Sample {
   readonly done: number;
   readonly rss: number;
   readonly cpu: number;
+  readonly writes: number;
   readonly t: number;
 }
 
@@ -40,6 +47,8 @@ export interface WorkerRun {
   readonly messages: number;
   /** CPU per message from the first sample with messages done to the last. */
   readonly cpuUs: number;
+  /** Write system calls per message over the same span: a count, steady on a busy machine. */
+  readonly writes: number;
   readonly rate: number;
   readonly roundTrips: number;
   readonly commits: number;
@@ -82,6 +91,7 @@ export async function runWorkerProcess(
         done,
         rss: rssMb(child.pid!),
         cpu: cpuUs(child.pid!),
+        writes: writeCalls(child.pid!),
         t: (performance.now() - started) / 1000,
       });
       if (c.active + c.locked === 0) break;
@@ -101,6 +111,7 @@ export async function runWorkerProcess(
     samples,
     messages,
     cpuUs: (end.cpu - first.cpu) / span,
+    writes: (end.writes - first.writes) / span,
     rate: span / Math.max(0.001, end.t - first.t),
     ...counts,
   };

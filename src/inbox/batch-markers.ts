@@ -1,19 +1,21 @@
 import { runBatchHandlers } from "./batch-handlers.ts";
 import { batchFailure, markerParams, preCheckBatch } from "./batch-precheck.ts";
 import type { InboxDriver, InboxTransaction } from "./driver.ts";
+import { MarkerExistsError } from "./errors.ts";
 import type { BatchFailureReason, InboxBatchItem, InboxBatchOutcome, InboxBatchResult } from "./store.ts";
 
 /**
  * A batch of code handlers (or a mixed one) in one transaction: one read for the markers that exist (of the items
  * `readsFor` picks), one insert of the others' markers, the handlers (side by side where their keys are disjoint:
- * batch-handlers.ts), one commit. Any failure rolls the whole batch back; its undecided messages come back as
- * `single`. Keys must be distinct.
+ * batch-handlers.ts; started before the insert has answered when every item `startsEarly`), one commit. Any
+ * failure rolls the whole batch back; its undecided messages come back as `single`. Keys must be distinct.
  */
 export async function processMarkersBatch(
   driver: InboxDriver,
   consumer: string,
   items: readonly InboxBatchItem[],
   readsFor: (item: InboxBatchItem) => boolean,
+  startsEarly: (item: InboxBatchItem) => boolean = () => false,
 ): Promise<InboxBatchResult> {
   const batch = driver.batchStatements;
   const outcomes: InboxBatchOutcome[] = items.map(() => ({ kind: "single" }));
@@ -41,32 +43,48 @@ export async function processMarkersBatch(
     failure,
     reason: batchFailure(driver, failure, reason),
   });
-  try {
-    // The keys in one order (code-unit order; any fixed order does), so two batches sharing keys take their key
-    // locks in that order and cannot deadlock on them: SQL Server's VALUES rows go in as given, PostgreSQL's
-    // statement sorts them again itself (ORDER BY m). The handlers still run in arrival order.
-    const inserted = await tx.query<{ id: string }>(
-      batch.insertMarkers(open.length),
-      params(open.map((i) => items[i]!.messageId).sort()),
+  // The keys in one order (code-unit order; any fixed order does), so two batches sharing keys take their key
+  // locks in that order and cannot deadlock on them: SQL Server's VALUES rows go in as given, PostgreSQL's
+  // statement sorts them again itself (ORDER BY m). The handlers still run in arrival order.
+  const markers = tx
+    .query<{ id: string }>(batch.insertMarkers(open.length), params(open.map((i) => items[i]!.messageId).sort()))
+    .then(
+      (inserted) => ({ fresh: batch.returnsInserted ? new Set(inserted.rows.map((r) => r.id)) : undefined }),
+      (failure: unknown) => ({ failure }),
     );
-    if (batch.returnsInserted) {
-      // Decided from the keys the database returns, never from an error's text.
-      const fresh = new Set(inserted.rows.map((r) => r.id));
-      for (const i of open) if (!fresh.has(items[i]!.messageId)) outcomes[i] = DUPLICATE;
-      open = open.filter((i) => fresh.has(items[i]!.messageId));
-    }
-  } catch (failure) {
+  const runHandlers = (which: readonly number[]) =>
+    runBatchHandlers(
+      tx,
+      driver.dialect,
+      items,
+      which,
+      driver.concurrentStatements === true,
+      (error) => driver.isDeadlock?.(error) === true,
+    );
+  // On a connection that pipelines, the handlers' first statements can go out right behind the insert, without
+  // waiting for its answer: a round trip less for the batch. A marker that turns out to exist then rolls the whole
+  // batch back (that message's handler has written beside the others), so they start early only for messages
+  // unlikely to be duplicates (`early`).
+  const early = driver.concurrentStatements === true && open.every((i) => startsEarly(items[i]!));
+  const handlers = early ? runHandlers(open) : undefined;
+  const marked = await markers;
+  if ("failure" in marked) {
+    await handlers;
     await tx.rollback();
-    return undecided(failure, driver.classify(failure, "marker") === "duplicate" ? "duplicate" : "other");
+    const reason = driver.classify(marked.failure, "marker") === "duplicate" ? "duplicate" : "other";
+    return undecided(marked.failure, reason);
   }
-  const failed = await runBatchHandlers(
-    tx,
-    driver.dialect,
-    items,
-    open,
-    driver.concurrentStatements === true,
-    (error) => driver.isDeadlock?.(error) === true,
-  );
+  // Decided from the keys the database returns, never from an error's text.
+  const fresh = marked.fresh;
+  const existing = fresh === undefined ? [] : open.filter((i) => !fresh.has(items[i]!.messageId));
+  for (const i of existing) outcomes[i] = DUPLICATE;
+  if (handlers !== undefined && existing.length > 0) {
+    await handlers;
+    await tx.rollback();
+    return undecided(new MarkerExistsError(existing.map((i) => items[i]!.messageId)), "duplicate");
+  }
+  open = open.filter((i) => !existing.includes(i));
+  const failed = await (handlers ?? runHandlers(open));
   if (failed !== undefined) {
     await tx.rollback();
     return undecided(failed.failure, failed.deadlock ? "deadlock" : "handler_error");

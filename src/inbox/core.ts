@@ -56,6 +56,8 @@ const SEVERITY: Record<ErrorClass, number> = { unavailable: 3, transient: 2, per
  */
 const FIRST_DUPLICATE_SHARE_TO_READ = 0.5;
 const FIRST_DUPLICATE_SHARE_TO_STOP = 0.4;
+/** Below this share (one duplicate among the last 256 or so) a batch's handlers start beside its marker insert. */
+const FIRST_DUPLICATE_SHARE_TO_START_EARLY = 1 / 256;
 
 /** The inbox on any database, given that database's driver. */
 export class InboxCore implements InboxStore {
@@ -173,7 +175,13 @@ export class InboxCore implements InboxStore {
   async processBatch(consumer: string, items: readonly InboxBatchItem[]): Promise<InboxBatchResult> {
     const result = this.statementsBatch(items)
       ? await processStatementsBatch(this.driver, consumer, items, (item) => this.batchPreChecks(item))
-      : await processMarkersBatch(this.driver, consumer, items, (item) => this.batchPreChecks(item));
+      : await processMarkersBatch(
+          this.driver,
+          consumer,
+          items,
+          (item) => this.batchPreChecks(item),
+          (item) => this.batchStartsEarly(item),
+        );
     // A message that comes back `single` is noted when it goes through `process`.
     result.outcomes.forEach((o, i) => {
       if (items[i]!.firstDelivery === true && o.kind !== "single") this.noteFirstDelivery(o.kind);
@@ -200,6 +208,17 @@ export class InboxCore implements InboxStore {
   private batchPreChecks(item: InboxBatchItem): boolean {
     if (this.driver.batchStatements?.returnsInserted) return this.preChecks(item.firstDelivery);
     return this.preCheck !== false;
+  }
+
+  /**
+   * Whether a batch's handlers may start before its marker insert has answered (batch-markers.ts): a message read
+   * for (and so found without a marker), or a first delivery while first deliveries have not been duplicates
+   * lately. A duplicate found there rolls back the whole batch, so one such duplicate keeps the handlers waiting
+   * for the insert's answer until about 90 fresh first deliveries have followed it.
+   */
+  private batchStartsEarly(item: InboxBatchItem): boolean {
+    if (this.batchPreChecks(item)) return true;
+    return item.firstDelivery === true && this.firstDuplicateShare < FIRST_DUPLICATE_SHARE_TO_START_EARLY;
   }
 
   async isProcessed(key: InboxKey): Promise<boolean> {

@@ -62,3 +62,20 @@ export class UnawaitedStatementError extends Error {
     this.name = "UnawaitedStatementError";
   }
 }
+
+/**
+ * A batch whose handlers started beside its marker insert found markers of some of its messages already there (a
+ * first delivery resent past the duplicate window, or a concurrent delivery that committed first): those messages
+ * are duplicates, and since their handlers wrote beside the others the batch rolled back; the others go alone.
+ */
+export class MarkerExistsError extends Error {
+  readonly messageIds: readonly string[];
+  constructor(messageIds: readonly string[]) {
+    super(
+      `the inbox markers of ${messageIds.length} message(s) of the batch exist already (${messageIds.slice(0, 3).join(", ")}` +
+        `${messageIds.length > 3 ? ", ..." : ""}): they are duplicates; the batch rolled back and its other messages go alone`,
+    );
+    this.name = "MarkerExistsError";
+    this.messageIds = messageIds;
+  }
+}

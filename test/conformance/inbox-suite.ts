@@ -426,13 +426,39 @@ export function inboxConformance(backend: Backend): void {
         const batching = db.createStore({ preCheck: "redeliveries" });
         const items = batchOf(keys).map((item, i) => ({ ...item, firstDelivery: i < 2 }));
         const result = await batching.processBatch!("billing", items);
-        // PostgreSQL reads for keys[3] only and its insert skips keys[1]; SQL Server, whose insert cannot skip a
-        // key, reads for all four: either way the batch commits the two fresh ones.
-        assert.equal(result.failure, undefined, String(result.failure));
-        assert.deepEqual(
-          result.outcomes.map((o) => o.kind),
-          ["committed", "duplicate", "committed", "duplicate"],
-        );
+        if (backend.dialect === "postgres") {
+          // No duplicate seen yet, so the handlers started beside the marker insert, before it answered. The insert
+          // skipped keys[1]: it is a duplicate (decided from the keys returned), and since its handler had written
+          // beside the others the batch rolled back; the two fresh ones go alone.
+          assert.match(String(result.failure), /MarkerExistsError: the inbox markers of 1 message/);
+          assert.deepEqual(
+            result.outcomes.map((o) => o.kind),
+            ["single", "duplicate", "single", "duplicate"],
+          );
+          assert.deepEqual(await effects(keys), [0, 1, 0, 1]);
+          for (const k of [keys[0]!, keys[2]!]) assert.equal((await batching.process(k, effect(k))).kind, "committed");
+          // Now a first delivery has been a duplicate lately: the next batch's handlers wait for the insert's
+          // answer, and the batch commits its fresh messages beside the duplicate.
+          const next = [key(), key(), key(), key()];
+          assert.equal((await store.process(next[1]!, effect(next[1]!))).kind, "committed");
+          const again = await batching.processBatch!(
+            "billing",
+            batchOf(next).map((item) => ({ ...item, firstDelivery: true })),
+          );
+          assert.equal(again.failure, undefined, String(again.failure));
+          assert.deepEqual(
+            again.outcomes.map((o) => o.kind),
+            ["committed", "duplicate", "committed", "committed"],
+          );
+          assert.deepEqual(await effects(next), [1, 1, 1, 1]);
+        } else {
+          // SQL Server, whose insert cannot skip a key, reads for all four: the batch commits the two fresh ones.
+          assert.equal(result.failure, undefined, String(result.failure));
+          assert.deepEqual(
+            result.outcomes.map((o) => o.kind),
+            ["committed", "duplicate", "committed", "duplicate"],
+          );
+        }
         assert.deepEqual(await effects(keys), [1, 1, 1, 1]);
         assert.deepEqual(await markers(keys), [1, 1, 1, 1]);
       });
