@@ -258,7 +258,16 @@ async function main(): Promise<void> {
           `complete loop (${f.receiveUs.toFixed(0)} us) + a bare pg loop of the same four statements ` +
           `(${f.databaseUs.toFixed(0)} us) at 16, CPU a message in the bench process: ${f.totalUs.toFixed(0)} us`,
         ...formatTable(
-          ["sbinbox worker", "msgs/s", "cpu us/msg", "x floor", "writes/msg", "rt/msg", "commits/msg", "max RSS MB"],
+          [
+            "sbinbox worker",
+            "msgs/s",
+            "cpu us/msg",
+            "x floor",
+            "writes/msg",
+            "rt/msg",
+            "commits/msg",
+            "max RSS MB",
+          ],
           [row("single", single), row(`batch ${CPU_BATCH}`, batched)],
         ),
         "",
