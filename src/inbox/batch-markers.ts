@@ -47,7 +47,10 @@ export async function processMarkersBatch(
   // locks in that order and cannot deadlock on them: SQL Server's VALUES rows go in as given, PostgreSQL's
   // statement sorts them again itself (ORDER BY m). The handlers still run in arrival order.
   const markers = tx
-    .query<{ id: string }>(batch.insertMarkers(open.length), params(open.map((i) => items[i]!.messageId).sort()))
+    .query<{ id: string }>(
+      batch.insertMarkers(open.length),
+      params(open.map((i) => items[i]!.messageId).sort()),
+    )
     .then(
       (inserted) => ({ fresh: batch.returnsInserted ? new Set(inserted.rows.map((r) => r.id)) : undefined }),
       (failure: unknown) => ({ failure }),
