@@ -42,7 +42,8 @@ export interface Config {
   /** SBINBOX_QUEUE_LOCK_DURATION_MS: the queue's LockDuration (retention check, settlement bound). */
   readonly lockDurationMs: number;
   readonly precheck: PreCheckMode;
-  readonly batchSize: number;
+  /** A number, or "auto" (the worker's rule: createBatcher in src/worker/worker.ts). */
+  readonly batchSize: number | "auto";
   readonly batchWaitMs: number;
   readonly batchMaxInFlight: number;
   readonly maxMessageBytes: number;
@@ -241,8 +242,8 @@ function parseAll(raw: Partial<Record<SettingName, string>>): RawSettings {
 }
 
 /** A batch forms from messages in flight at once, so it can never be larger than SBINBOX_MAX_CONCURRENT_CALLS. */
-function batchSize(s: RawSettings): number {
-  if (s.SBINBOX_BATCH_SIZE > s.SBINBOX_MAX_CONCURRENT_CALLS) {
+function batchSize(s: RawSettings): number | "auto" {
+  if (s.SBINBOX_BATCH_SIZE !== "auto" && s.SBINBOX_BATCH_SIZE > s.SBINBOX_MAX_CONCURRENT_CALLS) {
     throw new ConfigError(
       "SBINBOX_BATCH_SIZE",
       `must be at most SBINBOX_MAX_CONCURRENT_CALLS (${s.SBINBOX_MAX_CONCURRENT_CALLS}): a batch is made of messages in flight at once (got ${s.SBINBOX_BATCH_SIZE})`,

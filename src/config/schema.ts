@@ -31,7 +31,7 @@ export const settings = {
     "session mode when above 0: most sessions held at once, one message each at a time, in order (the entity must require sessions)",
   SBINBOX_MAX_AUTO_LOCK_RENEWAL_MS: "how long the SDK keeps renewing a message lock (0 turns renewal off)",
   SBINBOX_BATCH_SIZE:
-    "most messages per inbox transaction (group commit, docs/batching.md); 1 is one transaction per message",
+    "most messages per inbox transaction (group commit, docs/batching.md); 1 is one transaction per message; auto: batches of half of SBINBOX_MAX_CONCURRENT_CALLS for handlers that declare keys where that pays, the others one each",
   SBINBOX_BATCH_WAIT_MS:
     "how long a batch's first message waits for more before the batch runs; 0: no wait, a batch forms from what arrives while transactions run",
   SBINBOX_BATCH_MAX_IN_FLIGHT:
@@ -125,6 +125,15 @@ const precheck = z
   )
   .transform((v): boolean | "redeliveries" => (v === "redeliveries" ? v : TRUE.includes(v)));
 
+const batchSize = z
+  .string()
+  .trim()
+  .toLowerCase()
+  .refine((v) => v === "auto" || /^\d+$/.test(v), "must be auto or a whole number")
+  .transform((v): number | "auto" => (v === "auto" ? v : Number(v)))
+  .refine((v) => v === "auto" || v >= 1, "must be at least 1, or auto")
+  .refine((v) => v === "auto" || v <= 1000, "must be at most 1000, or auto");
+
 const DAY_MS = 24 * 3_600_000;
 const delayList = z
   .string()
@@ -197,7 +206,7 @@ export const parsers = {
   SBINBOX_MAX_CONCURRENT_SESSIONS: int(0, 1000).default(0),
   SBINBOX_MAX_AUTO_LOCK_RENEWAL_MS: ms(0).default(300_000),
   // 1,000: SQL Server's VALUES list limit (and 1,001 parameters, under its 2,100).
-  SBINBOX_BATCH_SIZE: int(1, 1000).default(1),
+  SBINBOX_BATCH_SIZE: batchSize.default("auto"),
   SBINBOX_BATCH_WAIT_MS: ms(0, 1000).default(0),
   // As the batcher's DEFAULT_BATCH_MAX_IN_FLIGHT (docs/batching.md has the measurement).
   SBINBOX_BATCH_MAX_IN_FLIGHT: int(1, 1000).default(4),

@@ -62,6 +62,7 @@ const FIRST_DUPLICATE_SHARE_TO_START_EARLY = 1 / 256;
 /** The inbox on any database, given that database's driver. */
 export class InboxCore implements InboxStore {
   readonly dialect: Dialect;
+  readonly handlersSideBySide: boolean;
   private readonly driver: InboxDriver;
   private readonly sql: InboxStatements;
   private readonly preCheck: PreCheckMode;
@@ -70,6 +71,7 @@ export class InboxCore implements InboxStore {
   constructor(driver: InboxDriver, options: InboxStoreOptions = {}) {
     this.driver = driver;
     this.dialect = driver.dialect;
+    this.handlersSideBySide = driver.concurrentStatements === true;
     this.sql = driver.statements;
     this.preCheck = options.preCheck ?? "redeliveries";
     this.cleanupBatchSize = options.cleanupBatchSize ?? 500;

@@ -111,6 +111,11 @@ export interface ProcessHint {
  */
 export interface InboxStore {
   readonly dialect: Dialect;
+  /**
+   * A batch's handlers whose keys are disjoint run side by side on its connection (PostgreSQL's pipeline mode);
+   * false or absent: one after another (SQL Server). SBINBOX_BATCH_SIZE=auto batches code handlers only then.
+   */
+  readonly handlersSideBySide?: boolean;
 
   /**
    * Applies pending migrations, the inbox's then the module's, in one transaction; a no-op when none are

@@ -128,7 +128,7 @@ function instruments(): Instruments {
       unit: "{retry}",
     }),
     batchSize: meter.createHistogram(Metric.batchSize, {
-      description: "Messages per group-commit transaction (SBINBOX_BATCH_SIZE above 1).",
+      description: "Messages per group-commit transaction (docs/batching.md).",
       unit: "{message}",
       advice: { explicitBucketBoundaries: BATCH_BUCKETS },
     }),

@@ -48,10 +48,11 @@ export interface HarnessOptions {
   readonly retry?: Partial<RetryPolicy>;
   readonly maxConcurrentCalls?: number;
   /**
-   * Messages per inbox transaction (group commit, docs/batching.md), at most `maxConcurrentCalls`; default 1. A
-   * team with statements handlers tests them in batches with it: a batch of them goes in one request.
+   * Messages per inbox transaction (group commit, docs/batching.md), at most `maxConcurrentCalls`; default "auto",
+   * as the worker's: handlers that declare keys run in batches of half of `maxConcurrentCalls`, the others alone.
+   * A number makes every message batch (with a 20 ms wait, so that a test's few messages meet in one); 1, none.
    */
-  readonly batchSize?: number;
+  readonly batchSize?: number | "auto";
   /** How long `outcome` waits by default; 15 s. */
   readonly outcomeTimeoutMs?: number;
   /** The worker's log, silent by default. */
@@ -184,7 +185,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
       consumer: CONSUMER,
       maxConcurrentCalls: options.maxConcurrentCalls ?? 8,
       batchSize: options.batchSize,
-      batchWaitMs: options.batchSize === undefined ? undefined : 20,
+      batchWaitMs: typeof options.batchSize === "number" ? 20 : undefined,
       gracePeriodMs: 2_000,
       sweepIntervalMs: 0,
       outageBackoffMinMs: 50,

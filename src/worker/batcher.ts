@@ -35,6 +35,22 @@ export interface BatcherOptions {
   readonly maxInFlight?: number;
   /** Each batch that ran, with its size and how it ended (metrics). */
   readonly onBatch?: (size: number, outcome: BatchOutcome) => void;
+  /**
+   * Which messages join batches; the others go alone, on the store's single path. Unset: all of them.
+   * `joinsWherePays` is SBINBOX_BATCH_SIZE=auto's rule.
+   */
+  readonly joins?: (hint: ProcessHint | undefined) => boolean;
+}
+
+/**
+ * SBINBOX_BATCH_SIZE=auto's rule: a message joins a batch where batching measured faster than a transaction each
+ * (docs/batching.md): its handler declares keys, and either the store runs a batch's handlers side by side or the
+ * handler is a statements handler (a batch of them goes in one request). Unkeyed handlers run one batch at a time
+ * with their handlers one after another, and code handlers on SQL Server one after another: both go alone.
+ */
+export function joinsWherePays(store: InboxStore): (hint: ProcessHint | undefined) => boolean {
+  return (hint) =>
+    hint?.keys !== undefined && (store.handlersSideBySide === true || hint.statements !== undefined);
 }
 
 /**
@@ -108,7 +124,11 @@ export class Batcher {
     hint?: ProcessHint,
   ): Promise<ProcessOutcome> {
     // The same key twice (an original and its scheduled copy) goes alone: its marker insert waits for the batch's.
-    if (key.consumer !== this.options.consumer || this.pending.some((e) => e.key.messageId === key.messageId))
+    if (
+      key.consumer !== this.options.consumer ||
+      this.options.joins?.(hint) === false ||
+      this.pending.some((e) => e.key.messageId === key.messageId)
+    )
       return this.options.store.process(key, work, hint);
     return new Promise<ProcessOutcome>((resolve) => {
       this.pending.push({ key, work, hint, ctx: context.active(), resolve });

@@ -27,8 +27,12 @@ export interface WorkerOptions {
   /** The entity's LockDuration: the longest a settlement is waited for, whatever the clocks say. */
   readonly lockDurationMs?: number;
   readonly maxMessageBytes?: number;
-  /** Most messages per transaction (group commit, docs/batching.md); 1, the default, is one per message. */
-  readonly batchSize?: number;
+  /**
+   * Most messages per transaction (group commit, docs/batching.md); 1 is one per message. "auto", the default:
+   * batches of half of maxConcurrentCalls for the messages batching pays for (handlers that declare keys, on a
+   * store that runs them side by side or as statements handlers: joinsWherePays), the others one per message.
+   */
+  readonly batchSize?: number | "auto";
   /**
    * How long a batch's first message waits for more before the batch runs. 0, the default: no timer; a batch forms
    * from what arrives while batch transactions run (docs/batching.md, How a batch forms).

@@ -7,7 +7,7 @@ import { entityAnswer } from "../servicebus/entity-check.ts";
 import { workerMetrics } from "../telemetry/metrics.ts";
 import { silentLogger } from "../telemetry/logger.ts";
 import { errorType } from "../servicebus/tracing.ts";
-import { Batcher, type BatchOutcome } from "./batcher.ts";
+import { Batcher, joinsWherePays, type BatchOutcome } from "./batcher.ts";
 import { refuseSubscription } from "../domain/entity.ts";
 import { createMessageLoop } from "./message-loop.ts";
 import { defaultRetryPolicy } from "./retry-policy.ts";
@@ -86,7 +86,7 @@ export function createWorker(options: WorkerOptions): Worker {
   const receiverOptions: QueueReceiverOptions = {
     client: options.client,
     queue: options.queue,
-    maxConcurrentCalls: options.maxConcurrentCalls ?? 16,
+    maxConcurrentCalls: options.maxConcurrentCalls ?? DEFAULT_MAX_CONCURRENT_CALLS,
     maxAutoLockRenewalMs,
     lockDurationMs: options.lockDurationMs,
     logger,
@@ -272,14 +272,30 @@ function createBatcher(
   options: WorkerOptions,
   onBatch: (size: number, outcome: BatchOutcome) => void,
 ): Batcher | undefined {
-  const size = options.batchSize ?? 1;
+  const auto = (options.batchSize ?? "auto") === "auto";
+  const size = auto ? autoBatchSize(options) : (options.batchSize as number);
   if (size <= 1 || options.store.processBatch === undefined) return undefined;
   return new Batcher({
     store: options.store,
     consumer: options.consumer,
     maxSize: size,
+    ...(auto ? { joins: joinsWherePays(options.store) } : {}),
     waitMs: options.batchWaitMs ?? 0,
     maxInFlight: options.batchMaxInFlight,
     onBatch,
   });
 }
+
+/**
+ * SBINBOX_BATCH_SIZE=auto's size: half of the messages in flight, so the next batch fills while one runs (the
+ * setting docs/batching.md measured); below 4 in flight, no batches. In session mode a message of each session
+ * held is in flight.
+ */
+export function autoBatchSize(options: Pick<WorkerOptions, "maxConcurrentCalls" | "sessions">): number {
+  const inFlight =
+    options.sessions?.maxSessions ?? options.maxConcurrentCalls ?? DEFAULT_MAX_CONCURRENT_CALLS;
+  const half = Math.floor(inFlight / 2);
+  return half < 2 ? 1 : Math.min(half, 1000);
+}
+
+const DEFAULT_MAX_CONCURRENT_CALLS = 16;

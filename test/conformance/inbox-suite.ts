@@ -436,7 +436,8 @@ export function inboxConformance(backend: Backend): void {
             ["single", "duplicate", "single", "duplicate"],
           );
           assert.deepEqual(await effects(keys), [0, 1, 0, 1]);
-          for (const k of [keys[0]!, keys[2]!]) assert.equal((await batching.process(k, effect(k))).kind, "committed");
+          for (const k of [keys[0]!, keys[2]!])
+            assert.equal((await batching.process(k, effect(k))).kind, "committed");
           // Now a first delivery has been a duplicate lately: the next batch's handlers wait for the insert's
           // answer, and the batch commits its fresh messages beside the duplicate.
           const next = [key(), key(), key(), key()];

@@ -14,9 +14,13 @@ function configError(fn: () => unknown): ConfigError {
 }
 
 describe("config: group commit settings", function () {
-  it("defaults to one transaction per message, and batches that wait for no timer", function () {
+  it("defaults to auto batches that wait for no timer; 1 turns batches off, and auto may be written in capitals", function () {
     const config = loadConfig({ env: {} });
-    assert.equal(config.batchSize, 1);
+    assert.equal(config.batchSize, "auto");
+    assert.equal(loadConfig({ env: { SBINBOX_BATCH_SIZE: " AUTO " } }).batchSize, "auto");
+    assert.equal(loadConfig({ env: { SBINBOX_BATCH_SIZE: "1" } }).batchSize, 1);
+    // auto is never refused for the calls in flight: it takes half of them (none below 4).
+    assert.equal(loadConfig({ env: { SBINBOX_MAX_CONCURRENT_CALLS: "1" } }).batchSize, "auto");
     assert.equal(config.batchWaitMs, 0);
     assert.equal(config.batchMaxInFlight, DEFAULT_BATCH_MAX_IN_FLIGHT, "the batcher's own default");
     assert.ok(config.batchMaxInFlight > 1, "batches side by side, assigned by key");
@@ -39,7 +43,8 @@ describe("config: group commit settings", function () {
   it("errors name the bad setting", function () {
     const cases: [NodeJS.ProcessEnv, string, RegExp][] = [
       [{ SBINBOX_BATCH_SIZE: "0" }, "SBINBOX_BATCH_SIZE", /at least 1/],
-      [{ SBINBOX_BATCH_SIZE: "eight" }, "SBINBOX_BATCH_SIZE", /whole number/],
+      [{ SBINBOX_BATCH_SIZE: "eight" }, "SBINBOX_BATCH_SIZE", /must be auto or a whole number/],
+      [{ SBINBOX_BATCH_SIZE: "-2" }, "SBINBOX_BATCH_SIZE", /must be auto or a whole number/],
       [
         { SBINBOX_BATCH_SIZE: "1001", SBINBOX_MAX_CONCURRENT_CALLS: "1000" },
         "SBINBOX_BATCH_SIZE",
