@@ -180,4 +180,48 @@ describe("group commit with no wait: a batch forms from what arrives while trans
     assert.ok(settled.every((o) => o.kind === "committed"));
     assert.equal(await creditsOf([...busy, ...filling].map((m) => m.id)), 11);
   });
+
+  it("a stop (flush) while every slot is busy: what is pending forms a batch at once and runs in the first slot freed; nothing stranded", async function () {
+    const { b, sizes } = batcher(2);
+    const busy = ["s-a", "s-b"].map((id, i) => ({
+      id,
+      key: `stop-busy-${i}`,
+      ...held(id, `stop-busy-${i}`),
+    }));
+    const outcomes: Promise<ProcessOutcome>[] = [];
+    for (const m of busy) {
+      outcomes.push(b.process({ messageId: m.id, consumer: CONSUMER }, m.work, { keys: [m.key] }));
+      await turn();
+    }
+    await waitUntil(() => busy.every((m) => m.state.started), "both slots taken");
+    const pending = ["s-0", "s-1", "s-2"].map((id) => ({ id, ...held(id, id) }));
+    for (const m of pending) {
+      outcomes.push(b.process({ messageId: m.id, consumer: CONSUMER }, m.work, { keys: [m.id] }));
+      await turn();
+    }
+    // Without the stop they would keep gathering until a batch ends; the stop forms them now.
+    assert.equal(b.queued, 0, "three pending, no batch formed yet");
+    b.flush();
+    assert.equal(b.queued, 1, "the stop formed the three into a batch, waiting in line for a slot");
+    const after = held("s-3", "s-3");
+    outcomes.push(b.process({ messageId: "s-3", consumer: CONSUMER }, after.work, { keys: ["s-3"] }));
+    await turn();
+    busy[0]!.state.release();
+    await waitUntil(() => pending.every((m) => m.state.started), "the three ran in the freed slot");
+    assert.deepEqual(
+      sizes,
+      [3],
+      "the three ran as one batch; the one that came after the stop was not in it",
+    );
+    for (const m of pending) m.state.release();
+    await waitUntil(() => after.state.started, "the one after the stop ran too");
+    after.state.release();
+    busy[1]!.state.release();
+    const settled = await Promise.all(outcomes);
+    assert.deepEqual(
+      settled.map((o) => o.kind),
+      ["committed", "committed", "committed", "committed", "committed", "committed"],
+    );
+    assert.equal(await creditsOf([...busy.map((m) => m.id), ...pending.map((m) => m.id), "s-3"]), 6);
+  });
 });
