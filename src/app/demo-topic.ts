@@ -9,8 +9,8 @@ import { moduleMigrations } from "./handler-module.ts";
 const TOPIC = "accounts";
 /**
  * Two consuming services, each with its own queue (named as its consumer), fed by a subscription that forwards to it,
- * and its own database. Ledger retries by scheduled copies at once (no wait under the lock): its copy of the failing
- * event (failAttempts 1) goes to ledger's queue, never through the topic.
+ * and its own database. Ledger retries by scheduled copies at once (no wait under the lock): its copy of the failOnce
+ * event goes to ledger's queue, never through the topic.
  */
 const SERVICES = [
   { consumer: "billing", workers: 2, retriesByCopy: false, env: {} },
@@ -127,7 +127,7 @@ export function runTopicDemo(options: DemoOptions): Promise<DemoResult> {
               `${dup} duplicates in its inbox; ${retried} retry copies scheduled on its queue; ${deadLettered} dead-lettered; ` +
               `balances ${balances ? "match" : "DO NOT match"}`,
           );
-          // Ledger's failing event must have gone through a scheduled copy on its queue, or the demo did not show it.
+          // Ledger's failOnce event must have gone through a scheduled copy on its queue, or the demo did not show it.
           if (SERVICES[i]!.retriesByCopy) ok &&= retried >= 1;
           ok &&=
             lost === 0 &&

@@ -7,6 +7,12 @@ import { TransactionHandle, type StatementRunner } from "./transaction-handle.ts
 export interface BatchHandlersFailure {
   readonly failure: unknown;
   readonly deadlock: boolean;
+  /**
+   * The item (its index in `items`) whose handler threw the first failure of its own accord: no statement of its
+   * failed or was refused, and no deadlock. That failure is the handler's verdict, not the batch's doing, so its
+   * message takes it as its outcome (the retry policy judges it, as alone) instead of running again alone.
+   */
+  readonly thrownBy?: number;
 }
 
 /**
@@ -34,14 +40,16 @@ export async function runBatchHandlers(
   let first: unknown;
   let failed = false;
   let deadlock = false;
-  const fail = (failure: unknown, statementFailure: unknown): void => {
+  let thrownBy: number | undefined;
+  const fail = (failure: unknown, statementFailure: unknown, own?: number): void => {
     // A handler that caught its statement's deadlock and threw its own error still failed by the deadlock.
     deadlock ||= isDeadlock(failure) || (statementFailure !== undefined && isDeadlock(statementFailure));
     if (failed) return;
     failed = true;
     first = failure;
+    if (own !== undefined && statementFailure === undefined && !isDeadlock(failure)) thrownBy = own;
   };
-  const run = async (item: InboxBatchItem): Promise<void> => {
+  const run = async (item: InboxBatchItem, index: number): Promise<void> => {
     if (failed) return;
     // An unkeyed item runs with nothing beside it (inKeyOrder): it keeps the single path's rules.
     const alongside = concurrent && item.keys !== undefined;
@@ -49,8 +57,8 @@ export async function runBatchHandlers(
     try {
       await item.work(handle.executor);
     } catch (failure) {
-      await handle.end();
-      fail(failure, handle.statementFailure);
+      const refused = await handle.end();
+      fail(failure, handle.statementFailure ?? refused, index);
       return;
     }
     // Statements the handler left running are waited for; one that failed, or a refused one, fails the batch.
@@ -59,9 +67,11 @@ export async function runBatchHandlers(
     else if (alongside && handle.statementFailure !== undefined) fail(handle.statementFailure, undefined);
   };
   await inKeyOrder(
-    open.map((i) => items[i]!),
-    (item) => (concurrent ? item.keys : undefined),
-    run,
+    open.map((i) => ({ item: items[i]!, index: i })),
+    ({ item }) => (concurrent ? item.keys : undefined),
+    ({ item, index }) => run(item, index),
   );
-  return failed ? { failure: first, deadlock } : undefined;
+  if (!failed) return undefined;
+  // A deadlock anywhere in the batch may be why the handler threw: then it goes alone too.
+  return { failure: first, deadlock, ...(thrownBy !== undefined && !deadlock ? { thrownBy } : {}) };
 }

@@ -90,7 +90,17 @@ export async function processMarkersBatch(
   const failed = await (handlers ?? runHandlers(open));
   if (failed !== undefined) {
     await tx.rollback();
-    return undecided(failed.failure, failed.deadlock ? "deadlock" : "handler_error");
+    const result = undecided(failed.failure, failed.deadlock ? "deadlock" : "handler_error");
+    if (failed.thrownBy === undefined) return result;
+    // The handler's own verdict (no statement of its failed): its message fails as it would alone, so its retry
+    // policy, a RetryAfterError's delay and its attempt count apply; the others go alone.
+    const own = driver.classify(failed.failure, "other");
+    const thrown: InboxBatchOutcome = {
+      kind: "failed",
+      error: failed.failure,
+      errorClass: own === "duplicate" ? "permanent" : own,
+    };
+    return { ...result, outcomes: result.outcomes.map((o, i) => (i === failed.thrownBy ? thrown : o)) };
   }
   try {
     await tx.commit();

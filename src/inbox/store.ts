@@ -48,7 +48,14 @@ export interface InboxBatchItem {
  * could not decide it (a handler failed, a statement failed, a key collided on SQL Server) and the caller must
  * process it alone, on the single-message path, which decides it with its own transaction.
  */
-export type InboxBatchOutcome = { readonly kind: "committed" | "duplicate" } | { readonly kind: "single" };
+/**
+ * A batch message's outcome: committed or duplicate in the batch; `failed` when its own handler threw (the batch
+ * rolled back, and the failure is the message's, as alone); `single` when the batch could not decide it.
+ */
+export type InboxBatchOutcome =
+  | { readonly kind: "committed" | "duplicate" }
+  | Extract<ProcessOutcome, { kind: "failed" }>
+  | { readonly kind: "single" };
 
 /**
  * Why a batch's transaction did not commit, for the metric: the database chose it as a deadlock's victim, a

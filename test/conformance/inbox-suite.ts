@@ -520,7 +520,7 @@ export function inboxConformance(backend: Backend): void {
         assert.ok(order.indexOf(keys[4]!.messageId) > order.indexOf(keys[0]!.messageId), order.join(","));
       });
 
-      it("one failing handler: the batch rolls back whole and every message comes back single, nothing written", async function () {
+      it("one handler throws: the batch rolls back whole, nothing written; that message fails with its error (as alone), the others come back single", async function () {
         const keys = [key(), key(), key()];
         const result = await store.processBatch!(
           "billing",
@@ -535,10 +535,41 @@ export function inboxConformance(backend: Backend): void {
         assert.match(String(result.failure), /the second handler fails/);
         assert.deepEqual(
           result.outcomes.map((o) => o.kind),
-          ["single", "single", "single"],
+          ["single", "failed", "single"],
         );
+        const thrown = result.outcomes[1]!;
+        assert.ok(thrown.kind === "failed" && /the second handler fails/.test(String(thrown.error)));
+        assert.equal(thrown.errorClass, "permanent", "a handler's own error, judged by its retry policy");
         assert.deepEqual(await effects(keys), [0, 0, 0]);
         assert.deepEqual(await markers(keys), [0, 0, 0]);
+      });
+
+      it("a handler's statement fails (caught or not): that is the batch's failure, so every message comes back single", async function () {
+        // Beside others its transaction is not its own (the failure may be another's doing, 25P02 after it): each
+        // message decides alone, with the transaction to itself.
+        for (const caught of [false, true]) {
+          const keys = [key(), key(), key()];
+          const result = await store.processBatch!(
+            "billing",
+            keys.map((k, i) => ({
+              messageId: k.messageId,
+              work: async (tx: SqlExecutor) => {
+                await effect(k)(tx);
+                if (i !== 1) return;
+                const failing = tx.query("SELECT * FROM no_such_table_at_all");
+                if (!caught) await failing;
+                else await failing.catch(() => undefined);
+              },
+            })),
+          );
+          assert.notEqual(result.failure, undefined, `caught ${caught}`);
+          assert.deepEqual(
+            result.outcomes.map((o) => o.kind),
+            ["single", "single", "single"],
+            `caught ${caught}`,
+          );
+          assert.deepEqual(await effects(keys), [0, 0, 0]);
+        }
       });
 
       it("racing a concurrent delivery of one of its messages: that one ends duplicate (or alone), the others commit", async function () {

@@ -33,7 +33,7 @@ describe("sbinbox demo --topic", function () {
     );
     assert.ok(
       Number(fields["ledger.retries_scheduled"]) >= 1,
-      "ledger's failing event was retried by a copy scheduled on its queue",
+      "ledger's failOnce event was retried by a copy scheduled on its queue",
     );
     // The foreign subscription (no filter) holds each published message once: 100 events and 3 poison, no copy.
     assert.equal(fields["audit.messages"], "103", "no retry copy reached the foreign subscription");

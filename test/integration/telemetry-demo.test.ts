@@ -70,8 +70,7 @@ describe("telemetry: npm run demo with OTEL_TRACES_EXPORTER=console", function (
     }
     for (const span of byDisposition.get("dead_letter")!)
       assert.equal(attribute(span, "sbinbox.outcome"), "poison");
-    // The demo's failing event fails its first attempt and is retried in place: no abandon, its span ends on
-    // attempt 2 (with batches on, the default, both its batch's run and its run alone are attempt 1).
+    // The demo's failOnce event fails once and is retried in place: no abandon, its span ends on attempt 2.
     assert.ok(!byDisposition.has("abandon"), "nothing abandoned");
     assert.ok(
       processSpans.some((s) => /'sbinbox\.attempt': 2\b/.test(s) && /sbinbox\.retry\.waited/.test(s)),
