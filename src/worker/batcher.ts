@@ -13,6 +13,7 @@ import type { SqlExecutor } from "../domain/sql.ts";
 import type { BatchFailureReason, InboxBatchItem, InboxBatchResult } from "../inbox/core.ts";
 import type { InboxKey, InboxStore, ProcessHint } from "../inbox/store.ts";
 import { errorType } from "../servicebus/tracing.ts";
+import type { Logger } from "../telemetry/logger.ts";
 import { Attr, SpanName, TRACER_NAME } from "../telemetry/names.ts";
 
 export interface BatcherOptions {
@@ -35,6 +36,8 @@ export interface BatcherOptions {
   readonly maxInFlight?: number;
   /** Each batch that ran, with its size and how it ended (metrics). */
   readonly onBatch?: (size: number, outcome: BatchOutcome) => void;
+  /** Where a batch that rolled back is logged (its messages' own lines follow as each is decided). */
+  readonly logger?: Logger;
   /**
    * Which messages join batches; the others go alone, on the store's single path. Unset: all of them.
    * `joinsWherePays` is SBINBOX_BATCH_SIZE=auto's rule.
@@ -216,6 +219,7 @@ export class Batcher {
       result = { outcomes: entries.map(() => ({ kind: "single" })), failure: true, reason: "other" };
     }
     this.options.onBatch?.(entries.length, outcomeOf(result));
+    if (result.failure !== undefined) this.logRollback(entries, result);
     const single: Entry[] = [];
     entries.forEach((entry, i) => {
       const outcome = result.outcomes[i]!;
@@ -223,6 +227,25 @@ export class Batcher {
       else entry.resolve(outcome);
     });
     await this.alone(single);
+  }
+
+  /**
+   * A batch that rolled back, at warn (info when a marker it met made it: a duplicate, decided). Without this line a
+   * failure that the messages' runs alone then got past would show in the batch's span and metric only.
+   */
+  private logRollback(entries: readonly Entry[], result: InboxBatchResult): void {
+    const reason = outcomeOf(result);
+    const fields = {
+      batchSize: entries.length,
+      reason,
+      error: result.failure,
+      messageIds: entries.slice(0, 8).map((e) => e.key.messageId),
+      failed: result.outcomes.filter((o) => o.kind === "failed").length,
+      alone: result.outcomes.filter((o) => o.kind === "single").length,
+    };
+    const line = `a batch of ${entries.length} rolled back (${reason}); its undecided messages go alone`;
+    if (reason === "duplicate") this.options.logger?.info(line, fields);
+    else this.options.logger?.warn(line, fields);
   }
 
   /** The batch's transaction: one span, linked from each message's process span and linking to each. */

@@ -280,6 +280,7 @@ function createBatcher(
     consumer: options.consumer,
     maxSize: size,
     ...(auto ? { joins: joinsWherePays(options.store) } : {}),
+    logger: options.logger,
     waitMs: options.batchWaitMs ?? 0,
     maxInFlight: options.batchMaxInFlight,
     onBatch,
