@@ -34,12 +34,17 @@ export interface TestWorkerOptions extends Partial<Omit<WorkerOptions, "client" 
   readonly handlers?: readonly MessageHandler[];
 }
 
-/** A started worker on the given broker client and database; the test stops it. */
+/**
+ * A started worker on the given broker client and database; the test stops it. One transaction per message unless
+ * the test gives `batchSize` (the worker's own default, "auto", batches keyed handlers: given as undefined, it
+ * applies), so that a test written for the single path runs it whatever the timing.
+ */
 export function startTestWorker(options: TestWorkerOptions): Worker {
   const worker = createWorker({
     queue: "sbinbox",
     consumer: "test",
     maxConcurrentCalls: 8,
+    batchSize: 1,
     gracePeriodMs: 5_000,
     outageBackoffMinMs: 100,
     outageBackoffMaxMs: 1_000,

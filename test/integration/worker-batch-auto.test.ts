@@ -89,6 +89,8 @@ describe("SBINBOX_BATCH_SIZE=auto, the default (real SDK, local broker, PostgreS
       client: fixture.client,
       db: { ...db, store: recorded.store },
       maxConcurrentCalls: 16,
+      // The worker's own default (startTestWorker's is 1).
+      batchSize: undefined,
       ...extra,
     });
     workers.push(worker);
