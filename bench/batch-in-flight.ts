@@ -20,6 +20,8 @@ const ROUNDS = Number(process.env.SBINBOX_BENCH_ROUNDS ?? 3);
 const WINDOW = Number(process.env.SBINBOX_BENCH_WINDOW ?? 32);
 const BATCH = Number(process.env.SBINBOX_BENCH_BATCH ?? 16);
 const ACCOUNTS = Number(process.env.SBINBOX_BENCH_ACCOUNTS ?? 200);
+/** The batcher's wait (SBINBOX_BATCH_WAIT_MS); 0, the worker's default. The default of 4 in flight was chosen at 2. */
+const WAIT_MS = Number(process.env.SBINBOX_BENCH_BATCH_WAIT_MS ?? 0);
 
 const credit = (id: string, account: string) => async (tx: SqlExecutor) => {
   await tx.query(accountSql.insertCredit.postgres, [id, account, 1]);
@@ -39,7 +41,7 @@ async function drain(
     store,
     consumer: label,
     maxSize: BATCH,
-    waitMs: 2,
+    waitMs: WAIT_MS,
     maxInFlight: inFlight,
     onBatch: (_size, outcome) => outcomes.push(outcome),
   });
@@ -93,7 +95,7 @@ async function main(): Promise<void> {
       String(deadlocks.get(name)),
     ]);
     console.log(
-      `${MESSAGES} messages a round, ${ROUNDS} rounds, window ${WINDOW}, batches of ${BATCH}, ${ACCOUNTS} accounts; ` +
+      `${MESSAGES} messages a round, ${ROUNDS} rounds, window ${WINDOW}, batches of ${BATCH}, wait ${WAIT_MS} ms, ${ACCOUNTS} accounts; ` +
         `1-minute load average ${Math.min(...loads).toFixed(1)}-${Math.max(...loads).toFixed(1)}`,
     );
     for (const line of formatTable(
