@@ -63,7 +63,10 @@ describe("a handler that throws in a batch fails as it would alone (real Postgre
         ["committed", "failed", "committed", "committed"],
       );
       const thrown = settled[1]!;
-      assert.ok(thrown.kind === "failed" && thrown.error instanceof RetryAfterError, String(thrown));
+      assert.ok(
+        thrown.kind === "failed" && thrown.error instanceof RetryAfterError,
+        JSON.stringify({ kind: thrown.kind }),
+      );
       assert.equal(thrown.errorClass, "permanent", "a handler's own error: the retry policy reads it");
       assert.equal(calls.get(ids[1]!), 1, "the thrower was not run again alone");
       assert.equal(
