@@ -520,7 +520,8 @@ export function inboxConformance(backend: Backend): void {
         assert.ok(order.indexOf(keys[4]!.messageId) > order.indexOf(keys[0]!.messageId), order.join(","));
       });
 
-      it("one handler throws: the batch rolls back whole, nothing written; that message fails with its error (as alone), the others come back single", async function () {
+      /** A batch of three, each writing its effect; the second then does `then` (throws, or runs a failing statement). */
+      const secondFails = async (then: (tx: SqlExecutor) => Promise<void>) => {
         const keys = [key(), key(), key()];
         const result = await store.processBatch!(
           "billing",
@@ -528,9 +529,16 @@ export function inboxConformance(backend: Backend): void {
             messageId: k.messageId,
             work: async (tx: SqlExecutor) => {
               await effect(k)(tx);
-              if (i === 1) throw new Error("the second handler fails");
+              if (i === 1) await then(tx);
             },
           })),
+        );
+        return { keys, result };
+      };
+
+      it("one handler throws: the batch rolls back whole, nothing written; that message fails with its error (as alone), the others come back single", async function () {
+        const { keys, result } = await secondFails(() =>
+          Promise.reject(new Error("the second handler fails")),
         );
         assert.match(String(result.failure), /the second handler fails/);
         assert.deepEqual(
@@ -548,20 +556,11 @@ export function inboxConformance(backend: Backend): void {
         // Beside others its transaction is not its own (the failure may be another's doing, 25P02 after it): each
         // message decides alone, with the transaction to itself.
         for (const caught of [false, true]) {
-          const keys = [key(), key(), key()];
-          const result = await store.processBatch!(
-            "billing",
-            keys.map((k, i) => ({
-              messageId: k.messageId,
-              work: async (tx: SqlExecutor) => {
-                await effect(k)(tx);
-                if (i !== 1) return;
-                const failing = tx.query("SELECT * FROM no_such_table_at_all");
-                if (!caught) await failing;
-                else await failing.catch(() => undefined);
-              },
-            })),
-          );
+          const { keys, result } = await secondFails(async (tx) => {
+            const failing = tx.query("SELECT * FROM no_such_table_at_all");
+            if (!caught) await failing;
+            else await failing.catch(() => undefined);
+          });
           assert.notEqual(result.failure, undefined, `caught ${caught}`);
           assert.deepEqual(
             result.outcomes.map((o) => o.kind),
