@@ -8,11 +8,12 @@ export interface BatchHandlersFailure {
   readonly failure: unknown;
   readonly deadlock: boolean;
   /**
-   * The item (its index in `items`) whose handler threw the first failure of its own accord: no statement of its
-   * failed or was refused, and no deadlock. That failure is the handler's verdict, not the batch's doing, so its
-   * message takes it as its outcome (the retry policy judges it, as alone) instead of running again alone.
+   * The items (by index in `items`) whose handlers threw of their own accord, each with its error: no statement of
+   * theirs failed or was refused, and no deadlock in the batch. Such a failure is the handler's verdict, not the
+   * batch's doing, so its message takes it as its outcome (the retry policy judges it, as alone) instead of running
+   * again alone. Empty when the batch met a deadlock.
    */
-  readonly thrownBy?: number;
+  readonly thrown: ReadonlyMap<number, unknown>;
 }
 
 /**
@@ -40,14 +41,16 @@ export async function runBatchHandlers(
   let first: unknown;
   let failed = false;
   let deadlock = false;
-  let thrownBy: number | undefined;
+  const thrown = new Map<number, unknown>();
   const fail = (failure: unknown, statementFailure: unknown, own?: number): void => {
     // A handler that caught its statement's deadlock and threw its own error still failed by the deadlock.
     deadlock ||= isDeadlock(failure) || (statementFailure !== undefined && isDeadlock(statementFailure));
+    // Every handler that throws of its own accord, not only the first: side by side, several may (a downstream
+    // that is down for all of them).
+    if (own !== undefined && statementFailure === undefined && !isDeadlock(failure)) thrown.set(own, failure);
     if (failed) return;
     failed = true;
     first = failure;
-    if (own !== undefined && statementFailure === undefined && !isDeadlock(failure)) thrownBy = own;
   };
   const run = async (item: InboxBatchItem, index: number): Promise<void> => {
     if (failed) return;
@@ -73,5 +76,5 @@ export async function runBatchHandlers(
   );
   if (!failed) return undefined;
   // A deadlock anywhere in the batch may be why the handler threw: then it goes alone too.
-  return { failure: first, deadlock, ...(thrownBy !== undefined && !deadlock ? { thrownBy } : {}) };
+  return { failure: first, deadlock, thrown: deadlock ? new Map() : thrown };
 }

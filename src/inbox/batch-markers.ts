@@ -82,25 +82,18 @@ export async function processMarkersBatch(
   const existing = fresh === undefined ? [] : open.filter((i) => !fresh.has(items[i]!.messageId));
   for (const i of existing) outcomes[i] = DUPLICATE;
   if (handlers !== undefined && existing.length > 0) {
-    await handlers;
+    const ran = await handlers;
     await tx.rollback();
-    return undecided(new MarkerExistsError(existing.map((i) => items[i]!.messageId)), "duplicate");
+    // A handler of a fresh message that threw of its own accord keeps its failure, as below.
+    const result = undecided(new MarkerExistsError(existing.map((i) => items[i]!.messageId)), "duplicate");
+    return withThrown(driver, result, ran?.thrown, new Set(existing));
   }
   open = open.filter((i) => !existing.includes(i));
   const failed = await (handlers ?? runHandlers(open));
   if (failed !== undefined) {
     await tx.rollback();
     const result = undecided(failed.failure, failed.deadlock ? "deadlock" : "handler_error");
-    if (failed.thrownBy === undefined) return result;
-    // The handler's own verdict (no statement of its failed): its message fails as it would alone, so its retry
-    // policy, a RetryAfterError's delay and its attempt count apply; the others go alone.
-    const own = driver.classify(failed.failure, "other");
-    const thrown: InboxBatchOutcome = {
-      kind: "failed",
-      error: failed.failure,
-      errorClass: own === "duplicate" ? "permanent" : own,
-    };
-    return { ...result, outcomes: result.outcomes.map((o, i) => (i === failed.thrownBy ? thrown : o)) };
+    return withThrown(driver, result, failed.thrown, new Set());
   }
   try {
     await tx.commit();
@@ -116,3 +109,24 @@ export async function processMarkersBatch(
 const SINGLE: InboxBatchOutcome = { kind: "single" };
 const DUPLICATE: InboxBatchOutcome = { kind: "duplicate" };
 const COMMITTED: InboxBatchOutcome = { kind: "committed" };
+
+/**
+ * The messages whose handlers threw of their own accord (no statement of theirs failed; batch-handlers.ts) fail as
+ * they would alone, so their retry policy, a RetryAfterError's delay and their attempt count apply; the others go
+ * alone. A duplicate stays a duplicate.
+ */
+function withThrown(
+  driver: InboxDriver,
+  result: InboxBatchResult,
+  thrown: ReadonlyMap<number, unknown> | undefined,
+  duplicates: ReadonlySet<number>,
+): InboxBatchResult {
+  if (thrown === undefined || thrown.size === 0) return result;
+  const outcomes = result.outcomes.map((o, i): InboxBatchOutcome => {
+    if (!thrown.has(i) || duplicates.has(i)) return o;
+    const error = thrown.get(i);
+    const errorClass = driver.classify(error, "other");
+    return { kind: "failed", error, errorClass: errorClass === "duplicate" ? "permanent" : errorClass };
+  });
+  return { ...result, outcomes };
+}

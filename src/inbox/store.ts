@@ -44,13 +44,10 @@ export interface InboxBatchItem {
 }
 
 /**
- * What became of one message of a batch: committed with the others, a duplicate, or `single` when the batch
- * could not decide it (a handler failed, a statement failed, a key collided on SQL Server) and the caller must
- * process it alone, on the single-message path, which decides it with its own transaction.
- */
-/**
- * A batch message's outcome: committed or duplicate in the batch; `failed` when its own handler threw (the batch
- * rolled back, and the failure is the message's, as alone); `single` when the batch could not decide it.
+ * What became of one message of a batch: committed with the others; a duplicate; `failed` when its own handler
+ * threw of its own accord (the batch rolled back, and the failure is the message's, as alone); or `single` when
+ * the batch could not decide it (another's failure, a statement failed, a key collided on SQL Server) and the
+ * caller must process it alone, on the single-message path, which decides it with its own transaction.
  */
 export type InboxBatchOutcome =
   | { readonly kind: "committed" | "duplicate" }

@@ -91,9 +91,10 @@ function batchOf(entries: readonly Entry[]): Batch {
 /**
  * Group commit for transactional handlers. The messages whose SDK callbacks are pending (so the SDK keeps renewing
  * their locks) join a batch; the batch runs as one transaction, and each message's promise settles with its own
- * outcome. A message the batch could not decide (a handler or statement failed, so the batch rolled back) goes
- * through the store's single-message `process`, as if there were no batch: its outcome, retries and outage
- * handling are exactly today's. No outcome is ever taken from another message.
+ * outcome. A message whose handler threw of its own accord gets that failure as its outcome, as alone; one the
+ * batch could not decide (another's failure, a statement failed, so the batch rolled back) goes through the
+ * store's single-message `process`, as if there were no batch. Either way its retries and outage handling are
+ * those of the single path. No outcome is ever taken from another message.
  */
 export class Batcher {
   private readonly options: BatcherOptions;

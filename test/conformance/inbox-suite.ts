@@ -527,6 +527,8 @@ export function inboxConformance(backend: Backend): void {
           "billing",
           keys.map((k, i) => ({
             messageId: k.messageId,
+            // Disjoint keys: side by side where the dialect runs statements concurrently (PostgreSQL).
+            keys: [`own:${i}`],
             work: async (tx: SqlExecutor) => {
               await effect(k)(tx);
               if (i === 1) await then(tx);
