@@ -153,17 +153,28 @@ export class PostgresDriver implements InboxDriver {
     const waitForOpening = async (): Promise<void> => {
       if (opening !== undefined && !client.pipeline) await opening;
     };
+    // Without pipelining pg queues a statement given while another runs only with a deprecation warning (pg 8;
+    // pg 9 drops it): the transaction sends its statements one after another itself.
+    let last: Promise<unknown> = Promise.resolve();
+    const inOrder = <T>(send: () => Promise<T>): Promise<T> => {
+      if (client.pipeline) return send();
+      const next = last.then(send, send);
+      last = next.catch(() => undefined);
+      return next;
+    };
     return {
       query: async <R>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>> => {
         if (broken !== undefined) throw broken;
         try {
           let result: pg.QueryResult;
           if (opening === undefined) {
-            const first = withBegin(client, sql, params, (error) => {
-              // Statements given after this one must not run without the transaction.
-              const reason = lost ?? error;
-              broken ??= reason instanceof Error ? reason : new Error(String(reason));
-            });
+            const first = inOrder(() =>
+              withBegin(client, sql, params, (error) => {
+                // Statements given after this one must not run without the transaction.
+                const reason = lost ?? error;
+                broken ??= reason instanceof Error ? reason : new Error(String(reason));
+              }),
+            );
             opening = first.catch(() => undefined);
             result = await first;
           } else {
@@ -174,7 +185,7 @@ export class PostgresDriver implements InboxDriver {
               const failed = broken as Error | undefined;
               if (failed !== undefined) throw failed;
             }
-            result = await client.query(sql, params as unknown[] | undefined);
+            result = await inOrder(() => client.query(sql, params as unknown[] | undefined));
           }
           return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
         } catch (error) {
@@ -195,7 +206,7 @@ export class PostgresDriver implements InboxDriver {
         }
         let result: pg.QueryResult;
         try {
-          result = await client.query(COMMIT);
+          result = await inOrder(() => client.query(COMMIT));
         } catch (error) {
           finish(error);
           throw this.tag(lost ?? error);
@@ -216,7 +227,7 @@ export class PostgresDriver implements InboxDriver {
           return;
         }
         try {
-          await client.query(ROLLBACK);
+          await inOrder(() => client.query(ROLLBACK));
           finish();
         } catch (error) {
           // Whatever the reason, a connection whose rollback failed may still hold the transaction and its locks
