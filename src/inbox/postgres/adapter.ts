@@ -155,10 +155,16 @@ export class PostgresDriver implements InboxDriver {
     };
     // Without pipelining pg queues a statement given while another runs only with a deprecation warning (pg 8;
     // pg 9 drops it): the transaction sends its statements one after another itself.
+    // A statement that failed the connection (pg's query_timeout, which leaves the connection busy with the late
+    // statement; a lost connection) stops those given behind it: they must not run after it, nor wait a bound each.
     let last: Promise<unknown> = Promise.resolve();
     const inOrder = <T>(send: () => Promise<T>): Promise<T> => {
       if (client.pipeline) return send();
-      const next = last.then(send, send);
+      const run = (): Promise<T> => {
+        const failed = broken ?? lost;
+        return failed !== undefined ? Promise.reject(failed) : send();
+      };
+      const next = last.then(run, run);
       last = next.catch(() => undefined);
       return next;
     };
