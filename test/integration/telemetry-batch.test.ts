@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import type { Database } from "../../src/app/database.ts";
+import { openDatabase, type Database } from "../../src/app/database.ts";
+import { deriveMessageId } from "../../src/servicebus/message-id.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
 import { Attr, Metric, SpanName } from "../../src/telemetry/names.ts";
 import { useLocalBroker, waitUntil } from "../helpers/broker.ts";
@@ -11,7 +12,7 @@ const QUEUE = "sbinbox";
 describe("group commit telemetry: one inbox.batch span, linked both ways, and the batch-size metric", function () {
   const fixture = useLocalBroker();
   const telemetry = useTelemetryCapture();
-  let db: Database;
+  let db: Database & { url: string };
   before(async () => {
     db = await exampleDatabase("telemetry_batch");
   });
@@ -77,5 +78,50 @@ describe("group commit telemetry: one inbox.batch span, linked both ways, and th
       batches.length,
       "each batch counted by how it ended",
     );
+  });
+
+  it("a first delivery whose marker exists, met at the marker insert the handlers ran beside: the batch says duplicate and MarkerExistsError", async function () {
+    // The worker's default pre-check (redeliveries): first deliveries are not read for, so the handlers start early.
+    const lean = await openDatabase(
+      { kind: "postgres", url: db.url },
+      { preCheck: "redeliveries", maxConnections: 10 },
+    );
+    try {
+      const keys = [0, 1, 2, 3].map((i) => `batch-resent-${i}`);
+      // keys[2] was processed before and is now resent past the duplicate window: a first delivery again.
+      const resent = deriveMessageId("AccountCredited", keys[2]!);
+      const marked = await lean.store.process({ messageId: resent, consumer: "test" }, () =>
+        Promise.resolve(),
+      );
+      assert.equal(marked.kind, "committed");
+      const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
+      for (const key of keys) await publisher.publish("AccountCredited", key, { accountId: key, amount: 1 });
+      await publisher.close();
+      const before = telemetry().spansNamed(SpanName.inboxBatch).length;
+      const worker = startTestWorker({ client: fixture.client, db: lean, batchSize: 4, batchWaitMs: 100 });
+      try {
+        await waitUntil(() => worker.stats.settled === 4, "all are settled");
+      } finally {
+        await worker.stop();
+      }
+      const batch = telemetry().spansNamed(SpanName.inboxBatch).slice(before);
+      assert.equal(batch.length, 1, "the four went as one batch");
+      assert.equal(batch[0]!.attributes[Attr.errorType], "MarkerExistsError");
+      assert.equal(batch[0]!.attributes[Attr.batchCommitted], 0, "it rolled back");
+      const data = await telemetry().collect();
+      assert.equal(metricTotal(data, Metric.batchSize, { [Attr.batchResult]: "duplicate" }), 1);
+      const outcomes = new Map(
+        telemetry()
+          .spansNamed(`process ${QUEUE}`)
+          .map((p) => [String(p.attributes[Attr.messageId]), String(p.attributes[Attr.outcome])]),
+      );
+      assert.equal(outcomes.get(resent), "duplicate", "the resend is a duplicate");
+      for (const key of keys.filter((k) => k !== keys[2]))
+        assert.equal(outcomes.get(deriveMessageId("AccountCredited", key)), "committed", `${key}, alone`);
+      assert.equal(worker.stats.committed, 3);
+      assert.equal(worker.stats.duplicate, 1);
+    } finally {
+      await lean.close();
+    }
   });
 });
