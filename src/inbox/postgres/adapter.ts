@@ -184,13 +184,8 @@ export class PostgresDriver implements InboxDriver {
             opening = first.catch(() => undefined);
             result = await first;
           } else {
-            // Without pipelining, a statement given now would otherwise overtake the first, which waits for BEGIN.
-            if (!client.pipeline) {
-              await opening;
-              // The first statement may have failed the connection while this one waited.
-              const failed = broken as Error | undefined;
-              if (failed !== undefined) throw failed;
-            }
+            // Without pipelining it goes behind the first (which waits for BEGIN) and fails if that one failed the
+            // connection (inOrder).
             result = await inOrder(() => client.query(sql, params as unknown[] | undefined));
           }
           return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
