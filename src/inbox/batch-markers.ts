@@ -1,4 +1,5 @@
 import { runBatchHandlers } from "./batch-handlers.ts";
+import { failed as failedAlone } from "./batch-statements.ts";
 import { batchFailure, markerParams, preCheckBatch } from "./batch-precheck.ts";
 import type { InboxDriver, InboxTransaction } from "./driver.ts";
 import { MarkerExistsError } from "./errors.ts";
@@ -86,14 +87,14 @@ export async function processMarkersBatch(
     await tx.rollback();
     // A handler of a fresh message that threw of its own accord keeps its failure, as below.
     const result = undecided(new MarkerExistsError(existing.map((i) => items[i]!.messageId)), "duplicate");
-    return withThrown(driver, result, ran?.thrown, new Set(existing));
+    return withThrown(driver, result, ran?.thrown);
   }
   open = open.filter((i) => !existing.includes(i));
   const failed = await (handlers ?? runHandlers(open));
   if (failed !== undefined) {
     await tx.rollback();
     const result = undecided(failed.failure, failed.deadlock ? "deadlock" : "handler_error");
-    return withThrown(driver, result, failed.thrown, new Set());
+    return withThrown(driver, result, failed.thrown);
   }
   try {
     await tx.commit();
@@ -119,14 +120,10 @@ function withThrown(
   driver: InboxDriver,
   result: InboxBatchResult,
   thrown: ReadonlyMap<number, unknown> | undefined,
-  duplicates: ReadonlySet<number>,
 ): InboxBatchResult {
   if (thrown === undefined || thrown.size === 0) return result;
-  const outcomes = result.outcomes.map((o, i): InboxBatchOutcome => {
-    if (!thrown.has(i) || duplicates.has(i)) return o;
-    const error = thrown.get(i);
-    const errorClass = driver.classify(error, "other");
-    return { kind: "failed", error, errorClass: errorClass === "duplicate" ? "permanent" : errorClass };
-  });
+  const outcomes = result.outcomes.map((o, i) =>
+    o.kind === "single" && thrown.has(i) ? failedAlone(driver, thrown.get(i)) : o,
+  );
   return { ...result, outcomes };
 }

@@ -58,7 +58,8 @@ export interface StatementsDriver {
 
 type Failed = Extract<ProcessOutcome, { kind: "failed" }>;
 
-function failed(driver: StatementsDriver, error: unknown): Failed {
+/** A failure of the message's own, classed as the single path classes it: never a duplicate outside the marker. */
+export function failed(driver: Pick<StatementsDriver, "classify">, error: unknown): Failed {
   const errorClass = driver.classify(error, "other");
   return { kind: "failed", error, errorClass: errorClass === "duplicate" ? "permanent" : errorClass };
 }
