@@ -219,8 +219,9 @@ export class Batcher {
       // processBatch does not throw for database or handler failures; anything else still leaves no one behind.
       result = { outcomes: entries.map(() => ({ kind: "single" })), failure: true, reason: "other" };
     }
-    this.options.onBatch?.(entries.length, outcomeOf(result));
-    if (result.failure !== undefined) this.logRollback(entries, result);
+    const outcome = outcomeOf(result);
+    this.options.onBatch?.(entries.length, outcome);
+    if (result.failure !== undefined) this.logRollback(entries, result, outcome);
     const single: Entry[] = [];
     entries.forEach((entry, i) => {
       const outcome = result.outcomes[i]!;
@@ -234,8 +235,7 @@ export class Batcher {
    * A batch that rolled back, at warn (info when a marker it met made it: a duplicate, decided). Without this line a
    * failure that the messages' runs alone then got past would show in the batch's span and metric only.
    */
-  private logRollback(entries: readonly Entry[], result: InboxBatchResult): void {
-    const reason = outcomeOf(result);
+  private logRollback(entries: readonly Entry[], result: InboxBatchResult, reason: BatchOutcome): void {
     const fields = {
       batchSize: entries.length,
       reason,
