@@ -9,6 +9,7 @@ import { createServiceBusClient, type ServiceBusTarget } from "../servicebus/cli
 import { probeSender } from "../servicebus/probe.ts";
 import { createOutboxSender } from "../servicebus/outbox-sender.ts";
 import { createLogger } from "../telemetry/logger.ts";
+import { whenNpmParentGone } from "./npm-parent.ts";
 
 const usage = `usage: sbinbox relay
 
@@ -18,8 +19,8 @@ their derived MessageIds, and marks them sent. Migrates the outbox table first. 
 string); the identity needs the Azure Service Bus Data Sender role only. See docs/outbox.md.
 While the database or Service Bus cannot be reached at start-up it waits (/healthz 200, /readyz 503); a refusal
 (bad login, missing queue) is retried for SBINBOX_STARTUP_LIMIT_MS, then it exits 1.
-Exit code 0 after a clean stop (SIGTERM or SIGINT, also while waiting), 1 when start-up fails, 2 on bad
-configuration.
+Exit code 0 after a clean stop (SIGTERM or SIGINT, also while waiting; started by npm, also npm's exit), 1 when
+start-up fails, 2 on bad configuration.
 `;
 
 /** One start-up look at the queue; the wait between looks is the outage back-off. */
@@ -77,6 +78,10 @@ export async function run(argv: string[]): Promise<number> {
   };
   process.on("SIGTERM", onSignal);
   process.on("SIGINT", onSignal);
+  whenNpmParentGone(() => {
+    logger.warn("the npm process that started this relay is gone: stopping as on SIGTERM");
+    onSignal("npm exited");
+  });
   let relay: Relay | undefined;
   const startup: Record<string, StartupState> = {};
   // Listening first, so /healthz answers while start-up waits for the database and Service Bus.

@@ -3,6 +3,7 @@ import { StartupAbortedError, StartupFailedError } from "../app/startup.ts";
 import { loadConfig, type Config } from "../config/load.ts";
 import { ConfigError } from "../domain/errors.ts";
 import { createLogger } from "../telemetry/logger.ts";
+import { whenNpmParentGone } from "./npm-parent.ts";
 
 const usage = `usage: sbinbox worker
 
@@ -10,7 +11,8 @@ Runs the worker: peek-lock receive, one inbox transaction per message, explicit 
 Configured by environment variables (or a JSON file named by SBINBOX_CONFIG_FILE); see docs/configuration.md.
 With no configuration it starts the local broker and an embedded PostgreSQL itself.
 While the database or Service Bus cannot be reached it waits for them (/healthz answers, /readyz says why not).
-SIGTERM or SIGINT stop it gracefully, at once while it waits. Exit code 0 after a clean stop, 2 on bad
+SIGTERM or SIGINT stop it gracefully, at once while it waits; started by npm (npx sbinbox worker, npm start), so
+does npm's exit. Exit code 0 after a clean stop, 2 on bad
 configuration, 1 when start-up fails for good (a refusal longer than SBINBOX_STARTUP_LIMIT_MS).
 `;
 
@@ -47,7 +49,7 @@ export async function run(argv: string[]): Promise<number> {
   // A signal while start-up waits ends the wait at once.
   const starting = new AbortController();
   let signals = 0;
-  const onSignal = (signal: NodeJS.Signals): void => {
+  const onSignal = (signal: string): void => {
     signals += 1;
     if (signals > 1) {
       logger.warn("second signal: exiting at once", { signal });
@@ -58,6 +60,12 @@ export async function run(argv: string[]): Promise<number> {
   };
   process.on("SIGTERM", onSignal);
   process.on("SIGINT", onSignal);
+  whenNpmParentGone(() => {
+    logger.warn(
+      "the npm process that started this worker is gone (npm passes a SIGTERM to its shell, not on to the worker): stopping as on SIGTERM",
+    );
+    onSignal("npm exited");
+  });
   let app;
   try {
     app = await startApp(config, { logger, signal: starting.signal });
