@@ -4,6 +4,8 @@ import tseslint from "typescript-eslint";
 
 export default tseslint.config(
   {
+    // Build output and data: the folders tsconfig.json excludes (it includes every other folder, so a file ESLint
+    // reads is one its project service knows).
     ignores: [
       "node_modules/",
       "dist/",
@@ -14,6 +16,8 @@ export default tseslint.config(
       "tools/**/obj/",
       "infra/**/*.json",
       "coverage/",
+      "test-output/",
+      ".sbinbox/",
     ],
   },
   js.configs.recommended,
