@@ -5,7 +5,7 @@ const usage = `usage: sbinbox demo [--count N] [--timeout SECONDS] [--topic | --
 Runs the whole system on embedded defaults: a local broker and an embedded PostgreSQL, two worker processes
 competing on one queue, N events (default 2000) with trouble mixed in (resends, a worker killed between commit
 and complete, poison messages, a transient failure), then a report. Exit code 0 only if exactly-once held.
-The last line is machine-readable: RESULT distinct=... lost=... doubled=...
+The last line is machine-readable: RESULT distinct=... retries=... lost=... doubled=...
 
   --topic   publish to a topic instead, consumed by two services (billing, two workers; ledger, one), each on its
             own queue (its subscription forwards to it) with its own database, beside a foreign subscription with

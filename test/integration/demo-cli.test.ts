@@ -13,7 +13,7 @@ describe("sbinbox demo", function () {
       `exit code 0; output:\n${result.stdout.slice(-3000)}\n${result.stderr.slice(-3000)}`,
     );
     const match =
-      /^RESULT distinct=(\d+) effects=(\d+) resends=(\d+) dropped_by_broker=(\d+) duplicates_in_inbox=(\d+) poison=(\d+) deadlettered=(\d+) lost=(\d+) doubled=(\d+) upstream=(\d+) upstream_effects=(\d+) upstream_rolled_back=(\d+) rolled_back_effects=(\d+) upstream_dropped_by_broker=(\d+)$/.exec(
+      /^RESULT distinct=(\d+) effects=(\d+) resends=(\d+) dropped_by_broker=(\d+) duplicates_in_inbox=(\d+) retries=(\d+) poison=(\d+) deadlettered=(\d+) lost=(\d+) doubled=(\d+) upstream=(\d+) upstream_effects=(\d+) upstream_rolled_back=(\d+) rolled_back_effects=(\d+) upstream_dropped_by_broker=(\d+)$/.exec(
         last,
       );
     assert.ok(match, `last line is the RESULT line: ${last}`);
@@ -23,6 +23,7 @@ describe("sbinbox demo", function () {
       resends,
       dropped,
       duplicates,
+      retries,
       poison,
       deadlettered,
       lost,
@@ -38,6 +39,8 @@ describe("sbinbox demo", function () {
     assert.equal(resends, 15);
     assert.equal(dropped, resends);
     assert.ok(duplicates! >= 1, "the killed worker's committed message came back as a duplicate");
+    assert.ok(retries! >= 1, "the event that fails once was retried (in place, a second later)");
+    assert.match(result.stdout, new RegExp(`transient failures +${retries} retried \\(\\d+ in place`));
     assert.equal(deadlettered, poison);
     assert.equal(lost, 0);
     assert.equal(doubled, 0);
