@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { spawn, type ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import type { Database } from "../../src/app/database.ts";
@@ -33,60 +33,97 @@ function logLine(output: string, msg: string): Record<string, unknown> {
   throw new Error(`no log line "${msg}" in: ${output.slice(-1500)}`);
 }
 
-describe("`npx sbinbox worker`: a SIGTERM sent to npm alone", function () {
+/** `npx sbinbox <command>`, as a team starts it, once the process npm runs it in has logged `ready`. */
+interface NpxRun {
+  readonly npm: ChildProcess;
+  /** The sbinbox process (npm's grandchild). */
+  readonly pid: number;
+  stderr(): string;
+  /** Whether its stderr closed: its last writer, the sbinbox process, has exited (npm exiting alone does not). */
+  closed(): boolean;
+}
+
+const started: number[] = [];
+
+async function npxSbinbox(command: string, env: Record<string, string>, ready: string): Promise<NpxRun> {
+  // npm itself, as `npx` runs it: the one that ran this test when there is one, else the one on PATH.
+  const npm = process.env.npm_execpath
+    ? { command: process.execPath, args: [process.env.npm_execpath] }
+    : { command: "npm", args: [] };
+  const child = spawn(npm.command, [...npm.args, "exec", "--", "sbinbox", command], {
+    cwd: repoRoot,
+    env: cleanEnv({ PORT: "0", SBINBOX_HTTP_HOST: "127.0.0.1", ...env }),
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let stderr = "";
+  let closed = false;
+  child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
+  child.stderr.on("close", () => (closed = true));
+  child.stdout.resume();
+  await waitUntil(() => stderr.includes(`"msg":"${ready}"`), `sbinbox ${command} is ready`, 40_000);
+  const pid = logLine(stderr, ready).pid as number;
+  started.push(pid);
+  const shell = procStat(pid)!.ppid;
+  assert.notEqual(shell, child.pid, "a shell stands between npm and sbinbox");
+  assert.equal(procStat(shell)?.ppid, child.pid, "npm's child is sbinbox's parent");
+  return { npm: child, pid, stderr: () => stderr, closed: () => closed };
+}
+
+/** Sends SIGTERM to npm alone and waits for npm, then the sbinbox process, to exit. */
+async function terminateNpm(run: NpxRun): Promise<void> {
+  run.npm.kill("SIGTERM");
+  await waitUntil(() => run.npm.exitCode !== null || run.npm.signalCode !== null, "npm exits", 10_000);
+  try {
+    await waitUntil(() => run.closed(), "sbinbox exits after npm", 20_000);
+  } catch (error) {
+    throw new Error(`${(error as Error).message}; its stderr: ${run.stderr().slice(-1500)}`);
+  }
+  const left = procStat(run.pid);
+  assert.ok(left === undefined || left.state === "Z", `it is gone (${JSON.stringify(left)})`);
+}
+
+describe("`npx sbinbox`: a SIGTERM sent to npm alone (npm passes it to its shell only, which dies of it)", function () {
   this.timeout(60_000);
   const fixture = useLocalBroker();
   let db: Database & { url: string };
-  let worker: number | undefined;
   before(async () => {
     db = await exampleDatabase("worker_npx");
   });
   after(async () => {
-    // Without the watch this is the orphan the test found: it must not outlive the test.
-    if (worker !== undefined && procStat(worker)?.state !== "Z") process.kill(worker, "SIGKILL");
+    // Without the watch these are the orphans the test found: none may outlive the test.
+    for (const pid of started)
+      if (procStat(pid) && procStat(pid)?.state !== "Z") process.kill(pid, "SIGKILL");
     await db?.close();
   });
 
-  it("stops the worker too (npm passes it to its shell only, which dies of it): gracefully, its work applied", async function () {
+  it("stops `npx sbinbox worker` too: gracefully, its work applied", async function () {
     const publisher = createPublisher({ client: fixture.client, queue: "sbinbox" });
     await publisher.publishBatch([0, 1, 2].map((i) => demoEvent("npx", i)));
     await publisher.close();
-    // npm itself, as `npx` runs it: the one that ran this test when there is one, else the one on PATH.
-    const npm = process.env.npm_execpath
-      ? { command: process.execPath, args: [process.env.npm_execpath] }
-      : { command: "npm", args: [] };
-    const child = spawn(npm.command, [...npm.args, "exec", "--", "sbinbox", "worker"], {
-      cwd: repoRoot,
-      env: cleanEnv({
-        SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString,
-        SBINBOX_POSTGRES_URL: db.url,
-        PORT: "0",
-        SBINBOX_HTTP_HOST: "127.0.0.1",
-      }),
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let stderr = "";
-    child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
-    child.stdout.resume();
-    // The pipe closes when its last writer, the worker, has exited: npm exiting alone does not close it.
-    let closed = false;
-    child.stderr.on("close", () => (closed = true));
-    await waitUntil(() => /"msg":"worker ready"/.test(stderr), "the worker is ready", 40_000);
-    worker = logLine(stderr, "worker ready").pid as number;
-    const shell = procStat(worker)!.ppid;
-    assert.notEqual(shell, child.pid, "a shell stands between npm and the worker");
-    assert.equal(procStat(shell)?.ppid, child.pid, "npm's child is the worker's parent");
+    const run = await npxSbinbox(
+      "worker",
+      { SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString, SBINBOX_POSTGRES_URL: db.url },
+      "worker ready",
+    );
     for (let i = 0; i < 100 && (await countCredits(db)) < 3; i++)
       await new Promise((r) => setTimeout(r, 100));
     assert.equal(await countCredits(db), 3, "the worker is working before the signal");
 
-    child.kill("SIGTERM");
-    await waitUntil(() => child.exitCode !== null || child.signalCode !== null, "npm exits", 10_000);
-    await waitUntil(() => closed, `the worker exits after npm (stderr: ${stderr.slice(-1500)})`, 20_000);
-    assert.match(stderr, /the npm process that started this worker is gone/);
-    assert.equal(logLine(stderr, "stopping gracefully").signal, "npm exited");
-    assert.match(stderr, /"msg":"stopped"/);
-    const left = procStat(worker);
-    assert.ok(left === undefined || left.state === "Z", `the worker is gone (${JSON.stringify(left)})`);
+    await terminateNpm(run);
+    assert.match(run.stderr(), /the npm process that started this worker is gone/);
+    assert.equal(logLine(run.stderr(), "stopping gracefully").signal, "npm exited");
+    assert.match(run.stderr(), /"msg":"stopped"/);
+  });
+
+  it("stops `npx sbinbox relay` too", async function () {
+    const run = await npxSbinbox(
+      "relay",
+      { SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString, SBINBOX_POSTGRES_URL: db.url },
+      "relay ready",
+    );
+    await terminateNpm(run);
+    assert.match(run.stderr(), /the npm process that started this relay is gone/);
+    assert.equal(logLine(run.stderr(), "stopping").signal, "npm exited");
+    assert.match(run.stderr(), /"msg":"stopped"/);
   });
 });
