@@ -79,6 +79,7 @@ export async function run(argv: string[]): Promise<number> {
   process.on("SIGTERM", onSignal);
   process.on("SIGINT", onSignal);
   whenNpmParentGone(() => {
+    if (abort.signal.aborted) return; // already stopping (a Ctrl-C reaches npm and the relay alike)
     logger.warn("the npm process that started this relay is gone: stopping as on SIGTERM");
     onSignal("npm exited");
   });

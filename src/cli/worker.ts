@@ -61,6 +61,8 @@ export async function run(argv: string[]): Promise<number> {
   process.on("SIGTERM", onSignal);
   process.on("SIGINT", onSignal);
   whenNpmParentGone(() => {
+    // Already stopping (a Ctrl-C reaches the whole group, npm included): npm's exit is no second signal.
+    if (signals > 0) return;
     logger.warn(
       "the npm process that started this worker is gone (npm passes a SIGTERM to its shell, not on to the worker): stopping as on SIGTERM",
     );

@@ -1,10 +1,14 @@
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Database } from "../../src/app/database.ts";
 import { demoEvent } from "../../src/example/demo-events.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
+import { sendRawMessages } from "../../src/servicebus/raw.ts";
 import { useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { cleanEnv } from "../helpers/cli.ts";
 import { countCredits, exampleDatabase } from "../helpers/worker.ts";
@@ -45,7 +49,12 @@ interface NpxRun {
 
 const started: number[] = [];
 
-async function npxSbinbox(command: string, env: Record<string, string>, ready: string): Promise<NpxRun> {
+async function npxSbinbox(
+  command: string,
+  env: Record<string, string>,
+  ready: string,
+  options: { group?: boolean } = {},
+): Promise<NpxRun> {
   // npm itself, as `npx` runs it: the one that ran this test when there is one, else the one on PATH.
   const npm = process.env.npm_execpath
     ? { command: process.execPath, args: [process.env.npm_execpath] }
@@ -54,6 +63,8 @@ async function npxSbinbox(command: string, env: Record<string, string>, ready: s
     cwd: repoRoot,
     env: cleanEnv({ PORT: "0", SBINBOX_HTTP_HOST: "127.0.0.1", ...env }),
     stdio: ["ignore", "pipe", "pipe"],
+    // Its own process group, as a terminal's foreground job is: a Ctrl-C goes to the whole group.
+    detached: options.group === true,
   });
   let stderr = "";
   let closed = false;
@@ -82,7 +93,7 @@ async function terminateNpm(run: NpxRun): Promise<void> {
   assert.ok(left === undefined || left.state === "Z", `it is gone (${JSON.stringify(left)})`);
 }
 
-describe("`npx sbinbox`: a SIGTERM sent to npm alone (npm passes it to its shell only, which dies of it)", function () {
+describe("`npx sbinbox` stopped through npm (which passes a SIGTERM to its shell only, and the shell dies of it)", function () {
   this.timeout(60_000);
   const fixture = useLocalBroker();
   let db: Database & { url: string };
@@ -96,7 +107,7 @@ describe("`npx sbinbox`: a SIGTERM sent to npm alone (npm passes it to its shell
     await db?.close();
   });
 
-  it("stops `npx sbinbox worker` too: gracefully, its work applied", async function () {
+  it("a SIGTERM to npm alone stops `npx sbinbox worker` too: gracefully, its work applied", async function () {
     const publisher = createPublisher({ client: fixture.client, queue: "sbinbox" });
     await publisher.publishBatch([0, 1, 2].map((i) => demoEvent("npx", i)));
     await publisher.close();
@@ -115,7 +126,52 @@ describe("`npx sbinbox`: a SIGTERM sent to npm alone (npm passes it to its shell
     assert.match(run.stderr(), /"msg":"stopped"/);
   });
 
-  it("stops `npx sbinbox relay` too", async function () {
+  // A Ctrl-C goes to the whole foreground group; so does a supervisor that stops a control group (systemd's default).
+  for (const signal of ["SIGINT", "SIGTERM"] as const)
+    it(`${signal} to npm's whole group stops \`npx sbinbox worker\` gracefully: npm's exit meanwhile is no second signal`, async function () {
+      // A handler that takes 3 s, so the graceful stop is still waiting for it when npm has exited.
+      const dir = await mkdtemp(join(tmpdir(), "sbinbox-npx-"));
+      const handlers = join(dir, "slow.mjs");
+      await writeFile(
+        handlers,
+        `import { z } from ${JSON.stringify(import.meta.resolve("zod"))};
+export default {
+  name: "slow",
+  handlers: () => [{
+    kind: "transactional",
+    type: "Slow",
+    schema: z.object({}),
+    async handle() {
+      process.stderr.write("slow handler started\\n");
+      await new Promise((resolve) => setTimeout(resolve, 3000));
+    },
+  }],
+};
+`,
+      );
+      const run = await npxSbinbox(
+        "worker",
+        {
+          SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString,
+          SBINBOX_POSTGRES_URL: db.url,
+          SBINBOX_HANDLERS: handlers,
+        },
+        "worker ready",
+        { group: true },
+      );
+      await sendRawMessages(fixture.client, "sbinbox", [
+        { messageId: `slow-${signal}`, subject: "Slow", body: Buffer.from("{}") },
+      ]);
+      await waitUntil(() => run.stderr().includes("slow handler started"), "the handler is running", 20_000);
+      process.kill(-run.npm.pid!, signal);
+      await waitUntil(() => run.closed(), "the worker exits", 20_000);
+      await rm(dir, { recursive: true, force: true });
+      assert.equal(logLine(run.stderr(), "stopping gracefully").signal, signal);
+      assert.doesNotMatch(run.stderr(), /second signal|the npm process that started this worker is gone/);
+      assert.equal(logLine(run.stderr(), "stopped").committed, 1, "the handler in flight was waited for");
+    });
+
+  it("a SIGTERM to npm alone stops `npx sbinbox relay` too", async function () {
     const run = await npxSbinbox(
       "relay",
       { SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString, SBINBOX_POSTGRES_URL: db.url },
