@@ -16,7 +16,7 @@ export interface HandlerModule {
   /**
    * Releases what the module's handlers opened for themselves (a pool of its own, an HTTP agent): called once at
    * shutdown, after the worker has stopped (no handler runs any more) and before the worker's database and broker
-   * close, by `sbinbox worker` and by the test harness's `stop`. A throw is logged, not fatal.
+   * close, by `sbinbox worker` and by the test harness's `stop`. A throw does not stop the rest of the shutdown.
    */
   stop?(): void | Promise<void>;
 }
