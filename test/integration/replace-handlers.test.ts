@@ -67,7 +67,8 @@ describe("handlers/ replaced by a team's module, in a copy of the repository", f
     const run = await new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
       execFile(
         process.execPath,
-        [join(copy, "node_modules/mocha/bin/mocha.js"), ...SUITES],
+        // Two at a time: this runs inside the project's own parallel run.
+        [join(copy, "node_modules/mocha/bin/mocha.js"), "--jobs", "2", ...SUITES],
         {
           cwd: copy,
           // The run's shared PostgreSQL, so the copy's suites start none of their own.
