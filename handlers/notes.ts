@@ -16,11 +16,12 @@ export type NoteCreated = z.infer<typeof noteCreatedSchema>;
  */
 export const noteCreated: TransactionalHandler<NoteCreated> = {
   kind: "transactional",
-  type: "NoteCreated",
+  type: "NoteCreated", // the message's subject (or application property "type")
   schema: noteCreatedSchema,
   // The one row it writes is the note's: notes of other ids may be applied side by side (docs/batching.md).
   keys: (body) => `note:${body.noteId}`,
   async handle(body, tx, context) {
+    // tx is bound to the inbox transaction: the marker and this write commit together or not at all.
     await tx.query(notesSql.insertNote[tx.dialect], [body.noteId, body.text, context.messageId]);
   },
 };

@@ -1,7 +1,8 @@
 // `npm run check:tsql`: parses every T-SQL statement the SQL Server adapter can send (every string constant in
 // src/inbox/sqlserver/statements.ts and src/outbox/sqlserver/statements.ts), the handlers' statements (every
 // `{ sqlserver }` any module in handlers/ exports: scripts/tsql-handlers.ts), the
-// database-user batch and every SQL Server migration (inbox, outbox, example, handlers/) with Microsoft's own parser
+// database-user batch and every SQL Server migration (inbox, outbox, example, and every module's under handlers/,
+// nested ones too: scripts/tsql-handlers.ts) with Microsoft's own parser
 // (ScriptDom, run by tools/tsql-parse). Fails on any syntax error. Builds the tool on first use; later runs reuse
 // the build.
 import { spawnSync } from "node:child_process";
@@ -21,7 +22,6 @@ const migrationsDirs = [
   migrationsDir,
   join(root, "src", "outbox", "sqlserver", "migrations"),
   join(root, "src", "example", "migrations", "sqlserver"),
-  join(handlersDir, "migrations", "sqlserver"),
 ];
 
 interface Item {
@@ -76,7 +76,7 @@ async function main(): Promise<number> {
   for (const [name, value] of Object.entries(statements)) collect(value, `statements.ts:${name}`, items);
   const outbox = (await import("../src/outbox/sqlserver/statements.ts")) as Record<string, unknown>;
   for (const [name, value] of Object.entries(outbox)) collect(value, `outbox/statements.ts:${name}`, items);
-  // The inbox's migrations, the outbox's, the example module's and those of the team's module in handlers/.
+  // The inbox's migrations, the outbox's and the example module's; the team's modules' come below.
   for (const dir of migrationsDirs) {
     for (const file of readdirSync(dir)
       .filter((f) => f.endsWith(".sql"))
@@ -115,8 +115,9 @@ async function main(): Promise<number> {
   // handle's path.
   const { composedExampleSamples } = await import("./tsql-statements.ts");
   items.push(...composedExampleSamples());
-  const { handlerStatements } = await import("./tsql-handlers.ts");
+  const { handlerMigrations, handlerStatements } = await import("./tsql-handlers.ts");
   items.push(...(await handlerStatements(handlersDir, root)));
+  items.push(...(await handlerMigrations(handlersDir, root)));
   // `sbinbox migrate --app-user` builds its batch from a name and a client ID; one instance of it stands for all.
   const { appUserBatch } = await import("../src/inbox/sqlserver/app-user.ts");
   items.push({

@@ -1,13 +1,14 @@
 // `node scripts/sqlserver-e2e.ts` (run by scripts/sqlserver-tier.sh): the product's runtime path on a TDS server.
 // SBINBOX_TEST_MSSQL_SERVER is a server-level connection string (its login may create databases). In a database of
-// its own: `sbinbox migrate` twice with the handlers/ module (the second must apply nothing), then the local broker
-// and two `sbinbox worker` processes running handlers/ on one queue without duplicate detection, so that resends
-// reach the inbox; one worker kills itself between a commit and the message's complete and is replaced; a note row
+// its own: `sbinbox migrate` twice with a team's module of the project's own (test/fixtures/orders-handlers, not
+// handlers/, which is the team's to replace; the second run must apply nothing), then the local broker and two
+// `sbinbox worker` processes running it on one queue without duplicate detection, so that resends
+// reach the inbox; one worker kills itself between a commit and the message's complete and is replaced; an order row
 // held by another transaction makes one message's insert time out (a transient failure, retried in place); one
-// poison message. Exit 0 only when the database shows every note once, one inbox marker per note, the queue empty
+// poison message. Exit 0 only when the database shows every order once, one inbox marker per order, the queue empty
 // and only the poison dead-lettered. The last line is
-// RESULT notes=.. markers=.. resends=.. deadlettered=.. killed=.. held_note_failures=.. (classes)
-// SBINBOX_E2E_HELD_NOTE_CLASSES (comma-separated) is what the held note's failures may be classed as: `transient` on
+// RESULT orders=.. markers=.. resends=.. deadlettered=.. killed=.. held_order_failures=.. (classes)
+// SBINBOX_E2E_HELD_NOTE_CLASSES (comma-separated) is what the held order's failures may be classed as: `transient` on
 // real SQL Server (the GitHub workflow's SQL Server job sets it), by default `transient,unavailable`, because
 // Babelfish ignores the cancel (TDS attention) of a statement waiting on a lock and the driver then closes the
 // connection, which is an outage to the worker (unavailable). Any other class fails the run.
@@ -23,14 +24,14 @@ import { sendRawMessages } from "../src/servicebus/raw.ts";
 import { runCli } from "../test/helpers/cli.ts";
 import { takeDeadLetters } from "../test/helpers/broker.ts";
 
-const HANDLERS = fileURLToPath(new URL("../handlers/index.ts", import.meta.url));
-const QUEUE = "notes";
+const HANDLERS = fileURLToPath(new URL("../test/fixtures/orders-handlers/index.ts", import.meta.url));
+const QUEUE = "orders";
 const CONSUMER = "sbinbox-tds";
-const NOTES = 200;
+const ORDERS = 200;
 const RESEND_EVERY = 10;
-/** The note whose row another transaction holds while the workers run: its insert waits out the statement time-out. */
-const HELD_NOTE = 7;
-/** Short, so the held note's insert times out (transient) within seconds and the kill's message comes back soon. */
+/** The order whose row another transaction holds while the workers run: its insert waits out the statement time-out. */
+const HELD_ORDER = 7;
+/** Short, so the held order's insert times out (transient) within seconds and the kill's message comes back soon. */
 const STATEMENT_TIMEOUT_MS = 2_000;
 const LOCK_MS = 5_000;
 const TIMEOUT_MS = 90_000;
@@ -61,14 +62,14 @@ async function main(): Promise<number> {
     // migrate twice: the second run is a no-op.
     const first = await runCli(["migrate"], env);
     if (first.code !== 0) throw new Error(`sbinbox migrate failed (${first.code}): ${first.stderr}`);
-    if (!/applied .*0001_inbox.*notes:0001_notes/.test(first.stdout))
-      throw new Error(`the first sbinbox migrate did not apply the inbox and the notes: ${first.stdout}`);
+    if (!/applied .*0001_inbox.*orders:0001_orders/.test(first.stdout))
+      throw new Error(`the first sbinbox migrate did not apply the inbox and the orders: ${first.stdout}`);
     const second = await runCli(["migrate"], env);
     if (second.code !== 0 || !second.stdout.includes("sbinbox migrate: up to date"))
       throw new Error(
         `the second sbinbox migrate was not a no-op (${second.code}): ${second.stdout}${second.stderr}`,
       );
-    out(`migrate applied the inbox and the notes once; the second run: "${second.stdout.trim()}"`);
+    out(`migrate applied the inbox and the orders once; the second run: "${second.stdout.trim()}"`);
 
     const db = await new mssql.ConnectionPool(connectionString).connect();
     cleanups.push(() => db.close());
@@ -91,24 +92,24 @@ async function main(): Promise<number> {
     const client = createServiceBusClient({ connectionString: broker.connectionString });
     cleanups.push(() => client.close());
 
-    // Another transaction holds the held note's key: that message's insert waits, times out, and is retried.
+    // Another transaction holds the held order's key: that message's insert waits, times out, and is retried.
     const holder = new mssql.Transaction(db);
     await holder.begin();
     let holding = true;
     cleanups.push(() => (holding ? holder.rollback() : Promise.resolve()));
     await holder
       .request()
-      .input("id", mssql.BigInt, HELD_NOTE)
-      .query("INSERT INTO dbo.Notes (NoteId, Text, MessageId) VALUES (@id, N'held', N'held')");
+      .input("id", mssql.BigInt, HELD_ORDER)
+      .query("INSERT INTO dbo.Orders (OrderId, Customer, MessageId) VALUES (@id, N'held', N'held')");
 
-    const events = Array.from({ length: NOTES }, (_, i) => ({
-      type: "NoteCreated",
-      key: `note-${i + 1}`,
-      body: { noteId: i + 1, text: `note ${i + 1}` },
+    const events = Array.from({ length: ORDERS }, (_, i) => ({
+      type: "OrderPlaced",
+      key: `order-${i + 1}`,
+      body: { orderId: i + 1, customer: `customer ${i + 1}` },
     }));
-    const heldId = deriveMessageId("NoteCreated", `note-${HELD_NOTE}`);
-    const victimId = deriveMessageId("NoteCreated", "note-3");
-    // The held note's failed attempts and their classes: on SQL Server the time-out is transient (retried in place);
+    const heldId = deriveMessageId("OrderPlaced", `order-${HELD_ORDER}`);
+    const victimId = deriveMessageId("OrderPlaced", "order-3");
+    // The held order's failed attempts and their classes: on SQL Server the time-out is transient (retried in place);
     // a server that does not honour the cancel (TDS attention) of a statement waiting on a lock has its connection
     // closed by the driver instead, and the worker pauses as for an outage (unavailable), then resumes.
     let transient = 0;
@@ -150,10 +151,10 @@ async function main(): Promise<number> {
     await publisher.publishBatch(resent);
     const poisonId = `poison-${database}`;
     await sendRawMessages(client, QUEUE, [
-      { messageId: poisonId, subject: "NoteCreated", body: Buffer.from('{"noteId":-1,"text":"x"}') },
+      { messageId: poisonId, subject: "OrderPlaced", body: Buffer.from('{"orderId":-1,"customer":"x"}') },
     ]);
     out(
-      `published ${NOTES} notes, ${resent.length} resends of them (no duplicate detection), 1 poison message`,
+      `published ${ORDERS} orders, ${resent.length} resends of them (no duplicate detection), 1 poison message`,
     );
 
     let killed = 0;
@@ -172,15 +173,15 @@ async function main(): Promise<number> {
         await holder.rollback();
         holding = false;
         out(
-          `the held note's insert timed out (${[...failureClasses].join(", ")}) and is retried; the holder rolled back`,
+          `the held order's insert timed out (${[...failureClasses].join(", ")}) and is retried; the holder rolled back`,
         );
       }
       const c = broker.counts(QUEUE);
-      const notes = await count("SELECT COUNT(*) AS n FROM dbo.Notes");
-      if (notes === NOTES && !holding && c.active + c.locked === 0 && c.deadLettered >= 1) break;
+      const orders = await count("SELECT COUNT(*) AS n FROM dbo.Orders");
+      if (orders === ORDERS && !holding && c.active + c.locked === 0 && c.deadLettered >= 1) break;
       if (Date.now() > deadline) {
         out(
-          `timed out: ${notes} notes, queue ${JSON.stringify(c)}, transient ${transient}, killed ${killed}`,
+          `timed out: ${orders} orders, queue ${JSON.stringify(c)}, transient ${transient}, killed ${killed}`,
         );
         for (const w of workers) out(`${w.name}'s last output:\n${w.stderrTail.slice(-1500)}`);
         break;
@@ -188,19 +189,19 @@ async function main(): Promise<number> {
       await new Promise((resolve) => setTimeout(resolve, 200));
     }
 
-    const notes = await count("SELECT COUNT(*) AS n FROM dbo.Notes");
-    const distinctMessages = await count("SELECT COUNT(DISTINCT MessageId) AS n FROM dbo.Notes");
+    const orders = await count("SELECT COUNT(*) AS n FROM dbo.Orders");
+    const distinctMessages = await count("SELECT COUNT(DISTINCT MessageId) AS n FROM dbo.Orders");
     const markers = await count(
       `SELECT COUNT(*) AS n FROM dbo.Inbox WHERE Consumer = N'${CONSUMER}' AND ProcessedUtc IS NOT NULL`,
     );
-    const victimNotes = await count("SELECT COUNT(*) AS n FROM dbo.Notes WHERE NoteId = 3");
+    const victimOrders = await count("SELECT COUNT(*) AS n FROM dbo.Orders WHERE OrderId = 3");
     const c = broker.counts(QUEUE);
     const dead = await takeDeadLetters(client, QUEUE, 10, 1_000);
     const problems: string[] = [];
-    if (notes !== NOTES || distinctMessages !== NOTES)
-      problems.push(`${notes} notes from ${distinctMessages} messages`);
-    if (markers !== NOTES) problems.push(`${markers} processed markers for ${NOTES} notes`);
-    if (victimNotes !== 1) problems.push(`the killed worker's note is there ${victimNotes} times`);
+    if (orders !== ORDERS || distinctMessages !== ORDERS)
+      problems.push(`${orders} orders from ${distinctMessages} messages`);
+    if (markers !== ORDERS) problems.push(`${markers} processed markers for ${ORDERS} orders`);
+    if (victimOrders !== 1) problems.push(`the killed worker's order is there ${victimOrders} times`);
     if (c.active + c.locked !== 0) problems.push(`queue not empty: ${JSON.stringify(c)}`);
     if (dead.length !== 1 || dead[0]?.messageId !== poisonId)
       problems.push(
@@ -209,16 +210,16 @@ async function main(): Promise<number> {
     else
       out(`the poison was dead-lettered: ${dead[0].deadLetterReason}: ${dead[0].deadLetterErrorDescription}`);
     if (killed !== 1) problems.push(`killed between commit and complete ${killed} times, not once`);
-    if (transient === 0) problems.push("the held note's insert never failed");
+    if (transient === 0) problems.push("the held order's insert never failed");
     const unexpected = [...failureClasses].filter((c) => !accepted.has(c));
     if (unexpected.length > 0)
       problems.push(
-        `the held note's failures were classed ${unexpected.join(", ")}; accepted: ${[...accepted].join(", ")}`,
+        `the held order's failures were classed ${unexpected.join(", ")}; accepted: ${[...accepted].join(", ")}`,
       );
     for (const p of problems) out(`FAILED: ${p}`);
     out(
-      `RESULT notes=${notes} markers=${markers} resends=${resent.length} deadlettered=${dead.length} ` +
-        `killed=${killed} held_note_failures=${transient} (${[...failureClasses].join(", ")})`,
+      `RESULT orders=${orders} markers=${markers} resends=${resent.length} deadlettered=${dead.length} ` +
+        `killed=${killed} held_order_failures=${transient} (${[...failureClasses].join(", ")})`,
     );
     return problems.length === 0 ? 0 : 1;
   } finally {

@@ -6,8 +6,8 @@
 #
 # Starts a server of its own (its folder under a mktemp -d folder, a free port), runs the SQL Server conformance
 # suites (inbox with its batches, transaction handle, clean-up, outbox) in schema-per-run mode inside one database,
-# then scripts/sqlserver-e2e.ts (sbinbox migrate twice, two workers with handlers/, exactly once checked in the
-# database). Stops the server at the end, also on failure or interruption. Tests the server cannot run (a feature it
+# then scripts/sqlserver-e2e.ts (sbinbox migrate twice, two workers with a fixture module,
+# test/fixtures/orders-handlers, exactly once checked in the database). Stops the server at the end, also on failure or interruption. Tests the server cannot run (a feature it
 # lacks, found by probing) are reported as skipped with the reason; the mocha line ends "N passed, N failed, N skipped".
 set -euo pipefail
 START=${1:?usage: scripts/sqlserver-tier.sh PATH/TO/start.sh}

@@ -68,3 +68,5 @@ export { OutboxStore, type OutboxStatus } from "./outbox/store.ts";
 // The dialect stores load their driver only when opened, as openDatabase does.
 export { openOutboxStore } from "./outbox/open.ts";
 export { createOutboxSender, type OutboxSender, type SendReport } from "./servicebus/outbox-sender.ts";
+// What `sbinbox dlq replay` runs, for a program of a team's own (and the test harness's `replay`).
+export { replayDeadLetters, type DeadLetter, type ReplayResult } from "./servicebus/dead-letter.ts";

@@ -1,4 +1,4 @@
-import type { Config } from "../config/load.ts";
+import type { Config, DatabaseTarget, ServiceBusConnection } from "../config/load.ts";
 import type { MessageHandler } from "../domain/handler.ts";
 import { startHealthServer, type HealthServer, type ReadinessReport } from "../http/health.ts";
 import {
@@ -90,27 +90,11 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
   cleanups.push(() => Promise.resolve(stopReadiness()));
   logger.info("http listening", { port: health.port, host: config.httpHost });
   try {
-    let embeddedConnectionString: string | undefined;
-    let connection = config.database;
-    let serviceBus = config.serviceBus;
-    const embedded = serviceBus.kind === "embedded" || connection.kind === "embedded";
-    if (serviceBus.kind === "embedded" || connection.kind === "embedded") {
-      const { EmbeddedPostgresServer } = await loadDevPackage(EMBEDDED_DEFAULTS);
-      const pgServer = await EmbeddedPostgresServer.create();
-      cleanups.push(() => pgServer.dispose());
-      connection = { kind: "postgres", url: pgServer.url() };
-      // Loaded only here: a worker on a real broker never loads the local one.
-      const { startEmbeddedBroker } = await import("./embedded-broker.ts");
-      const broker: EmbeddedBroker = await startEmbeddedBroker(config.queue);
-      cleanups.push(() => broker.stop());
-      embeddedConnectionString = broker.connectionString;
-      serviceBus = { kind: "connection-string", connectionString: broker.connectionString };
-      logger.info("embedded defaults: local broker and embedded PostgreSQL started", {
-        // Not "connectionString", which the logger redacts: this one is the local broker's public key.
-        localBrokerConnectionString: broker.connectionString,
-        postgres: pgServer.url(),
-      });
-    }
+    const { connection, serviceBus, embeddedConnectionString } = await startEmbeddedDefaults(
+      config,
+      logger,
+      cleanups,
+    );
     // The pool connects lazily: opening it cannot fail for an unreachable server.
     const db: Database = await openDatabase(connection, {
       preCheck: config.precheck,
@@ -121,6 +105,9 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
     cleanups.push(() => db.close());
     const migrations = module ? await moduleMigrations(module, db.dialect) : undefined;
     const handlers = options.handlers ?? (await module!.handlers());
+    // Run after the worker's stop (cleanups run in reverse) and before the database closes: the module's own
+    // pool ends while the server it talks to is still up.
+    if (module?.stop) cleanups.push(async () => await module.stop!());
     // One credential for the start-up probes and the worker's client, so its token cache is shared.
     const target: ServiceBusTarget =
       serviceBus.kind === "namespace"
@@ -128,84 +115,19 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
             fullyQualifiedNamespace: serviceBus.fullyQualifiedNamespace,
             credential: lazyDefaultAzureCredential(),
           }
-        : { connectionString: (serviceBus as { connectionString: string }).connectionString };
-
-    await startWhenReachable(
-      [
-        {
-          name: "database",
-          attempt: async () => {
-            await db.store.ping();
-            if (embedded) {
-              // The process created this database itself, so it also owns its schema.
-              const migrated = await db.store.migrate(migrations);
-              if (migrated.applied.length > 0)
-                logger.info("migrations applied", { applied: migrated.applied });
-            } else {
-              // Schema changes belong to `sbinbox migrate`, run by the deployment with DDL rights; the worker's user
-              // has only data rights, so it checks (read-only) and waits, as for any refusal, up to
-              // SBINBOX_STARTUP_LIMIT_MS for a migrate that may be running beside it, then exits naming it.
-              const pending = await db.store.pendingMigrations(migrations);
-              if (pending.length > 0) throw new SchemaNotMigratedError(pending);
-            }
-          },
-          classify: databaseStartupFailure(db.store),
-        },
-        {
-          name: "serviceBus",
-          attempt: (signal) => probeQueue(target, config.queue, { timeoutMs: PROBE_TIMEOUT_MS, signal }),
-          classify: serviceBusStartupFailure,
-        },
-      ],
-      {
-        backoffMinMs: config.outageBackoffMinMs,
-        backoffMaxMs: config.outageBackoffMaxMs,
-        refusedLimitMs: config.startupLimitMs,
-        signal: options.signal,
-        logger,
-        onState: (step, state) => (startup[step] = state),
-      },
-    );
+        : { connectionString: serviceBus.connectionString };
+    await waitUntilReachable(config, options, {
+      db,
+      migrations,
+      target,
+      embedded: embeddedConnectionString !== undefined,
+      logger,
+      startup,
+    });
 
     const client: ServiceBusClient = createServiceBusClient(target);
     cleanups.push(() => client.close());
-    const kill = options.kill ?? (() => process.kill(process.pid, "SIGKILL"));
-    worker = createWorker({
-      client,
-      store: db.store,
-      handlers,
-      queue: config.queue,
-      consumer: config.consumer,
-      maxConcurrentCalls: config.maxConcurrentCalls,
-      sessions: config.maxConcurrentSessions > 0 ? { maxSessions: config.maxConcurrentSessions } : undefined,
-      maxAutoLockRenewalMs: config.maxAutoLockRenewalMs,
-      lockDurationMs: config.lockDurationMs,
-      maxMessageBytes: config.maxMessageBytes,
-      batchSize: config.batchSize,
-      batchWaitMs: config.batchWaitMs,
-      batchMaxInFlight: config.batchMaxInFlight,
-      gracePeriodMs: config.gracePeriodMs,
-      progress: config.progress,
-      claimTimeoutMs: config.claimTimeoutMs,
-      sweepIntervalMs: config.sweepIntervalMs,
-      retentionMs: config.retentionMs,
-      cleanupIntervalMs: config.cleanupIntervalMs,
-      outageBackoffMinMs: config.outageBackoffMinMs,
-      outageBackoffMaxMs: config.outageBackoffMaxMs,
-      probeTimeoutMs: config.databaseTimeouts.probeMs,
-      retryPolicy: { ...defaultRetryPolicy, ...config.retry },
-      logger,
-      beforeSettle: config.faultKillAfterCommit
-        ? (message, decision) => {
-            if (message.messageId === config.faultKillAfterCommit && decision.outcome === "committed") {
-              logger.warn("fault injection: killing the process between commit and complete", {
-                messageId: message.messageId,
-              });
-              kill();
-            }
-          }
-        : undefined,
-    });
+    worker = createAppWorker(config, options, { client, db, handlers, logger });
     const running = worker;
     cleanups.push(() => running.stop());
     worker.start();
@@ -228,4 +150,135 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
     await stopAll();
     throw error;
   }
+}
+
+/**
+ * With nothing configured for the database or Service Bus: the local broker and an embedded PostgreSQL, stopped
+ * with the app. Otherwise the configured ones, as given.
+ */
+async function startEmbeddedDefaults(
+  config: Config,
+  logger: Logger,
+  cleanups: (() => Promise<void>)[],
+): Promise<{
+  connection: DatabaseTarget;
+  serviceBus: Exclude<ServiceBusConnection, { kind: "embedded" }>;
+  embeddedConnectionString?: string;
+}> {
+  if (config.serviceBus.kind !== "embedded" && config.database.kind !== "embedded")
+    return { connection: config.database, serviceBus: config.serviceBus };
+  const { EmbeddedPostgresServer } = await loadDevPackage(EMBEDDED_DEFAULTS);
+  const pgServer = await EmbeddedPostgresServer.create();
+  cleanups.push(() => pgServer.dispose());
+  // Loaded only here: a worker on a real broker never loads the local one.
+  const { startEmbeddedBroker } = await import("./embedded-broker.ts");
+  const broker: EmbeddedBroker = await startEmbeddedBroker(config.queue);
+  cleanups.push(() => broker.stop());
+  logger.info("embedded defaults: local broker and embedded PostgreSQL started", {
+    // Not "connectionString", which the logger redacts: this one is the local broker's public key.
+    localBrokerConnectionString: broker.connectionString,
+    postgres: pgServer.url(),
+  });
+  return {
+    connection: { kind: "postgres", url: pgServer.url() },
+    serviceBus: { kind: "connection-string", connectionString: broker.connectionString },
+    embeddedConnectionString: broker.connectionString,
+  };
+}
+
+/** Start-up's wait for the database (migrated, or migrating an embedded one) and the queue, with the outage back-off. */
+async function waitUntilReachable(
+  config: Config,
+  options: AppOptions,
+  parts: {
+    db: Database;
+    migrations: Awaited<ReturnType<typeof moduleMigrations>> | undefined;
+    target: ServiceBusTarget;
+    embedded: boolean;
+    logger: Logger;
+    startup: Record<string, StartupState>;
+  },
+): Promise<void> {
+  const { db, migrations, target, embedded, logger, startup } = parts;
+  await startWhenReachable(
+    [
+      {
+        name: "database",
+        attempt: async () => {
+          await db.store.ping();
+          if (embedded) {
+            // The process created this database itself, so it also owns its schema.
+            const migrated = await db.store.migrate(migrations);
+            if (migrated.applied.length > 0) logger.info("migrations applied", { applied: migrated.applied });
+          } else {
+            // Schema changes belong to `sbinbox migrate`, run by the deployment with DDL rights; the worker's user
+            // has only data rights, so it checks (read-only) and waits, as for any refusal, up to
+            // SBINBOX_STARTUP_LIMIT_MS for a migrate that may be running beside it, then exits naming it.
+            const pending = await db.store.pendingMigrations(migrations);
+            if (pending.length > 0) throw new SchemaNotMigratedError(pending);
+          }
+        },
+        classify: databaseStartupFailure(db.store),
+      },
+      {
+        name: "serviceBus",
+        attempt: (signal) => probeQueue(target, config.queue, { timeoutMs: PROBE_TIMEOUT_MS, signal }),
+        classify: serviceBusStartupFailure,
+      },
+    ],
+    {
+      backoffMinMs: config.outageBackoffMinMs,
+      backoffMaxMs: config.outageBackoffMaxMs,
+      refusedLimitMs: config.startupLimitMs,
+      signal: options.signal,
+      logger,
+      onState: (step, state) => (startup[step] = state),
+    },
+  );
+}
+
+/** The worker with the configuration's settings. */
+function createAppWorker(
+  config: Config,
+  options: AppOptions,
+  parts: { client: ServiceBusClient; db: Database; handlers: readonly MessageHandler[]; logger: Logger },
+): Worker {
+  const { client, db, handlers, logger } = parts;
+  const kill = options.kill ?? (() => process.kill(process.pid, "SIGKILL"));
+  return createWorker({
+    client,
+    store: db.store,
+    handlers,
+    queue: config.queue,
+    consumer: config.consumer,
+    maxConcurrentCalls: config.maxConcurrentCalls,
+    sessions: config.maxConcurrentSessions > 0 ? { maxSessions: config.maxConcurrentSessions } : undefined,
+    maxAutoLockRenewalMs: config.maxAutoLockRenewalMs,
+    lockDurationMs: config.lockDurationMs,
+    maxMessageBytes: config.maxMessageBytes,
+    batchSize: config.batchSize,
+    batchWaitMs: config.batchWaitMs,
+    batchMaxInFlight: config.batchMaxInFlight,
+    gracePeriodMs: config.gracePeriodMs,
+    progress: config.progress,
+    claimTimeoutMs: config.claimTimeoutMs,
+    sweepIntervalMs: config.sweepIntervalMs,
+    retentionMs: config.retentionMs,
+    cleanupIntervalMs: config.cleanupIntervalMs,
+    outageBackoffMinMs: config.outageBackoffMinMs,
+    outageBackoffMaxMs: config.outageBackoffMaxMs,
+    probeTimeoutMs: config.databaseTimeouts.probeMs,
+    retryPolicy: { ...defaultRetryPolicy, ...config.retry },
+    logger,
+    beforeSettle: config.faultKillAfterCommit
+      ? (message, decision) => {
+          if (message.messageId === config.faultKillAfterCommit && decision.outcome === "committed") {
+            logger.warn("fault injection: killing the process between commit and complete", {
+              messageId: message.messageId,
+            });
+            kill();
+          }
+        }
+      : undefined,
+  });
 }

@@ -42,6 +42,8 @@ function checkModule(value: unknown, specifier: string): HandlerModule {
     throw problem("has no valid name (lower-case letters, digits, - and _; it keys the module's migrations)");
   }
   if (typeof module.handlers !== "function") throw problem("has no handlers() function");
+  if (module.stop !== undefined && typeof module.stop !== "function")
+    throw problem("has a stop that is not a function (called at shutdown to close what its handlers opened)");
   const migrations: unknown = module.migrations;
   if (migrations !== undefined && (typeof migrations !== "object" || migrations === null)) {
     throw problem("has migrations that are not { postgres?: folder, sqlserver?: folder }");

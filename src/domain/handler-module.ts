@@ -13,6 +13,12 @@ export interface HandlerModule {
   handlers(): readonly MessageHandler[] | Promise<readonly MessageHandler[]>;
   /** Per dialect, a folder of `NNNN_name.sql` files, applied once each, in order. */
   readonly migrations?: Partial<Record<Dialect, string>>;
+  /**
+   * Releases what the module's handlers opened for themselves (a pool of its own, an HTTP agent): called once at
+   * shutdown, after the worker has stopped (no handler runs any more) and before the worker's database and broker
+   * close, by `sbinbox worker` and by the test harness's `stop`. A throw does not stop the rest of the shutdown.
+   */
+  stop?(): void | Promise<void>;
 }
 
 /** The function each kind of handler must have. */

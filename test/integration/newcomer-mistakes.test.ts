@@ -57,11 +57,13 @@ describe("a newcomer's mistakes with the handler module", function () {
   });
 
   it("a path without ./ is taken for a package; the error says which file was meant", async () => {
-    const result = await runCli(["worker"], { SBINBOX_HANDLERS: "handlers/index.ts", PORT: "0" });
+    // Any module's file: handlers/ is the team's and may hold anything.
+    const file = "test/fixtures/memo-handlers/index.ts";
+    const result = await runCli(["worker"], { SBINBOX_HANDLERS: file, PORT: "0" });
     assert.equal(result.code, 2, result.stderr);
-    assert.match(
+    assert.ok(
+      result.stderr.includes(`a file path starts with ./ or /: did you mean "./${file}"?`),
       result.stderr,
-      /a file path starts with \.\/ or \/: did you mean "\.\/handlers\/index\.ts"\?/,
     );
     assert.doesNotMatch(result.stderr, STACK);
   });
@@ -81,7 +83,7 @@ describe("a newcomer's mistakes with the handler module", function () {
     assert.doesNotMatch(result.stderr, STACK);
     const again = await runCli(["migrate"], {
       SBINBOX_POSTGRES_URL: url,
-      SBINBOX_HANDLERS: "./handlers/index.ts",
+      SBINBOX_HANDLERS: "./test/fixtures/memo-handlers/index.ts",
     });
     assert.match(
       again.stdout,
