@@ -237,7 +237,10 @@ describe("the private network option (privateNetwork), compiled to ARM JSON by t
     // No rule at all: a default Deny with no Allow admits nothing from outside; the health check pings internally.
     assert.equal(config.ipSecurityRestrictions, undefined);
     assert.equal(config.healthCheckPath, "[parameters('healthCheckPath')]");
-    assert.equal(props(site).publicNetworkAccess, "[if(parameters('denyPublicInbound'), 'Disabled', 'Enabled')]");
+    assert.equal(
+      props(site).publicNetworkAccess,
+      "[if(parameters('denyPublicInbound'), 'Disabled', 'Enabled')]",
+    );
     // Kudu (the SCM site) has its own rules: Deny too, and no rule, so only the private endpoint reaches it.
     assert.equal(config.scmIpSecurityRestrictionsUseMain, false);
     assert.equal(

@@ -46,21 +46,33 @@ describe("prod's hardening in infra/main.bicep, compiled to ARM JSON by the pinn
     assert.doesNotMatch(text, /"Microsoft\.Resources\/resourceGroups"/);
     assert.doesNotMatch(text, /subscriptionDeploymentTemplate/);
     assert.equal(parameterDefault(main, "location"), "[resourceGroup().location]");
-    assert.equal(obj(obj(main.outputs, "outputs").AZURE_RESOURCE_GROUP, "output").value, "[resourceGroup().name]");
+    assert.equal(
+      obj(obj(main.outputs, "outputs").AZURE_RESOURCE_GROUP, "output").value,
+      "[resourceGroup().name]",
+    );
   });
 
   it("fails a deployment that requires alert routing with a named error unless alerts reach someone", function () {
     assert.equal(parameterDefault(main, "requireAlertRouting"), false);
     assert.equal(prodValue("requireAlertRouting"), true);
-    assert.equal(variable("alertRouted"), "[or(not(empty(parameters('alertEmail'))), not(empty(parameters('alertActionGroupId'))))]");
-    assert.equal(variable("runbookAbsolute"), "[startsWith(toLower(parameters('alertRunbookUrl')), 'https://')]");
+    assert.equal(
+      variable("alertRouted"),
+      "[or(not(empty(parameters('alertEmail'))), not(empty(parameters('alertActionGroupId'))))]",
+    );
+    assert.equal(
+      variable("runbookAbsolute"),
+      "[startsWith(toLower(parameters('alertRunbookUrl')), 'https://')]",
+    );
     const checked = variable("checkedRunbookUrl");
     // ARM evaluates fail() only on the branch taken: without routing, then without an absolute URL.
     assert.match(
       checked,
       /^\[if\(not\(parameters\('requireAlertRouting'\)\), parameters\('alertRunbookUrl'\), if\(not\(variables\('alertRouted'\)\), fail\('AlertRoutingMissing: /,
     );
-    assert.match(checked, /if\(not\(variables\('runbookAbsolute'\)\), fail\(format\('AlertRunbookUrlNotAbsolute: /);
+    assert.match(
+      checked,
+      /if\(not\(variables\('runbookAbsolute'\)\), fail\(format\('AlertRunbookUrlNotAbsolute: /,
+    );
     assert.equal(moduleParam("alerts", "runbookUrl"), "[variables('checkedRunbookUrl')]");
     // Prod reads them from the environment (GitHub environment secrets), empty when unset: then the check fails.
     assert.equal(prodValue("alertEmail"), "");
@@ -82,8 +94,14 @@ describe("prod's hardening in infra/main.bicep, compiled to ARM JSON by the pinn
     for (const module of ["sql", "worker"]) {
       assert.equal(moduleParam(module, "zoneRedundant"), "[parameters('zoneRedundant')]", module);
     }
-    assert.equal(props(single(main, "Microsoft.Sql/servers/databases")).zoneRedundant, "[parameters('zoneRedundant')]");
-    assert.equal(props(single(main, "Microsoft.Web/serverfarms")).zoneRedundant, "[parameters('zoneRedundant')]");
+    assert.equal(
+      props(single(main, "Microsoft.Sql/servers/databases")).zoneRedundant,
+      "[parameters('zoneRedundant')]",
+    );
+    assert.equal(
+      props(single(main, "Microsoft.Web/serverfarms")).zoneRedundant,
+      "[parameters('zoneRedundant')]",
+    );
     // Zone redundancy needs two instances at least: prod's autoscale floor.
     assert.ok(Number(prodValue("autoscaleMinimumCapacity")) >= 2);
   });
