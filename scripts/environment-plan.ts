@@ -9,8 +9,9 @@
  * - `infra` (GitHub environment `<env>`): deploys the Bicep. Contributor, and Role Based Access Control
  *   Administrator limited by scripts/rbac-condition.ts, on the resource group. Runs none of the artifact's code.
  * - `app` (GitHub environment `<env>-app`): runs the artifact (`sbinbox migrate`, the first message) and ships it.
- *   Member of the SQL admin group; Website Contributor on the resource group for the zip deploy; on a public
- *   environment, a custom role for the temporary SQL firewall rule. No role-assignment right at all.
+ *   Member of the SQL admin group; Website Contributor on the resource group for the zip deploy, Reader for the
+ *   first message's check; on a public environment, a custom role for the temporary SQL firewall rule. No
+ *   role-assignment right at all.
  */
 import { roleAssignmentCondition } from "./rbac-condition.ts";
 import {
@@ -167,6 +168,8 @@ function rolesOf(input: PlanInput, environment: string): PlannedRoleAssignment[]
       condition: roleAssignmentCondition(),
     },
     { principal: app, role: "Website Contributor", scope },
+    // The queue's counts, which the first message's check reads (infra/scripts/first-message.sh).
+    { principal: app, role: "Reader", scope },
   ];
   if (!input.privateEnvironments.includes(environment)) {
     roles.push({ principal: app, role: firewallRoleName(environment), scope });

@@ -319,7 +319,7 @@ process.stdout.write(out + "\\n");
         scope: after(c, "--scope"),
         role: after(c, "--role"),
       }));
-      assert.equal(assignments.length, 7);
+      assert.equal(assignments.length, 9);
       for (const a of assignments.filter((x) => dev.includes(x.who))) {
         for (const resource of prodResources)
           assert.equal(scopeCovers(a.scope, resource), false, JSON.stringify(a));
