@@ -274,6 +274,14 @@ describe("the deploy workflow's structure (.github/workflows/deploy.yml)", funct
     assert.match(runs(jobs.app!), /"\$WORKER_APP_NAME"/);
   });
 
+  it("waits for /readyz after the zip deploy, retrying the 503 a fresh instance answers", function () {
+    const steps = jobs.app!.steps;
+    const zip = steps.findIndex((s) => /az webapp deploy/.test(s.run ?? ""));
+    const ready = steps.findIndex((s) => /\/readyz/.test(s.run ?? ""));
+    assert.ok(zip >= 0 && ready === zip + 1, "right after the zip deploy");
+    assert.match(steps[ready]!.run!, /curl -fsS --retry \d+ --retry-delay \d+ --retry-all-errors/);
+  });
+
   it("passes the plan's current instance count to the Bicep before deploying it", function () {
     const order = jobs.infra!.steps.map((s) => s.run ?? "");
     const read = order.findIndex((r) => /APP_SERVICE_PLAN_CAPACITY=/.test(r));
@@ -355,9 +363,8 @@ describe("azure.yaml: `azd up` provisions and deploys the worker", function () {
   it("stops a Windows azd with a message instead of skipping the bash packaging or the migrations", function () {
     // azd on Windows runs each hook's `windows` entry, from Git Bash too: only WSL (a Linux azd) runs `posix`.
     for (const hook of ["prepackage", "predeploy"]) {
-      const windows = (
-        azure.services!.worker!.hooks?.[hook] as { windows?: { shell: string; run: string } }
-      ).windows;
+      const windows = (azure.services!.worker!.hooks?.[hook] as { windows?: { shell: string; run: string } })
+        .windows;
       assert.equal(windows?.shell, "pwsh", hook);
       assert.match(windows?.run ?? "", /Write-Error ".*run azd inside WSL.*"; exit 1$/, hook);
       assert.doesNotMatch(windows?.run ?? "", /Git Bash/, hook);
