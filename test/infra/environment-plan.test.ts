@@ -217,7 +217,8 @@ describe("the environments' identities as planned (scripts/environment-plan.ts)"
 });
 
 describe("scripts/environment-identities.ts against stand-ins for az and gh", function () {
-  this.timeout(60_000);
+  // About a hundred stand-in processes a run.
+  this.timeout(180_000);
   let dir: string;
   const script = fileURLToPath(new URL("../../scripts/environment-identities.ts", import.meta.url));
   // Stand-ins that log every call (argv and stdin) as JSON and answer as az and gh would for a fresh tenant.
