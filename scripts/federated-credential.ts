@@ -5,8 +5,8 @@
  * (`gh auth login`, `az login`). scripts/environment-identities.ts makes the whole set-up (an identity per environment
  * and duty, each with its own credential); this one serves an identity made otherwise (a user-assigned identity).
  *
- *   node scripts/federated-credential.ts --repo OWNER/REPO --app-id <application (client) id> [--environment dev ...]
- *   node scripts/federated-credential.ts --repo OWNER/REPO --identity <name> --resource-group <rg> [...]
+ *   node scripts/federated-credential.ts --repo OWNER/REPO --app-id <application (client) id> --environment <env>
+ *   node scripts/federated-credential.ts --repo OWNER/REPO --identity <name> --resource-group <rg> --environment <env>
  *   ... --dry-run   prints the subjects and creates nothing
  */
 import { execFile } from "node:child_process";
@@ -48,7 +48,15 @@ async function main(argv: string[]): Promise<number> {
   if (byApp === byIdentity && !values["dry-run"]) {
     throw new Error("give --app-id, or --identity with --resource-group (or --dry-run)");
   }
-  const environments = values.environment ?? ["dev", "prod"];
+  // One identity, one GitHub environment: an identity that accepted dev's tokens and prod's would let a dev run
+  // walk around prod's gate (docs/deploy.md, "Set-up, once").
+  const environments = values.environment ?? [];
+  if (environments.length !== 1) {
+    throw new Error(
+      "give exactly one --environment: each identity accepts the tokens of one GitHub environment " +
+        "(scripts/environment-identities.ts makes one identity per environment and duty)",
+    );
+  }
 
   const { repository, customization, organizationKeys } = await readRepository(owner, name, (path) =>
     run("gh", ["api", path]),
