@@ -270,6 +270,8 @@ describe("the deploy workflow's structure (.github/workflows/deploy.yml)", funct
     });
     assert.equal(bad.code, 1);
     assert.equal(bad.env, "");
+    const none = await runStep(take.run!, { DEPLOYMENT: "" });
+    assert.equal(none.code, 1, "an output GitHub dropped (it held a secret's value) stops the job by name");
     assert.match(runs(jobs.app!), /"\$AZURE_RESOURCE_GROUP"/);
     assert.match(runs(jobs.app!), /"\$WORKER_APP_NAME"/);
   });
