@@ -47,14 +47,22 @@ for setting in FIRST_MESSAGE_NOTE_ID:"$note_id" FIRST_MESSAGE_WAIT_SECONDS:"$wai
 done
 namespace="${SERVICEBUS_NAMESPACE%%.*}"
 
-# active, scheduled and dead-lettered counts of the queue, tab-separated.
+# active, scheduled and dead-lettered counts of the queue, tab-separated; stops the script when they cannot be read.
 counts() {
-  az servicebus queue show --resource-group "$AZURE_RESOURCE_GROUP" --namespace-name "$namespace" \
+  local line
+  line="$(az servicebus queue show --resource-group "$AZURE_RESOURCE_GROUP" --namespace-name "$namespace" \
     --name "$SERVICEBUS_QUEUE" --output tsv \
-    --query "[countDetails.activeMessageCount, countDetails.scheduledMessageCount, countDetails.deadLetterMessageCount]"
+    --query "[countDetails.activeMessageCount, countDetails.scheduledMessageCount, countDetails.deadLetterMessageCount]")" ||
+    line=""
+  if ! [[ "$line" =~ ^[0-9]+$'\t'[0-9]+$'\t'[0-9]+$ ]]; then
+    echo "first-message: could not read the counts of queue $SERVICEBUS_QUEUE (az servicebus queue show; the signed-in principal needs Reader on $AZURE_RESOURCE_GROUP)" >&2
+    exit 1
+  fi
+  printf '%s\n' "$line"
 }
 
-read -r _ _ dead_before < <(counts)
+line="$(counts)"
+read -r _ _ dead_before <<< "$line"
 package_dir="${SBINBOX_PACKAGE_DIR:-$root}"
 # The CLI's login, never a managed identity of the machine the job runs on (DefaultAzureCredential tries one first).
 (cd "$package_dir" && AZURE_TOKEN_CREDENTIALS=AzureCliCredential SERVICEBUS_NAMESPACE="$SERVICEBUS_NAMESPACE" \
@@ -63,7 +71,8 @@ package_dir="${SBINBOX_PACKAGE_DIR:-$root}"
 
 deadline=$((SECONDS + 10#$wait_seconds))
 while true; do
-  read -r active scheduled dead < <(counts)
+  line="$(counts)"
+  read -r active scheduled dead <<< "$line"
   if [ "$dead" -gt "$dead_before" ]; then
     echo "first-message: the queue's dead-letter count rose from $dead_before to $dead: the message was not applied; its reason: sbinbox dlq list (docs/operations.md)" >&2
     exit 1

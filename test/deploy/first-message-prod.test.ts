@@ -154,6 +154,13 @@ printf '%s\\n' "\${counts[$i]}" | tr ',' '\\t'
     assert.match(result.stderr, /not applied after 0s \(0 active, 1 scheduled on notes\)/);
   });
 
+  it("stops by name when the queue's counts cannot be read (no Reader), before publishing", async function () {
+    const result = await start({ FIRST_MESSAGE_NOTE_ID: "4245", STANDIN_COUNTS: "denied" });
+    assert.equal(result.code, 1);
+    assert.match(result.stderr, /could not read the counts of queue notes .*needs Reader on rg-sbinbox-prod/);
+    assert.doesNotMatch(result.stdout, /published/);
+  });
+
   it("refuses to start without the deployment's outputs or with a note id that is not a number", async function () {
     const missing = await start({ SERVICEBUS_QUEUE: "" });
     assert.equal(missing.code, 2);
