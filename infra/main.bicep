@@ -1,15 +1,17 @@
 metadata name = 'sbinbox environment'
-metadata description = 'One environment of sbinbox: a resource group with Service Bus, Azure SQL, monitoring, the worker on App Service, its roles and its autoscale.'
+metadata description = 'One environment of sbinbox, deployed into its resource group: Service Bus, Azure SQL, monitoring, the worker on App Service, its roles and its autoscale.'
 
-targetScope = 'subscription'
+// Resource-group scope: an Owner creates rg-sbinbox-<env> once (scripts/environment-identities.ts), and each
+// environment's deploy identity holds rights on that group only (docs/deploy.md, "The pipeline's rights").
+targetScope = 'resourceGroup'
 
-@description('Required. Environment name (dev, prod, ...); names the resource group and seeds the resource names.')
+@description('Required. Environment name (dev, prod, ...); seeds the resource names (the resource group is rg-sbinbox-<environmentName>).')
 @minLength(1)
 @maxLength(20)
 param environmentName string
 
-@description('Required. Azure region for every resource.')
-param location string
+@description('Optional. Azure region for every resource: the resource group\'s, which the bootstrap chose (docs/deploy.md, "Before the first prod deployment").')
+param location string = resourceGroup().location
 
 @description('Required. Display name of the Entra ID user or group that becomes the SQL server\'s administrator.')
 @minLength(1)
@@ -136,6 +138,23 @@ param alertActionGroupId string = ''
 @description('Optional. The URL of docs/operations.md in your repository (e.g. https://github.com/OWNER/REPO/blob/main/docs/operations.md): each alert links to its section there.')
 param alertRunbookUrl string = 'docs/operations.md'
 
+@description('Optional. Require alert routing (on in prod): the deployment then fails with AlertRoutingMissing unless alertEmail or alertActionGroupId is set, and with AlertRunbookUrlNotAbsolute unless alertRunbookUrl is an https:// URL, so no prod alert fires unseen or links nowhere.')
+param requireAlertRouting bool = false
+
+@description('Optional. Days the Log Analytics workspace keeps every log, the SQL audit and the Service Bus audit included (30 to 730).')
+@minValue(30)
+@maxValue(730)
+param logRetentionInDays int = 30
+
+@description('Optional. Zone redundancy (on in prod) for the database and the App Service plan (which then needs at least two instances). The region must offer availability zones for both.')
+param zoneRedundant bool = false
+
+@description('Optional. For a serverless database (GP_S_...): minutes idle before it pauses, -1 for never (prod: a paused database answers the first login after a pause with error 40613 for up to a minute). Ignored on other SKUs.')
+param sqlAutoPauseDelayMinutes int = 60
+
+@description('Optional. Microsoft Defender for SQL on the server (Advanced Threat Protection: alerts on SQL injection, unusual access, brute force). Billed per server.')
+param defenderForSql bool = false
+
 @description('A principal allowed to publish to the queue.')
 type publisherType = {
   @description('Required. Object ID of the principal.')
@@ -163,19 +182,22 @@ var applicationInsightsName = 'appi-sbinbox-${resourceToken}'
 var logAnalyticsWorkspaceName = 'log-sbinbox-${resourceToken}'
 var workerIdentityName = 'id-sbinbox-worker-${resourceToken}'
 var publicNetworkAccess = privateNetwork ? 'Disabled' : 'Enabled'
+// Named failures at deployment time (ARM's fail()), so a prod deployment cannot leave its alerts unrouted.
+var alertRouted = !empty(alertEmail) || !empty(alertActionGroupId)
+var runbookAbsolute = startsWith(toLower(alertRunbookUrl), 'https://')
+var checkedRunbookUrl = !requireAlertRouting
+  ? alertRunbookUrl
+  : !alertRouted
+      ? fail('AlertRoutingMissing: requireAlertRouting is on but neither alertEmail nor alertActionGroupId is set, so the alerts would notify nobody (docs/deploy.md, "Before the first prod deployment").')
+      : !runbookAbsolute
+          ? fail('AlertRunbookUrlNotAbsolute: alertRunbookUrl must be an https:// URL of docs/operations.md (e.g. https://github.com/OWNER/REPO/blob/main/docs/operations.md), so the alerts\' links are clickable; got \'${alertRunbookUrl}\'.')
+          : alertRunbookUrl
 // The first deployment starts at the minimum; later ones keep what autoscale chose.
 var planCapacity = appServicePlanCurrentCapacity > 0
   ? min(max(appServicePlanCurrentCapacity, autoscaleMinimumCapacity), autoscaleMaximumCapacity)
   : autoscaleMinimumCapacity
 
-resource resourceGroup 'Microsoft.Resources/resourceGroups@2025-04-01' = {
-  name: 'rg-sbinbox-${environmentName}'
-  location: location
-  tags: tags
-}
-
 module serviceBus '../bicep/modules/servicebus/main.bicep' = {
-  scope: resourceGroup
   // The diagnostic setting names the workspace.
   dependsOn: [
     monitoring
@@ -200,17 +222,16 @@ module serviceBus '../bicep/modules/servicebus/main.bicep' = {
 }
 
 module monitoring '../bicep/modules/monitoring/main.bicep' = {
-  scope: resourceGroup
   params: {
     logAnalyticsWorkspaceName: logAnalyticsWorkspaceName
     applicationInsightsName: applicationInsightsName
     location: location
     tags: tags
+    retentionInDays: logRetentionInDays
   }
 }
 
 module worker '../bicep/modules/appservice/main.bicep' = {
-  scope: resourceGroup
   dependsOn: [
     monitoring
   ]
@@ -227,6 +248,7 @@ module worker '../bicep/modules/appservice/main.bicep' = {
     applicationInsightsName: applicationInsightsName
     virtualNetworkSubnetId: privateNetwork ? network!.outputs.appSubnetId : null
     denyPublicInbound: privateNetwork
+    zoneRedundant: zoneRedundant
     appSettings: {
       SBINBOX_SERVICEBUS_NAMESPACE: serviceBus.outputs.fullyQualifiedNamespace
       // The queue, or with a topic the worker's own queue, which its subscription forwards to.
@@ -252,7 +274,6 @@ module worker '../bicep/modules/appservice/main.bicep' = {
 }
 
 module sql '../bicep/modules/sql/main.bicep' = {
-  scope: resourceGroup
   // The audit's diagnostic setting names the workspace.
   dependsOn: [
     monitoring
@@ -271,11 +292,13 @@ module sql '../bicep/modules/sql/main.bicep' = {
     // Only the worker's own outbound addresses, not "all of Azure" and never the internet; none on a private network.
     allowedIpAddresses: privateNetwork ? [] : worker.outputs.possibleOutboundIpAddresses
     publicNetworkAccess: publicNetworkAccess
+    zoneRedundant: zoneRedundant
+    autoPauseDelayMinutes: sqlAutoPauseDelayMinutes
+    defenderForSql: defenderForSql
   }
 }
 
 module network '../bicep/modules/network/main.bicep' = if (privateNetwork) {
-  scope: resourceGroup
   params: {
     name: 'vnet-sbinbox-${resourceToken}'
     location: location
@@ -286,7 +309,6 @@ module network '../bicep/modules/network/main.bicep' = if (privateNetwork) {
 }
 
 module sqlEndpoint '../bicep/modules/network/private-endpoint.bicep' = if (privateNetwork) {
-  scope: resourceGroup
   params: {
     name: 'pe-${sqlServerName}'
     location: location
@@ -298,8 +320,21 @@ module sqlEndpoint '../bicep/modules/network/private-endpoint.bicep' = if (priva
   }
 }
 
+// The site's own endpoint (the app and its SCM/Kudu host): with the site's public network access off, the zip deploy
+// reaches Kudu only through it, from a runner inside the VNet (or a peered, linked one).
+module siteEndpoint '../bicep/modules/network/private-endpoint.bicep' = if (privateNetwork) {
+  params: {
+    name: 'pe-${appName}'
+    location: location
+    tags: tags
+    subnetId: network!.outputs.endpointSubnetId
+    targetResourceId: worker.outputs.resourceId
+    groupId: 'sites'
+    dnsZoneId: network!.outputs.sitesDnsZoneId
+  }
+}
+
 module serviceBusEndpoint '../bicep/modules/network/private-endpoint.bicep' = if (privateNetwork) {
-  scope: resourceGroup
   params: {
     name: 'pe-${serviceBusNamespaceName}'
     location: location
@@ -312,7 +347,6 @@ module serviceBusEndpoint '../bicep/modules/network/private-endpoint.bicep' = if
 }
 
 module roles '../bicep/modules/identity/main.bicep' = {
-  scope: resourceGroup
   // No explicit dependsOn: the worker's principal already orders this after the worker, which follows the namespace
   // and the monitoring module (whose component the telemetry role is scoped to).
   params: {
@@ -333,7 +367,6 @@ module roles '../bicep/modules/identity/main.bicep' = {
 }
 
 module autoscale '../bicep/modules/autoscale/main.bicep' = {
-  scope: resourceGroup
   params: {
     name: 'autoscale-sbinbox-${resourceToken}'
     location: location
@@ -351,7 +384,6 @@ module autoscale '../bicep/modules/autoscale/main.bicep' = {
 
 // The operator's view (docs/operations.md): a workbook on the component and the alert rules.
 module workbook '../bicep/modules/workbook/main.bicep' = {
-  scope: resourceGroup
   // The workbook is attached to the component by name.
   dependsOn: [
     monitoring
@@ -365,7 +397,6 @@ module workbook '../bicep/modules/workbook/main.bicep' = {
 }
 
 module alerts '../bicep/modules/alerts/main.bicep' = {
-  scope: resourceGroup
   params: {
     namePrefix: 'sbinbox-${environmentName}'
     location: location
@@ -377,13 +408,13 @@ module alerts '../bicep/modules/alerts/main.bicep' = {
     webAppResourceId: worker.outputs.resourceId
     alertEmail: alertEmail
     existingActionGroupId: alertActionGroupId
-    runbookUrl: alertRunbookUrl
+    runbookUrl: checkedRunbookUrl
   }
 }
 
 // Upper-case names: azd turns outputs into environment variables for the post-provision hook.
 @description('The resource group of the environment.')
-output AZURE_RESOURCE_GROUP string = resourceGroup.name
+output AZURE_RESOURCE_GROUP string = resourceGroup().name
 
 @description('The name of the worker\'s web app.')
 output WORKER_APP_NAME string = worker.outputs.name

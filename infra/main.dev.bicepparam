@@ -4,9 +4,9 @@ using './main.bicep'
 // An unset GitHub secret arrives as an empty variable, which readEnvironmentVariable returns as '' instead of its
 // default: optional values therefore fall back explicitly when empty.
 param environmentName = 'dev'
-param location = empty(readEnvironmentVariable('AZURE_LOCATION', ''))
-  ? 'westeurope'
-  : readEnvironmentVariable('AZURE_LOCATION', '')
+// No location: every resource goes to the resource group's region, which the bootstrap chose once
+// (scripts/environment-identities.ts --location, default northeurope: a region GitHub-hosted private networking
+// supports; docs/deploy.md, "Before the first prod deployment").
 param sqlAdministratorLogin = readEnvironmentVariable('SQL_ADMIN_LOGIN')
 param sqlAdministratorObjectId = readEnvironmentVariable('SQL_ADMIN_OBJECT_ID')
 param sqlAdministratorPrincipalType = empty(readEnvironmentVariable('SQL_ADMIN_PRINCIPAL_TYPE', ''))

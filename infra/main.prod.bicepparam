@@ -4,9 +4,9 @@ using './main.bicep'
 // An unset GitHub secret arrives as an empty variable, which readEnvironmentVariable returns as '' instead of its
 // default: optional values therefore fall back explicitly when empty.
 param environmentName = 'prod'
-param location = empty(readEnvironmentVariable('AZURE_LOCATION', ''))
-  ? 'westeurope'
-  : readEnvironmentVariable('AZURE_LOCATION', '')
+// No location: every resource goes to the resource group's region, which the bootstrap chose once
+// (scripts/environment-identities.ts --location, default northeurope: a region GitHub-hosted private networking
+// supports; docs/deploy.md, "Before the first prod deployment").
 param sqlAdministratorLogin = readEnvironmentVariable('SQL_ADMIN_LOGIN')
 param sqlAdministratorObjectId = readEnvironmentVariable('SQL_ADMIN_OBJECT_ID')
 param sqlAdministratorPrincipalType = empty(readEnvironmentVariable('SQL_ADMIN_PRINCIPAL_TYPE', ''))
@@ -32,3 +32,20 @@ param lockDurationSeconds = 120
 // VNet integration and private endpoints: SQL and Service Bus without public access, Service Bus on Premium (the
 // only tier with private endpoints); migrations then run from inside the network (docs/deploy.md).
 param privateNetwork = true
+// Alerts reach someone: without an e-mail or an action group, or with a runbook URL that is not https://, the
+// deployment fails with AlertRoutingMissing / AlertRunbookUrlNotAbsolute (docs/deploy.md).
+param requireAlertRouting = true
+param alertEmail = readEnvironmentVariable('ALERT_EMAIL', '')
+param alertActionGroupId = readEnvironmentVariable('ALERT_ACTION_GROUP_ID', '')
+param alertRunbookUrl = readEnvironmentVariable('ALERT_RUNBOOK_URL', '')
+// A year of logs (the SQL and Service Bus audit included); a bank's own retention rule may ask for more.
+param logRetentionInDays = 365
+param zoneRedundant = true
+// Never pause: the first login after a pause fails while the database resumes.
+param sqlAutoPauseDelayMinutes = -1
+param defenderForSql = true
+// The app identity (the one that runs migrate) may send the first message from inside the VNet (docs/deploy.md,
+// "The first message in prod"); it already deploys the code that runs as the worker, which sends to the queue.
+param publishers = empty(readEnvironmentVariable('APP_PRINCIPAL_ID', ''))
+  ? []
+  : [{ principalId: readEnvironmentVariable('APP_PRINCIPAL_ID', ''), principalType: 'ServicePrincipal' }]

@@ -1,21 +1,18 @@
 /**
- * Creates the Entra ID federated credentials the deploy workflow signs in with, one per GitHub environment, for the
+ * Creates the Entra ID federated credentials of one identity, one per GitHub environment given, for the
  * subject the repository's tokens really carry (scripts/oidc-subject.ts): it asks GitHub for the repository's ids
  * and its subject customization (`gh api`), then `az` creates the credential. Run it signed in to both
- * (`gh auth login`, `az login`); docs/deploy.md, "Deploy from GitHub Actions".
+ * (`gh auth login`, `az login`). scripts/environment-identities.ts makes the whole set-up (an identity per environment
+ * and duty, each with its own credential); this one serves an identity made otherwise (a user-assigned identity).
  *
- *   node scripts/federated-credential.ts --repo OWNER/REPO --app-id <application (client) id> [--environment dev ...]
- *   node scripts/federated-credential.ts --repo OWNER/REPO --identity <name> --resource-group <rg> [...]
+ *   node scripts/federated-credential.ts --repo OWNER/REPO --app-id <application (client) id> --environment <env>
+ *   node scripts/federated-credential.ts --repo OWNER/REPO --identity <name> --resource-group <rg> --environment <env>
  *   ... --dry-run   prints the subjects and creates nothing
  */
 import { execFile } from "node:child_process";
 import { parseArgs } from "node:util";
-import {
-  credentialName,
-  githubEnvironmentSubject,
-  type Repository,
-  type SubjectCustomization,
-} from "./oidc-subject.ts";
+import { readRepository } from "./github-repository.ts";
+import { credentialName, githubEnvironmentSubject } from "./oidc-subject.ts";
 
 const ISSUER = "https://token.actions.githubusercontent.com";
 // What azure/login asks GitHub's token for, and Entra ID expects of a GitHub credential.
@@ -29,18 +26,6 @@ function run(file: string, args: string[]): Promise<string> {
       else resolve(stdout);
     });
   });
-}
-
-async function ghJson<T>(path: string): Promise<T> {
-  return JSON.parse(await run("gh", ["api", path])) as T;
-}
-
-interface RepoResponse {
-  id: number;
-  name: string;
-  visibility?: string;
-  created_at?: string;
-  owner: { id: number; login: string; type?: string };
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -63,36 +48,19 @@ async function main(argv: string[]): Promise<number> {
   if (byApp === byIdentity && !values["dry-run"]) {
     throw new Error("give --app-id, or --identity with --resource-group (or --dry-run)");
   }
-  const environments = values.environment ?? ["dev", "prod"];
-
-  const repo = await ghJson<RepoResponse>(`repos/${owner}/${name}`);
-  const customization = await ghJson<SubjectCustomization>(
-    `repos/${owner}/${name}/actions/oidc/customization/sub`,
-  );
-  let organizationKeys: string[] | undefined;
-  if (customization.use_default === false && !customization.include_claim_keys?.length) {
-    if (repo.owner.type === "Organization") {
-      organizationKeys = (
-        await ghJson<{ include_claim_keys?: string[] }>(
-          `orgs/${repo.owner.login}/actions/oidc/customization/sub`,
-        )
-      ).include_claim_keys;
-    }
-  }
-  const repository: Repository = {
-    owner: repo.owner.login,
-    repo: repo.name,
-    ownerId: repo.owner.id,
-    repoId: repo.id,
-    visibility: repo.visibility,
-    createdAt: repo.created_at,
-  };
-  if (customization.sub_claim_prefix === undefined) {
-    process.stderr.write(
-      "federated-credential: GitHub reported no sub_claim_prefix; the form is inferred from the creation date, " +
-        "which misses a rename or transfer after 2026-07-15 (check the token with github/actions-oidc-debugger)\n",
+  // One identity, one GitHub environment: an identity that accepted dev's tokens and prod's would let a dev run
+  // walk around prod's gate (docs/deploy.md, "Set-up, once").
+  const environments = values.environment ?? [];
+  if (environments.length !== 1) {
+    throw new Error(
+      "give exactly one --environment: each identity accepts the tokens of one GitHub environment " +
+        "(scripts/environment-identities.ts makes one identity per environment and duty)",
     );
   }
+
+  const { repository, customization, organizationKeys } = await readRepository(owner, name, (path) =>
+    run("gh", ["api", path]),
+  );
   // Every subject first: a template that cannot be computed is refused before anything is asked of az.
   const subjects = environments.map(
     (environment) =>

@@ -1,6 +1,8 @@
 /**
  * The repository's own rules for workflows, beyond what actionlint checks: actions pinned to a full commit SHA with
- * the version in a comment, read-only permissions at workflow level, concurrency set, a timeout on every job.
+ * the version in a comment, read-only permissions at workflow level, concurrency set, a timeout on every job, and
+ * an environment on every job that may ask for an OIDC token (`id-token: write`): the federated credentials accept
+ * environment subjects only, and the environment's protection rules (reviewers, branches) are what guard the token.
  * Line-based on purpose: the workflows are small and written in one style, and no YAML parser is a dependency.
  */
 /**
@@ -63,8 +65,15 @@ export function workflowPolicyFindings(text: string, path: string): string[] {
   } else {
     let job: string | undefined;
     let hasTimeout = false;
+    let hasIdToken = false;
+    let hasEnvironment = false;
     const close = () => {
       if (job !== undefined && !hasTimeout) findings.push(`${path}: job "${job}" has no timeout-minutes`);
+      if (job !== undefined && hasIdToken && !hasEnvironment) {
+        findings.push(
+          `${path}: job "${job}" has id-token: write but no environment, so no environment protection rule guards its token`,
+        );
+      }
     };
     for (let i = jobsAt + 1; i < lines.length; i++) {
       const line = lines[i]!;
@@ -73,8 +82,14 @@ export function workflowPolicyFindings(text: string, path: string): string[] {
         close();
         job = start[1];
         hasTimeout = false;
+        hasIdToken = false;
+        hasEnvironment = false;
       } else if (/^ {4}timeout-minutes:\s*\d+/.test(line)) {
         hasTimeout = true;
+      } else if (/^ {6}id-token:\s*write\b/.test(line)) {
+        hasIdToken = true;
+      } else if (/^ {4}environment:\s*\S/.test(line)) {
+        hasEnvironment = true;
       } else if (/^\S/.test(line)) {
         break;
       }

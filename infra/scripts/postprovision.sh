@@ -4,8 +4,8 @@
 #   1. applies the inbox's migrations, then the handler module's (SBINBOX_HANDLERS: the team's tables);
 #   2. makes the worker's user-assigned identity a database user with db_datareader and db_datawriter only,
 #      created from its client ID (no Microsoft Graph lookup, so the server's identity needs no directory role).
-# The Entra token comes from the Azure CLI login through DefaultAzureCredential; nothing is stored and no password
-# exists (the server accepts Entra ID only).
+# The Entra token comes from the Azure CLI login (DefaultAzureCredential narrowed to AzureCliCredential); nothing is
+# stored and no password exists (the server accepts Entra ID only).
 #
 # Reads the deployment's outputs from the environment, by name in any letter case (ARM does not always keep the
 # case of an output's name; azd and the deploy workflow export them as they come):
@@ -125,7 +125,10 @@ elif [ -n "${SBINBOX_CLIENT_IP:-}" ]; then
   trap 'az sql server firewall-rule delete --resource-group "$AZURE_RESOURCE_GROUP" --server "$SQL_SERVER_NAME" --name "$rule" --output none' EXIT
 fi
 
-# "Active Directory Integrated" makes the driver use DefaultAzureCredential, i.e. the Azure CLI login above.
+# "Active Directory Integrated" makes the driver use DefaultAzureCredential, and AZURE_TOKEN_CREDENTIALS narrows it to
+# the Azure CLI login above: unnarrowed, it tries a managed identity first, so on a runner VM with one (a
+# self-hosted runner in the VNet) it would sign in as the VM, not as the SQL admin the CLI is signed in as.
+export AZURE_TOKEN_CREDENTIALS=AzureCliCredential
 connection="Server=${SQL_SERVER_FQDN};Database=${SQL_DATABASE_NAME};Authentication=Active Directory Integrated;Encrypt=true"
 deadline=$((SECONDS + wait_seconds))
 attempt=1

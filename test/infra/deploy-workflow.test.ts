@@ -39,38 +39,68 @@ describe("the deploy workflow's structure (.github/workflows/deploy.yml)", funct
   const runs = (job: Job) => job.steps.map((s) => s.run ?? "").join("\n");
   const uses = (job: Job) => job.steps.map((s) => s.uses ?? "");
 
-  it("builds in one job and deploys from another that needs it", function () {
-    assert.deepEqual(Object.keys(jobs).sort(), ["build", "deploy"]);
-    assert.equal(jobs.deploy!.needs, "build");
+  it("builds in one job, deploys the infrastructure in a second and migrates and ships in a third", function () {
+    assert.deepEqual(Object.keys(jobs).sort(), ["app", "build", "infra"]);
+    assert.equal(jobs.infra!.needs, undefined, "the infrastructure needs no artifact");
+    assert.deepEqual(jobs.app!.needs, ["build", "infra"]);
     assert.deepEqual(workflow.permissions, { contents: "read" });
   });
 
-  it("gives the OIDC token to the deploy job only; the build job has no environment and no id-token", function () {
-    assert.deepEqual(jobs.build!.permissions, { contents: "read" });
+  it("gives infra and app different GitHub environments, so their tokens carry different subjects", function () {
+    assert.equal(jobs.infra!.environment, "${{ inputs.environment }}");
+    assert.equal(jobs.app!.environment, "${{ inputs.environment }}-app");
     assert.equal(jobs.build!.environment, undefined, "environment secrets stay out of the build");
-    assert.equal(jobs.deploy!.permissions?.["id-token"], "write");
-    assert.ok(uses(jobs.deploy!).some((u) => u.startsWith("azure/login@")));
+  });
+
+  it("gives the OIDC token to infra and app only; the build job has no environment and no id-token", function () {
+    assert.deepEqual(jobs.build!.permissions, { contents: "read" });
+    for (const job of ["infra", "app"]) {
+      assert.equal(jobs[job]!.permissions?.["id-token"], "write", job);
+      assert.ok(
+        uses(jobs[job]!).some((u) => u.startsWith("azure/login@")),
+        job,
+      );
+    }
     assert.ok(!uses(jobs.build!).some((u) => u.startsWith("azure/login@")));
     assert.doesNotMatch(JSON.stringify(jobs.build), /secrets\./);
   });
 
-  it("installs and caches packages only in the build job; the deploy job runs the built artifact", function () {
+  it("keeps the artifact's code out of the job that holds the RBAC administrator role", function () {
+    // infra never downloads the package, runs no node, no migrate, no zip deploy: only the Bicep.
+    assert.ok(!uses(jobs.infra!).some((u) => u.startsWith("actions/download-artifact@")));
+    assert.ok(!uses(jobs.infra!).some((u) => u.startsWith("actions/setup-node@")));
+    assert.doesNotMatch(runs(jobs.infra!), /\bnode |postprovision|bin\/sbinbox|webapp deploy|npm /);
+    assert.match(runs(jobs.infra!), /az deployment group create/);
+    // The app job does what runs the artifact and ships it, and deploys no template.
+    assert.match(runs(jobs.app!), /postprovision\.sh/);
+    assert.match(runs(jobs.app!), /az webapp deploy/);
+    assert.doesNotMatch(runs(jobs.app!), /az deployment|az role/);
+  });
+
+  it("deploys into the environment's resource group, not at subscription scope", function () {
+    const deploy = jobs.infra!.steps.find((s) => /az deployment/.test(s.run ?? ""))!;
+    assert.match(
+      deploy.run!,
+      /az deployment group create \\\n\s+--resource-group "rg-sbinbox-\$\{ENVIRONMENT_NAME\}"/,
+    );
+    assert.doesNotMatch(JSON.stringify(workflow), /deployment sub create/);
+  });
+
+  it("installs and caches packages only in the build job; the app job runs the built artifact", function () {
     assert.match(runs(jobs.build!), /npm ci/);
     assert.match(runs(jobs.build!), /scripts\/package-worker\.sh/);
-    assert.doesNotMatch(runs(jobs.deploy!), /npm (ci|install)|npx /);
+    assert.doesNotMatch(runs(jobs.app!), /npm (ci|install)|npx /);
     const setupNode = (job: Job) => job.steps.find((s) => s.uses?.startsWith("actions/setup-node@"));
     assert.equal(setupNode(jobs.build!)?.with?.cache, "npm");
-    assert.equal(
-      setupNode(jobs.deploy!)?.with?.cache,
-      undefined,
-      "no shared cache where the credentials are",
-    );
+    assert.equal(setupNode(jobs.app!)?.with?.cache, undefined, "no shared cache where the credentials are");
     const uploaded = jobs.build!.steps.find((s) => s.uses?.startsWith("actions/upload-artifact@"));
-    const downloaded = jobs.deploy!.steps.find((s) => s.uses?.startsWith("actions/download-artifact@"));
+    const downloaded = jobs.app!.steps.find((s) => s.uses?.startsWith("actions/download-artifact@"));
     assert.ok(uploaded?.with?.name && uploaded.with.name === downloaded?.with?.name);
-    // The post-provision step runs `sbinbox migrate` from that same package.
-    const post = jobs.deploy!.steps.find((s) => /postprovision\.sh/.test(s.run ?? ""));
-    assert.equal(post?.env?.SBINBOX_PACKAGE_DIR, "${{ runner.temp }}/worker");
+    // The post-provision step runs `sbinbox migrate` from that same package, and so does the first message.
+    for (const script of [/postprovision\.sh$/m, /first-message\.sh/]) {
+      const step = jobs.app!.steps.find((s) => script.test(s.run ?? ""));
+      assert.equal(step?.env?.SBINBOX_PACKAGE_DIR, "${{ runner.temp }}/worker", String(script));
+    }
   });
 
   it("builds without install scripts, so no dependency's script runs where the deployed package is made", function () {
@@ -80,10 +110,10 @@ describe("the deploy workflow's structure (.github/workflows/deploy.yml)", funct
 
   it("signs in to Azure again right before each step that asks the CLI for a token after a long one", function () {
     // The CLI replays the GitHub OIDC assertion from sign-in for every new token, and the assertion lives minutes
-    // (AADSTS700024): the Bicep deployment and the post-provision's firewall wait each outlast it.
-    const steps = jobs.deploy!.steps;
+    // (AADSTS700024): the post-provision's firewall wait outlasts it.
+    const steps = jobs.app!.steps;
     const at = (pattern: RegExp) => steps.findIndex((s) => pattern.test(s.run ?? ""));
-    for (const late of [/postprovision\.sh/, /az webapp deploy/]) {
+    for (const late of [/postprovision\.sh$/m, /az webapp deploy/, /first-message\.sh/]) {
       const index = at(late);
       assert.ok(index > 0, String(late));
       assert.match(
@@ -92,32 +122,34 @@ describe("the deploy workflow's structure (.github/workflows/deploy.yml)", funct
         `azure/login right before ${String(late)}`,
       );
     }
-    const logins = steps.filter((s) => s.uses?.startsWith("azure/login@"));
-    assert.equal(logins.length, 4);
-    for (const login of logins) assert.deepEqual(login.with, logins[0]!.with);
+    const logins = [...jobs.infra!.steps, ...steps].filter((s) => s.uses?.startsWith("azure/login@"));
+    assert.equal(logins.length, 5);
+    // Each job signs in with its own environment's client id (the secret of the same name, another value).
+    for (const login of logins) assert.equal(login.with?.["client-id"], "${{ secrets.AZURE_CLIENT_ID }}");
   });
 
   it("removes the temporary firewall rules in a last step that runs whatever happened, signed in afresh", function () {
-    const steps = jobs.deploy!.steps;
+    const steps = jobs.app!.steps;
     const cleanup = steps.at(-1)!;
     assert.equal(cleanup.run, "bash infra/scripts/postprovision.sh --cleanup");
     assert.equal(cleanup.if, "always()");
     assert.match(steps.at(-2)!.uses ?? "", /^azure\/login@/);
     assert.equal(steps.at(-2)!.if, "always()");
-    // The clean-up deletes the rules of this runner's address, which the post-provision step keeps for it.
     const post = steps.find((s) => /postprovision\.sh$/m.test(s.run ?? ""))!;
     assert.match(post.run!, /echo "SBINBOX_CLIENT_IP=\$\{SBINBOX_CLIENT_IP\}" >> "\$GITHUB_ENV"/);
   });
 
-  it("runs the deploy job on the runner the dispatch names (a VNet runner for the private network)", function () {
-    const deploy = jobs.deploy as Job & { "runs-on"?: string };
-    assert.equal(deploy["runs-on"], "${{ inputs.runner }}");
+  it("runs the app job on the runner the dispatch names (a VNet runner for the private network), infra on a hosted one", function () {
+    const app = jobs.app as Job & { "runs-on"?: string };
+    assert.equal(app["runs-on"], "${{ inputs.runner }}");
+    assert.equal((jobs.infra as Job & { "runs-on"?: string })["runs-on"], "ubuntu-latest");
     const inputs = (
       workflow as unknown as {
-        on: { workflow_dispatch: { inputs: Record<string, { default?: string; description?: string }> } };
+        on: {
+          workflow_dispatch: { inputs: Record<string, { default?: string | boolean; description?: string }> };
+        };
       }
     ).on.workflow_dispatch.inputs;
-    assert.equal(inputs.runner?.default, "ubuntu-latest");
     // A choice, not free text: a typo would otherwise queue the job for a runner that never comes.
     assert.deepEqual(inputs.runner, {
       description: inputs.runner?.description,
@@ -125,81 +157,145 @@ describe("the deploy workflow's structure (.github/workflows/deploy.yml)", funct
       options: ["ubuntu-latest", "sbinbox-vnet"],
       default: "ubuntu-latest",
     });
+    assert.deepEqual(inputs["first-message"], {
+      description: inputs["first-message"]?.description,
+      type: "boolean",
+      default: false,
+    });
+    for (const step of jobs.app!.steps.filter(
+      (s) => /first-message|^$/.test(s.run ?? "") && s.if !== "always()",
+    )) {
+      if (step.run?.includes("first-message") || (step.uses?.startsWith("azure/login@") && step.if)) {
+        assert.equal(step.if, "inputs.first-message", step.name ?? step.uses);
+      }
+    }
   });
 
-  it("asks api.ipify.org for the runner's address only off the private network", async function () {
-    const post = jobs.deploy!.steps.find((s) => /postprovision\.sh$/m.test(s.run ?? ""))!;
+  async function runStep(script: string, env: Record<string, string>, curlAnswer = "203.0.113.9") {
     const dir = await mkdtemp(join(tmpdir(), "sbinbox-deploy-post-"));
     try {
       await mkdir(join(dir, "bin"));
       await mkdir(join(dir, "infra", "scripts"), { recursive: true });
       await writeFile(
         join(dir, "bin", "curl"),
-        `#!/usr/bin/env bash\necho "curl $*" >> log\necho 203.0.113.9\n`,
+        `#!/usr/bin/env bash\necho "curl $*" >> log\necho '${curlAnswer}'\n`,
       );
       await chmod(join(dir, "bin", "curl"), 0o755);
       await writeFile(
         join(dir, "infra", "scripts", "postprovision.sh"),
         `echo "postprovision ip=\${SBINBOX_CLIENT_IP:-none}" >> log\n`,
       );
-      const stepRun = async (privateNetwork: string | undefined) => {
-        await rm(join(dir, "log"), { force: true });
-        await writeFile(join(dir, "github_env"), "");
-        await run("bash", ["-eo", "pipefail", "-c", post.run!], {
-          cwd: dir,
-          env: {
-            PATH: `${join(dir, "bin")}:${process.env.PATH ?? ""}`,
-            GITHUB_ENV: join(dir, "github_env"),
-            ...(privateNetwork === undefined ? {} : { PRIVATE_NETWORK: privateNetwork }),
-          },
-        });
-        return {
-          log: (await readFile(join(dir, "log"), "utf8")).trim().split("\n"),
-          env: (await readFile(join(dir, "github_env"), "utf8")).trim(),
-        };
+      await writeFile(join(dir, "github_env"), "");
+      let code = 0;
+      await run("bash", ["-eo", "pipefail", "-c", script], {
+        cwd: dir,
+        env: {
+          PATH: `${join(dir, "bin")}:${process.env.PATH ?? ""}`,
+          GITHUB_ENV: join(dir, "github_env"),
+          RUNNER_TEMP: dir,
+          ...env,
+        },
+      }).catch((error: { code?: number }) => {
+        code = error.code ?? 1;
+      });
+      return {
+        code,
+        log: (await readFile(join(dir, "log"), "utf8").catch(() => "")).trim().split("\n").filter(Boolean),
+        env: (await readFile(join(dir, "github_env"), "utf8")).trim(),
       };
-      for (const privateNetwork of ["True", "true"]) {
-        assert.deepEqual(await stepRun(privateNetwork), { log: ["postprovision ip=none"], env: "" });
-      }
-      for (const privateNetwork of [undefined, "False"]) {
-        assert.deepEqual(await stepRun(privateNetwork), {
-          log: ["curl -fsS https://api.ipify.org", "postprovision ip=203.0.113.9"],
-          env: "SBINBOX_CLIENT_IP=203.0.113.9",
-        });
-      }
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
+  }
+
+  it("asks api.ipify.org for the runner's address only off the private network, and takes only an IPv4 address", async function () {
+    const post = jobs.app!.steps.find((s) => /postprovision\.sh$/m.test(s.run ?? ""))!;
+    for (const privateNetwork of ["True", "true"]) {
+      assert.deepEqual(await runStep(post.run!, { PRIVATE_NETWORK: privateNetwork }), {
+        code: 0,
+        log: ["postprovision ip=none"],
+        env: "",
+      });
+    }
+    for (const privateNetwork of [undefined, "False"]) {
+      assert.deepEqual(
+        await runStep(post.run!, privateNetwork === undefined ? {} : { PRIVATE_NETWORK: privateNetwork }),
+        {
+          code: 0,
+          log: ["curl -fsS --max-time 20 https://api.ipify.org", "postprovision ip=203.0.113.9"],
+          env: "SBINBOX_CLIENT_IP=203.0.113.9",
+        },
+      );
+    }
+    // Anything else (an error page, a line that would add a variable) stops the step before it reaches GITHUB_ENV.
+    for (const answer of ["<html>busy</html>", "203.0.113.9\\nAZURE_CLIENT_ID=x", "2001:db8::1"]) {
+      const result = await runStep(post.run!, {}, answer);
+      assert.equal(result.code, 1, answer);
+      assert.equal(result.env, "", answer);
+      assert.deepEqual(result.log, ["curl -fsS --max-time 20 https://api.ipify.org"], answer);
+    }
   });
 
-  it("reads the deployment's outputs whatever the case ARM returns their names in", async function () {
-    const deployStep = jobs.deploy!.steps.find((s) => /az deployment sub create/.test(s.run ?? ""))!;
-    const filter = /jq -r '([^']+)'/.exec(deployStep.run!)?.[1];
+  it("passes on only the named outputs, whatever the case ARM returns their names in, and checks them", async function () {
+    const deployStep = jobs.infra!.steps.find((s) => /az deployment group create/.test(s.run ?? ""))!;
+    const filter = /jq -c '([^']+)'/.exec(deployStep.run!)?.[1];
     assert.ok(filter, "the outputs are read with jq");
     // ARM's answer with names as azd and some API versions give them: camel case, lower case.
     const outputs = JSON.stringify({
       azurE_RESOURCE_GROUP: { type: "String", value: "rg-sbinbox-dev" },
       worker_app_name: { type: "String", value: "app-sbinbox-x" },
-      WORKER_IDENTITY_CLIENT_ID: { type: "String", value: "01020304-0506-0708-090a-0b0c0d0e0f10" },
+      PRIVATE_NETWORK: { type: "Bool", value: true },
+      SERVICEBUS_QUEUE_RESOURCE_ID: { type: "String", value: "/subscriptions/s/resourceGroups/rg/x" },
     });
-    const child = run("jq", ["-r", filter]);
+    const child = run("jq", ["-c", filter]);
     child.child.stdin!.end(outputs);
     const { stdout } = await child;
-    assert.deepEqual(stdout.trim().split("\n"), [
+    // A resource id holds the subscription id, an environment secret: GitHub would drop such a job output.
+    assert.deepEqual(JSON.parse(stdout), {
+      AZURE_RESOURCE_GROUP: "rg-sbinbox-dev",
+      WORKER_APP_NAME: "app-sbinbox-x",
+      PRIVATE_NETWORK: "true",
+    });
+    const take = jobs.app!.steps.find((s) => s.name === "Take the deployment's outputs")!;
+    assert.equal(take.env?.DEPLOYMENT, "${{ needs.infra.outputs.deployment }}");
+    const good = await runStep(take.run!, { DEPLOYMENT: stdout.trim() });
+    assert.equal(good.code, 0);
+    assert.deepEqual(good.env.split("\n"), [
       "AZURE_RESOURCE_GROUP=rg-sbinbox-dev",
       "WORKER_APP_NAME=app-sbinbox-x",
-      "WORKER_IDENTITY_CLIENT_ID=01020304-0506-0708-090a-0b0c0d0e0f10",
+      "PRIVATE_NETWORK=true",
     ]);
-    // The later steps use the upper-case names.
-    assert.match(runs(jobs.deploy!), /"\$AZURE_RESOURCE_GROUP"/);
-    assert.match(runs(jobs.deploy!), /"\$WORKER_APP_NAME"/);
+    const bad = await runStep(take.run!, {
+      DEPLOYMENT: JSON.stringify({ WORKER_APP_NAME: "x\nNODE_OPTIONS=--require=/tmp/x" }),
+    });
+    assert.equal(bad.code, 1);
+    assert.equal(bad.env, "");
+    const none = await runStep(take.run!, { DEPLOYMENT: "" });
+    assert.equal(none.code, 1, "an output GitHub dropped (it held a secret's value) stops the job by name");
+    assert.match(runs(jobs.app!), /"\$AZURE_RESOURCE_GROUP"/);
+    assert.match(runs(jobs.app!), /"\$WORKER_APP_NAME"/);
+  });
+
+  it("waits for /readyz after the zip deploy, retrying the 503 a fresh instance answers", function () {
+    const steps = jobs.app!.steps;
+    const zip = steps.findIndex((s) => /az webapp deploy/.test(s.run ?? ""));
+    const ready = steps.findIndex((s) => /\/readyz/.test(s.run ?? ""));
+    assert.ok(zip >= 0 && ready === zip + 1, "right after the zip deploy");
+    assert.match(steps[ready]!.run!, /curl -fsS --retry \d+ --retry-delay \d+ --retry-all-errors/);
   });
 
   it("passes the plan's current instance count to the Bicep before deploying it", function () {
-    const order = jobs.deploy!.steps.map((s) => s.run ?? "");
+    const order = jobs.infra!.steps.map((s) => s.run ?? "");
     const read = order.findIndex((r) => /APP_SERVICE_PLAN_CAPACITY=/.test(r));
-    const deploy = order.findIndex((r) => /az deployment sub create/.test(r));
+    const deploy = order.findIndex((r) => /az deployment group create/.test(r));
     assert.ok(read >= 0 && read < deploy);
+  });
+
+  it("passes prod's alert routing and the app identity (a publisher, for the first message) to the Bicep", function () {
+    const env = (jobs.infra as Job & { env?: Record<string, string> }).env ?? {};
+    for (const name of ["ALERT_EMAIL", "ALERT_ACTION_GROUP_ID", "ALERT_RUNBOOK_URL", "APP_PRINCIPAL_ID"]) {
+      assert.equal(env[name], `\${{ secrets.${name} }}`, name);
+    }
   });
 
   it("docs/deploy.md reads the outputs case-insensitively too", async function () {
@@ -266,11 +362,14 @@ describe("azure.yaml: `azd up` provisions and deploys the worker", function () {
     assert.equal(runs.length, 1);
   });
 
-  it("stops a Windows shell with a message instead of skipping the bash packaging", function () {
-    const windows = (
-      azure.services!.worker!.hooks?.prepackage as { windows?: { shell: string; run: string } }
-    ).windows;
-    assert.equal(windows?.shell, "pwsh");
-    assert.match(windows?.run ?? "", /Write-Error ".*WSL or Git Bash.*"; exit 1$/);
+  it("stops a Windows azd with a message instead of skipping the bash packaging or the migrations", function () {
+    // azd on Windows runs each hook's `windows` entry, from Git Bash too: only WSL (a Linux azd) runs `posix`.
+    for (const hook of ["prepackage", "predeploy"]) {
+      const windows = (azure.services!.worker!.hooks?.[hook] as { windows?: { shell: string; run: string } })
+        .windows;
+      assert.equal(windows?.shell, "pwsh", hook);
+      assert.match(windows?.run ?? "", /Write-Error ".*run azd inside WSL.*"; exit 1$/, hook);
+      assert.doesNotMatch(windows?.run ?? "", /Git Bash/, hook);
+    }
   });
 });

@@ -196,9 +196,16 @@ esac
     });
   }
 
-  it("creates one credential per environment for the subject GitHub reports", async function () {
+  it("creates the environment's credential for the subject GitHub reports", async function () {
     const result = await start(
-      ["--repo", "octo-org/octo-repo", "--app-id", "11111111-2222-3333-4444-555555555555"],
+      [
+        "--repo",
+        "octo-org/octo-repo",
+        "--app-id",
+        "11111111-2222-3333-4444-555555555555",
+        "--environment",
+        "prod",
+      ],
       '{"use_default": true, "use_immutable_subject": false, "sub_claim_prefix": "repo:octo-org@123456/octo-repo@456789"}',
     );
     assert.equal(result.code, 0, result.stderr);
@@ -206,7 +213,7 @@ esac
       result.log[0],
       "ad app federated-credential list --id 11111111-2222-3333-4444-555555555555 --query [].name --output tsv",
     );
-    assert.equal(result.log.length, 3);
+    assert.equal(result.log.length, 2);
     const parameters = result.log
       .slice(1)
       .map(
@@ -214,12 +221,6 @@ esac
           JSON.parse(/--parameters (\{.*\}) --output none$/.exec(line)![1]!) as Record<string, unknown>,
       );
     assert.deepEqual(parameters, [
-      {
-        name: "github-octo-org-octo-repo-dev-e9c336bd4a",
-        issuer: "https://token.actions.githubusercontent.com",
-        subject: "repo:octo-org@123456/octo-repo@456789:environment:dev",
-        audiences: ["api://AzureADTokenExchange"],
-      },
       {
         name: "github-octo-org-octo-repo-prod-095065c960",
         issuer: "https://token.actions.githubusercontent.com",
@@ -273,19 +274,28 @@ esac
     ]);
   });
 
+  it("refuses one identity for two environments, or for none named", async function () {
+    for (const environments of [[], ["--environment", "dev", "--environment", "prod"]]) {
+      const result = await start(
+        ["--repo", "octo-org/octo-repo", "--app-id", "x", ...environments],
+        '{"use_default": true, "sub_claim_prefix": "repo:octo-org/octo-repo"}',
+      );
+      assert.equal(result.code, 2);
+      assert.match(result.stderr, /give exactly one --environment/);
+      assert.deepEqual(result.log, []);
+    }
+  });
+
   it("creates nothing with --dry-run, nor when the template cannot be computed", async function () {
     const dry = await start(
-      ["--repo", "octo-org/octo-repo", "--dry-run"],
+      ["--repo", "octo-org/octo-repo", "--dry-run", "--environment", "prod"],
       '{"use_default": true, "sub_claim_prefix": "repo:octo-org/octo-repo"}',
     );
     assert.equal(dry.code, 0, dry.stderr);
-    assert.equal(
-      dry.stdout,
-      "dev: repo:octo-org/octo-repo:environment:dev\nprod: repo:octo-org/octo-repo:environment:prod\n",
-    );
+    assert.equal(dry.stdout, "prod: repo:octo-org/octo-repo:environment:prod\n");
     assert.deepEqual(dry.log, []);
     const custom = await start(
-      ["--repo", "octo-org/octo-repo", "--app-id", "x"],
+      ["--repo", "octo-org/octo-repo", "--app-id", "x", "--environment", "dev"],
       '{"use_default": false, "include_claim_keys": ["job_workflow_ref"]}',
     );
     assert.equal(custom.code, 2);

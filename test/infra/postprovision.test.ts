@@ -66,6 +66,7 @@ if [ "$1 $2 $3 $4" = "sql server firewall-rule list" ]; then printf '%b' "\${STA
 if [ "$1 $2" = "bin/sbinbox.js migrate" ]; then
   shift 2
   echo "migrate $* handlers=$SBINBOX_HANDLERS cwd=$PWD" >> "$STANDIN_LOG"
+  echo "\${AZURE_TOKEN_CREDENTIALS:-unset}" > "$STANDIN_DIR/credentials"
   n=$(( $(cat "$STANDIN_DIR/attempts" 2>/dev/null || echo 0) + 1 ))
   echo "$n" > "$STANDIN_DIR/attempts"
   if [ "$n" -le "$STANDIN_REFUSALS" ]; then
@@ -120,6 +121,12 @@ exec "${process.execPath}" "$@"
       });
     });
   }
+
+  it("signs in to SQL as the Azure CLI's login only, never as a managed identity of the machine", async function () {
+    const result = await start({ AZURE_TOKEN_CREDENTIALS: "ManagedIdentityCredential" });
+    assert.equal(result.code, 0, result.stderr);
+    assert.equal((await readFile(join(dir, "credentials"), "utf8")).trim(), "AzureCliCredential");
+  });
 
   it("opens the firewall, retries while the rule is not applied yet, then removes the rule", async function () {
     const result = await start({ STANDIN_REFUSALS: "2" });

@@ -54,12 +54,12 @@ describe("the private network option (privateNetwork), compiled to ARM JSON by t
     const vnet = single(main, "Microsoft.Network/virtualNetworks");
     // All inline (a subnet added by hand to a VNet with inline subnets is removed by the next deployment): app and
     // endpoints always, the GitHub runners' subnet (delegated to GitHub.Network/networkSettings) when given a prefix.
-    const app =
-      "createObject('name', 'app', 'properties', createObject('addressPrefix', parameters('appSubnetPrefix'), 'delegations', createArray(createObject('name', 'app-service', 'properties', createObject('serviceName', 'Microsoft.Web/serverFarms')))))";
-    const endpoints =
-      "createObject('name', 'endpoints', 'properties', createObject('addressPrefix', parameters('endpointSubnetPrefix')))";
-    const runner =
-      "createObject('name', 'runner', 'properties', createObject('addressPrefix', parameters('runnerSubnetPrefix'), 'delegations', createArray(createObject('name', 'github-runners', 'properties', createObject('serviceName', 'GitHub.Network/networkSettings')))))";
+    // Each with its own NSG from the template (one attached by hand would be detached by the next deployment).
+    const nsg = (i: number) =>
+      `'networkSecurityGroup', createObject('id', resourceId('Microsoft.Network/networkSecurityGroups', format('nsg-{0}-{1}', parameters('name'), createArray('app', 'endpoints', 'runner')[${i}])))`;
+    const app = `createObject('name', 'app', 'properties', createObject('addressPrefix', parameters('appSubnetPrefix'), ${nsg(0)}, 'delegations', createArray(createObject('name', 'app-service', 'properties', createObject('serviceName', 'Microsoft.Web/serverFarms')))))`;
+    const endpoints = `createObject('name', 'endpoints', 'properties', createObject('addressPrefix', parameters('endpointSubnetPrefix'), ${nsg(1)}, 'privateEndpointNetworkPolicies', 'Enabled'))`;
+    const runner = `createObject('name', 'runner', 'properties', createObject('addressPrefix', parameters('runnerSubnetPrefix'), ${nsg(2)}, 'delegations', createArray(createObject('name', 'github-runners', 'properties', createObject('serviceName', 'GitHub.Network/networkSettings')))))`;
     assert.equal(
       props(vnet).subnets,
       `[concat(createArray(${app}, ${endpoints}), if(empty(parameters('runnerSubnetPrefix')), createArray(), createArray(${runner})))]`,
@@ -81,10 +81,32 @@ describe("the private network option (privateNetwork), compiled to ARM JSON by t
     assert.equal(config.vnetRouteAllEnabled, "[not(equals(parameters('virtualNetworkSubnetId'), null()))]");
   });
 
-  it("has the private DNS zones of Azure SQL and Service Bus, each linked to the VNet", function () {
+  it("has a network security group for every subnet, the runner's only with a runner subnet", function () {
+    const groups = single(main, "Microsoft.Network/networkSecurityGroups");
+    assert.deepEqual(groups.raw.copy, {
+      name: "securityGroups",
+      count: "[length(createArray('app', 'endpoints', 'runner'))]",
+    });
+    assert.equal(
+      groups.raw.condition,
+      "[or(not(equals(createArray('app', 'endpoints', 'runner')[copyIndex()], 'runner')), not(empty(parameters('runnerSubnetPrefix'))))]",
+    );
+    assert.deepEqual(props(groups), {
+      securityRules:
+        "[if(equals(createArray('app', 'endpoints', 'runner')[copyIndex()], 'runner'), parameters('runnerSecurityRules'), createArray())]",
+    });
+  });
+
+  it("has the private DNS zones of Azure SQL, Service Bus and App Service, each linked to the VNet", function () {
     const zones = single(main, "Microsoft.Network/privateDnsZones");
     const network = zones.template;
-    const names = "createArray(variables('sqlDnsZoneName'), parameters('serviceBusDnsZoneName'))";
+    const names = "variables('zoneNames')";
+    assert.deepEqual(obj(network.variables, "variables").zoneNames, [
+      "[variables('sqlDnsZoneName')]",
+      "[parameters('serviceBusDnsZoneName')]",
+      "[parameters('sitesDnsZoneName')]",
+    ]);
+    assert.equal(parameterDefault(network, "sitesDnsZoneName"), "privatelink.azurewebsites.net");
     assert.equal(zones.name, `[${names}[copyIndex()]]`);
     assert.equal(obj(zones.raw.copy, "copy").count, `[length(${names})]`);
     // privatelink.database.windows.net in Azure's public cloud (its sqlServerHostname is .database.windows.net).
@@ -98,6 +120,7 @@ describe("the private network option (privateNetwork), compiled to ARM JSON by t
     assert.deepEqual(allLinks.map((l) => obj(l.raw.copy, "copy").name).sort(), [
       "links",
       "serviceBusZoneExtraLinks",
+      "sitesZoneExtraLinks",
       "sqlZoneExtraLinks",
     ]);
     // A runner's VNet (peered) gets its own link to each zone, one per id given, zone 0 SQL's and zone 1 Service Bus'.
@@ -105,6 +128,7 @@ describe("the private network option (privateNetwork), compiled to ARM JSON by t
     for (const [loop, zone] of [
       ["sqlZoneExtraLinks", 0],
       ["serviceBusZoneExtraLinks", 1],
+      ["sitesZoneExtraLinks", 2],
     ] as const) {
       const extra = linkLoop(loop);
       assert.equal(obj(extra.raw.copy, "copy").count, "[length(parameters('linkedVirtualNetworkIds'))]");
@@ -126,14 +150,16 @@ describe("the private network option (privateNetwork), compiled to ARM JSON by t
     });
     // The zone ids the endpoints register in are these zones, in this order.
     const outputs = obj(network.outputs, "network outputs");
-    assert.match(
-      str(obj(outputs.sqlDnsZoneId, "sqlDnsZoneId").value),
-      /privateDnsZones', createArray\(.*\)\[0\]\)\]$/,
-    );
-    assert.match(
-      str(obj(outputs.serviceBusDnsZoneId, "serviceBusDnsZoneId").value),
-      /privateDnsZones', createArray\(.*\)\[1\]\)\]$/,
-    );
+    for (const [output, zone] of [
+      ["sqlDnsZoneId", 0],
+      ["serviceBusDnsZoneId", 1],
+      ["sitesDnsZoneId", 2],
+    ] as const) {
+      assert.equal(
+        str(obj(outputs[output], output).value),
+        `[resourceId('Microsoft.Network/privateDnsZones', variables('zoneNames')[${zone}])]`,
+      );
+    }
   });
 
   it("gives SQL and Service Bus a private endpoint each, registered in its zone", function () {
@@ -149,12 +175,17 @@ describe("the private network option (privateNetwork), compiled to ARM JSON by t
       param("serviceBusEndpoint", "dnsZoneId"),
       "[reference('network').outputs.serviceBusDnsZoneId.value]",
     );
-    for (const name of ["sqlEndpoint", "serviceBusEndpoint"]) {
+    // The site's (its SCM host included): with its public access off, the zip deploy reaches Kudu through it only.
+    assert.equal(param("siteEndpoint", "targetResourceId"), "[reference('worker').outputs.resourceId.value]");
+    assert.equal(param("siteEndpoint", "groupId"), "sites");
+    assert.equal(param("siteEndpoint", "dnsZoneId"), "[reference('network').outputs.sitesDnsZoneId.value]");
+    assert.equal(moduleOf("siteEndpoint").condition, "[parameters('privateNetwork')]");
+    for (const name of ["sqlEndpoint", "serviceBusEndpoint", "siteEndpoint"]) {
       assert.equal(param(name, "subnetId"), "[reference('network').outputs.endpointSubnetId.value]", name);
     }
-    // One module template serves both: the endpoint and its zone group.
+    // One module template serves all three: the endpoint and its zone group.
     const endpoints = ofType(main, "Microsoft.Network/privateEndpoints");
-    assert.equal(endpoints.length, 2);
+    assert.equal(endpoints.length, 3);
     for (const endpoint of endpoints) {
       const connection = obj((props(endpoint).privateLinkServiceConnections as Json[])[0], "connection");
       assert.deepEqual(obj(connection.properties, "connection properties"), {
@@ -164,13 +195,13 @@ describe("the private network option (privateNetwork), compiled to ARM JSON by t
       assert.deepEqual(props(endpoint).subnet, { id: "[parameters('subnetId')]" });
     }
     const groups = ofType(main, "Microsoft.Network/privateEndpoints/privateDnsZoneGroups");
-    assert.equal(groups.length, 2);
+    assert.equal(groups.length, 3);
     for (const group of groups) {
       assert.match(JSON.stringify(props(group)), /"privateDnsZoneId":"\[parameters\('dnsZoneId'\)\]"/);
     }
     const allowed = (templates(main).find((t) => t === endpoints[0]!.template)!.parameters as JsonObject)
       .groupId;
-    assert.deepEqual(obj(allowed, "groupId").allowedValues, ["sqlServer", "namespace"]);
+    assert.deepEqual(obj(allowed, "groupId").allowedValues, ["sqlServer", "namespace", "sites"]);
   });
 
   it("turns public network access off for SQL and Service Bus, and opens no SQL firewall rule", function () {
@@ -195,7 +226,7 @@ describe("the private network option (privateNetwork), compiled to ARM JSON by t
     );
   });
 
-  it("denies every request to the site from outside, keeps the health check and leaves SCM to Entra", function () {
+  it("closes the site and Kudu to the internet (public access off, both default Deny), keeps the health check", function () {
     assert.equal(param("worker", "denyPublicInbound"), "[parameters('privateNetwork')]");
     const site = single(main, "Microsoft.Web/sites");
     const config = obj(props(site).siteConfig, "siteConfig");
@@ -206,8 +237,17 @@ describe("the private network option (privateNetwork), compiled to ARM JSON by t
     // No rule at all: a default Deny with no Allow admits nothing from outside; the health check pings internally.
     assert.equal(config.ipSecurityRestrictions, undefined);
     assert.equal(config.healthCheckPath, "[parameters('healthCheckPath')]");
+    assert.equal(
+      props(site).publicNetworkAccess,
+      "[if(parameters('denyPublicInbound'), 'Disabled', 'Enabled')]",
+    );
+    // Kudu (the SCM site) has its own rules: Deny too, and no rule, so only the private endpoint reaches it.
     assert.equal(config.scmIpSecurityRestrictionsUseMain, false);
-    assert.equal(config.scmIpSecurityRestrictionsDefaultAction, "Allow");
+    assert.equal(
+      config.scmIpSecurityRestrictionsDefaultAction,
+      "[if(parameters('denyPublicInbound'), 'Deny', 'Allow')]",
+    );
+    assert.equal(config.scmIpSecurityRestrictions, undefined);
     for (const policy of ofType(main, "Microsoft.Web/sites/basicPublishingCredentialsPolicies")) {
       assert.equal(props(policy).allow, false, "SCM takes Entra tokens only");
     }

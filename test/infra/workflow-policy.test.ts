@@ -12,6 +12,7 @@ jobs:
   build:
     runs-on: ubuntu-latest
     timeout-minutes: 10
+    environment: prod
     permissions:
       id-token: write
     steps:
@@ -43,13 +44,20 @@ describe("workflow policy", function () {
     assert.match(findings.join("\n"), /job "build" has no timeout-minutes/);
   });
 
+  it("flags a job that may ask for an OIDC token outside an environment", function () {
+    const bare = good.replace("    environment: prod\n", "");
+    assert.deepEqual(workflowPolicyFindings(bare, "bare.yml"), [
+      'bare.yml: job "build" has id-token: write but no environment, so no environment protection rule guards its token',
+    ]);
+  });
+
   it("flags an action pinned to a major that runs on Node 20", function () {
     const old = good.replace(
       "      - run: echo hi",
       "      - uses: actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02 # v4.6.2",
     );
     assert.deepEqual(workflowPolicyFindings(old, "old.yml"), [
-      "old.yml:15: actions/upload-artifact v4 runs on Node 20; v6 or later runs on Node 24",
+      "old.yml:16: actions/upload-artifact v4 runs on Node 20; v6 or later runs on Node 24",
     ]);
     const current = old.replace(
       "actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02 # v4.6.2",
@@ -66,7 +74,7 @@ describe("workflow policy", function () {
     });
   }
 
-  it("deploys with OIDC: id-token write on the deploy job only", async function () {
+  it("deploys with OIDC: id-token write on the jobs that sign in to Azure only", async function () {
     const text = await readFile(new URL("../../.github/workflows/deploy.yml", import.meta.url), "utf8");
     assert.match(text, /^ {6}id-token: write/m);
     assert.match(text, /client-id: \$\{\{ secrets\.AZURE_CLIENT_ID \}\}/);

@@ -57,8 +57,11 @@ param appSettings object = {}
 @description('Optional. Resource ID of a subnet delegated to Microsoft.Web/serverFarms: the worker\'s outbound traffic, all of it, then goes through the virtual network (to private endpoints). None when omitted.')
 param virtualNetworkSubnetId string?
 
-@description('Optional. Refuse every inbound request to the site from outside the platform (access restrictions, default action Deny, no rule). App Service\'s health check still reaches /healthz: its pings are sent to the site internally. The deployment (SCM) site is left to its Entra-only authentication.')
+@description('Optional. Close the site and its deployment (SCM/Kudu) site to the internet: public network access off, and access restrictions with default action Deny and no rule on both, so they answer only through a private endpoint (the caller adds one). App Service\'s health check still reaches /healthz: its pings are sent to the site internally.')
 param denyPublicInbound bool = false
+
+@description('Optional. Spread the plan\'s instances over availability zones (needs at least two instances, Premium v3, and a region with zones).')
+param zoneRedundant bool = false
 
 resource applicationInsights 'Microsoft.Insights/components@2020-02-02' existing = {
   name: applicationInsightsName
@@ -83,6 +86,7 @@ resource plan 'Microsoft.Web/serverfarms@2025-03-01' = {
   }
   properties: {
     reserved: true
+    zoneRedundant: zoneRedundant
   }
 }
 
@@ -101,14 +105,16 @@ resource site 'Microsoft.Web/sites@2025-03-01' = {
     serverFarmId: plan.id
     httpsOnly: true
     clientAffinityEnabled: false
-    publicNetworkAccess: 'Enabled'
+    // With denyPublicInbound only a private endpoint reaches the site and Kudu (the zip deploy runs inside the VNet).
+    publicNetworkAccess: denyPublicInbound ? 'Disabled' : 'Enabled'
     virtualNetworkSubnetId: virtualNetworkSubnetId
     siteConfig: {
       // A queue worker takes no requests: with denyPublicInbound nothing from outside reaches the app.
       ipSecurityRestrictionsDefaultAction: denyPublicInbound ? 'Deny' : 'Allow'
-      // The zip deploy goes to the SCM site with the deployer's Entra token (basic credentials are off below).
+      // The zip deploy goes to the SCM site with the deployer's Entra token (basic credentials are off below); with
+      // denyPublicInbound Kudu too refuses every address (private endpoint traffic is not subject to these rules).
       scmIpSecurityRestrictionsUseMain: false
-      scmIpSecurityRestrictionsDefaultAction: 'Allow'
+      scmIpSecurityRestrictionsDefaultAction: denyPublicInbound ? 'Deny' : 'Allow'
       // With VNet integration, every outbound connection (not only RFC 1918 ones) goes through the subnet.
       vnetRouteAllEnabled: virtualNetworkSubnetId != null
       linuxFxVersion: linuxFxVersion

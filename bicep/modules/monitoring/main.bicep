@@ -29,6 +29,9 @@ resource workspace 'Microsoft.OperationalInsights/workspaces@2026-03-01' = {
     retentionInDays: retentionInDays
     features: {
       enableLogAccessUsingOnlyResourcePermissions: true
+      // Entra ID only: no workspace shared key lets an agent write to or read from it (diagnostic settings and
+      // workspace-based Application Insights do not use the keys).
+      disableLocalAuth: true
     }
   }
 }

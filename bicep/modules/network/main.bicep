@@ -1,5 +1,5 @@
 metadata name = 'Private network for the worker'
-metadata description = 'A virtual network with a subnet delegated to App Service (the worker\'s outbound VNet integration) and a subnet for private endpoints, and the private DNS zones of Azure SQL and Service Bus linked to it.'
+metadata description = 'A virtual network with a subnet delegated to App Service (the worker\'s outbound VNet integration) and a subnet for private endpoints, and the private DNS zones of Azure SQL, Service Bus and App Service linked to it, and a network security group on every subnet.'
 
 @description('Required. Name of the virtual network.')
 param name string
@@ -28,8 +28,30 @@ param linkedVirtualNetworkIds string[] = []
 @description('Optional. Private DNS zone of Service Bus private endpoints (Azure public cloud\'s by default).')
 param serviceBusDnsZoneName string = 'privatelink.servicebus.windows.net'
 
+@description('Optional. Private DNS zone of web app private endpoints, which holds both the app\'s and its SCM (Kudu) host\'s records (Azure public cloud\'s by default).')
+param sitesDnsZoneName string = 'privatelink.azurewebsites.net'
+
+@description('Optional. Security rules of the runner subnet\'s network security group (for example the outbound rules GitHub lists for Azure private networking); none keeps Azure\'s default rules (inbound from the VNet only, outbound open).')
+param runnerSecurityRules array = []
+
 // privatelink.database.windows.net in the public cloud, the sovereign clouds' own suffix elsewhere.
 var sqlDnsZoneName = 'privatelink${environment().suffixes.sqlServerHostname}'
+var zoneNames = [sqlDnsZoneName, serviceBusDnsZoneName, sitesDnsZoneName]
+
+// One NSG per subnet, declared here: an NSG attached by hand to an inline subnet is detached by the next deployment,
+// and rules belong in review like the rest of the template. Azure's default rules admit inbound traffic from the
+// VNet only (and the load balancer's probes) and deny the rest; the endpoints subnet's NSG applies to the private
+// endpoints because their network policies are on.
+resource securityGroups 'Microsoft.Network/networkSecurityGroups@2025-05-01' = [
+  for subnet in ['app', 'endpoints', 'runner']: if (subnet != 'runner' || !empty(runnerSubnetPrefix)) {
+    name: 'nsg-${name}-${subnet}'
+    location: location
+    tags: tags
+    properties: {
+      securityRules: subnet == 'runner' ? runnerSecurityRules : []
+    }
+  }
+]
 
 resource vnet 'Microsoft.Network/virtualNetworks@2025-05-01' = {
   name: name
@@ -47,6 +69,9 @@ resource vnet 'Microsoft.Network/virtualNetworks@2025-05-01' = {
           name: 'app'
           properties: {
             addressPrefix: appSubnetPrefix
+            networkSecurityGroup: {
+              id: securityGroups[0].id
+            }
             delegations: [
               {
                 name: 'app-service'
@@ -61,6 +86,10 @@ resource vnet 'Microsoft.Network/virtualNetworks@2025-05-01' = {
           name: 'endpoints'
           properties: {
             addressPrefix: endpointSubnetPrefix
+            networkSecurityGroup: {
+              id: securityGroups[1].id
+            }
+            privateEndpointNetworkPolicies: 'Enabled'
           }
         }
       ],
@@ -71,6 +100,9 @@ resource vnet 'Microsoft.Network/virtualNetworks@2025-05-01' = {
               name: 'runner'
               properties: {
                 addressPrefix: runnerSubnetPrefix
+                networkSecurityGroup: {
+                  id: securityGroups[2].id
+                }
                 delegations: [
                   {
                     name: 'github-runners'
@@ -87,7 +119,7 @@ resource vnet 'Microsoft.Network/virtualNetworks@2025-05-01' = {
 }
 
 resource zones 'Microsoft.Network/privateDnsZones@2024-06-01' = [
-  for zone in [sqlDnsZoneName, serviceBusDnsZoneName]: {
+  for zone in zoneNames: {
     name: zone
     location: 'global'
     tags: tags
@@ -96,7 +128,7 @@ resource zones 'Microsoft.Network/privateDnsZones@2024-06-01' = [
 
 // Without the link the worker resolves the servers' public names to their public addresses, which refuse it.
 resource links 'Microsoft.Network/privateDnsZones/virtualNetworkLinks@2024-06-01' = [
-  for (zone, index) in [sqlDnsZoneName, serviceBusDnsZoneName]: {
+  for (zone, index) in zoneNames: {
     parent: zones[index]
     name: '${name}-link'
     location: 'global'
@@ -141,6 +173,22 @@ resource serviceBusZoneExtraLinks 'Microsoft.Network/privateDnsZones/virtualNetw
   }
 ]
 
+// The runner deploys the zip to Kudu through the site's private endpoint, so its VNet resolves the site's names too.
+resource sitesZoneExtraLinks 'Microsoft.Network/privateDnsZones/virtualNetworkLinks@2024-06-01' = [
+  for (vnetId, i) in linkedVirtualNetworkIds: {
+    parent: zones[2]
+    name: '${last(split(vnetId, '/'))}-${uniqueString(vnetId)}'
+    location: 'global'
+    tags: tags
+    properties: {
+      registrationEnabled: false
+      virtualNetwork: {
+        id: linkedVirtualNetworkIds[i]
+      }
+    }
+  }
+]
+
 @description('The resource ID of the virtual network.')
 output resourceId string = vnet.id
 
@@ -160,3 +208,6 @@ output sqlDnsZoneId string = zones[0].id
 
 @description('The resource ID of the Service Bus private DNS zone.')
 output serviceBusDnsZoneId string = zones[1].id
+
+@description('The resource ID of the web apps\' private DNS zone (privatelink.azurewebsites.net).')
+output sitesDnsZoneId string = zones[2].id

@@ -1,5 +1,5 @@
 metadata name = 'Private endpoint'
-metadata description = 'A private endpoint for one resource (an Azure SQL server or a Service Bus namespace) in a subnet, registered in its private DNS zone.'
+metadata description = 'A private endpoint for one resource (an Azure SQL server, a Service Bus namespace or a web app) in a subnet, registered in its private DNS zone.'
 
 @description('Required. Name of the private endpoint.')
 param name string
@@ -16,10 +16,11 @@ param subnetId string
 @description('Required. Resource ID of the resource the endpoint connects to.')
 param targetResourceId string
 
-@description('Required. Private link sub-resource: sqlServer for Azure SQL, namespace for Service Bus.')
+@description('Required. Private link sub-resource: sqlServer for Azure SQL, namespace for Service Bus, sites for a web app (its SCM host included).')
 @allowed([
   'sqlServer'
   'namespace'
+  'sites'
 ])
 param groupId string
 

@@ -56,14 +56,23 @@ param allowedIpAddresses string[] = []
 ])
 param publicNetworkAccess string = 'Enabled'
 
+@description('Optional. Zone-redundant database (the SKU and the region must support it).')
+param zoneRedundant bool = false
+
+@description('Optional. For a serverless SKU (GP_S_...): minutes idle before the database pauses, -1 for never. Ignored on other SKUs.')
+param autoPauseDelayMinutes int = 60
+
+@description('Optional. Microsoft Defender for SQL (Advanced Threat Protection) on the server.')
+param defenderForSql bool = false
+
+var serverless = startsWith(databaseSkuName, 'GP_S_')
+
 resource server 'Microsoft.Sql/servers@2025-01-01' = {
   name: name
   location: location
   tags: tags
-  identity: {
-    // Lets the server resolve Entra names in CREATE USER ... FROM EXTERNAL PROVIDER once granted Directory Readers.
-    type: 'SystemAssigned'
-  }
+  // No server identity: the worker's database user is created from its client ID (CREATE USER ... WITH SID, TYPE = E),
+  // so the server never looks a name up in Microsoft Graph (docs/deploy.md, "The worker's database user").
   properties: {
     minimalTlsVersion: '1.2'
     publicNetworkAccess: publicNetworkAccess
@@ -88,7 +97,16 @@ resource database 'Microsoft.Sql/servers/databases@2025-01-01' = {
   }
   properties: {
     maxSizeBytes: databaseMaxSizeGb * 1024 * 1024 * 1024
-    zoneRedundant: false
+    zoneRedundant: zoneRedundant
+    autoPauseDelay: serverless ? autoPauseDelayMinutes : null
+  }
+}
+
+resource threatProtection 'Microsoft.Sql/servers/advancedThreatProtectionSettings@2025-01-01' = if (defenderForSql) {
+  parent: server
+  name: 'Default'
+  properties: {
+    state: 'Enabled'
   }
 }
 
