@@ -81,8 +81,10 @@ static async Task<int> EndToEnd(string broker, string queue, string postgres, in
         await using var tx = await connection.BeginTransactionAsync();
         foreach (var e in list)
         {
+            // The business change: the note's own row upstream (the bad event below has none).
+            if (!JsonSerializer.SerializeToElement(e.Body).TryGetProperty("noteId", out var noteId)) continue;
             await using var change = new NpgsqlCommand("INSERT INTO \"UpstreamChanges\" (\"NoteId\", \"Language\") VALUES ($1, 'dotnet')", connection, tx);
-            change.Parameters.AddWithValue(((JsonElement)JsonSerializer.SerializeToElement(e.Body)).GetProperty("noteId").GetInt32());
+            change.Parameters.AddWithValue(noteId.GetInt32());
             await change.ExecuteNonQueryAsync();
         }
         var ids = await SbinboxOutbox.EnqueueAsync(tx, list);

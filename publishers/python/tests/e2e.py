@@ -32,7 +32,9 @@ def main(connection_string: str, queue: str, url: str, first: int, ca_file: str)
 
         def transaction(events, commit: bool) -> None:
             with connection.cursor() as cursor:
-                for e in events:
+                for e in events:  # the business change: the note's own row upstream (the bad event has none)
+                    if "noteId" not in e.body:
+                        continue
                     cursor.execute(
                         'INSERT INTO "UpstreamChanges" ("NoteId", "Language") VALUES (%s, %s)', (e.body["noteId"], "python")
                     )
