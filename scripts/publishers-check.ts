@@ -23,6 +23,7 @@ import { startRelay } from "../src/outbox/relay.ts";
 import { createOutboxSender } from "../src/servicebus/outbox-sender.ts";
 import { deriveMessageId } from "../src/servicebus/message-id.ts";
 import { runCli } from "../test/helpers/cli.ts";
+import { startSqlServerUpstream, type SqlServerUpstream } from "./publishers-sqlserver.ts";
 import { startTlsFront, type TlsFront } from "./publishers-tls.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
@@ -42,6 +43,9 @@ const plan = (first: number) => ({
   published: range(first + 1, first + 11),
   committed: [...range(first + 21, first + 30), first + 36],
   rolledBack: [...range(first + 31, first + 35), first + 37, first + 38],
+  // The same enqueues on SQL Server, 50 notes on, when a TDS server is there.
+  committedSqlServer: [...range(first + 71, first + 80), first + 86],
+  rolledBackSqlServer: [...range(first + 81, first + 85), first + 87, first + 88],
 });
 const idOf = (note: number) => deriveMessageId("NoteCreated", `note-${note}`);
 
@@ -193,6 +197,15 @@ async function main(): Promise<void> {
     });
     if (migrate.code !== 0) throw new Error(`sbinbox migrate failed: ${migrate.stderr}`);
 
+    const babelfish =
+      process.env.SBINBOX_BABELFISH_START ?? join(root, "..", "shared", "babelfish", "start.sh");
+    const sqlServer = await startSqlServerUpstream(babelfish, work);
+    if (sqlServer) cleanups.push(() => sqlServer.close());
+    else
+      process.stdout.write(
+        `publishers: SQL Server upstream not run: no TDS server test aid at ${babelfish}\n`,
+      );
+
     const config = defaultConfig();
     config.queues = [{ ...queueDefaults, name: QUEUE, requiresDuplicateDetection: false }];
     const broker = await LocalBroker.start({ port: 0, host: "127.0.0.1", config });
@@ -204,7 +217,14 @@ async function main(): Promise<void> {
     const [dotnetRun, pythonRun] = await Promise.all([
       runAsync(
         dotnetCheck,
-        ["e2e", broker.connectionString, QUEUE, npgsql, String(LANGUAGES.dotnet)],
+        [
+          "e2e",
+          broker.connectionString,
+          QUEUE,
+          npgsql,
+          String(LANGUAGES.dotnet),
+          ...(sqlServer ? [sqlServer.connectionString] : []),
+        ],
         dotnetEnv,
       ),
       runAsync(
@@ -216,6 +236,7 @@ async function main(): Promise<void> {
           server.url("upstream"),
           String(LANGUAGES.python),
           tls.caFile,
+          ...(sqlServer?.parts ?? []),
         ],
         pyEnv,
       ),
@@ -231,6 +252,9 @@ async function main(): Promise<void> {
       await relay.stop();
       await sender.close();
     });
+    // SQL Server polls (no NOTIFY): a relay of its own, on the same queue.
+    const sqlRelay = sqlServer && (await startRelay({ store: sqlServer.store, sender, pollIntervalMs: 200 }));
+    if (sqlRelay) cleanups.push(() => sqlRelay.stop());
     worker = await spawnWorker("worker", {
       SBINBOX_POSTGRES_URL: downstreamUrl,
       SBINBOX_HANDLERS: HANDLERS,
@@ -245,7 +269,7 @@ async function main(): Promise<void> {
     cleanups.push(() => downstream.end());
     const expected = (Object.keys(LANGUAGES) as Language[]).flatMap((l) => {
       const p = plan(LANGUAGES[l]);
-      return [...p.published, ...p.committed];
+      return [...p.published, ...p.committed, ...(sqlServer ? p.committedSqlServer : [])];
     });
     const deadline = Date.now() + TIMEOUT_MS;
     for (;;) {
@@ -253,10 +277,14 @@ async function main(): Promise<void> {
       const unsent = await upstream.query<{ n: string }>(
         `SELECT count(*) AS n FROM "Outbox" WHERE "SentUtc" IS NULL`,
       );
+      const [unsentSql] = sqlServer
+        ? await sqlServer.count("SELECT COUNT(*) AS n FROM dbo.Outbox WHERE SentUtc IS NULL")
+        : [0];
       const c = broker.counts(QUEUE);
       if (
         Number(rows[0]!.n) >= expected.length &&
         Number(unsent.rows[0]!.n) === 0 &&
+        unsentSql === 0 &&
         c.active + c.locked === 0
       )
         break;
@@ -322,6 +350,13 @@ async function main(): Promise<void> {
         outbox.filter((r) => p.committed.map(idOf).includes(r.m)).length === p.committed.length,
         `${language}: one outbox row per committed note`,
       );
+      if (sqlServer) await checkSqlServer(sqlServer, language, report, notes);
+    }
+    if (sqlServer) {
+      const [sent, all] = await sqlServer.count(
+        "SELECT COUNT(SentUtc) AS n FROM dbo.Outbox UNION ALL SELECT COUNT(*) FROM dbo.Outbox",
+      );
+      check(all === 22 && sent === all, `every SQL Server outbox row sent (${sent}/${all}, 22 expected)`);
     }
     check(
       notes.size === expected.length,
@@ -362,6 +397,33 @@ interface Report {
   published: string[];
   committed: string[];
   rolledBack: string[];
+  committedSqlServer?: string[] | null;
+  rolledBackSqlServer?: string[] | null;
+}
+
+/** A language's enqueues on SQL Server: its ids, every committed note applied, no rolled-back one. */
+async function checkSqlServer(
+  sqlServer: SqlServerUpstream,
+  language: Language,
+  report: Report | undefined,
+  notes: Map<number, string>,
+): Promise<void> {
+  const p = plan(LANGUAGES[language]);
+  const changes = new Set(await sqlServer.count("SELECT NoteId AS n FROM dbo.UpstreamChanges"));
+  check(
+    report !== undefined &&
+      same(report.committedSqlServer ?? [], p.committedSqlServer.map(idOf)) &&
+      same(report.rolledBackSqlServer ?? [], p.rolledBackSqlServer.map(idOf)),
+    `${language} on SQL Server: its outbox MessageIds are the ones TypeScript derives (${report?.committedSqlServer?.length ?? 0} committed, ${report?.rolledBackSqlServer?.length ?? 0} rolled back)`,
+  );
+  check(
+    p.committedSqlServer.every((n) => notes.get(n) === idOf(n) && changes.has(n)),
+    `${language} on SQL Server: every committed note applied under its derived MessageId, its business change upstream`,
+  );
+  check(
+    p.rolledBackSqlServer.every((n) => !notes.has(n) && !changes.has(n)),
+    `${language} on SQL Server: no rolled-back note applied or changed upstream`,
+  );
 }
 
 function summary(language: string, result: { code: number; out: string }): Report | undefined {

@@ -1,18 +1,22 @@
 // The .NET publisher's checks (scripts/publishers-check.ts runs them):
 //   vectors <message-id-vectors.json>            the shared MessageId vectors and the refused names
-//   e2e <broker connection string> <queue> <PostgreSQL connection string> <first note id>
+//   e2e <broker connection string> <queue> <PostgreSQL connection string> <first note id> [<SQL Server one>]
 // e2e publishes notes first+1..first+11 (first+1..first+5 and first+11 again: resends), and enqueues in the outbox
 // first+21..first+30 and first+36 in committed transactions, first+31..first+35 and first+37..first+38 in rolled-back
-// ones, each beside a row of "UpstreamChanges" (the business change). Its last line is a JSON summary.
+// ones, each beside a row of "UpstreamChanges" (the business change); with a SQL Server connection string the same
+// enqueues 50 notes on in dbo.Outbox. Its last line is a JSON summary.
+using System.Data.Common;
 using System.Text.Json;
 using System.Text.Json.Nodes;
+using Microsoft.Data.SqlClient;
 using Npgsql;
 using Sbinbox.Publisher;
 
 return args switch
 {
     ["vectors", var file] => Vectors(file),
-    ["e2e", var broker, var queue, var postgres, var first] => await EndToEnd(broker, queue, postgres, int.Parse(first)),
+    ["e2e", var broker, var queue, var postgres, var first] => await EndToEnd(broker, queue, postgres, int.Parse(first), null),
+    ["e2e", var broker, var queue, var postgres, var first, var sqlServer] => await EndToEnd(broker, queue, postgres, int.Parse(first), sqlServer),
     _ => Usage(),
 };
 
@@ -57,11 +61,8 @@ static int Vectors(string file)
 // Refused names come as UTF-16 code units: System.Text.Json refuses a lone surrogate in a JSON string.
 static string Units(JsonNode units) => new(units.AsArray().Select(u => (char)(int)u!).ToArray());
 
-static async Task<int> EndToEnd(string broker, string queue, string postgres, int first)
+static async Task<int> EndToEnd(string broker, string queue, string postgres, int first, string? sqlServer)
 {
-    static SbinboxEvent Note(int id) => new("NoteCreated", $"note-{id}", new { noteId = id, text = $"from .NET, note {id}" });
-    static IEnumerable<int> Range(int from, int to) => Enumerable.Range(from, to - from + 1);
-
     var published = new List<string>();
     await using (var publisher = SbinboxPublisher.FromConnectionString(broker, queue))
     {
@@ -73,6 +74,25 @@ static async Task<int> EndToEnd(string broker, string queue, string postgres, in
 
     await using var connection = new NpgsqlConnection(postgres);
     await connection.OpenAsync();
+    var (committed, rolledBack) = await OutboxPlan(connection, "INSERT INTO \"UpstreamChanges\" (\"NoteId\", \"Language\") VALUES (@n, 'dotnet')", first);
+    List<string>? committedSqlServer = null, rolledBackSqlServer = null;
+    if (sqlServer is not null)
+    {
+        await using var mssql = new SqlConnection(sqlServer);
+        await mssql.OpenAsync();
+        (committedSqlServer, rolledBackSqlServer) = await OutboxPlan(mssql, "INSERT INTO dbo.UpstreamChanges (NoteId, Language) VALUES (@n, N'dotnet')", first + 50);
+    }
+    Console.WriteLine(JsonSerializer.Serialize(new { published, committed, rolledBack, committedSqlServer, rolledBackSqlServer }));
+    return 0;
+}
+
+static SbinboxEvent Note(int id) => new("NoteCreated", $"note-{id}", new { noteId = id, text = $"from .NET, note {id}" });
+static IEnumerable<int> Range(int from, int to) => Enumerable.Range(from, to - from + 1);
+
+// Enqueues first+21..first+30 and first+36 in committed transactions, first+31..35 and first+37..38 in rolled-back
+// ones, each beside its business row (changeSql, @n the note id); then a bad event, which must fail the enqueue.
+static async Task<(List<string> Committed, List<string> RolledBack)> OutboxPlan(DbConnection connection, string changeSql, int first)
+{
     var committed = new List<string>();
     var rolledBack = new List<string>();
     async Task Transaction(IEnumerable<SbinboxEvent> events, bool commit)
@@ -83,8 +103,13 @@ static async Task<int> EndToEnd(string broker, string queue, string postgres, in
         {
             // The business change: the note's own row upstream (the bad event below has none).
             if (!JsonSerializer.SerializeToElement(e.Body).TryGetProperty("noteId", out var noteId)) continue;
-            await using var change = new NpgsqlCommand("INSERT INTO \"UpstreamChanges\" (\"NoteId\", \"Language\") VALUES ($1, 'dotnet')", connection, tx);
-            change.Parameters.AddWithValue(noteId.GetInt32());
+            await using var change = connection.CreateCommand();
+            change.Transaction = tx;
+            change.CommandText = changeSql;
+            var n = change.CreateParameter();
+            n.ParameterName = "@n";
+            n.Value = noteId.GetInt32();
+            change.Parameters.Add(n);
             await change.ExecuteNonQueryAsync();
         }
         var ids = await SbinboxOutbox.EnqueueAsync(tx, list);
@@ -95,18 +120,13 @@ static async Task<int> EndToEnd(string broker, string queue, string postgres, in
     await Transaction(Range(first + 31, first + 35).Select(Note), commit: false);
     await Transaction([Note(first + 36) with { Properties = new Dictionary<string, object> { ["origin"] = "dotnet", ["attempt"] = 1 } }], commit: true);
     await Transaction(Range(first + 37, first + 38).Select(Note), commit: false);
-
-    // A bad event fails the enqueue before anything is written, naming it.
     try
     {
         await Transaction([Note(first + 39), new SbinboxEvent("Bad:Type", "1", new { })], commit: true);
-        Console.Error.WriteLine("e2e: an event type with ':' was enqueued");
-        return 1;
+        throw new InvalidOperationException("e2e: an event type with ':' was enqueued");
     }
     catch (ArgumentException e) when (e.Message.Contains("outbox event 1"))
     {
     }
-
-    Console.WriteLine(JsonSerializer.Serialize(new { published, committed, rolledBack }));
-    return 0;
+    return (committed, rolledBack);
 }

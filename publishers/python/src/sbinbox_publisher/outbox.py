@@ -117,7 +117,7 @@ def enqueue(
                 params += [message_id, type_, key, body, properties, correlation_id, trace_parent, trace_state]
                 if with_session:
                     params.append(session_id)
-            cursor.execute(insert_sql(on, len(chunk), with_session, _placeholder(connection)), params)
+            cursor.execute(insert_sql(on, len(chunk), with_session, _placeholder(connection)), tuple(params))
         if notify and on == "postgres":
             cursor.execute(f"SELECT pg_notify('{NOTIFY_CHANNEL}', '')")
     finally:
