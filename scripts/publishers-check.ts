@@ -151,6 +151,30 @@ function buildPython(work: string): string {
   return site;
 }
 
+/** Packs and builds both publishers, then their own tests: the shared vectors in each, Python's unittest. */
+function buildAndCheckUnits(
+  work: string,
+  started: number,
+): { dotnetCheck: string; pyEnv: NodeJS.ProcessEnv } {
+  const dotnetCheck = buildDotnet(work);
+  const site = buildPython(work);
+  const pyEnv = { ...process.env, PYTHONPATH: site, PYTHONDONTWRITEBYTECODE: "1" };
+  process.stdout.write(`publishers: built in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
+
+  const dotnetVectors = run(dotnetCheck, ["vectors", VECTORS], { env: dotnetEnv });
+  check(dotnetVectors.code === 0, `.NET vectors: ${dotnetVectors.out.trim()}`);
+  const pyTests = run(
+    PYTHON,
+    ["-m", "unittest", "discover", "-s", join(root, "publishers", "python", "tests")],
+    { env: pyEnv },
+  );
+  check(
+    pyTests.code === 0 && /Ran [1-9]\d* tests?[\s\S]*\nOK/.test(pyTests.out),
+    `Python unittest (vectors, messages): ${pyTests.out.trim().split("\n").slice(-3).join(" ")}`,
+  );
+  return { dotnetCheck, pyEnv };
+}
+
 async function main(): Promise<void> {
   const work = mkdtempSync(join(tmpdir(), "sbinbox-publishers-"));
   const cleanups: (() => Promise<unknown>)[] = [
@@ -159,22 +183,7 @@ async function main(): Promise<void> {
   let worker: WorkerProcess | undefined;
   try {
     const started = Date.now();
-    const dotnetCheck = buildDotnet(work);
-    const site = buildPython(work);
-    const pyEnv = { ...process.env, PYTHONPATH: site, PYTHONDONTWRITEBYTECODE: "1" };
-    process.stdout.write(`publishers: built in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
-
-    const dotnetVectors = run(dotnetCheck, ["vectors", VECTORS], { env: dotnetEnv });
-    check(dotnetVectors.code === 0, `.NET vectors: ${dotnetVectors.out.trim()}`);
-    const pyTests = run(
-      PYTHON,
-      ["-m", "unittest", "discover", "-s", join(root, "publishers", "python", "tests")],
-      { env: pyEnv },
-    );
-    check(
-      pyTests.code === 0 && /Ran [1-9]\d* tests?[\s\S]*\nOK/.test(pyTests.out),
-      `Python unittest (vectors, messages): ${pyTests.out.trim().split("\n").slice(-3).join(" ")}`,
-    );
+    const { dotnetCheck, pyEnv } = buildAndCheckUnits(work, started);
 
     const server = await EmbeddedPostgresServer.create();
     cleanups.push(() => server.dispose());
@@ -271,110 +280,9 @@ async function main(): Promise<void> {
       const p = plan(LANGUAGES[l]);
       return [...p.published, ...p.committed, ...(sqlServer ? p.committedSqlServer : [])];
     });
-    const deadline = Date.now() + TIMEOUT_MS;
-    for (;;) {
-      const { rows } = await downstream.query<{ n: string }>("SELECT count(*) AS n FROM notes");
-      const unsent = await upstream.query<{ n: string }>(
-        `SELECT count(*) AS n FROM "Outbox" WHERE "SentUtc" IS NULL`,
-      );
-      const [unsentSql] = sqlServer
-        ? await sqlServer.count("SELECT COUNT(*) AS n FROM dbo.Outbox WHERE SentUtc IS NULL")
-        : [0];
-      const c = broker.counts(QUEUE);
-      if (
-        Number(rows[0]!.n) >= expected.length &&
-        Number(unsent.rows[0]!.n) === 0 &&
-        unsentSql === 0 &&
-        c.active + c.locked === 0
-      )
-        break;
-      if (worker.child.exitCode !== null) throw new Error(`the worker exited: ${worker.stderrTail}`);
-      if (Date.now() > deadline) {
-        process.stdout.write(
-          `publishers: timed out: ${rows[0]!.n} notes, ${unsent.rows[0]!.n} unsent, queue ${JSON.stringify(c)}\n${worker.stderrTail}\n`,
-        );
-        break;
-      }
-      await new Promise((resolve) => setTimeout(resolve, 200));
-    }
-    // Let a late duplicate (a resend still in flight) land before counting.
-    await new Promise((resolve) => setTimeout(resolve, 500));
+    await waitUntilApplied({ downstream, upstream, sqlServer, reports, broker, expected }, worker);
 
-    const notes = new Map(
-      (
-        await downstream.query<{ note_id: string; message_id: string }>(
-          "SELECT note_id, message_id FROM notes",
-        )
-      ).rows.map((r) => [Number(r.note_id), r.message_id]),
-    );
-    const markers = (
-      await downstream.query<{ m: string }>(
-        `SELECT "MessageId" AS m FROM "Inbox" WHERE "Consumer" = $1 AND "ProcessedUtc" IS NOT NULL`,
-        [CONSUMER],
-      )
-    ).rows.map((r) => r.m);
-    const changes = new Set(
-      (await upstream.query<{ n: number }>(`SELECT "NoteId" AS n FROM "UpstreamChanges"`)).rows.map(
-        (r) => r.n,
-      ),
-    );
-    const outbox = (
-      await upstream.query<{ m: string; sent: boolean }>(
-        `SELECT "MessageId" AS m, "SentUtc" IS NOT NULL AS sent FROM "Outbox"`,
-      )
-    ).rows;
-    for (const language of Object.keys(LANGUAGES) as Language[]) {
-      const p = plan(LANGUAGES[language]);
-      const report = reports[language];
-      check(
-        report !== undefined &&
-          same(report.published, p.published.map(idOf)) &&
-          same(report.committed, p.committed.map(idOf)) &&
-          same(report.rolledBack, p.rolledBack.map(idOf)),
-        `${language}: its MessageIds are the ones TypeScript derives (${report?.published.length ?? 0} published, ${report?.committed.length ?? 0} committed, ${report?.rolledBack.length ?? 0} rolled back)`,
-      );
-      const applied = [...p.published, ...p.committed];
-      check(
-        applied.every((n) => notes.get(n) === idOf(n)),
-        `${language}: every published and committed note applied, under its derived MessageId (${applied.filter((n) => notes.get(n) === idOf(n)).length}/${applied.length})`,
-      );
-      check(
-        p.rolledBack.every((n) => !notes.has(n) && !changes.has(n)),
-        `${language}: no rolled-back note applied or changed upstream`,
-      );
-      check(
-        p.committed.every((n) => changes.has(n)),
-        `${language}: every committed note's business change is upstream`,
-      );
-      check(
-        outbox.filter((r) => p.committed.map(idOf).includes(r.m)).length === p.committed.length,
-        `${language}: one outbox row per committed note`,
-      );
-      if (sqlServer) await checkSqlServer(sqlServer, language, report, notes);
-    }
-    if (sqlServer) {
-      const [sent, all] = await sqlServer.count(
-        "SELECT COUNT(SentUtc) AS n FROM dbo.Outbox UNION ALL SELECT COUNT(*) FROM dbo.Outbox",
-      );
-      check(all === 22 && sent === all, `every SQL Server outbox row sent (${sent}/${all}, 22 expected)`);
-    }
-    check(
-      notes.size === expected.length,
-      `the notes table holds ${notes.size} notes, ${expected.length} expected (none twice: the note id is its key)`,
-    );
-    check(
-      markers.length === expected.length && new Set(markers).size === markers.length,
-      `one inbox marker per note (${markers.length})`,
-    );
-    check(
-      outbox.length > 0 && outbox.every((r) => r.sent),
-      `every outbox row sent (${outbox.filter((r) => r.sent).length}/${outbox.length})`,
-    );
-    const c = broker.counts(QUEUE);
-    check(
-      c.active + c.locked + c.deadLettered === 0,
-      `the queue is empty, nothing dead-lettered (${JSON.stringify(c)})`,
-    );
+    await checkResults({ downstream, upstream, sqlServer, reports, broker, expected });
     worker.child.kill("SIGTERM");
     await worker.exited;
     // 6 resends a language (5 in a batch, 1 alone): without duplicate detection on the queue they reach the inbox.
@@ -391,6 +299,132 @@ async function main(): Promise<void> {
     }
     for (const cleanup of cleanups.reverse()) await cleanup().catch(() => undefined);
   }
+}
+
+interface Results {
+  readonly downstream: pg.Client;
+  readonly upstream: pg.Pool;
+  readonly sqlServer: SqlServerUpstream | undefined;
+  readonly reports: Record<Language, Report | undefined>;
+  readonly broker: LocalBroker;
+  readonly expected: readonly number[];
+}
+
+/** Waits until the notes are in, both outboxes sent and the queue empty, or TIMEOUT_MS (then the checks fail). */
+async function waitUntilApplied(
+  { downstream, upstream, sqlServer, broker, expected }: Results,
+  worker: WorkerProcess,
+): Promise<void> {
+  const deadline = Date.now() + TIMEOUT_MS;
+  for (;;) {
+    const { rows } = await downstream.query<{ n: string }>("SELECT count(*) AS n FROM notes");
+    const unsent = await upstream.query<{ n: string }>(
+      `SELECT count(*) AS n FROM "Outbox" WHERE "SentUtc" IS NULL`,
+    );
+    const [unsentSql] = sqlServer
+      ? await sqlServer.count("SELECT COUNT(*) AS n FROM dbo.Outbox WHERE SentUtc IS NULL")
+      : [0];
+    const c = broker.counts(QUEUE);
+    if (
+      Number(rows[0]!.n) >= expected.length &&
+      Number(unsent.rows[0]!.n) === 0 &&
+      unsentSql === 0 &&
+      c.active + c.locked === 0
+    )
+      break;
+    if (worker.child.exitCode !== null) throw new Error(`the worker exited: ${worker.stderrTail}`);
+    if (Date.now() > deadline) {
+      process.stdout.write(
+        `publishers: timed out: ${rows[0]!.n} notes, ${unsent.rows[0]!.n} unsent, queue ${JSON.stringify(c)}\n${worker.stderrTail}\n`,
+      );
+      break;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  // Let a late duplicate (a resend still in flight) land before counting.
+  await new Promise((resolve) => setTimeout(resolve, 500));
+}
+
+/** What the databases and the broker hold once the worker is done, against each language's plan. */
+async function checkResults({
+  downstream,
+  upstream,
+  sqlServer,
+  reports,
+  broker,
+  expected,
+}: Results): Promise<void> {
+  const notes = new Map(
+    (
+      await downstream.query<{ note_id: string; message_id: string }>("SELECT note_id, message_id FROM notes")
+    ).rows.map((r) => [Number(r.note_id), r.message_id]),
+  );
+  const markers = (
+    await downstream.query<{ m: string }>(
+      `SELECT "MessageId" AS m FROM "Inbox" WHERE "Consumer" = $1 AND "ProcessedUtc" IS NOT NULL`,
+      [CONSUMER],
+    )
+  ).rows.map((r) => r.m);
+  const changes = new Set(
+    (await upstream.query<{ n: number }>(`SELECT "NoteId" AS n FROM "UpstreamChanges"`)).rows.map((r) => r.n),
+  );
+  const outbox = (
+    await upstream.query<{ m: string; sent: boolean }>(
+      `SELECT "MessageId" AS m, "SentUtc" IS NOT NULL AS sent FROM "Outbox"`,
+    )
+  ).rows;
+  for (const language of Object.keys(LANGUAGES) as Language[]) {
+    const p = plan(LANGUAGES[language]);
+    const report = reports[language];
+    check(
+      report !== undefined &&
+        same(report.published, p.published.map(idOf)) &&
+        same(report.committed, p.committed.map(idOf)) &&
+        same(report.rolledBack, p.rolledBack.map(idOf)),
+      `${language}: its MessageIds are the ones TypeScript derives (${report?.published.length ?? 0} published, ${report?.committed.length ?? 0} committed, ${report?.rolledBack.length ?? 0} rolled back)`,
+    );
+    const applied = [...p.published, ...p.committed];
+    check(
+      applied.every((n) => notes.get(n) === idOf(n)),
+      `${language}: every published and committed note applied, under its derived MessageId (${applied.filter((n) => notes.get(n) === idOf(n)).length}/${applied.length})`,
+    );
+    check(
+      p.rolledBack.every((n) => !notes.has(n) && !changes.has(n)),
+      `${language}: no rolled-back note applied or changed upstream`,
+    );
+    check(
+      p.committed.every((n) => changes.has(n)),
+      `${language}: every committed note's business change is upstream`,
+    );
+    check(
+      outbox.filter((r) => p.committed.map(idOf).includes(r.m)).length === p.committed.length,
+      `${language}: one outbox row per committed note`,
+    );
+    if (sqlServer) await checkSqlServer(sqlServer, language, report, notes);
+  }
+  if (sqlServer) {
+    const [sent, all] = await sqlServer.count(
+      "SELECT COUNT(SentUtc) AS n FROM dbo.Outbox UNION ALL SELECT COUNT(*) FROM dbo.Outbox",
+    );
+    check(all === 22 && sent === all, `every SQL Server outbox row sent (${sent}/${all}, 22 expected)`);
+  }
+  check(
+    notes.size === expected.length,
+    `the notes table holds ${notes.size} notes, ${expected.length} expected (none twice: the note id is its key)`,
+  );
+  check(
+    markers.length === expected.length && new Set(markers).size === markers.length,
+    `one inbox marker per note (${markers.length})`,
+  );
+  check(
+    outbox.length > 0 && outbox.every((r) => r.sent),
+    `every outbox row sent (${outbox.filter((r) => r.sent).length}/${outbox.length})`,
+  );
+  const c = broker.counts(QUEUE);
+  check(
+    c.active + c.locked + c.deadLettered === 0,
+    `the queue is empty, nothing dead-lettered (${JSON.stringify(c)})`,
+  );
 }
 
 interface Report {
