@@ -362,14 +362,27 @@ export class AmqpServer {
     });
   }
 
+  /**
+   * The link a response goes out on: the one the request's reply-to names, or without a reply-to (uamqp-c's CBS and
+   * management client, under the Python SDK up to 7.11, sends none) the reply link of the request link's own
+   * address on the same session, as Service Bus answers it.
+   */
   private findReplyLink(requestLink: Link, replyTo: string | undefined): Link | undefined {
-    if (replyTo === undefined) return undefined;
-    const links = (
-      requestLink.connection as unknown as { find_sender(filter: (l: Link) => boolean): Link | undefined }
-    ).find_sender(
+    const connection = requestLink.connection as unknown as {
+      find_sender(filter: (l: Link) => boolean): Link | undefined;
+    };
+    if (replyTo === undefined) {
+      const address = requestLink.target?.address;
+      return connection.find_sender(
+        (l) =>
+          this.roles.get(l)?.kind === "reply" &&
+          l.session === requestLink.session &&
+          l.source?.address === address,
+      );
+    }
+    return connection.find_sender(
       (l) => this.roles.get(l)?.kind === "reply" && (l.name === replyTo || l.target?.address === replyTo),
     );
-    return links;
   }
 }
 

@@ -71,6 +71,28 @@ describe("local broker: robustness", () => {
     await roundTrip(fixture, "after-unknown-operation");
   });
 
+  it("answers a CBS put-token without reply-to on the $cbs reply link of its session (uamqp-c, Python SDK 7.8)", async () => {
+    const connection = await openRhea(fixture.broker.port);
+    // As uamqp-c does: both $cbs links on one session, a request with a message id and no reply-to.
+    const receiver = connection.open_receiver({ source: { address: "$cbs" }, target: { address: "$cbs" } });
+    const sender = connection.open_sender({ target: { address: "$cbs" }, source: { address: "$cbs" } });
+    const reply = new Promise<EventContext>((resolve) => receiver.once("message", resolve));
+    await once(sender, "sendable");
+    sender.send({
+      message_id: 7,
+      application_properties: {
+        operation: "put-token",
+        type: "servicebus.windows.net:sastoken",
+        name: "sb://127.0.0.1/sbinbox",
+      },
+      body: "SharedAccessSignature sr=x&sig=y&se=1&skn=z",
+    });
+    const { message } = await reply;
+    assert.equal(message?.correlation_id, 7);
+    assert.equal(message?.application_properties?.["status-code"], 202);
+    connection.close();
+  });
+
   it("refuses a session receiver on a queue without sessions at once, with a clear error", async () => {
     await assert.rejects(
       fixture.client.acceptNextSession("sbinbox", { maxAutoLockRenewalDurationInMs: 0 }),
