@@ -10,6 +10,7 @@ import {
   type TopicSettings,
 } from "./entity-settings.ts";
 import { checkForwarding } from "./forwarding-check.ts";
+import { parseThrottling } from "./throttle.ts";
 
 // The shapes are declared in the leaf; importers of the config find them here too.
 export * from "./entity-settings.ts";
@@ -94,7 +95,8 @@ export function parseConfig(json: unknown): BrokerConfig {
     if (seen.has(key)) throw new BrokerConfigError(entity.path, `"${entity.name}" is declared twice`);
     seen.add(key);
   }
-  const config = { namespace: name, queues, topics, warnings };
+  const throttling = parseThrottling(ns["Throttling"], `${nsPath}.Throttling`);
+  const config = { namespace: name, queues, topics, warnings, throttling };
   checkForwarding(config);
   return config;
 }

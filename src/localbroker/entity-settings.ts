@@ -1,6 +1,7 @@
 // The shapes of a parsed broker config, and the error that names a bad setting: a leaf every entity, the config
 // parser and the forwarding check import, so none of them imports another for its types.
 import type { Rule } from "./rules.ts";
+import type { ThrottleSettings } from "./throttle.ts";
 
 /** Settings of one queue, in milliseconds and bytes. */
 export interface QueueSettings {
@@ -46,6 +47,8 @@ export interface BrokerConfig {
   topics: TopicSettings[];
   /** Parts of the file that were read but are not served; the CLI prints them. */
   warnings: string[];
+  /** `Throttling` of the namespace: which operations are answered ServerBusy (throttle.ts). */
+  throttling?: ThrottleSettings;
 }
 
 /** A config error names the JSON path of the bad setting. */

@@ -149,6 +149,11 @@ export class Queue extends QueueStore<Queue> {
         if (!consumer) break;
         const message = this.order.take(this.now(), (expired) => this.expire(expired));
         if (!message) break;
+        if (consumer.mayDeliver?.() === false) {
+          // Throttled: the message goes back to the head, unlocked and uncounted; that link waits (consumer.ts).
+          this.order.putBack(message);
+          continue;
+        }
         this.handOut(message, consumer);
       }
     } finally {
