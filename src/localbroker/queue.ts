@@ -322,6 +322,10 @@ export class Queue extends QueueStore<Queue> {
     const messages = seqs.map((s) => this.bySeq.get(s));
     if (messages.some((m) => !m || m.state !== "deferred" || !inSession(m, sessionId))) return undefined;
     return (messages as StoredMessage[]).map((message) => {
+      // Each delivery of a deferred message counts the one before it, as Service Bus keeps them: received (0),
+      // deferred, received by sequence number (1), abandoned, received again (2) (the SDK's own live tests,
+      // deferredMessage.spec.ts), on a session entity too.
+      message.deliveryCount += 1;
       if (receiveAndDelete) {
         this.remove(message);
         return { message, token: undefined };
