@@ -1,6 +1,7 @@
 import { MalformedMessageError, messageIdKey, parseMessage, setMessageId } from "./codec.ts";
 import { newLockToken, tokenFromWire } from "./lock-token.ts";
 import type { Queue, Settlement } from "./queue.ts";
+import { ruleOperation } from "./rule-management.ts";
 import { sessionLockLostResponse, sessionOperation } from "./session-link.ts";
 import { NO_SESSION_ID_SEND, sessionIdOfParts } from "./sessions.ts";
 import { Topic } from "./topic.ts";
@@ -158,7 +159,8 @@ function queueOperation(queue: Queue, operation: unknown, body: Body): Managemen
     }
     default:
       return (
-        sessionOperation(queue, operation, body) ?? {
+        sessionOperation(queue, operation, body) ??
+        ruleOperation(queue, operation, body) ?? {
           status: 501,
           condition: "amqp:not-implemented",
           description: `The operation ${String(operation)} is not supported by the local broker.`,

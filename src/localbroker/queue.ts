@@ -4,6 +4,7 @@ import { DeliveryOrder } from "./delivery-order.ts";
 import { DuplicateWindow } from "./duplicates.ts";
 import type { QueueSettings } from "./entity-settings.ts";
 import { newLockToken } from "./lock-token.ts";
+import type { Rule } from "./rules.ts";
 import { inSession, Sessions } from "./sessions.ts";
 import {
   insertSorted,
@@ -30,6 +31,8 @@ export type {
 export class Queue extends QueueStore<Queue> {
   /** Present on a session-enabled queue or subscription (not on its dead-letter queue, which has no sessions). */
   readonly sessions: Sessions | undefined;
+  /** A subscription's rules (its topic's Subscription holds the same array); undefined on a queue. */
+  rules: Rule[] | undefined;
   private readonly order = new DeliveryOrder();
   private scheduled: StoredMessage[] = [];
   private readonly duplicates: DuplicateWindow;
