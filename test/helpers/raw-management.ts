@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import rhea from "rhea";
+import rhea, { type EventContext } from "rhea";
 
 export interface RawResponse {
   readonly status: number;
@@ -25,17 +25,18 @@ export async function managementRequest(
   try {
     return await new Promise<RawResponse>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`no answer to ${operation} on ${address}`)), 10_000);
-      connection.on("connection_error", (c) => reject(new Error(String(c.connection.error))));
+      connection.on("connection_error", (c: EventContext) => reject(new Error(String(c.connection.error))));
       const sender = connection.open_sender({ target: { address } });
       const receiver = connection.open_receiver({ source: { address }, target: { address: replyTo } });
-      receiver.on("message", (context) => {
+      receiver.on("message", (context: EventContext) => {
         clearTimeout(timer);
-        const props = (context.message.application_properties ?? {}) as Record<string, unknown>;
+        const message = context.message!;
+        const props = (message.application_properties ?? {}) as Record<string, unknown>;
         resolve({
           status: Number(props["statusCode"] ?? props["status-code"]),
           description: props["statusDescription"] as string | undefined,
           condition: props["errorCondition"] as string | undefined,
-          body: context.message.body as Record<string, unknown> | undefined,
+          body: message.body as Record<string, unknown> | undefined,
         });
       });
       receiver.once("receiver_open", () => {

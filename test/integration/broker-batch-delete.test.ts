@@ -47,10 +47,10 @@ describe("local broker: batch delete over $management", () => {
     assert.equal(none.status, 204);
     const counts = fixture.broker.counts("bd");
     assert.deepEqual([counts.active, counts.locked, counts.deferred, counts.scheduled], [1, 1, 0, 1]);
-    await receiver.completeMessage(locked!);
+    await receiver.completeMessage(locked);
     const [left] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 2_000 });
     assert.equal(left?.messageId, "bd-5");
-    await receiver.completeMessage(left!);
+    await receiver.completeMessage(left);
     await receiver.close();
     await sender.close();
   });
