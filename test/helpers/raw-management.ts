@@ -25,7 +25,9 @@ export async function managementRequest(
   try {
     return await new Promise<RawResponse>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`no answer to ${operation} on ${address}`)), 10_000);
-      connection.on("connection_error", (c: EventContext) => reject(new Error(String(c.connection.error))));
+      connection.on("connection_error", (c: EventContext) =>
+        reject(new Error(JSON.stringify(c.connection.error))),
+      );
       const sender = connection.open_sender({ target: { address } });
       const receiver = connection.open_receiver({ source: { address }, target: { address: replyTo } });
       receiver.on("message", (context: EventContext) => {
