@@ -1,7 +1,6 @@
 // The shapes of a parsed broker config, and the error that names a bad setting: a leaf every entity, the config
 // parser and the forwarding check import, so none of them imports another for its types.
 import type { Rule } from "./rules.ts";
-import type { ThrottleSettings } from "./throttle.ts";
 
 /** Settings of one queue, in milliseconds and bytes. */
 export interface QueueSettings {
@@ -50,6 +49,27 @@ export interface BrokerConfig {
   /** `Throttling` of the namespace: which operations are answered ServerBusy (throttle.ts). */
   throttling?: ThrottleSettings;
 }
+
+/**
+ * The operations Service Bus Standard counts against a namespace's credits (learn.microsoft.com, "Throttling
+ * operations on Azure Service Bus"), as the local broker groups them: sends (link transfers, scheduling), receives
+ * (deliveries on a link, receive-by-sequence-number, peek), settlements (dispositions, update-disposition) and the
+ * other `$management` requests (renew-lock, session state, rules, batch delete).
+ */
+export const THROTTLE_KINDS = ["send", "receive", "settle", "management"] as const;
+export type ThrottleKind = (typeof THROTTLE_KINDS)[number];
+
+/**
+ * One kind's throttling: `share` refuses that share of its operations (0.3: three in ten, spread evenly, so no
+ * operation is refused forever), `creditsPerSecond` refuses what goes past that many credits in each second (a
+ * message is one credit, as on Standard; rule management ten), as Standard refills its credits each second.
+ */
+export interface ThrottleRule {
+  readonly share?: number;
+  readonly creditsPerSecond?: number;
+}
+
+export type ThrottleSettings = Partial<Record<ThrottleKind, ThrottleRule>>;
 
 /** A config error names the JSON path of the bad setting. */
 export class BrokerConfigError extends Error {

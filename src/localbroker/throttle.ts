@@ -1,26 +1,14 @@
-import { BrokerConfigError } from "./entity-settings.ts";
-import type { Json } from "./config-rules.ts";
+import {
+  BrokerConfigError,
+  THROTTLE_KINDS,
+  type ThrottleKind,
+  type ThrottleRule,
+  type ThrottleSettings,
+} from "./entity-settings.ts";
 
-/**
- * The operations Service Bus Standard counts against a namespace's credits (learn.microsoft.com, "Throttling
- * operations on Azure Service Bus"), as the local broker groups them: sends (link transfers, scheduling), receives
- * (deliveries on a link, receive-by-sequence-number, peek), settlements (dispositions, update-disposition) and the
- * other `$management` requests (renew-lock, session state, rules, batch delete).
- */
-export const THROTTLE_KINDS = ["send", "receive", "settle", "management"] as const;
-export type ThrottleKind = (typeof THROTTLE_KINDS)[number];
+type Json = Record<string, unknown>;
 
-/**
- * One kind's throttling: `share` refuses that share of its operations (0.3: three in ten, spread evenly, so no
- * operation is refused forever), `creditsPerSecond` refuses what goes past that many credits in each second (a
- * message is one credit, as on Standard; rule management ten), as Standard refills its credits each second.
- */
-export interface ThrottleRule {
-  readonly share?: number;
-  readonly creditsPerSecond?: number;
-}
-
-export type ThrottleSettings = Partial<Record<ThrottleKind, ThrottleRule>>;
+export { THROTTLE_KINDS, type ThrottleKind, type ThrottleRule, type ThrottleSettings };
 
 /** The condition Service Bus answers a throttled operation with; @azure/service-bus reports it as `ServiceBusy`. */
 export const SERVER_BUSY = "com.microsoft:server-busy";
