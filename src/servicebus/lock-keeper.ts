@@ -16,8 +16,8 @@ export interface LockKeeperOptions {
  * Keeps a message's lock while the worker holds it, where the SDK's own renewal gave up. @azure/service-bus 7.9's
  * lock renewer renews once per cycle, without retrying: one ServerBusy answer to a renewal (a throttled namespace)
  * ends the renewal of that message, and its lock runs out under a handler still working, which costs a delivery.
- * The SDK renews with min(half the time left, 10 s) to go; a lock found closer to its end than half of that was not
- * renewed, and is renewed here (`renewMessageLock`, which the SDK does not retry either), again on each check
+ * The SDK renews with min(half the time left, 10 s) to go; a lock found closer to its end than 0.4 of its duration
+ * (8 s at most) was not renewed, and is renewed here (`renewMessageLock`, which the SDK does not retry either), again on each check
  * while throttled. Also kept while a throttled settlement is retried by lock token (the SDK stops its renewal at
  * a settlement's first try). Returns the function that stops it.
  */
@@ -31,7 +31,8 @@ export function keepLock(
     return () => {};
   const began = Date.now();
   const lockMs = options.lockDurationMs ?? Math.max(1_000, lockedUntil - began);
-  const margin = Math.max(200, Math.min(lockMs / 4, 5_000));
+  // Below the SDK's own renewal point (a 5 s lock: 2.5 s left), with room for several tries 2 s apart or less.
+  const margin = Math.max(200, Math.min(lockMs * 0.4, 8_000));
   let renewing = false;
   let stopped = false;
   const stop = (): void => {
@@ -58,7 +59,7 @@ export function keepLock(
       })
       .finally(() => (renewing = false));
   };
-  const timer = setInterval(check, Math.max(50, Math.min(margin / 2, 1_000)));
+  const timer = setInterval(check, Math.max(50, Math.min(margin / 4, 1_000)));
   timer.unref();
   return stop;
 }

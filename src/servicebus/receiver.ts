@@ -110,6 +110,14 @@ export class QueueReceiver {
     return typeof streaming?.isOpen === "function" ? streaming.isOpen() : undefined;
   }
 
+  /**
+   * Whether a message's own lock is kept where the SDK's renewal gave up (keepLock); a session receiver's messages
+   * are held by their session's lock instead.
+   */
+  protected get keepsMessageLocks(): boolean {
+    return true;
+  }
+
   /** Opens a new receive link and starts taking messages. */
   start(): void {
     if (this.subscription) return;
@@ -232,12 +240,14 @@ export class QueueReceiver {
       sessionId: incoming.sessionId,
       applicationProperties: incoming.applicationProperties,
     });
-    const stopKeeping = keepLock(receiver, message, {
-      lockDurationMs: this.options.lockDurationMs,
-      maxAutoLockRenewalMs: this.options.maxAutoLockRenewalMs,
-      entity: this.options.queue,
-      logger: this.options.logger,
-    });
+    const stopKeeping = this.keepsMessageLocks
+      ? keepLock(receiver, message, {
+          lockDurationMs: this.options.lockDurationMs,
+          maxAutoLockRenewalMs: this.options.maxAutoLockRenewalMs,
+          entity: this.options.queue,
+          logger: this.options.logger,
+        })
+      : () => {};
     try {
       return await this.decideAndSettle(receiver, message, incoming, span, ctx, began, held);
     } finally {
