@@ -8,8 +8,8 @@ const int = (n: number): unknown => rhea.types.wrap_int(n);
 /**
  * Batch delete (com.microsoft:batch-delete-messages; learn.microsoft.com, "Batch delete messages in Azure Service
  * Bus"): the oldest messages enqueued before a time, at most the count asked and 500 a request (Standard), locked
- * ones skipped. @azure/service-bus 7.9.5 has no deleteMessages, so the request goes over plain AMQP here; the .NET
- * check sends it with ServiceBusReceiver.DeleteMessagesAsync (tools/sb-client).
+ * ones skipped. @azure/service-bus 7.9.5 has no deleteMessages and .NET 7.21.0's DeleteMessagesAsync is not public,
+ * so the request goes over plain AMQP here.
  */
 describe("local broker: batch delete over $management", () => {
   const fixture = useLocalBroker(brokerConfig({ bd: {}, empty: {} }));

@@ -126,7 +126,7 @@ describe("local broker: settlement, delivery counts and the dead-letter queue", 
     assert.equal(fixture.broker.counts("settle").deferred, 1);
     const [again] = await receiver.receiveDeferredMessages([message.sequenceNumber!]);
     assert.equal(again?.deliveryCount, 2);
-    await receiver.completeMessage(again!);
+    await receiver.completeMessage(again);
     assert.equal(fixture.broker.counts("settle").deferred, 0);
     await assert.rejects(receiver.receiveDeferredMessages([message.sequenceNumber!]), (error: unknown) => {
       assert.ok(isServiceBusError(error));
