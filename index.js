@@ -19,6 +19,7 @@ export const {
   MESSAGE_ID_NAMESPACE,
   OutboxStore,
   PoisonMessageError,
+  ResendWindowError,
   RetryAfterError,
   StartupAbortedError,
   StartupFailedError,

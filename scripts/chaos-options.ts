@@ -18,7 +18,7 @@ import { parseArgs } from "node:util";
 const DEFAULT_DUPLICATE_WINDOW_MS = 60_000;
 
 export const usage = `usage: npm run chaos -- [--events N] [--kill-every-ms MS] [--db-down-ms MS] [--logins-refused-ms MS]
-                         [--db-silent-ms MS] [--downstream-down-ms MS] [--duplicate-window-ms MS]
+                         [--db-silent-ms MS] [--downstream-down-ms MS] [--throttled-ms MS] [--duplicate-window-ms MS]
                          [--timeout S] [--seed N]
 
 Exactly-once under faults: 3 worker processes, N distinct events (default 20000), 10% resent, a worker SIGKILLed
@@ -26,7 +26,8 @@ every few seconds and restarted, the database stopped and started once, then ref
 NOLOGIN, sessions ended), then silent (a proxy stops forwarding without closing), transient handler failures, poison;
 N/10 two-phase events calling an external HTTP API (deduplicating by idempotency key) that fails, resets, answers
 slowly for some keys and is down for 30 s once; upstream, N/10 outbox transactions (10% rolled back) sent by two
-relay processes that are SIGKILLed now and then. Then a session round (scripts/chaos-sessions.ts): N/4 credits
+relay processes that are SIGKILLed now and then; for --throttled-ms (default 15 s) the broker answers 30% of
+every kind of operation (send, receive, settle, management) with ServerBusy. Then a session round (scripts/chaos-sessions.ts): N/4 credits
 numbered within 40 accounts on a session queue, 3 workers in session mode, the kills, resends, poison and
 transient failures again; it must also keep each account's order (out_of_order=0).
 Exit code 0 only if nothing is lost, nothing is doubled and only the poison is dead-lettered; 3 if the run did
@@ -40,6 +41,7 @@ export interface Options {
   loginsRefusedMs: number;
   dbSilentMs: number;
   downstreamDownMs: number;
+  throttledMs: number;
   duplicateWindowMs: number;
   timeoutMs: number;
   seed: number;
@@ -57,6 +59,7 @@ export function options(argv: string[]): Options | string {
         "logins-refused-ms": { type: "string", default: "4000" },
         "db-silent-ms": { type: "string", default: "5000" },
         "downstream-down-ms": { type: "string", default: "30000" },
+        "throttled-ms": { type: "string", default: "15000" },
         "duplicate-window-ms": { type: "string", default: String(DEFAULT_DUPLICATE_WINDOW_MS) },
         timeout: { type: "string", default: "570" },
         seed: { type: "string", default: String(Date.now() % 1_000_000) },
@@ -74,6 +77,7 @@ export function options(argv: string[]): Options | string {
     loginsRefusedMs: Number(values["logins-refused-ms"]),
     dbSilentMs: Number(values["db-silent-ms"]),
     downstreamDownMs: Number(values["downstream-down-ms"]),
+    throttledMs: Number(values["throttled-ms"]),
     duplicateWindowMs: Number(values["duplicate-window-ms"]),
     timeoutMs: Number(values.timeout) * 1000,
     seed: Number(values.seed),
@@ -84,6 +88,7 @@ export function options(argv: string[]): Options | string {
   if (!(o.loginsRefusedMs >= 0)) return "--logins-refused-ms must be a number of milliseconds";
   if (!(o.dbSilentMs >= 0)) return "--db-silent-ms must be a number of milliseconds";
   if (!(o.downstreamDownMs >= 0)) return "--downstream-down-ms must be a number of milliseconds";
+  if (!(o.throttledMs >= 0)) return "--throttled-ms must be a number of milliseconds";
   // Azure's range; the relays refuse a window their lease and poll do not fit in twice.
   if (!(o.duplicateWindowMs >= 20_000 && o.duplicateWindowMs <= 7 * 86_400_000))
     return "--duplicate-window-ms must be between 20000 (Azure's smallest) and 7 days";

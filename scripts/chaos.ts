@@ -7,11 +7,12 @@
 // copies), poison; N/10 two-phase events whose handler calls an external HTTP API owned by this process
 // (scripts/chaos-downstream.ts), which dedupes by idempotency key, fails or answers slowly for some keys and is down
 // for 30 s once. Upstream, N/10 transfers commit with their outbox rows (every 10th rolls back) and two
-// `sbinbox relay` processes, SIGKILLed now and then, send them. At the end the business tables, the inbox and the
+// `sbinbox relay` processes, SIGKILLed now and then, send them. For --throttled-ms (15 s) from a tenth applied, the
+// broker answers 30% of every kind of operation with ServerBusy (scripts/chaos-throttle.ts). At the end the business tables, the inbox and the
 // broker's queues are compared with what was sent, and the upstream database's rows with the downstream effects.
 // Exit 0 only if nothing is lost, nothing is doubled and only the poison is dead-lettered. The last line is
 // RESULT distinct=.. effects=.. lost=.. doubled=.. deadlettered=.. poison=.. kills=.. db_restarts=.. logins_refused=..
-// db_silent=.. upstream=.. upstream_effects=.. rolled_back_effects=.. relay_kills=.. two_phase=.. external_effects=..
+// db_silent=.. throttled=.. throttled_ops=.. upstream=.. upstream_effects=.. rolled_back_effects=.. relay_kills=.. two_phase=.. external_effects=..
 // external_calls=.. external_lost=.. external_doubled=.. downstream_down=.. upstream_stale=..
 // (upstream_stale: outbox rows the relays will not send because their first try is older than the duplicate window
 // allows; the run ends as soon as only those are left, names them, and fails, without counting them as lost)
@@ -37,6 +38,7 @@ import { FakeDownstream, type Behaviour } from "./chaos-downstream.ts";
 import { WorkerFleet } from "./chaos-fleet.ts";
 import { options, seeded, usage, type Options } from "./chaos-options.ts";
 import { runSessionRound } from "./chaos-sessions.ts";
+import { ThrottlePhase } from "./chaos-throttle.ts";
 
 const HANDLERS = fileURLToPath(new URL("./chaos-handlers.ts", import.meta.url));
 
@@ -395,6 +397,7 @@ async function main(o: Options): Promise<number> {
       dbUp = true;
       phaseRunning = false;
     };
+    const throttling = new ThrottlePhase(broker, o.throttledMs, out);
     let lastLine = 0;
     let mostScheduled = 0;
     const deadline = started + o.timeoutMs;
@@ -410,6 +413,8 @@ async function main(o: Options): Promise<number> {
       await fleet.restartPending();
       // Relays are replaced as an orchestrator would, once the database is back (start-up migrates).
       if (dbUp && !halted) while (upstream.relays.filter(relayAlive).length < 2) await upstream.startRelay();
+      // Throttling first, before the other faults begin, so that its effect is its own (a tenth applied).
+      throttling.startIf(applied >= o.events * 0.1);
       if (downstreamPhases === 0 && !downstreamDown && applied >= o.events * 0.2) {
         out(
           `the external system is down (connections reset) for ${o.downstreamDownMs} ms (${applied} applied)`,
@@ -710,7 +715,8 @@ async function main(o: Options): Promise<number> {
     process.stdout.write(
       `RESULT distinct=${o.events} effects=${effects} lost=${lost} doubled=${doubled} ` +
         `deadlettered=${counts.deadLettered} poison=${poison.length} kills=${fleet.counts.kills} db_restarts=${dbRestarts} ` +
-        `logins_refused=${loginPhases} db_silent=${silentPhases} ` +
+        `logins_refused=${loginPhases} db_silent=${silentPhases} throttled=${throttling.phases} ` +
+        `throttled_ops=${throttling.refused} ` +
         `upstream=${upstreamIds.length} upstream_effects=${upstreamEffects} rolled_back_effects=${notCommittedEffects} ` +
         `relay_kills=${relayKills} two_phase=${mailIds.size} external_effects=${downstream.effects} ` +
         `external_calls=${downstream.calls} external_lost=${externalLost} external_doubled=${externalDoubled} ` +

@@ -46,7 +46,8 @@ async function main(): Promise<number> {
         {
           Name: "dotnet-check",
           Queues: [
-            { Name: "sbinbox", Properties: {} },
+            // Its duplicate-detection scenario needs it on: a config file's default is off, as on Azure.
+            { Name: "sbinbox", Properties: { RequiresDuplicateDetection: true } },
             // tools/sb-client runs each prefetch scenario on a queue of its own (one scenario's stranded messages
             // must not fail the next).
             ...["peeklock", "receiveanddelete"].flatMap((mode) =>

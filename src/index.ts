@@ -2,7 +2,7 @@
  * sbinbox as a library. Upstream services use the publisher; consumers register handlers and run the worker.
  * Nothing here runs at import time.
  */
-export { createPublisher, toServiceBusMessage } from "./servicebus/publisher.ts";
+export { createPublisher, ResendWindowError, toServiceBusMessage } from "./servicebus/publisher.ts";
 export type { Publisher, PublisherOptions, PublishEvent, PublishResult } from "./servicebus/publisher.ts";
 export { deriveMessageId, canonicalName, uuidV5, MESSAGE_ID_NAMESPACE } from "./servicebus/message-id.ts";
 export { createServiceBusClient, type ServiceBusTarget } from "./servicebus/client.ts";

@@ -2,7 +2,12 @@
  * The publisher alone (`sbinbox/publisher`), for upstream services that only publish: it loads neither the worker,
  * the database drivers nor the local broker. Nothing here runs at import time.
  */
-export { createPublisher, sendInBatches, toServiceBusMessage } from "./servicebus/publisher.ts";
+export {
+  createPublisher,
+  ResendWindowError,
+  sendInBatches,
+  toServiceBusMessage,
+} from "./servicebus/publisher.ts";
 export type {
   Publisher,
   PublisherOptions,

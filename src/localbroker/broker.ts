@@ -5,6 +5,7 @@ import { startForwarding } from "./forwarding.ts";
 import { quietLogger, type BrokerLogger } from "./logger.ts";
 import { Queue, type BrokerDeadLetterListener, type QueueCounts } from "./queue.ts";
 import { AmqpServer, type Entity } from "./server.ts";
+import { Throttle, type ThrottleCounts, type ThrottleKind, type ThrottleSettings } from "./throttle.ts";
 import { Topic, type TopicCounts } from "./topic.ts";
 
 export interface LocalBrokerOptions {
@@ -16,6 +17,8 @@ export interface LocalBrokerOptions {
   now?: () => number;
   /** How often locks, schedules and expiries are checked. */
   tickMs?: number;
+  /** ServerBusy by operation kind (throttle.ts); replaces the config's `throttling`. */
+  throttling?: ThrottleSettings;
 }
 
 /** Fixed, public-by-design credentials: the broker checks no token; the SDK only needs some key to sign with. */
@@ -39,6 +42,7 @@ export class LocalBroker {
   private readonly topics: Map<string, Topic>;
   private readonly server: AmqpServer;
   private readonly timer: NodeJS.Timeout;
+  private readonly throttler: Throttle;
 
   private constructor(
     port: number,
@@ -46,6 +50,7 @@ export class LocalBroker {
     topics: Map<string, Topic>,
     server: AmqpServer,
     timer: NodeJS.Timeout,
+    throttler: Throttle,
   ) {
     this.port = port;
     this.connectionString = localConnectionString(port);
@@ -55,6 +60,7 @@ export class LocalBroker {
     this.topicNames = [...topics.values()].map((t) => t.name);
     this.server = server;
     this.timer = timer;
+    this.throttler = throttler;
   }
 
   static async start(options: LocalBrokerOptions = {}): Promise<LocalBroker> {
@@ -82,10 +88,12 @@ export class LocalBroker {
       const queue = queues.get(address.queue.toLowerCase());
       return address.deadLetter ? queue?.deadLetter : queue;
     };
+    const throttler = new Throttle(options.throttling ?? config.throttling ?? {}, now);
     const server = new AmqpServer({
       queues: { find },
       logger,
       maxMessageSizeBytes: (q) => q.settings.maxMessageSizeBytes,
+      throttle: throttler,
     });
     const port = await server.listen(options.port ?? 5672, options.host ?? "127.0.0.1");
     const tick = (): void => {
@@ -109,7 +117,7 @@ export class LocalBroker {
       `listening on ${options.host ?? "127.0.0.1"}:${port}; queues: ${[...queues.values()].map((q) => q.name).join(", ") || "(none)"}` +
         (subscriptions.length > 0 ? `; subscriptions: ${subscriptions.join(", ")}` : ""),
     );
-    return new LocalBroker(port, queues, topics, server, timer);
+    return new LocalBroker(port, queues, topics, server, timer, throttler);
   }
 
   /**
@@ -154,6 +162,19 @@ export class LocalBroker {
     const t = this.topics.get(topic.toLowerCase());
     if (!t) throw new Error(`no topic named "${topic}" (topics: ${this.topicNames.join(", ")})`);
     return t.counts();
+  }
+
+  /**
+   * Throttles from now on as `settings` say (kinds not named are no longer throttled; `{}` ends throttling), as a
+   * Standard namespace past its credits: each refused operation is answered with `com.microsoft:server-busy`.
+   */
+  throttle(settings: ThrottleSettings): void {
+    this.throttler.configure(settings);
+  }
+
+  /** Operations admitted and answered ServerBusy so far, by kind. */
+  throttleCounts(): Record<ThrottleKind, ThrottleCounts> {
+    return this.throttler.counts();
   }
 
   async stop(): Promise<void> {

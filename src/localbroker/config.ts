@@ -10,13 +10,18 @@ import {
   type TopicSettings,
 } from "./entity-settings.ts";
 import { checkForwarding } from "./forwarding-check.ts";
+import { parseThrottling } from "./throttle.ts";
 
 // The shapes are declared in the leaf; importers of the config find them here too.
 export * from "./entity-settings.ts";
 
 export const DEFAULT_QUEUE_NAME = "sbinbox";
 
-/** Defaults follow a Standard-tier queue, except duplicate detection, which sbinbox relies on. */
+/**
+ * Defaults follow a Standard-tier queue, except duplicate detection, which sbinbox relies on: on for the built-in
+ * `sbinbox` queue and for queues built in code from these defaults (the demo, the test harness). A queue or topic
+ * of a config file that does not set `RequiresDuplicateDetection` has it off (`FILE_DUPLICATE_DETECTION`).
+ */
 export const queueDefaults: Omit<QueueSettings, "name"> = {
   lockDurationMs: 30_000,
   maxDeliveryCount: 10,
@@ -29,6 +34,12 @@ export const queueDefaults: Omit<QueueSettings, "name"> = {
   maxSizeBytes: 1024 * 1024 * 1024,
   requiresSession: false,
 };
+
+/**
+ * A config file's default for `RequiresDuplicateDetection`: off, as on Azure (learn.microsoft.com, "Duplicate
+ * detection": "disabled by default") and in the official emulator, so a file means the same to both.
+ */
+export const FILE_DUPLICATE_DETECTION = false;
 
 export function defaultConfig(): BrokerConfig {
   return {
@@ -94,7 +105,8 @@ export function parseConfig(json: unknown): BrokerConfig {
     if (seen.has(key)) throw new BrokerConfigError(entity.path, `"${entity.name}" is declared twice`);
     seen.add(key);
   }
-  const config = { namespace: name, queues, topics, warnings };
+  const throttling = parseThrottling(ns["Throttling"], `${nsPath}.Throttling`);
+  const config = { namespace: name, queues, topics, warnings, throttling };
   checkForwarding(config);
   return config;
 }
@@ -112,12 +124,7 @@ function parseTopic(raw: unknown, path: string, warnings: string[]): TopicSettin
   const p = `${path}.Properties`;
   const topic: TopicSettings = {
     name,
-    requiresDuplicateDetection: boolean(
-      props,
-      "RequiresDuplicateDetection",
-      p,
-      queueDefaults.requiresDuplicateDetection,
-    ),
+    requiresDuplicateDetection: boolean(props, "RequiresDuplicateDetection", p, FILE_DUPLICATE_DETECTION),
     duplicateDetectionWindowMs: duration(
       props,
       "DuplicateDetectionHistoryTimeWindow",
@@ -244,7 +251,7 @@ function parseQueue(raw: unknown, path: string): QueueSettings {
     props,
     "RequiresDuplicateDetection",
     p,
-    settings.requiresDuplicateDetection,
+    FILE_DUPLICATE_DETECTION,
   );
   settings.duplicateDetectionWindowMs = duration(
     props,

@@ -1,11 +1,18 @@
 import { newLockToken, tokenToDeliveryTag } from "./lock-token.ts";
 import type { Consumer, Queue, Settlement, StoredMessage } from "./queue.ts";
 import { amqp, type Delivery, type Link } from "./rhea.ts";
+import { SERVER_BUSY, SERVER_BUSY_DESCRIPTION, type Throttle } from "./throttle.ts";
 import { encodeStored } from "./wire.ts";
 
 export const accepted = (): unknown => amqp.message.accepted().described();
 export const rejected = (condition: string, description: string): unknown =>
   amqp.message.rejected({ error: { condition, description } }).described();
+
+/**
+ * How long a link gets nothing after a throttled delivery. Service Bus's text asks for 2 s; the local broker
+ * holds a link 1 s so that a test at a Standard-tier share still moves.
+ */
+export const RECEIVE_HOLD_MS = 1_000;
 
 const LOCK_LOST_DESCRIPTION =
   "The lock supplied is invalid. Either the lock expired, or the message has already been removed from the queue.";
@@ -17,6 +24,9 @@ export class LinkConsumer implements Consumer {
   readonly receiveAndDelete: boolean;
   private issued = 0;
   private readonly unsettled = new Map<Delivery, { message: StoredMessage; token: string }>();
+  /** Set by the server: which deliveries and settlements are answered ServerBusy. */
+  throttle: Throttle | undefined;
+  private heldUntil = 0;
 
   constructor(link: Link, queue: Queue, receiveAndDelete: boolean) {
     this.link = link;
@@ -29,6 +39,10 @@ export class LinkConsumer implements Consumer {
   }
 
   credit(): number {
+    return this.heldUntil > Date.now() ? 0 : this.linkCredit();
+  }
+
+  private linkCredit(): number {
     if (!this.link.is_open()) return 0;
     const linkCredit = this.link.credit + this.link.delivery_count - this.issued;
     return Math.min(linkCredit, this.link.session.outgoing.available());
@@ -42,10 +56,21 @@ export class LinkConsumer implements Consumer {
     if (token !== undefined) this.unsettled.set(delivery, { message, token });
   }
 
+  /**
+   * A throttled delivery is held back, not failed: the link gets nothing for RECEIVE_HOLD_MS, then the queue
+   * pumps again. The client sees fewer messages, as a throttled receive on Service Bus returns fewer.
+   */
+  mayDeliver(): boolean {
+    if (!this.throttle || this.throttle.admit("receive")) return true;
+    this.heldUntil = Date.now() + RECEIVE_HOLD_MS;
+    setTimeout(() => this.queue.pump(), RECEIVE_HOLD_MS + 5).unref();
+    return false;
+  }
+
   /** Answers a drain: credit the broker cannot use is given back at once, as AMQP asks. */
   drain(): void {
     this.queue.pump();
-    this.issued += Math.max(0, this.credit());
+    this.issued += Math.max(0, this.linkCredit());
     this.link.set_drained(true);
   }
 
@@ -54,6 +79,13 @@ export class LinkConsumer implements Consumer {
     const entry = this.unsettled.get(delivery);
     if (!entry) return; // already answered (rhea can report one disposition under two names)
     this.unsettled.delete(delivery);
+    if (this.throttle && !this.throttle.admit("settle")) {
+      // As Service Bus: the disposition is answered, settled, with ServerBusy; the message keeps its lock, so it
+      // can be settled again by lock token over $management, or comes back when the lock expires.
+      delivery.update(true, rejected(SERVER_BUSY, SERVER_BUSY_DESCRIPTION));
+      delivery.remote_settled = true;
+      return;
+    }
     const state = delivery.remote_state ?? {};
     let settlement: Settlement;
     if (outcome === "accepted") settlement = { kind: "complete" };

@@ -46,7 +46,30 @@ export interface BrokerConfig {
   topics: TopicSettings[];
   /** Parts of the file that were read but are not served; the CLI prints them. */
   warnings: string[];
+  /** `Throttling` of the namespace: which operations are answered ServerBusy (throttle.ts). */
+  throttling?: ThrottleSettings;
 }
+
+/**
+ * The operations Service Bus Standard counts against a namespace's credits (learn.microsoft.com, "Throttling
+ * operations on Azure Service Bus"), as the local broker groups them: sends (link transfers, scheduling), receives
+ * (deliveries on a link, receive-by-sequence-number, peek), settlements (dispositions, update-disposition) and the
+ * other `$management` requests (renew-lock, session state, rules, batch delete).
+ */
+export const THROTTLE_KINDS = ["send", "receive", "settle", "management"] as const;
+export type ThrottleKind = (typeof THROTTLE_KINDS)[number];
+
+/**
+ * One kind's throttling: `share` refuses that share of its operations (0.3: three in ten, spread evenly, so no
+ * operation is refused forever), `creditsPerSecond` refuses what goes past that many credits in each second (a
+ * message is one credit, as on Standard; rule management ten), as Standard refills its credits each second.
+ */
+export interface ThrottleRule {
+  readonly share?: number;
+  readonly creditsPerSecond?: number;
+}
+
+export type ThrottleSettings = Partial<Record<ThrottleKind, ThrottleRule>>;
 
 /** A config error names the JSON path of the bad setting. */
 export class BrokerConfigError extends Error {

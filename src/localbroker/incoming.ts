@@ -12,6 +12,7 @@ import { newLockToken } from "./lock-token.ts";
 import type { Delivery } from "./rhea.ts";
 import type { Queue } from "./queue.ts";
 import { NO_SESSION_ID_SEND, sessionIdOfParts } from "./sessions.ts";
+import { SERVER_BUSY, SERVER_BUSY_DESCRIPTION } from "./throttle.ts";
 import type { Topic } from "./topic.ts";
 
 /** A queue, a subscription (a Queue of its own), a dead-letter subqueue, or a topic. */
@@ -19,7 +20,7 @@ export type Entity = Queue | Topic;
 
 /**
  * A transfer on a sending link: refused whole (past the link's size `limit`, past the entity's size, not decodable,
- * a message without a session id on a session entity), or each of its messages stored, a missing MessageId given
+ * a message without a session id on a session entity, throttled by `admit`, one credit a message), or each of its messages stored, a missing MessageId given
  * one first, and the delivery accepted.
  */
 export function acceptSend(
@@ -28,6 +29,7 @@ export function acceptSend(
   format: number | undefined,
   delivery: Delivery,
   limit: number,
+  admit: (messages: number) => boolean = () => true,
 ): void {
   if (data.length > limit) {
     delivery.update(
@@ -55,6 +57,10 @@ export function acceptSend(
   }
   if ("sessions" in queue && queue.sessions && messages.some((m) => sessionIdOfParts(m) === undefined)) {
     delivery.update(true, rejected("amqp:not-allowed", NO_SESSION_ID_SEND));
+    return;
+  }
+  if (!admit(messages.length)) {
+    delivery.update(true, rejected(SERVER_BUSY, SERVER_BUSY_DESCRIPTION));
     return;
   }
   for (const parts of messages) {

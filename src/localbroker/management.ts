@@ -1,6 +1,8 @@
 import { MalformedMessageError, messageIdKey, parseMessage, setMessageId } from "./codec.ts";
 import { newLockToken, tokenFromWire } from "./lock-token.ts";
 import type { Queue, Settlement } from "./queue.ts";
+import { amqp } from "./rhea.ts";
+import { ruleOperation } from "./rule-management.ts";
 import { sessionLockLostResponse, sessionOperation } from "./session-link.ts";
 import { NO_SESSION_ID_SEND, sessionIdOfParts } from "./sessions.ts";
 import { Topic } from "./topic.ts";
@@ -130,6 +132,8 @@ function queueOperation(queue: Queue, operation: unknown, body: Body): Managemen
       for (const token of tokens) if (queue.settle(token, settlement) === "lockLost") return lockLost;
       return { status: 200, body: {} };
     }
+    case "com.microsoft:batch-delete-messages":
+      return batchDelete(queue, body);
     case "com.microsoft:receive-by-sequence-number": {
       const seqs = sequenceNumbers(body);
       if (!seqs) return bad("sequence-numbers must be an array of longs");
@@ -158,13 +162,35 @@ function queueOperation(queue: Queue, operation: unknown, body: Body): Managemen
     }
     default:
       return (
-        sessionOperation(queue, operation, body) ?? {
+        sessionOperation(queue, operation, body) ??
+        ruleOperation(queue, operation, body) ?? {
           status: 501,
           condition: "amqp:not-implemented",
           description: `The operation ${String(operation)} is not supported by the local broker.`,
         }
       );
   }
+}
+
+/**
+ * The most messages one batch delete may name on Standard tier (learn.microsoft.com, "Batch delete messages in
+ * Azure Service Bus", Quotas: Standard 500, Premium 4000); the local broker follows Standard, as its other defaults.
+ */
+export const BATCH_DELETE_MAX = 500;
+
+function batchDelete(queue: Queue, body: Body): ManagementResponse {
+  const count = body["message-count"];
+  if (typeof count !== "number" || !Number.isInteger(count) || count < 1 || count > BATCH_DELETE_MAX)
+    return {
+      status: 400,
+      condition: "com.microsoft:argument-out-of-range",
+      description: `message-count must be a whole number from 1 to ${BATCH_DELETE_MAX} (the Standard tier's most per request), got ${String(count)}`,
+    };
+  const cutoff = body["enqueued-time-utc"];
+  const before = cutoff instanceof Date ? cutoff.getTime() : typeof cutoff === "number" ? cutoff : undefined;
+  const deleted = queue.deleteBatch(count, before, sessionIdIn(body));
+  if (deleted === 0) return { status: 204, description: "No messages to delete" };
+  return { status: 200, body: { "message-count": amqp.types.wrap_int(deleted) } };
 }
 
 function sessionIdIn(body: Body): string | undefined {

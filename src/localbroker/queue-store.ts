@@ -83,6 +83,25 @@ export abstract class QueueStore<Self extends QueueStore<Self>> {
     if (this.bySeq.delete(message.seq)) this.bytes -= message.storedBytes;
   }
 
+  /**
+   * Batch delete (learn.microsoft.com, "Batch delete messages in Azure Service Bus"): up to `count` of the oldest
+   * messages enqueued before `before` (now when absent), in sequence order, of one session when `sessionId` is given. A locked
+   * message is not eligible and stays, as Microsoft's page says; a scheduled one is not enqueued yet. Returns the
+   * number deleted.
+   */
+  deleteBatch(count: number, before: number | undefined, sessionId?: string): number {
+    const cutoff = before ?? this.now();
+    let deleted = 0;
+    for (const message of [...this.bySeq.values()].sort((a, b) => a.seq - b.seq)) {
+      if (deleted >= count) break;
+      if (message.state !== "active" && message.state !== "deferred") continue;
+      if (message.enqueuedAt >= cutoff || !inSession(message, sessionId)) continue;
+      this.remove(message);
+      deleted += 1;
+    }
+    return deleted;
+  }
+
   /** Peek sees active, locked, deferred and scheduled messages in sequence order, without locking them. */
   peek(fromSeq: number, count: number, sessionId?: string): StoredMessage[] {
     const result: StoredMessage[] = [];

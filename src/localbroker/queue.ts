@@ -4,6 +4,7 @@ import { DeliveryOrder } from "./delivery-order.ts";
 import { DuplicateWindow } from "./duplicates.ts";
 import type { QueueSettings } from "./entity-settings.ts";
 import { newLockToken } from "./lock-token.ts";
+import type { Rule } from "./rules.ts";
 import { inSession, Sessions } from "./sessions.ts";
 import {
   insertSorted,
@@ -30,6 +31,8 @@ export type {
 export class Queue extends QueueStore<Queue> {
   /** Present on a session-enabled queue or subscription (not on its dead-letter queue, which has no sessions). */
   readonly sessions: Sessions | undefined;
+  /** A subscription's rules (its topic's Subscription holds the same array); undefined on a queue. */
+  rules: Rule[] | undefined;
   private readonly order = new DeliveryOrder();
   private scheduled: StoredMessage[] = [];
   private readonly duplicates: DuplicateWindow;
@@ -149,6 +152,11 @@ export class Queue extends QueueStore<Queue> {
         if (!consumer) break;
         const message = this.order.take(this.now(), (expired) => this.expire(expired));
         if (!message) break;
+        if (consumer.mayDeliver?.() === false) {
+          // Throttled: the message goes back to the head, unlocked and uncounted; that link waits (consumer.ts).
+          this.order.putBack(message);
+          continue;
+        }
         this.handOut(message, consumer);
       }
     } finally {
@@ -317,6 +325,10 @@ export class Queue extends QueueStore<Queue> {
     const messages = seqs.map((s) => this.bySeq.get(s));
     if (messages.some((m) => !m || m.state !== "deferred" || !inSession(m, sessionId))) return undefined;
     return (messages as StoredMessage[]).map((message) => {
+      // Each delivery of a deferred message counts the one before it, as Service Bus keeps them: received (0),
+      // deferred, received by sequence number (1), abandoned, received again (2) (the SDK's own live tests,
+      // deferredMessage.spec.ts), on a session entity too.
+      message.deliveryCount += 1;
       if (receiveAndDelete) {
         this.remove(message);
         return { message, token: undefined };

@@ -117,6 +117,12 @@ interface RheaModule {
     wrap_int(value: number): unknown;
     wrap_uint(value: number): unknown;
     wrap_symbol(value: string): unknown;
+    wrap_string(value: string): unknown;
+    wrap_list(values: unknown[]): unknown;
+    wrap_map(value: Record<string, unknown>): unknown;
+    wrap_ulong(value: number): unknown;
+    Null(): unknown;
+    described(descriptor: unknown, value: unknown): unknown;
   };
 }
 

@@ -2,9 +2,21 @@ import { amqp } from "./rhea.ts";
 import type { MessageParts } from "./codec.ts";
 import { parseSqlFilter, type FilterInput, type SystemProperty, type Value } from "./sql-filter.ts";
 
+/** What a rule's filter is, as enumerate-rules describes it back to a client. */
+export type RuleFilter =
+  | { readonly kind: "true" }
+  | { readonly kind: "sql"; readonly expression: string }
+  | {
+      readonly kind: "correlation";
+      readonly system: Partial<Record<SystemProperty, string>>;
+      readonly properties: Record<string, Value>;
+    };
+
 /** A subscription's rule as the broker evaluates it on each send to the topic. */
 export interface Rule {
   readonly name: string;
+  /** Absent on a rule built in code without one; enumerate-rules then describes it as a true filter. */
+  readonly filter?: RuleFilter;
   matches(input: FilterInput): boolean;
 }
 
@@ -22,7 +34,7 @@ export const CORRELATION_FIELDS: Record<string, SystemProperty> = {
 };
 
 /** The rule every subscription starts with on Service Bus: $Default, a true filter. */
-export const DEFAULT_RULE: Rule = { name: "$Default", matches: () => true };
+export const DEFAULT_RULE: Rule = { name: "$Default", filter: { kind: "true" }, matches: () => true };
 
 export function correlationRule(
   name: string,
@@ -33,6 +45,7 @@ export function correlationRule(
   const propertyEntries = Object.entries(properties);
   return {
     name,
+    filter: { kind: "correlation", system, properties },
     matches: (input) =>
       systemEntries.every(([key, value]) => input.system(key) === value) &&
       propertyEntries.every(([key, value]) => input.user(key) === value),
@@ -42,7 +55,7 @@ export function correlationRule(
 /** A SQL rule; a bad expression throws SqlFilterError (the config loader names the rule). */
 export function sqlRule(name: string, expression: string): Rule {
   const filter = parseSqlFilter(expression);
-  return { name, matches: (input) => filter.matches(input) };
+  return { name, filter: { kind: "sql", expression }, matches: (input) => filter.matches(input) };
 }
 
 /** What filters read of a stored message: its AMQP properties and its application properties, decoded once. */

@@ -7,6 +7,7 @@ import { acceptSend, type Entity } from "./incoming.ts";
 import { handleManagement, type ManagementResponse } from "./management.ts";
 import { openSessionLink, SESSION_FILTER } from "./session-link.ts";
 import { patchSession } from "./session-patches.ts";
+import { managementKind, SERVER_BUSY, SERVER_BUSY_DESCRIPTION, type Throttle } from "./throttle.ts";
 import { Topic } from "./topic.ts";
 import { amqp, type Connection, type EventContext, type Link, type RheaMessage } from "./rhea.ts";
 
@@ -30,6 +31,8 @@ export interface AmqpServerOptions {
   queues: QueueLookup;
   logger: BrokerLogger;
   maxMessageSizeBytes: (entity: Entity) => number;
+  /** Which operations are answered ServerBusy (throttle.ts). */
+  throttle: Throttle;
 }
 
 /** The AMQP side: connections, CBS, links to queues and `$management`, on rhea's server support. */
@@ -242,6 +245,7 @@ export class AmqpServer {
       ? openSessionLink(link, queue)
       : new LinkConsumer(link, queue, link.snd_settle_mode === 1);
     if (!consumer) return;
+    consumer.throttle = this.options.throttle;
     this.roles.set(link, { kind: "consumer", consumer });
     if (sessionful) return;
     queue.addConsumer(consumer);
@@ -297,6 +301,7 @@ export class AmqpServer {
         context.format,
         delivery,
         this.options.maxMessageSizeBytes(role.queue),
+        (messages) => this.options.throttle.admit("send", messages),
       );
     if (role?.kind === "cbs" || role?.kind === "management") {
       delivery.update(true, accepted());
@@ -310,11 +315,19 @@ export class AmqpServer {
       const response =
         role.kind === "cbs"
           ? this.onCbs(operation, request)
-          : handleManagement(role.queue, operation, request.body);
+          : this.onManagement(role.queue, operation, request.body);
       this.reply(link, request, response);
       return;
     }
     delivery.update(true, rejected("amqp:not-allowed", "this link does not accept messages"));
+  }
+
+  /** A `$management` request, answered ServerBusy (503, as Service Bus) when its kind is throttled. */
+  private onManagement(entity: Entity, operation: unknown, body: unknown): ManagementResponse {
+    const { kind, credits } = managementKind(operation);
+    if (!this.options.throttle.admit(kind, credits))
+      return { status: 503, condition: SERVER_BUSY, description: SERVER_BUSY_DESCRIPTION };
+    return handleManagement(entity, operation, body);
   }
 
   /** put-token is accepted for any token (there is no security here), but only for entities that exist. */

@@ -32,6 +32,8 @@ export interface Consumer {
   /** True once the link is gone, including a dropped connection that never detached it. */
   isClosed(): boolean;
   deliver(message: StoredMessage, lockToken: string | undefined): void;
+  /** False when throttling holds this delivery back (the message stays available, its count unchanged). */
+  mayDeliver?(): boolean;
 }
 
 export interface QueueCounts {

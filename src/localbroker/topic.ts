@@ -7,7 +7,8 @@ import { filterInput, type Rule } from "./rules.ts";
 export interface Subscription {
   readonly name: string;
   readonly queue: Queue;
-  readonly rules: readonly Rule[];
+  /** Changed at run time by add-rule and remove-rule (rule-management.ts); read on each send. */
+  readonly rules: Rule[];
 }
 
 interface ScheduledSend {
@@ -47,7 +48,10 @@ export class Topic {
     this.duplicates = new DuplicateWindow(settings.duplicateDetectionWindowMs);
     this.subscriptions = settings.subscriptions.map((s) => {
       const deadLetter = new Queue(s.queue, now, undefined, `${s.queue.name}/$DeadLetterQueue`);
-      return { name: s.name, queue: new Queue(s.queue, now, deadLetter), rules: s.rules };
+      const queue = new Queue(s.queue, now, deadLetter);
+      const rules = [...s.rules];
+      queue.rules = rules;
+      return { name: s.name, queue, rules };
     });
   }
 

@@ -11,6 +11,7 @@ import type * as SpanHelpers from "./tracing.ts";
 import { deriveMessageId } from "./message-id.ts";
 import { createServiceBusClient, type ServiceBusTarget } from "./client.ts";
 import { sendUnlessDropped } from "./connection-drop.ts";
+import { isThrottled, SERVER_BUSY_WAIT_MS } from "./throttling.ts";
 import { same, sendBuilt, tooLarge, type PublishFailure } from "./send-in-batches.ts";
 
 export { sendInBatches, type PublishFailure, type SendInBatchesOptions } from "./send-in-batches.ts";
@@ -92,6 +93,12 @@ export interface PublisherOptions {
   readonly resendAttempts?: number;
   readonly resendDelayMs?: number;
   /**
+   * The queue's (or topic's) DuplicateDetectionHistoryTimeWindow. No resend starts later than this, less a minute,
+   * after a message's first try: past it a resend of a try whose answer was lost is no longer dropped. The send
+   * then fails with `ResendWindowError` instead. Default 10 minutes, Service Bus's default and sbinbox's Bicep's.
+   */
+  readonly duplicateWindowMs?: number;
+  /**
    * Batches sent and not yet acknowledged, at most. 1 (the default) keeps the order of the events even across a
    * resend, and still fills the next batch while one is in flight. Above 1 a resent batch lands after later ones.
    */
@@ -144,13 +151,21 @@ export function createPublisher(options: PublisherOptions): Publisher {
   const sendOnce = (message: ServiceBusMessage | ServiceBusMessageBatch): Promise<void> =>
     sendUnlessDropped(client, sender, message);
 
+  const windowMs = options.duplicateWindowMs ?? DEFAULT_DUPLICATE_WINDOW_MS;
+
   async function withResend(send: () => Promise<void>): Promise<void> {
+    const firstTry = Date.now();
     for (let attempt = 0; ; attempt++) {
       try {
         return await send();
       } catch (error) {
         if (attempt >= attempts || !isTransient(error)) throw error;
-        await sleep(delayMs * 2 ** attempt);
+        const throttled = isThrottled(error);
+        // Service Bus asks a throttled client to wait 2 s.
+        const wait = Math.max(delayMs * 2 ** attempt, throttled ? SERVER_BUSY_WAIT_MS : 0);
+        const resendAt = Date.now() + wait - firstTry;
+        if (resendAt > windowMs - WINDOW_MARGIN_MS) throw new ResendWindowError(resendAt, windowMs, error);
+        await sleep(wait);
       }
     }
   }
@@ -363,6 +378,26 @@ function utf8Bound(value: string | number | boolean | Date | Buffer | null | und
   if (typeof value === "string") return 3 * value.length;
   if (Buffer.isBuffer(value)) return value.length;
   return 3 * String(value).length;
+}
+
+const DEFAULT_DUPLICATE_WINDOW_MS = 10 * 60_000;
+/** Kept back from the window for clock and send delays, as the outbox relay's `windowMarginMs`. */
+const WINDOW_MARGIN_MS = 60_000;
+
+/**
+ * A send given up on because a resend would come too late for duplicate detection: an earlier try may have
+ * arrived (its answer lost), and a copy sent now would not be dropped. Whether it arrived needs a look at the
+ * queue (peek) or the consumer's inbox; the event is not lost if it did.
+ */
+export class ResendWindowError extends Error {
+  override readonly name = "ResendWindowError";
+  override readonly cause: unknown;
+  constructor(sinceFirstTryMs: number, windowMs: number, cause: unknown) {
+    super(
+      `not resent: a resend ${sinceFirstTryMs} ms after the first try would fall outside the duplicate detection window (${windowMs} ms less a ${WINDOW_MARGIN_MS} ms margin), where a copy of a try that did arrive is no longer dropped; last error: ${(cause as Error | undefined)?.message ?? String(cause)}`,
+    );
+    this.cause = cause;
+  }
 }
 
 /**

@@ -20,6 +20,9 @@ import {
   traceSettlement,
 } from "./tracing.ts";
 import { within } from "../domain/within.ts";
+import { recordThrottled } from "../telemetry/throttle-metrics.ts";
+import { keepLock } from "./lock-keeper.ts";
+import { isThrottled, retryWhileThrottled } from "./throttling.ts";
 import { ConfigError } from "../domain/errors.ts";
 import type { QueueReceiverOptions, ReceiverStats, Settlement } from "./receiver-options.ts";
 
@@ -105,6 +108,14 @@ export class QueueReceiver {
     const streaming = (this.receiver as { _streamingReceiver?: { isOpen?: () => boolean } } | undefined)
       ?._streamingReceiver;
     return typeof streaming?.isOpen === "function" ? streaming.isOpen() : undefined;
+  }
+
+  /**
+   * Whether a message's own lock is kept where the SDK's renewal gave up (keepLock); a session receiver's messages
+   * are held by their session's lock instead.
+   */
+  protected get keepsMessageLocks(): boolean {
+    return true;
   }
 
   /** Opens a new receive link and starts taking messages. */
@@ -229,6 +240,30 @@ export class QueueReceiver {
       sessionId: incoming.sessionId,
       applicationProperties: incoming.applicationProperties,
     });
+    const stopKeeping = this.keepsMessageLocks
+      ? keepLock(receiver, message, {
+          lockDurationMs: this.options.lockDurationMs,
+          maxAutoLockRenewalMs: this.options.maxAutoLockRenewalMs,
+          entity: this.options.queue,
+          logger: this.options.logger,
+        })
+      : () => {};
+    try {
+      return await this.decideAndSettle(receiver, message, incoming, span, ctx, began, held);
+    } finally {
+      stopKeeping();
+    }
+  }
+
+  private async decideAndSettle(
+    receiver: ServiceBusReceiver,
+    message: ServiceBusReceivedMessage,
+    incoming: ReturnType<typeof toIncoming>,
+    span: ReturnType<typeof startProcessSpan>["span"],
+    ctx: Context,
+    began: number,
+    held: AbortSignal | undefined,
+  ): Promise<boolean> {
     let decision: Decision & { messageType?: string; unsettled?: boolean };
     try {
       // Inside the process span, so the inbox's spans and the handler's log lines belong to it.
@@ -282,10 +317,17 @@ export class QueueReceiver {
       // The worker's own queue: on a topic its subscription forwards to it, so no other subscription sees the copy.
       this.sender ??= this.options.client.createSender(this.options.queue);
       const sender = this.sender;
+      // A throttled schedule is tried again while the lock lasts: abandoning instead would spend a delivery. The
+      // copy's MessageId is stable, so a try whose answer was lost is dropped by duplicate detection.
       await traceRetryScheduled(this.options.queue, ctx, copy, () =>
-        sender.scheduleMessages(
-          copyOf(message, copy.messageId, copy.properties, copy.enqueueAt),
-          copy.enqueueAt,
+        retryWhileThrottled(
+          () =>
+            sender.scheduleMessages(
+              copyOf(message, copy.messageId, copy.properties, copy.enqueueAt),
+              copy.enqueueAt,
+            ),
+          () => message.lockedUntilUtc?.getTime() ?? 0,
+          () => recordThrottled("schedule", this.options.queue),
         ),
       );
     } catch (error) {
@@ -317,28 +359,61 @@ export class QueueReceiver {
         : decisionOrDisposition;
     if (decision.disposition === "reschedule") return this.reschedule(receiver, message, decision, ctx);
     const disposition = decision.disposition;
-    const sdkSettle = (): Promise<void> => {
+    const sdkSettle = (target: ServiceBusReceivedMessage): Promise<void> => {
       switch (decision.disposition) {
         case "complete":
-          return receiver.completeMessage(message);
+          return receiver.completeMessage(target);
         case "abandon":
-          return receiver.abandonMessage(message);
+          return receiver.abandonMessage(target);
         case "dead_letter":
-          return receiver.deadLetterMessage(message, {
+          return receiver.deadLetterMessage(target, {
             deadLetterReason: decision.reason,
             deadLetterErrorDescription: decision.description.slice(0, 1024),
           });
       }
     };
-    const issue = (): Promise<void> => this.guard.settle(message, sdkSettle, receiver);
+    const issue = (): Promise<void> => this.guard.settle(message, () => sdkSettle(message), receiver);
     try {
-      await traceSettlement(disposition, queue, ctx, () => this.scheduler.settle(disposition, issue));
+      await traceSettlement(disposition, queue, ctx, async () => {
+        try {
+          await this.scheduler.settle(disposition, issue);
+        } catch (error) {
+          if (!isThrottled(error)) throw error;
+          await this.settleByLockToken(message, sdkSettle, error);
+        }
+      });
       return { settled: true, disposition };
     } catch (error) {
       this.stats.settlementFailures += 1;
       logSettlementFailure(this.options.logger, message, disposition, error);
       return { settled: false, error, disposition };
     }
+  }
+
+  /**
+   * A settlement Service Bus throttled on the receive link: the delivery is settled (answered ServerBusy) while the
+   * message keeps its lock, and the SDK cannot send another disposition for it ("already settled"). It is sent
+   * again by lock token over `$management` (update-disposition: the SDK's path for a message without its link),
+   * while the lock lasts (kept by keepLock), so the throttling spends no delivery.
+   */
+  private async settleByLockToken(
+    message: ServiceBusReceivedMessage,
+    sdkSettle: (target: ServiceBusReceivedMessage) => Promise<void>,
+    first: unknown,
+  ): Promise<void> {
+    recordThrottled("settle", this.options.queue);
+    this.options.logger.debug("settlement throttled (ServerBusy): sent again by lock token", {
+      messageId: message.messageId,
+      error: first,
+    });
+    const byToken = Object.create(message, {
+      delivery: { value: { remote_settled: false } },
+    }) as ServiceBusReceivedMessage;
+    await retryWhileThrottled(
+      () => sdkSettle(byToken),
+      () => message.lockedUntilUtc?.getTime() ?? 0,
+      () => recordThrottled("settle", this.options.queue),
+    );
   }
 
   private onError(args: ProcessErrorArgs): Promise<void> {

@@ -53,6 +53,11 @@ export class SessionQueueReceiver extends QueueReceiver {
     this.sessionOptions = options;
   }
 
+  /** A session's messages are held by the session's lock, which this receiver renews, not by their own. */
+  protected override get keepsMessageLocks(): boolean {
+    return false;
+  }
+
   override get entityAnswered(): boolean {
     return this.answered;
   }

@@ -109,6 +109,8 @@ export const Metric = {
   ready: "sbinbox.ready",
   serviceBusSilence: "sbinbox.servicebus.silence",
   renewalStopMissing: "sbinbox.servicebus.renewal_stop_missing",
+  /** Service Bus operations of this process answered ServerBusy (throttled), by operation. */
+  throttled: "sbinbox.servicebus.throttled",
 } as const;
 
 /**

@@ -150,7 +150,7 @@ describe("monitoring: the workbook and the alert rules in infra/main.bicep, comp
     const anchors = await operationsAnchors();
     const metricAlerts = ofType(main, "Microsoft.Insights/metricAlerts");
     const logAlerts = single(main, "Microsoft.Insights/scheduledQueryRules");
-    assert.equal(metricAlerts.length, 3);
+    assert.equal(metricAlerts.length, 4);
     const copy = obj(logAlerts.raw.copy, "the log rules' copy loop");
     const rules = obj(logAlerts.template.variables, "variables").logRules as JsonObject[];
     assert.equal(copy.count, "[length(variables('logRules'))]");
@@ -158,7 +158,7 @@ describe("monitoring: the workbook and the alert rules in infra/main.bicep, comp
       ...metricAlerts.map((a) => ({ severity: props(a).severity, text: str(props(a).description) })),
       ...rules.map((r) => ({ severity: r.severity, text: str(r.description) })),
     ];
-    assert.equal(descriptions.length, 9);
+    assert.equal(descriptions.length, 10);
     const linked: string[] = [];
     for (const { severity, text } of descriptions) {
       assert.ok(typeof severity === "number" && severity >= 0 && severity <= 4, text);
@@ -168,7 +168,7 @@ describe("monitoring: the workbook and the alert rules in infra/main.bicep, comp
       assert.ok(anchors.has(anchor), `docs/operations.md has no heading #${anchor}`);
       linked.push(anchor);
     }
-    assert.equal(new Set(linked).size, 9, "each alert has its own section");
+    assert.equal(new Set(linked).size, 10, "each alert has its own section");
     assert.match(str(parameterDefault(logAlerts.template, "runbookUrl")), /(^|\/)docs\/operations\.md$/);
     assert.deepEqual(
       rules.map((r) => r.key),
@@ -202,6 +202,26 @@ describe("monitoring: the workbook and the alert rules in infra/main.bicep, comp
       str(p.windowSize),
       /variables\('idleWindows'\)\[string\(parameters\('idleAlertMinutes'\)\)\]/,
     );
+  });
+
+  it("watches the namespace's ThrottledRequests: more than throttledAlertThreshold (100) in 15 minutes, no entity dimension", function () {
+    const throttled = ofType(main, "Microsoft.Insights/metricAlerts").find((a) =>
+      str(a.raw.name).includes("throttled-requests"),
+    );
+    assert.ok(throttled, "a metric alert named throttled-requests");
+    const p = props(throttled);
+    assert.deepEqual(p.scopes, ["[parameters('namespaceResourceId')]"]);
+    assert.equal(p.windowSize, "PT15M");
+    const [criterion, ...others] = obj(p.criteria, "criteria").allOf as JsonObject[];
+    assert.equal(others.length, 0);
+    assert.deepEqual(
+      [criterion!.metricNamespace, criterion!.metricName, criterion!.timeAggregation, criterion!.operator],
+      ["Microsoft.ServiceBus/namespaces", "ThrottledRequests", "Total", "GreaterThan"],
+    );
+    assert.equal(criterion!.threshold, "[parameters('throttledAlertThreshold')]");
+    assert.equal(criterion!.dimensions, undefined, "throttling is the namespace's, not one entity's");
+    assert.equal(parameterDefault(throttled.template, "throttledAlertThreshold"), 100);
+    assert.match(str(p.description), /Premium or add messaging units/);
   });
 
   it("watches dead-letters on the queue's EntityName, health checks on the web app, and notifies an optional group", function () {

@@ -10,7 +10,10 @@ describe("local broker: forwarding into a session-enabled queue", () => {
         Namespaces: [
           {
             Name: "test",
-            Queues: [{ Name: "svc", Properties: { RequiresSession: true } }],
+            // Duplicate detection on, as sbinbox deploys a service's queue: both subscriptions forward each send.
+            Queues: [
+              { Name: "svc", Properties: { RequiresSession: true, RequiresDuplicateDetection: true } },
+            ],
             Topics: [
               {
                 Name: "events",

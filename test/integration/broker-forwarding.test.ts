@@ -29,7 +29,7 @@ const config = parseConfig({
           },
           { Name: "tiny", Properties: { MaxSizeInMegabytes: 1, RequiresDuplicateDetection: false } },
           { Name: "to-tiny", Properties: { ForwardTo: "tiny", RequiresDuplicateDetection: false } },
-          { Name: "billing-queue", Properties: {} },
+          { Name: "billing-queue", Properties: { RequiresDuplicateDetection: true } },
           {
             Name: "dl-source",
             Properties: { MaxDeliveryCount: 1, ForwardDeadLetteredMessagesTo: "dl-central" },

@@ -363,7 +363,13 @@ describe("local broker: sessions (queues and subscriptions) through the JavaScri
     await receiver.completeMessage(second!);
     const [deferred] = await receiver.receiveDeferredMessages([first!.sequenceNumber!]);
     assert.equal(deferred!.messageId, "df-1");
-    await receiver.completeMessage(deferred!);
+    // as Service Bus counts a deferred message's deliveries, on a session receiver too: 0, 1, then 2
+    assert.equal(first!.deliveryCount, 0);
+    assert.equal(deferred!.deliveryCount, 1);
+    await receiver.abandonMessage(deferred!);
+    const [again] = await receiver.receiveDeferredMessages([first!.sequenceNumber!]);
+    assert.equal(again!.deliveryCount, 2);
+    await receiver.completeMessage(again!);
     await receiver.close();
     assert.equal(fixture.broker.counts("orders").deferred, 0);
   });

@@ -118,7 +118,15 @@ describe("local broker: settlement, delivery counts and the dead-letter queue", 
     assert.ok(deferred);
     assert.equal(deferred.messageId, "defer-1");
     assert.equal(deferred.state, "deferred");
-    await receiver.completeMessage(deferred);
+    // Delivery counts as Service Bus keeps them (the SDK's live deferredMessage.spec.ts): 0, deferred, then 1,
+    // abandoned (it stays deferred), then 2
+    assert.equal(message.deliveryCount, 0);
+    assert.equal(deferred.deliveryCount, 1);
+    await receiver.abandonMessage(deferred);
+    assert.equal(fixture.broker.counts("settle").deferred, 1);
+    const [again] = await receiver.receiveDeferredMessages([message.sequenceNumber!]);
+    assert.equal(again?.deliveryCount, 2);
+    await receiver.completeMessage(again);
     assert.equal(fixture.broker.counts("settle").deferred, 0);
     await assert.rejects(receiver.receiveDeferredMessages([message.sequenceNumber!]), (error: unknown) => {
       assert.ok(isServiceBusError(error));

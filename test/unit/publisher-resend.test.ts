@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import type { ServiceBusClient, ServiceBusMessage } from "@azure/service-bus";
-import { createPublisher } from "../../src/servicebus/publisher.ts";
+import { createPublisher, ResendWindowError } from "../../src/servicebus/publisher.ts";
 
 /** A scripted sender: the SDK's own retries are its business; this checks the publisher's resend on top. */
 function scriptedClient(failures: Error[]): { client: ServiceBusClient; sent: ServiceBusMessage[][] } {
@@ -50,6 +50,31 @@ describe("publisher resend", function () {
       createPublisher({ client: once.client, queue: "q", sleep: noSleep }).publish("T", "k", {}),
       /too big/,
     );
+  });
+
+  it("waits Service Bus's 2 s after a throttled send (ServiceBusy), longer than its own first delay", async function () {
+    const waits: number[] = [];
+    const { client, sent } = scriptedClient([transient]);
+    const sleep = (ms: number) => (waits.push(ms), Promise.resolve());
+    await createPublisher({ client, queue: "q", sleep, resendDelayMs: 100 }).publish("T", "k", {});
+    assert.deepEqual(waits, [2_000]);
+    assert.equal(sent.length, 1);
+  });
+
+  it("starts no resend that would fall outside the duplicate detection window (less a minute), and says so", async function () {
+    const { client, sent } = scriptedClient([transient, transient]);
+    // a 61 s window leaves 1 s for resends: the throttled send's 2 s wait would pass it
+    const publisher = createPublisher({ client, queue: "q", sleep: noSleep, duplicateWindowMs: 61_000 });
+    await assert.rejects(publisher.publish("T", "k", {}), (error: unknown) => {
+      assert.ok(error instanceof ResendWindowError);
+      assert.match(
+        error.message,
+        /outside the duplicate detection window \(61000 ms less a 60000 ms margin\)/,
+      );
+      assert.match(error.message, /service busy/);
+      return true;
+    });
+    assert.equal(sent.length, 0);
   });
 
   it("refuses a body that is not JSON-serialisable", async function () {

@@ -267,7 +267,12 @@ await Scenario("defer, then receive the deferred message by sequence number and 
     Check(peeked?.State == ServiceBusMessageState.Deferred, $"peeked state {peeked?.State}");
     var deferred = await receiver.ReceiveDeferredMessageAsync(first.SequenceNumber);
     Check(deferred.MessageId == id && deferred.State == ServiceBusMessageState.Deferred, $"{deferred.MessageId} {deferred.State}");
-    await receiver.CompleteMessageAsync(deferred);
+    // Delivery counts as Service Bus keeps them (.NET counts from 1): 1, deferred, 2, abandoned (still deferred), 3.
+    Check(first.DeliveryCount == 1 && deferred.DeliveryCount == 2, $"delivery counts {first.DeliveryCount}, {deferred.DeliveryCount}");
+    await receiver.AbandonMessageAsync(deferred);
+    var third = await receiver.ReceiveDeferredMessageAsync(first.SequenceNumber);
+    Check(third.DeliveryCount == 3, $"after an abandon the deferred message's delivery count is {third.DeliveryCount}");
+    await receiver.CompleteMessageAsync(third);
 });
 
 await Scenario("a scheduled message is invisible to receivers until its time, then arrives", async () =>
@@ -479,6 +484,40 @@ if (topic != null)
         }
         var ledgerLeft = await Leftovers("ledger", prefix);
         Check(ledgerLeft == null, $"left in ledger: {ledgerLeft}");
+    }, "billing");
+}
+
+if (topic != null)
+{
+    await Scenario($"rule management over AMQP: ServiceBusRuleManager lists {topic}/ledger's rules, adds one, refuses it twice, deletes it", async () =>
+    {
+        await using var rules = client.CreateRuleManager(topic, "ledger");
+        async Task<List<string>> Names()
+        {
+            var names = new List<string>();
+            await foreach (var rule in rules.GetRulesAsync()) names.Add(rule.Name);
+            return names;
+        }
+        var before = await Names();
+        Check(before.Count > 0, "the subscription has its rules");
+        var name = $"dotnet-{run}";
+        await rules.CreateRuleAsync(name, new Azure.Messaging.ServiceBus.Administration.SqlRuleFilter("tenant = 'nobody'"));
+        var during = await Names();
+        Check(during.SequenceEqual(before.Append(name)), $"rules after the add: {string.Join(", ", during)}");
+        await foreach (var rule in rules.GetRulesAsync())
+            if (rule.Name == name)
+                Check(rule.Filter is Azure.Messaging.ServiceBus.Administration.SqlRuleFilter sql && sql.SqlExpression == "tenant = 'nobody'", $"the added rule's filter {rule.Filter}");
+        try
+        {
+            await rules.CreateRuleAsync(name, new Azure.Messaging.ServiceBus.Administration.SqlRuleFilter("1=1"));
+            Check(false, "a second rule of the same name was taken");
+        }
+        catch (ServiceBusException e) when (e.Reason == ServiceBusFailureReason.MessagingEntityAlreadyExists)
+        {
+        }
+        await rules.DeleteRuleAsync(name);
+        var after = await Names();
+        Check(after.SequenceEqual(before), $"rules after the delete: {string.Join(", ", after)}");
     }, "billing");
 }
 

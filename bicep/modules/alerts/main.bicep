@@ -36,6 +36,10 @@ param outagePauseAlertSeconds int = 300
 @allowed([5, 15, 30, 60, 360, 720, 1440])
 param idleAlertMinutes int = 15
 
+@description('Optional. Requests Service Bus throttled (ServerBusy) in 15 minutes, namespace-wide, above which an alert fires. The clients retry each one, so a few are harmless; many for a quarter of an hour mean the namespace runs past its credits (Standard) or its messaging units (Premium).')
+@minValue(1)
+param throttledAlertThreshold int = 100
+
 @description('Optional. Where the rules\' descriptions point: docs/operations.md, best as your repository\'s URL of it so the links in a notification are clickable.')
 param runbookUrl string = 'docs/operations.md'
 
@@ -204,6 +208,41 @@ resource queueNotDrained 'Microsoft.Insights/metricAlerts@2026-01-01' = {
           ]
           operator: 'LessThan'
           threshold: 1
+          timeAggregation: 'Total'
+        }
+      ]
+    }
+    autoMitigate: true
+    actions: metricActions
+  }
+}
+
+// Throttling is the namespace's (Standard's credits, Premium's messaging units are shared by every entity), so this
+// watches the namespace's ThrottledRequests without an entity dimension. A new resource beside the others: it takes
+// the same actions as they do, however the action groups are wired.
+resource throttledRequests 'Microsoft.Insights/metricAlerts@2026-01-01' = {
+  name: '${namePrefix}-throttled-requests'
+  location: 'global'
+  tags: tags
+  properties: {
+    description: 'Service Bus throttled more than ${throttledAlertThreshold} requests (ServerBusy) in 15 minutes. Nothing is lost (each is retried, settlements by lock token, within the lock and the duplicate window), but work slows: find who spends the credits, then spread the load, or move to Premium or add messaging units: ${runbookUrl}#throttled-requests'
+    severity: 2
+    enabled: true
+    scopes: [
+      namespaceResourceId
+    ]
+    evaluationFrequency: 'PT5M'
+    windowSize: 'PT15M'
+    criteria: {
+      'odata.type': 'Microsoft.Azure.Monitor.SingleResourceMultipleMetricCriteria'
+      allOf: [
+        {
+          criterionType: 'StaticThresholdCriterion'
+          name: 'ThrottledRequests'
+          metricNamespace: 'Microsoft.ServiceBus/namespaces'
+          metricName: 'ThrottledRequests'
+          operator: 'GreaterThan'
+          threshold: throttledAlertThreshold
           timeAggregation: 'Total'
         }
       ]
