@@ -125,19 +125,21 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
       if (!ok) return fail("purge cancelled", 1);
     }
     const total = Math.min(matching.length, max ?? matching.length);
+    const targets = matching.slice(0, total).map((m) => m.sequenceNumber);
     const progress = createProgress(action, total, streams.err);
-    const options = { max: total, onProgress: (done: number) => progress.update(done) };
+    const options = { onProgress: (done: number) => progress.update(done) };
+    let result;
     if (action === "replay") {
-      const { replayed } = await replayDeadLetters(client, queue, select, options);
-      progress.finish();
-      for (const r of replayed) streams.out.write(`replayed ${r.messageId} as ${r.copyMessageId}\n`);
-      streams.out.write(`replayed ${replayed.length} message(s) to ${queue}\n`);
+      result = await replayDeadLetters(client, queue, targets, options);
+      progress.finish(undefined, result.replayed.length);
+      for (const r of result.replayed) streams.out.write(`replayed ${r.messageId} as ${r.copyMessageId}\n`);
+      streams.out.write(`replayed ${result.replayed.length} message(s) to ${queue}\n`);
     } else {
-      const purged = await purgeDeadLetters(client, queue, select, options);
-      progress.finish();
-      streams.out.write(`purged ${purged.length} message(s) from ${queue}/$DeadLetterQueue\n`);
+      result = await purgeDeadLetters(client, queue, targets, options);
+      progress.finish(undefined, result.purged.length);
+      streams.out.write(`purged ${result.purged.length} message(s) from ${queue}/$DeadLetterQueue\n`);
     }
-    return 0;
+    return writeNotActed(streams.out, matching, result.notActed);
   } catch (error) {
     return fail(`${action} failed: ${(error as Error).message}`, 1);
   } finally {
@@ -164,6 +166,20 @@ function selector(
   }
   // The console builds its selections with the same function (src/console/).
   return selectorOf({ ids, reason: args.reason, olderThanMs, all: args.all });
+}
+
+/** The selected messages not acted on, each with why; exit 1 when there are any. */
+function writeNotActed(
+  out: NodeJS.WritableStream,
+  matching: readonly DeadLetter[],
+  notActed: ReadonlyMap<string, string>,
+): number {
+  for (const m of matching) {
+    const why = notActed.get(m.sequenceNumber);
+    if (why !== undefined)
+      out.write(`not done ${m.messageId} (sequence number ${m.sequenceNumber}): ${why}\n`);
+  }
+  return notActed.size > 0 ? 1 : 0;
 }
 
 function positive(text: string, name: string): number {

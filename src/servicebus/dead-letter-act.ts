@@ -1,0 +1,193 @@
+import type { ServiceBusClient, ServiceBusReceivedMessage, ServiceBusReceiver } from "@azure/service-bus";
+import Long from "long";
+import { createEntityReceiver } from "./entity-receiver.ts";
+
+/** Why a selected dead letter was not acted on. */
+export type NotActed = "held by another operator" | "gone";
+
+export interface ActOptions {
+  /** Checked before each message: once aborted, the message in hand is finished and nothing more is started. */
+  readonly signal?: AbortSignal;
+  /** Messages locked and acted on per round trip; small, so a slow act cannot outlast the later ones' locks. */
+  readonly chunk?: number;
+}
+
+export type Act = (receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage) => Promise<void>;
+
+export interface ActOutcome {
+  /** The sequence numbers acted on, in order. */
+  readonly acted: string[];
+  /** The others, and why: still in the dead-letter queue but locked by someone else, or no longer there. */
+  readonly notActed: Map<string, NotActed>;
+  /** Stopped by the signal: these were not started. */
+  readonly stopped: string[];
+}
+
+const ROUNDS = 3;
+const CHUNK = 20;
+
+/**
+ * Locks exactly the given dead letters and acts on each. Service Bus receives a message by sequence number only
+ * once it is deferred (receive-by-sequence-number; "Throws if the message has not been deferred"), so a dead letter
+ * still active is reached by receiving the dead-letter queue in order; every other message met on the way is
+ * deferred there, never abandoned: an abandon counts as a delivery attempt, a deferral does not, and a deferred
+ * message is never received again except by its number. So no message outside the selection has its delivery count
+ * raised, and a later action reaches it directly. A selected message another receiver holds (a second operator)
+ * is reported as held, not retried until the run times out.
+ */
+export async function actOnDeadLetters(
+  client: ServiceBusClient,
+  queue: string,
+  sequenceNumbers: readonly string[],
+  act: Act,
+  options: ActOptions = {},
+): Promise<ActOutcome> {
+  const outcome: ActOutcome = { acted: [], notActed: new Map(), stopped: [] };
+  const receiver = createEntityReceiver(client, queue, {
+    subQueueType: "deadLetter",
+    receiveMode: "peekLock",
+    skipParsingBodyAsJson: true,
+  });
+  const wanted = new Set(sequenceNumbers);
+  const chunk = options.chunk ?? CHUNK;
+  try {
+    for (let round = 0; round < ROUNDS && wanted.size > 0; round++) {
+      const before = wanted.size;
+      const states = await peekStates(receiver, [...wanted]);
+      for (const seq of wanted)
+        if (!states.has(seq)) {
+          outcome.notActed.set(seq, "gone");
+          wanted.delete(seq);
+        }
+      const deferred = [...wanted].filter((s) => states.get(s) === "deferred");
+      await actBySequenceNumber(receiver, deferred, wanted, act, chunk, outcome, options.signal);
+      const active = [...wanted].filter((s) => states.get(s) === "active");
+      if (active.length > 0)
+        await actOnActive(receiver, new Set(active), wanted, act, chunk, outcome, options.signal);
+      if (options.signal?.aborted) break;
+      if (wanted.size === before) break;
+    }
+  } finally {
+    await receiver.close();
+  }
+  if (options.signal?.aborted) outcome.stopped.push(...wanted);
+  else
+    for (const seq of wanted)
+      if (!outcome.notActed.has(seq)) outcome.notActed.set(seq, "held by another operator");
+  for (const seq of outcome.stopped) outcome.notActed.delete(seq);
+  return outcome;
+}
+
+/** Each number's state in the dead-letter queue (active or deferred); a number not there is left out. */
+async function peekStates(
+  receiver: ServiceBusReceiver,
+  sequenceNumbers: string[],
+): Promise<Map<string, string>> {
+  const states = new Map<string, string>();
+  if (sequenceNumbers.length === 0) return states;
+  const wanted = new Set(sequenceNumbers);
+  const sorted = sequenceNumbers.map((s) => Long.fromString(s)).sort((a, b) => a.compare(b));
+  const last = sorted[sorted.length - 1]!;
+  let from = sorted[0]!;
+  while (!from.greaterThan(last)) {
+    const page = await receiver.peekMessages(100, { fromSequenceNumber: from });
+    if (page.length === 0) break;
+    for (const m of page) {
+      const seq = String(m.sequenceNumber);
+      if (wanted.has(seq)) states.set(seq, m.state);
+    }
+    from = Long.fromValue(page[page.length - 1]!.sequenceNumber!).add(1);
+    // Skip the gap to the next wanted number rather than peek through messages nobody selected.
+    const next = sorted.find((s) => !s.lessThan(from));
+    if (next === undefined) break;
+    from = next;
+  }
+  return states;
+}
+
+/** Deferred dead letters, locked by number a chunk at a time; a chunk that cannot be locked whole is tried one by one. */
+async function actBySequenceNumber(
+  receiver: ServiceBusReceiver,
+  sequenceNumbers: string[],
+  wanted: Set<string>,
+  act: Act,
+  chunk: number,
+  outcome: ActOutcome,
+  signal: AbortSignal | undefined,
+): Promise<void> {
+  for (let i = 0; i < sequenceNumbers.length && !signal?.aborted; i += chunk) {
+    const part = sequenceNumbers.slice(i, i + chunk);
+    let locked = await lockDeferred(receiver, part);
+    if (locked === undefined) {
+      locked = [];
+      for (const seq of part) locked.push(...((await lockDeferred(receiver, [seq])) ?? []));
+    }
+    await actOnLocked(receiver, locked, wanted, act, outcome, signal);
+  }
+}
+
+/** The deferred messages by number, locked; undefined when one of them cannot be (locked elsewhere, or gone). */
+async function lockDeferred(
+  receiver: ServiceBusReceiver,
+  sequenceNumbers: string[],
+): Promise<ServiceBusReceivedMessage[] | undefined> {
+  try {
+    return await receiver.receiveDeferredMessages(sequenceNumbers.map((s) => Long.fromString(s)));
+  } catch (error) {
+    if ((error as { code?: string }).code === "MessageNotFound") return undefined;
+    throw error;
+  }
+}
+
+/**
+ * Receives the dead-letter queue in order until every selected active message has come up: each selected one is
+ * acted on, each other one deferred at once (before its lock could run out, which would count as a delivery).
+ */
+async function actOnActive(
+  receiver: ServiceBusReceiver,
+  active: Set<string>,
+  wanted: Set<string>,
+  act: Act,
+  chunk: number,
+  outcome: ActOutcome,
+  signal: AbortSignal | undefined,
+): Promise<void> {
+  while (active.size > 0 && !signal?.aborted) {
+    const batch = await receiver.receiveMessages(chunk, { maxWaitTimeInMs: 1_000 });
+    if (batch.length === 0) return;
+    const selected: ServiceBusReceivedMessage[] = [];
+    for (const message of batch) {
+      const seq = String(message.sequenceNumber);
+      if (wanted.has(seq)) selected.push(message);
+      else await receiver.deferMessage(message);
+      active.delete(seq);
+    }
+    await actOnLocked(receiver, selected, wanted, act, outcome, signal);
+  }
+}
+
+async function actOnLocked(
+  receiver: ServiceBusReceiver,
+  locked: ServiceBusReceivedMessage[],
+  wanted: Set<string>,
+  act: Act,
+  outcome: ActOutcome,
+  signal: AbortSignal | undefined,
+): Promise<void> {
+  for (const message of locked) {
+    const seq = String(message.sequenceNumber);
+    if (signal?.aborted) {
+      // Not started: deferred back at once rather than left to a lock expiry, which would count as a delivery.
+      await receiver.deferMessage(message).catch(() => undefined);
+      continue;
+    }
+    try {
+      await act(receiver, message);
+    } catch (error) {
+      await receiver.deferMessage(message).catch(() => undefined);
+      throw error;
+    }
+    wanted.delete(seq);
+    outcome.acted.push(seq);
+  }
+}
