@@ -30,12 +30,18 @@ export function renderPage({ token, nonce }: { token: string; nonce: string }): 
   #progress { min-height: 1.5rem; font-weight: 600; }
   dialog { max-width: 36rem; } dialog ul { max-height: 12rem; overflow: auto; }
   .muted { color: #555; }
+  td.body pre { max-height: 20rem; overflow: auto; overflow-wrap: anywhere; max-width: 40rem; }
+  td { overflow-wrap: anywhere; }
+  fieldset { border: 1px solid #ccc; border-radius: 4px; margin: .5rem 0; }
+  fieldset label { margin-right: 1rem; display: inline-block; }
+  #lost { border: 2px solid #a00; padding: .4rem .8rem; background: #fff4f4; }
+  .reasons { display: flex; flex-wrap: wrap; gap: .5rem 1rem; }
 </style>
 </head>
 <body>
 <header>
   <h1>sbinbox console: <span id="entity">…</span></h1>
-  <p class="muted">Reads peek at the dead-letter queue and lock nothing. A replay or purge asks first, then runs through the same code as <code>sbinbox dlq</code>.</p>
+  <p class="muted">Reads peek at the whole dead-letter queue and lock nothing. A replay or purge asks first, then acts on exactly the confirmed messages, by sequence number; a purge archives each message before deleting it. Every plan and run is logged with your name.</p>
 </header>
 <main>
   <section aria-labelledby="counts-heading">
@@ -45,6 +51,7 @@ export function renderPage({ token, nonce }: { token: string; nonce: string }): 
       <div><dt>Scheduled</dt><dd id="scheduled">…</dd></div>
       <div><dt>Dead-lettered</dt><dd id="dead">…</dd></div>
     </dl>
+    <p id="counted" class="muted"></p>
     <button type="button" id="refresh">Refresh</button>
   </section>
   <section aria-labelledby="db-heading">
@@ -54,6 +61,34 @@ export function renderPage({ token, nonce }: { token: string; nonce: string }): 
   <section aria-labelledby="dlq-heading">
     <h2 id="dlq-heading">Dead-letter queue by reason</h2>
     <div id="groups"></div>
+  </section>
+  <section aria-labelledby="list-heading">
+    <h2 id="list-heading">Dead letters</h2>
+    <fieldset>
+      <legend>Filter</legend>
+      <label>Reason <select id="f-reason"><option value="">any</option></select></label>
+      <label>Type <select id="f-type"><option value="">any</option></select></label>
+      <label>MessageId or inbox key <input id="f-id" type="text" size="24"></label>
+      <label>Enqueued from <input id="f-from" type="datetime-local" step="1"></label>
+      <label>to <input id="f-to" type="datetime-local" step="1"></label>
+      <button type="button" id="f-apply">Apply filter</button>
+      <button type="button" id="f-clear">Clear filter</button>
+    </fieldset>
+    <p id="matching" aria-live="polite"></p>
+    <div>
+      <button type="button" id="select-all">Select all matching</button>
+      <button type="button" id="select-none">Clear selection</button>
+      <span id="selection" aria-live="polite">Nothing selected.</span>
+    </div>
+    <table id="list">
+      <thead><tr><th scope="col">Select</th><th scope="col">MessageId</th><th scope="col">Inbox key</th><th scope="col">Reason</th><th scope="col">Type</th><th scope="col">Enqueued</th><th scope="col">Deliveries</th><th scope="col">Description</th><th scope="col">Body and properties</th></tr></thead>
+      <tbody></tbody>
+    </table>
+    <div>
+      <button type="button" id="prev">Previous page</button>
+      <span id="page-of"></span>
+      <button type="button" id="next">Next page</button>
+    </div>
     <div>
       <button type="button" id="replay-selected">Replay selected</button>
       <button type="button" id="purge-selected" class="danger">Purge selected</button>
@@ -62,6 +97,7 @@ export function renderPage({ token, nonce }: { token: string; nonce: string }): 
   <section aria-labelledby="progress-heading">
     <h2 id="progress-heading">Progress and results</h2>
     <div id="progress" role="status" aria-live="polite" tabindex="-1"></div>
+    <div id="lost" role="alert" hidden></div>
     <progress id="bar" max="1" value="0" aria-label="Progress of the running action" hidden></progress>
     <table id="results" hidden>
       <caption class="muted">Result per message</caption>
@@ -87,6 +123,8 @@ const el = (tag, text, attrs = {}) => {
   for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
   return e;
 };
+const PAGE = 50;
+const n = (x) => Number(x).toLocaleString("en");
 async function api(path, body) {
   const init = { headers: { "x-sbinbox-token": token } };
   if (body !== undefined) {
@@ -95,8 +133,13 @@ async function api(path, body) {
     init.body = JSON.stringify(body);
   }
   const res = await fetch(path, init);
-  const value = await res.json();
-  if (!res.ok) throw new Error(value.error || res.statusText);
+  let value;
+  try { value = await res.json(); } catch { value = {}; }
+  if (!res.ok) {
+    const error = new Error(value.error || res.statusText);
+    error.status = res.status;
+    throw error;
+  }
   return value;
 }
 const say = (text) => { $("progress").textContent = text; };
@@ -130,81 +173,162 @@ function renderDatabase(state) {
 function renderGroups(state) {
   const box = $("groups");
   box.replaceChildren();
-  if (state.groups.length === 0) box.append(el("p", "The dead-letter queue is empty."));
-  state.groups.forEach((group, g) => {
+  if (state.reasons.length === 0) box.append(el("p", "The dead-letter queue is empty."));
+  state.reasons.forEach((group, g) => {
     const section = el("section", undefined, { class: "group", "aria-labelledby": "group-" + g });
-    section.append(el("h3", group.reason + " (" + group.messages.length + ")", { id: "group-" + g }));
-    const replay = el("button", "Replay group " + group.reason, { type: "button" });
-    replay.addEventListener("click", () => ask("replay", { reason: group.reason }));
-    const purge = el("button", "Purge group " + group.reason, { type: "button", class: "danger" });
-    purge.addEventListener("click", () => ask("purge", { reason: group.reason }));
-    section.append(replay, purge);
-    const table = el("table");
-    const head = el("tr");
-    for (const h of ["Select", "MessageId", "Inbox key", "Enqueued", "Deliveries", "Description", "Body"])
-      head.append(el("th", h, { scope: "col" }));
-    const thead = el("thead");
-    thead.append(head);
-    table.append(thead);
-    const body = el("tbody");
-    for (const m of group.messages) {
-      const tr = el("tr");
-      const box = el("input", undefined, { type: "checkbox", value: m.sequenceNumber, "aria-label": "Select message " + m.messageId, class: "pick" });
-      const cell = el("td");
-      cell.append(box);
-      tr.append(cell, el("td", m.messageId), el("td", m.inboxKey), el("td", m.enqueuedTime || ""), el("td", m.deliveryCount), el("td", m.description || ""));
-      const bodyCell = el("td");
-      const show = el("button", "Show body", { type: "button", "aria-label": "Show body of " + m.messageId });
-      show.addEventListener("click", async () => {
-        try {
-          const { body: text } = await api("/api/body?seq=" + encodeURIComponent(m.sequenceNumber));
-          bodyCell.replaceChildren(el("pre", text));
-        } catch (error) { bodyCell.replaceChildren(el("span", error.message)); }
-      });
-      bodyCell.append(show);
-      tr.append(bodyCell);
-      body.append(tr);
-    }
-    table.append(body);
-    section.append(table);
+    section.append(el("h3", group.name + " (" + n(group.count) + ")", { id: "group-" + g }));
+    const show = el("button", "Show group " + group.name, { type: "button" });
+    show.addEventListener("click", () => { $("f-reason").value = group.name; applyFilter(); });
+    const replay = el("button", "Replay group " + group.name, { type: "button" });
+    replay.addEventListener("click", () => ask("replay", { filter: { reason: group.name } }, "of reason " + group.name));
+    const purge = el("button", "Purge group " + group.name, { type: "button", class: "danger" });
+    purge.addEventListener("click", () => ask("purge", { filter: { reason: group.name } }, "of reason " + group.name));
+    section.append(show, replay, purge);
     box.append(section);
   });
+  const fill = (select, tallies) => {
+    const current = select.value;
+    select.replaceChildren(el("option", "any", { value: "" }), ...tallies.map((t) => el("option", t.name + " (" + n(t.count) + ")", { value: t.name })));
+    select.value = tallies.some((t) => t.name === current) ? current : "";
+  };
+  fill($("f-reason"), state.reasons);
+  fill($("f-type"), state.types);
 }
 
-async function refresh() {
+function renderCounts(state) {
+  $("entity").textContent = state.entity;
+  const q = state.queue;
+  // Never "0+": capped, the peek saw the first QUEUE_COUNT_CAP messages only, and says so in words.
+  $("active").textContent = q.capped ? n(q.active) + " of the first " + n(q.peeked) : n(q.active);
+  $("scheduled").textContent = q.capped ? n(q.scheduled) + " of the first " + n(q.peeked) : n(q.scheduled);
+  $("dead").textContent = n(state.deadLettered);
+  $("counted").textContent = "Dead letters counted by a full peek at " + state.indexedAt + (q.capped ? "; the queue holds more than " + n(q.peeked) + " messages, counted up to there." : ".");
+}
+
+// The filter in force, and the selection: sequence numbers ticked on any page, or every message the filter matches.
+let filter = {};
+let offset = 0;
+let total = 0;
+let picked = new Map();
+let allMatching = null;
+
+function readFilter() {
+  const f = {};
+  const iso = (v) => (v ? new Date(v).toISOString() : "");
+  for (const [key, value] of [["reason", $("f-reason").value], ["type", $("f-type").value], ["messageId", $("f-id").value.trim()], ["enqueuedFrom", iso($("f-from").value)], ["enqueuedTo", iso($("f-to").value)]])
+    if (value) f[key] = value;
+  return f;
+}
+function applyFilter() { filter = readFilter(); offset = 0; allMatching = null; showSelection(); loadPage(); }
+function showSelection() {
+  $("selection").textContent = allMatching
+    ? "All " + n(allMatching.count) + " matching the filter selected."
+    : picked.size === 0 ? "Nothing selected." : n(picked.size) + " selected (on any page).";
+}
+
+async function loadPage() {
+  const params = new URLSearchParams({ ...filter, offset: String(offset), limit: String(PAGE) });
+  let page;
+  try { page = await api("/api/messages?" + params); }
+  catch (error) { $("matching").textContent = "Could not read the list: " + error.message; return; }
+  total = page.total;
+  $("matching").textContent = n(page.total) + " dead letter(s) match" + (Object.keys(filter).length ? " the filter." : ".");
+  const pages = Math.max(1, Math.ceil(page.total / PAGE));
+  $("page-of").textContent = "Page " + (Math.floor(offset / PAGE) + 1) + " of " + pages;
+  $("prev").disabled = offset === 0;
+  $("next").disabled = offset + PAGE >= page.total;
+  $("list").tBodies[0].replaceChildren(...page.messages.map(row));
+}
+
+function row(m) {
+  const tr = el("tr");
+  const box = el("input", undefined, { type: "checkbox", value: m.sequenceNumber, "aria-label": "Select message " + m.messageId, class: "pick" });
+  box.checked = allMatching !== null || picked.has(m.sequenceNumber);
+  box.disabled = allMatching !== null;
+  box.addEventListener("change", () => {
+    if (box.checked) picked.set(m.sequenceNumber, m.messageId); else picked.delete(m.sequenceNumber);
+    showSelection();
+  });
+  const cell = el("td");
+  cell.append(box);
+  tr.append(cell, el("td", m.messageId), el("td", m.inboxKey), el("td", m.reason || ""), el("td", m.type || ""), el("td", m.enqueuedTime || ""), el("td", m.deliveryCount), el("td", m.description || ""));
+  const bodyCell = el("td", undefined, { class: "body" });
+  const show = el("button", "Show body", { type: "button", "aria-label": "Show body of " + m.messageId });
+  show.addEventListener("click", async () => {
+    try {
+      const found = await api("/api/body?seq=" + encodeURIComponent(m.sequenceNumber));
+      bodyCell.replaceChildren(el("pre", found.body), el("pre", JSON.stringify(found.properties, null, 1), { class: "props", "aria-label": "Properties of " + m.messageId }));
+    } catch (error) { bodyCell.replaceChildren(el("span", error.message)); }
+  });
+  bodyCell.append(show);
+  tr.append(bodyCell);
+  return tr;
+}
+
+async function refresh(fresh) {
   try {
-    const state = await api("/api/state");
-    $("entity").textContent = state.entity;
-    $("active").textContent = state.active + (state.capped ? "+" : "");
-    $("scheduled").textContent = state.scheduled + (state.capped ? "+" : "");
-    $("dead").textContent = state.deadLettered + (state.capped ? "+" : "");
+    const state = await api("/api/state" + (fresh ? "?fresh=1" : ""));
+    renderCounts(state);
     renderDatabase(state);
     renderGroups(state);
+    await loadPage();
   } catch (error) { say("Could not read the queue: " + error.message); }
 }
 
 let opener;
-async function ask(action, selection) {
+async function ask(action, selection, what) {
   opener = document.activeElement;
   let plan;
   try { plan = await api("/api/plan", { action, ...selection }); }
   catch (error) { say(error.message); return; }
-  const what = selection.reason ? "of reason " + selection.reason : "selected";
   $("confirm-title").textContent = action === "replay" ? "Replay messages?" : "Purge messages for good?";
-  $("confirm-text").textContent = action === "replay"
-    ? "Send " + plan.messages.length + " message(s) " + what + " back to " + $("entity").textContent + ". Each is applied at most once: a copy carries its original's inbox key."
-    : "Delete " + plan.messages.length + " message(s) " + what + " from the dead-letter queue. They cannot be recovered.";
-  if (plan.capped) $("confirm-text").textContent += " These are the first " + plan.messages.length + " found; more exist: run it again afterwards.";
-  $("confirm-list").replaceChildren(...plan.messages.map((m) => el("li", m.messageId)));
+  const reasons = plan.reasons.map((r) => r.name + ": " + n(r.count)).join(", ");
+  $("confirm-text").textContent = (action === "replay"
+    ? "Send " + n(plan.count) + " message(s) " + what + " back to " + $("entity").textContent + ". Each is applied at most once: a copy carries its original's inbox key."
+    : "Delete " + n(plan.count) + " message(s) " + what + " from the dead-letter queue. Each is written to the console's archive first, from which it can be restored.")
+    + " By reason: " + reasons + ".";
+  const items = plan.sample.map((m) => el("li", m.messageId));
+  if (plan.count > plan.sample.length) items.push(el("li", "and " + n(plan.count - plan.sample.length) + " more"));
+  $("confirm-list").replaceChildren(...items);
   const yes = $("confirm-yes");
-  yes.textContent = action === "replay" ? "Replay " + plan.messages.length : "Purge " + plan.messages.length;
+  yes.textContent = (action === "replay" ? "Replay " : "Purge ") + plan.count;
   yes.className = action === "purge" ? "danger" : "";
   yes.onclick = () => { $("confirm").close(); start(plan); };
   $("confirm").showModal();
   $("confirm-no").focus();
 }
 $("confirm-no").addEventListener("click", () => { $("confirm").close(); say("Cancelled: nothing was changed."); });
-$("confirm").addEventListener("close", () => { if (opener) opener.focus(); });
+$("confirm").addEventListener("close", () => { if (opener && opener.isConnected) opener.focus(); });
+
+function tallyText(job) {
+  return Object.entries(job.counts).map(([r, c]) => n(c) + " " + r).join(", ");
+}
+
+// A console that dies or a network that drops mid-run must not look like success: the last state seen stays on the
+// page with what it leaves unknown, and the page keeps asking until the console answers again.
+function lost(job, error) {
+  const box = $("lost");
+  box.hidden = false;
+  const known = job.done + " of " + job.total + " done when the console last answered";
+  box.textContent = error.status === 404 || error.status === 401
+    ? "The console restarted: this run's progress is gone with it (" + known + "). Its log lines (console.result) on the console's stderr say what was done; the rest are still in the dead-letter queue. Sign in again and refresh."
+    : "Lost contact with the console (" + error.message + "): " + known + ". " + (job.total - job.done) + " not confirmed: they are still dead-lettered unless the console acted on them before it stopped. Retrying…";
+}
+
+async function poll(job) {
+  for (let failures = 0; ; ) {
+    await new Promise((r) => setTimeout(r, failures === 0 ? 250 : 1000));
+    try {
+      const next = await api("/api/jobs/" + job.id);
+      $("lost").hidden = true;
+      return next;
+    } catch (error) {
+      lost(job, error);
+      if (error.status === 404 || error.status === 401) return undefined;
+      failures += 1;
+    }
+  }
+}
 
 async function start(plan) {
   let job;
@@ -223,40 +347,64 @@ async function start(plan) {
       say((job.action === "replay" ? "Replaying" : "Purging") + ": " + job.done + " of " + job.total);
     }
     if (job.state !== "running") break;
-    await new Promise((r) => setTimeout(r, 250));
-    job = await api("/api/jobs/" + job.id);
+    const next = await poll(job);
+    if (!next) { say((job.action === "replay" ? "Replay" : "Purge") + " interrupted: " + job.done + " of " + job.total + " confirmed done; the console is gone."); return; }
+    job = next;
   }
-  const verb = job.action === "replay" ? "Replayed" : "Purged";
-  say(job.state === "done"
-    ? verb + " " + job.done + " of " + job.total + " message(s)."
-    : job.state === "partial"
-      ? verb + " " + job.done + " of " + job.total + "; the others are still dead-lettered: run again."
-      : verb + " " + job.done + " of " + job.total + ", then failed: " + job.error);
-  const table = $("results");
-  table.hidden = false;
-  table.tBodies[0].replaceChildren(...job.results.map((r) => {
-    const tr = el("tr");
-    tr.append(el("td", r.messageId), el("td", r.result), el("td", r.copyMessageId ? "copy " + r.copyMessageId : r.why || ""));
-    return tr;
-  }));
-  await refresh();
+  finish(job);
+  picked = new Map();
+  allMatching = null;
+  showSelection();
+  await refresh(true);
   // The button that started it may be gone with its group: focus goes to the result, not to <body>.
   $("progress").focus();
 }
 
-function selected() {
-  return [...document.querySelectorAll("input.pick:checked")].map((b) => b.value);
+function finish(job) {
+  const verb = job.action === "replay" ? "Replayed" : "Purged";
+  const done = verb + " " + job.done + " of " + job.total;
+  say(job.state === "done"
+    ? done + " message(s)."
+    : job.state === "partial"
+      ? done + "; not done: " + tallyText(job) + "."
+      : job.state === "stopped"
+        ? done + ", then the console was stopped: " + tallyText(job) + "."
+        : done + ", then failed: " + job.error + " (" + tallyText(job) + ").");
+  const table = $("results");
+  table.hidden = false;
+  const rows = job.results.map((r) => {
+    const tr = el("tr");
+    tr.append(el("td", r.messageId), el("td", r.result), el("td", r.copyMessageId ? "copy " + r.copyMessageId : r.why || ""));
+    return tr;
+  });
+  if (job.moreResults > 0) rows.push(el("tr", "and " + n(job.moreResults) + " more (the console's log has every one)"));
+  if (job.archive) rows.push(el("tr", "Archived to " + job.archive));
+  table.tBodies[0].replaceChildren(...rows);
 }
-$("replay-selected").addEventListener("click", () => {
-  const s = selected();
-  if (s.length === 0) say("Select one or more messages first."); else ask("replay", { sequenceNumbers: s });
+
+function selection() {
+  if (allMatching) return { selection: { filter: allMatching.filter }, what: "matching the filter" };
+  if (picked.size === 0) return undefined;
+  return { selection: { sequenceNumbers: [...picked.keys()] }, what: "selected" };
+}
+for (const [id, action] of [["replay-selected", "replay"], ["purge-selected", "purge"]])
+  $(id).addEventListener("click", () => {
+    const s = selection();
+    if (!s) say("Select one or more messages first."); else ask(action, s.selection, s.what);
+  });
+$("select-all").addEventListener("click", () => {
+  if (Object.keys(filter).length === 0) { say("Filter first (a reason, a type, a time, a MessageId): a write never means everything by omission."); return; }
+  allMatching = { filter, count: total };
+  showSelection();
+  loadPage();
 });
-$("purge-selected").addEventListener("click", () => {
-  const s = selected();
-  if (s.length === 0) say("Select one or more messages first."); else ask("purge", { sequenceNumbers: s });
-});
-$("refresh").addEventListener("click", refresh);
-refresh();
+$("select-none").addEventListener("click", () => { picked = new Map(); allMatching = null; showSelection(); loadPage(); });
+$("f-apply").addEventListener("click", applyFilter);
+$("f-clear").addEventListener("click", () => { for (const id of ["f-reason", "f-type", "f-id", "f-from", "f-to"]) $(id).value = ""; applyFilter(); });
+$("prev").addEventListener("click", () => { offset = Math.max(0, offset - PAGE); loadPage(); });
+$("next").addEventListener("click", () => { if (offset + PAGE < total) { offset += PAGE; loadPage(); } });
+$("refresh").addEventListener("click", () => refresh(true));
+refresh(false);
 </script>
 </body>
 </html>

@@ -25,12 +25,14 @@ export interface ActOutcome {
 
 const ROUNDS = 3;
 const CHUNK = 20;
+/** Messages received at a time while walking the active dead letters: most are set aside at once. */
+const WALK = 100;
 
 /**
  * Locks exactly the given dead letters and acts on each. Service Bus receives a message by sequence number only
  * once it is deferred (receive-by-sequence-number; "Throws if the message has not been deferred"), so a dead letter
- * still active is reached by receiving the dead-letter queue in order; every other message met on the way is
- * deferred there, never abandoned: an abandon counts as a delivery attempt, a deferral does not, and a deferred
+ * still active is reached by receiving the dead-letter queue in order and deferring what comes up; every other
+ * message met on the way is deferred there too, never abandoned: an abandon counts as a delivery attempt, a deferral does not, and a deferred
  * message is never received again except by its number. So no message outside the selection has its delivery count
  * raised, and a later action reaches it directly. A selected message another receiver holds (a second operator)
  * is reported as held, not retried until the run times out.
@@ -59,11 +61,11 @@ export async function actOnDeadLetters(
           outcome.notActed.set(seq, "gone");
           wanted.delete(seq);
         }
-      const deferred = [...wanted].filter((s) => states.get(s) === "deferred");
-      await actBySequenceNumber(receiver, deferred, wanted, act, chunk, outcome, options.signal);
       const active = [...wanted].filter((s) => states.get(s) === "active");
-      if (active.length > 0)
-        await actOnActive(receiver, new Set(active), wanted, act, chunk, outcome, options.signal);
+      const setAside =
+        active.length > 0 ? await deferActive(receiver, new Set(active), options.signal) : new Set();
+      const deferred = [...wanted].filter((s) => states.get(s) === "deferred" || setAside.has(s));
+      await actBySequenceNumber(receiver, deferred, wanted, act, chunk, outcome, options.signal);
       if (options.signal?.aborted) break;
       if (wanted.size === before) break;
     }
@@ -89,6 +91,7 @@ async function peekStates(
   const sorted = sequenceNumbers.map((s) => Long.fromString(s)).sort((a, b) => a.compare(b));
   const last = sorted[sorted.length - 1]!;
   let from = sorted[0]!;
+  let next = 0;
   while (!from.greaterThan(last)) {
     const page = await receiver.peekMessages(100, { fromSequenceNumber: from });
     if (page.length === 0) break;
@@ -98,9 +101,9 @@ async function peekStates(
     }
     from = Long.fromValue(page[page.length - 1]!.sequenceNumber!).add(1);
     // Skip the gap to the next wanted number rather than peek through messages nobody selected.
-    const next = sorted.find((s) => !s.lessThan(from));
-    if (next === undefined) break;
-    from = next;
+    while (next < sorted.length && sorted[next]!.lessThan(from)) next++;
+    if (next === sorted.length) break;
+    from = sorted[next]!;
   }
   return states;
 }
@@ -140,30 +143,27 @@ async function lockDeferred(
 }
 
 /**
- * Receives the dead-letter queue in order until every selected active message has come up: each selected one is
- * acted on, each other one deferred at once (before its lock could run out, which would count as a delivery).
+ * Receives the dead-letter queue in order until every selected active message has come up, and defers each message
+ * received, selected or not, at once: before its lock could run out (which would count as a delivery), and so that
+ * the selected ones are then locked by number a few at a time, each with a fresh lock, however long the run.
+ * Returns the sequence numbers deferred.
  */
-async function actOnActive(
+async function deferActive(
   receiver: ServiceBusReceiver,
   active: Set<string>,
-  wanted: Set<string>,
-  act: Act,
-  chunk: number,
-  outcome: ActOutcome,
   signal: AbortSignal | undefined,
-): Promise<void> {
+): Promise<Set<string>> {
+  const deferred = new Set<string>();
   while (active.size > 0 && !signal?.aborted) {
-    const batch = await receiver.receiveMessages(chunk, { maxWaitTimeInMs: 1_000 });
-    if (batch.length === 0) return;
-    const selected: ServiceBusReceivedMessage[] = [];
-    for (const message of batch) {
-      const seq = String(message.sequenceNumber);
-      if (wanted.has(seq)) selected.push(message);
-      else await receiver.deferMessage(message);
-      active.delete(seq);
+    const batch = await receiver.receiveMessages(WALK, { maxWaitTimeInMs: 1_000 });
+    if (batch.length === 0) break;
+    await Promise.all(batch.map((m) => receiver.deferMessage(m)));
+    for (const m of batch) {
+      active.delete(String(m.sequenceNumber));
+      deferred.add(String(m.sequenceNumber));
     }
-    await actOnLocked(receiver, selected, wanted, act, outcome, signal);
   }
+  return deferred;
 }
 
 async function actOnLocked(
@@ -184,6 +184,9 @@ async function actOnLocked(
     try {
       await act(receiver, message);
     } catch (error) {
+      // Its lock ran out mid-act (a replay's copy may be sent: the next round sends it again under the same
+      // MessageId, which duplicate detection drops, and the inbox key stops it either way): left for the next round.
+      if ((error as { code?: string }).code === "MessageLockLost") continue;
       await receiver.deferMessage(message).catch(() => undefined);
       throw error;
     }

@@ -112,6 +112,8 @@ export interface DrainOptions extends ActOptions {
 export interface ReplayOptions extends DrainOptions {
   /** Runs after a copy is sent and before its dead-lettered original is completed (fault injection; tests). */
   readonly beforeComplete?: (messageId: string) => void | Promise<void>;
+  /** Called after each message replayed (its copy sent, the original completed), with the copy's MessageId. */
+  readonly onReplayed?: (message: DeadLetter, copyMessageId: string) => void;
 }
 
 /** The selected messages not acted on: why each was not (by sequence number), and those a stop left unstarted. */
@@ -155,6 +157,7 @@ export async function replayDeadLetters(
         copyMessageId: copyId,
         sequenceNumber: info.sequenceNumber,
       });
+      options.onReplayed?.(info, copyId);
     });
     return { ...result, replayed };
   } finally {

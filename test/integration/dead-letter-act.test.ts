@@ -24,6 +24,7 @@ async function deadLetter(
       for (const m of await receiver.receiveMessages(100, { maxWaitTimeInMs: 2_000 })) {
         await receiver.deadLetterMessage(m, {
           deadLetterReason: reasonOf(Number(String(m.messageId).slice(2))),
+          deadLetterErrorDescription: "x",
         });
         moved += 1;
       }
