@@ -50,8 +50,8 @@ export function matcher(filter: Filter): (m: DeadLetter) => boolean {
 }
 
 export interface Page {
-  /** How many match the filter, in the whole queue. */
-  readonly total: number;
+  /** How many match the filter, in the whole queue; undefined while the first count is still under way. */
+  readonly total: number | undefined;
   readonly offset: number;
   readonly messages: readonly DeadLetter[];
 }

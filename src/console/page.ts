@@ -230,14 +230,18 @@ async function loadPage() {
   const params = new URLSearchParams({ ...filter, offset: String(offset), limit: String(PAGE) });
   let page;
   try { page = await api("/api/messages?" + params); }
-  catch (error) { $("matching").textContent = "Could not read the list: " + error.message; return; }
-  total = page.total;
-  $("matching").textContent = n(page.total) + " dead letter(s) match" + (Object.keys(filter).length ? " the filter." : ".");
-  const pages = Math.max(1, Math.ceil(page.total / PAGE));
-  $("page-of").textContent = "Page " + (Math.floor(offset / PAGE) + 1) + " of " + pages;
+  catch (error) { $("matching").textContent = "Could not read the list: " + error.message; return true; }
+  const counting = page.total === undefined || page.total === null;
+  total = counting ? 0 : page.total;
+  $("matching").textContent = counting
+    ? "Counting the whole dead-letter queue… (the first messages are shown meanwhile)"
+    : n(page.total) + " dead letter(s) match" + (Object.keys(filter).length ? " the filter." : ".");
+  const here = Math.floor(offset / PAGE) + 1;
+  $("page-of").textContent = counting ? "Page " + here : "Page " + here + " of " + Math.max(1, Math.ceil(page.total / PAGE));
   $("prev").disabled = offset === 0;
-  $("next").disabled = offset + PAGE >= page.total;
+  $("next").disabled = counting || offset + PAGE >= page.total;
   $("list").tBodies[0].replaceChildren(...page.messages.map(row));
+  return !counting;
 }
 
 function row(m) {
@@ -265,13 +269,15 @@ function row(m) {
   return tr;
 }
 
+// The first page first: on a large queue it comes long before the count of every message, which follows.
 async function refresh(fresh) {
   try {
+    const counted = fresh ? false : await loadPage();
     const state = await api("/api/state" + (fresh ? "?fresh=1" : ""));
     renderCounts(state);
     renderDatabase(state);
     renderGroups(state);
-    await loadPage();
+    if (!counted) await loadPage();
   } catch (error) { say("Could not read the queue: " + error.message); }
 }
 

@@ -97,9 +97,11 @@ export interface Plan {
 export const QUEUE_COUNT_CAP = 5_000;
 /** A plan not confirmed within this is void: the queue may have changed under the operator's eyes. */
 const PLAN_TTL_MS = 5 * 60_000;
-/** A state or page read within this of the last full peek reuses it (a refresh forces a new one). */
-const INDEX_TTL_MS = 3_000;
+/** A page read this long after the last full peek is served from it while a new one is taken behind it. */
+const INDEX_TTL_MS = 10_000;
 const SAMPLE = 20;
+/** How far a cold console peeks directly for an unfiltered page, rather than wait for the index. */
+const FIRST_PAGES = 500;
 
 export interface ConsoleService {
   state(options?: { fresh?: boolean }): Promise<ConsoleState>;
@@ -145,6 +147,13 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
     },
 
     async messages(filter, offset, limit) {
+      // A cold console's first page need not wait for a count of the whole queue: it is peeked on its own, and
+      // the count (the index) is built behind it; the page says the total is still being counted.
+      if (!index.kept() && Object.keys(filter).length === 0 && offset + limit <= FIRST_PAGES) {
+        void index.get(false).catch(() => undefined);
+        const first = await peekDeadLetters(sources.client, sources.entity, { max: offset + limit });
+        return { total: undefined, offset, messages: first.slice(offset) };
+      }
       return pageOf(await index.get(false), filter, offset, limit);
     },
 
@@ -247,21 +256,43 @@ function planned(index: DeadLetterIndex, selection: Selection): Planned[] {
   }));
 }
 
-/** The last full peek of the dead-letter queue, shared by the reads that come while one is under way. */
+/**
+ * The last full peek of the dead-letter queue, shared by the reads that come while one is under way. A read past
+ * INDEX_TTL_MS gets the kept index at once and starts a new peek behind it (so a page never waits for a count of a
+ * large queue twice); a forced read (a refresh, a plan) waits for a new one.
+ */
 function createIndexCache(sources: ConsoleSources, now: () => number) {
-  let last: { at: number; index: Promise<DeadLetterIndex> } | undefined;
+  let last: DeadLetterIndex | undefined;
+  let building: Promise<DeadLetterIndex> | undefined;
+  let builtAt = 0;
+  const build = (): Promise<DeadLetterIndex> => {
+    if (building) return building;
+    const at = now();
+    const next = peekDeadLetters(sources.client, sources.entity).then((all) => indexOf(all, new Date(at)));
+    building = next;
+    next.then(
+      (index) => {
+        last = index;
+        builtAt = at;
+      },
+      // A failed peek is not kept: the next read tries again.
+      () => undefined,
+    );
+    void next
+      .finally(() => {
+        if (building === next) building = undefined;
+      })
+      .catch(() => undefined);
+    return next;
+  };
   return {
     get(fresh: boolean): Promise<DeadLetterIndex> {
-      if (last && !fresh && now() - last.at < INDEX_TTL_MS) return last.index;
-      const at = now();
-      const index = peekDeadLetters(sources.client, sources.entity).then((all) => indexOf(all, new Date(at)));
-      last = { at, index };
-      // A failed peek is not kept: the next read tries again.
-      index.catch(() => {
-        if (last?.index === index) last = undefined;
-      });
-      return index;
+      if (fresh || !last) return build();
+      if (now() - builtAt >= INDEX_TTL_MS) void build().catch(() => undefined);
+      return Promise.resolve(last);
     },
+    /** The kept index, if there is one: no peek started. */
+    kept: () => last,
     invalidate() {
       last = undefined;
     },
