@@ -41,14 +41,12 @@ async function fill(client: ServiceBusClient): Promise<void> {
   try {
     for (let moved = 0; moved < N;) {
       const batch = await receiver.receiveMessages(BATCH, { maxWaitTimeInMs: 2_000 });
-      await Promise.all(
-        batch.map((m) =>
-          receiver.deadLetterMessage(m, {
-            deadLetterReason: reasonOf(Number(String(m.messageId).slice(2))),
-            deadLetterErrorDescription: "bench",
-          }),
-        ),
-      );
+      // One at a time: rhea merges side-by-side dispositions of one outcome, and the reasons would blur.
+      for (const m of batch)
+        await receiver.deadLetterMessage(m, {
+          deadLetterReason: reasonOf(Number(String(m.messageId).slice(2))),
+          deadLetterErrorDescription: "bench",
+        });
       moved += batch.length;
     }
   } finally {
