@@ -91,6 +91,7 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
     entity: config.queue,
     audit: createAudit(createLogger({ fields: { component: "console" } })),
     archive: (who) => openArchive(archiveDir, config.queue, who),
+    validate: await handlerSchemas(),
     ...(await databaseSources(config, closers)),
   };
   if (!LOOPBACK.has(host)) {
@@ -119,6 +120,33 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
   const code = await finishRunning(service);
   for (const close of closers) await close().catch(() => undefined);
   return code;
+}
+
+/**
+ * The handler module's schemas (SBINBOX_HANDLERS, else the built-in example), which an edited body must pass before
+ * it is sent: the worker would dead-letter it again otherwise. A module that does not load leaves edits refused.
+ */
+async function handlerSchemas(): Promise<ConsoleSources["validate"]> {
+  const { loadHandlerModule } = await import("../app/handler-module.ts");
+  const { HandlerRegistry } = await import("../domain/envelope.ts");
+  let registry: InstanceType<typeof HandlerRegistry>;
+  try {
+    registry = new HandlerRegistry(await (await loadHandlerModule(process.env.SBINBOX_HANDLERS)).handlers());
+  } catch (error) {
+    process.stderr.write(
+      `sbinbox console: edit-and-retry off: the handler module did not load: ${(error as Error).message}\n`,
+    );
+    return undefined;
+  }
+  return (type, body) => {
+    const handler = type === undefined ? undefined : registry.get(type);
+    if (!handler)
+      return `no handler for the message type ${JSON.stringify(type ?? "")}: the worker would dead-letter it again`;
+    const result = handler.schema.safeParse(body);
+    return result.success
+      ? undefined
+      : `the edited body does not match the ${type} schema: ${result.error.issues.map((i) => `${i.path.join(".") || "(body)"}: ${i.message}`).join("; ")}`;
+  };
 }
 
 /** On a terminal, Enter prints a new one-time sign-in link (each link signs in one browser, once). */

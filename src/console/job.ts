@@ -6,7 +6,8 @@ import {
   type DrainResult,
 } from "../servicebus/dead-letter.ts";
 
-export type Action = "replay" | "purge";
+/** An edit is a replay of one message with a body the operator changed. */
+export type Action = "replay" | "purge" | "edit";
 
 /** A planned message: what the operator confirmed, by sequence number. */
 export interface Planned {
@@ -50,6 +51,8 @@ export interface RunContext {
   readonly entity: string;
   readonly signal: AbortSignal;
   readonly archive?: Archive;
+  /** An edit's new body, by sequence number (validated by the handler's schema when planned). */
+  readonly bodies?: ReadonlyMap<string, Buffer>;
   /** Called once per message result, as it is known (the audit's per-message line). */
   readonly onResult?: (result: MessageResult) => void;
 }
@@ -70,7 +73,7 @@ export async function execute(context: RunContext, planned: readonly Planned[], 
       record({
         sequenceNumber: m.sequenceNumber,
         messageId: m.messageId,
-        result: job.action === "replay" ? "replayed" : "purged",
+        result: job.action === "purge" ? "purged" : "replayed",
         ...(copyMessageId === undefined ? {} : { copyMessageId }),
       });
     });
@@ -108,9 +111,10 @@ async function act(
   onActed: (m: DeadLetter, copyMessageId?: string) => void,
 ): Promise<DrainResult> {
   const options = { signal: context.signal };
-  if (job.action === "replay")
+  if (job.action !== "purge")
     return replayDeadLetters(context.client, context.entity, seqs, {
       ...options,
+      ...(context.bodies ? { bodyOf: (seq: string) => context.bodies?.get(seq) } : {}),
       onReplayed: (m, copyMessageId) => onActed(m, copyMessageId),
     });
   return purgeDeadLetters(context.client, context.entity, seqs, {

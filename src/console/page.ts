@@ -261,7 +261,16 @@ function row(m) {
   show.addEventListener("click", async () => {
     try {
       const found = await api("/api/body?seq=" + encodeURIComponent(m.sequenceNumber));
-      bodyCell.replaceChildren(el("pre", found.body), el("pre", JSON.stringify(found.properties, null, 1), { class: "props", "aria-label": "Properties of " + m.messageId }));
+      const edit = el("button", "Edit and retry", { type: "button", "aria-label": "Edit and retry " + m.messageId });
+      edit.addEventListener("click", () => {
+        const area = el("textarea", undefined, { rows: "6", cols: "50", "aria-label": "Edited body of " + m.messageId });
+        area.value = found.body;
+        const send = el("button", "Check and retry", { type: "button", "aria-label": "Check and retry " + m.messageId });
+        send.addEventListener("click", () => ask("edit", { sequenceNumber: m.sequenceNumber, body: area.value }, "edited: " + m.messageId));
+        bodyCell.replaceChildren(area, send);
+        area.focus();
+      });
+      bodyCell.replaceChildren(el("pre", found.body), el("pre", JSON.stringify(found.properties, null, 1), { class: "props", "aria-label": "Properties of " + m.messageId }), edit);
     } catch (error) { bodyCell.replaceChildren(el("span", error.message)); }
   });
   bodyCell.append(show);
@@ -287,9 +296,11 @@ async function ask(action, selection, what) {
   let plan;
   try { plan = await api("/api/plan", { action, ...selection }); }
   catch (error) { say(error.message); return; }
-  $("confirm-title").textContent = action === "replay" ? "Replay messages?" : "Purge messages for good?";
+  $("confirm-title").textContent = action === "purge" ? "Purge messages for good?" : action === "edit" ? "Send the edited message?" : "Replay messages?";
   const reasons = plan.reasons.map((r) => r.name + ": " + n(r.count)).join(", ");
-  $("confirm-text").textContent = (action === "replay"
+  $("confirm-text").textContent = (action === "edit"
+    ? "The edited body passed the handler's schema. Send it as a replay of " + what.replace("edited: ", "") + "; the original is removed from the dead-letter queue."
+    : action === "replay"
     ? "Send " + n(plan.count) + " message(s) " + what + " back to " + $("entity").textContent + ". Each is applied at most once: a copy carries its original's inbox key."
     : "Delete " + n(plan.count) + " message(s) " + what + " from the dead-letter queue. Each is written to the console's archive first, from which it can be restored.")
     + " By reason: " + reasons + ".";
@@ -297,7 +308,7 @@ async function ask(action, selection, what) {
   if (plan.count > plan.sample.length) items.push(el("li", "and " + n(plan.count - plan.sample.length) + " more"));
   $("confirm-list").replaceChildren(...items);
   const yes = $("confirm-yes");
-  yes.textContent = (action === "replay" ? "Replay " : "Purge ") + plan.count;
+  yes.textContent = action === "edit" ? "Send edited" : (action === "replay" ? "Replay " : "Purge ") + plan.count;
   yes.className = action === "purge" ? "danger" : "";
   yes.onclick = () => { $("confirm").close(); start(plan); };
   $("confirm").showModal();
@@ -350,7 +361,7 @@ async function start(plan) {
     const step = Math.floor((10 * job.done) / Math.max(job.total, 1));
     if (step !== announced) {
       announced = step;
-      say((job.action === "replay" ? "Replaying" : "Purging") + ": " + job.done + " of " + job.total);
+      say((job.action === "purge" ? "Purging" : "Replaying") + ": " + job.done + " of " + job.total);
     }
     if (job.state !== "running") break;
     const next = await poll(job);
@@ -367,7 +378,7 @@ async function start(plan) {
 }
 
 function finish(job) {
-  const verb = job.action === "replay" ? "Replayed" : "Purged";
+  const verb = job.action === "purge" ? "Purged" : "Replayed";
   const done = verb + " " + job.done + " of " + job.total;
   say(job.state === "done"
     ? done + " message(s)."

@@ -160,6 +160,18 @@ async function routePost(
   operator: string,
   res: ServerResponse,
 ): Promise<void> {
+  if (url.pathname === "/api/plan" && (input as { action?: unknown } | null)?.action === "edit") {
+    const parsed = editSchema.safeParse(input);
+    if (!parsed.success)
+      return send(res, 400, {
+        error: 'an edit is {"action": "edit", "sequenceNumber": "<digits>", "body": "<text>"}',
+      });
+    try {
+      return send(res, 200, await service.planEdit(parsed.data.sequenceNumber, parsed.data.body, operator));
+    } catch (error) {
+      return send(res, 409, { error: (error as Error).message });
+    }
+  }
   if (url.pathname === "/api/plan") {
     const parsed = planSchema.safeParse(input);
     if (!parsed.success)
@@ -206,6 +218,12 @@ const planSchema = z.union([
     filter: filterSchema.refine((f) => Object.keys(f).length > 0, "a filter needs at least one part"),
   }),
 ]);
+
+const editSchema = z.object({
+  action: z.literal("edit"),
+  sequenceNumber: z.string().regex(/^\d+$/),
+  body: z.string(),
+});
 
 /** A job as the page polls it: every count, and the first rows of its results. */
 function summary(job: Job): Omit<Job, "results"> & { results: Job["results"]; moreResults: number } {

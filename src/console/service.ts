@@ -1,4 +1,4 @@
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import type { ServiceBusClient } from "@azure/service-bus";
 import type { OutboxStatus } from "../outbox/store.ts";
 import type { Archive } from "../servicebus/dead-letter-archive.ts";
@@ -29,6 +29,8 @@ export type AuditEvent =
       entity: string;
       count: number;
       messages: readonly Planned[];
+      /** An edit: the bodies' SHA-256 before and after (the bodies themselves may hold personal data). */
+      edit?: { sha256Before: string; sha256After: string };
     }
   | {
       event: "run";
@@ -60,6 +62,11 @@ export interface ConsoleSources {
   readonly outboxStatus?: () => Promise<OutboxStatus>;
   /** Where every plan, run and result is recorded (a log line, a telemetry event). */
   readonly audit?: (event: AuditEvent) => void;
+  /**
+   * Checks an edited body against the handler's schema for the message's type: undefined when it passes, else what
+   * is wrong. Without it (no handler module loaded) an edit is refused.
+   */
+  readonly validate?: (type: string | undefined, body: unknown) => string | undefined;
   /** Where a purge writes each message before removing it; a purge is refused without one. */
   readonly archive?: (operator: string) => Archive;
 }
@@ -110,6 +117,8 @@ export interface ConsoleService {
   body(sequenceNumber: string): Promise<DeadLetter | undefined>;
   /** What a write would touch (a fresh full peek), and the one-time token that confirms exactly that. */
   plan(action: Action, selection: Selection, operator: string): Promise<Plan>;
+  /** Edit-and-retry of one dead letter: the new body validated by the handler's schema, planned like a replay. */
+  planEdit(sequenceNumber: string, body: string, operator: string): Promise<Plan>;
   /** Starts the confirmed plan; throws when the token is unknown, used, expired or another's, or a job runs. */
   run(token: string, operator: string): Job;
   job(id: string): Job | undefined;
@@ -120,7 +129,10 @@ export interface ConsoleService {
 }
 
 export function createConsoleService(sources: ConsoleSources, now: () => number = Date.now): ConsoleService {
-  const plans = new Map<string, { plan: Plan; messages: Planned[]; operator: string; expires: number }>();
+  const plans = new Map<
+    string,
+    { plan: Plan; messages: Planned[]; operator: string; expires: number; bodies?: Map<string, Buffer> }
+  >();
   const jobs = new Map<string, Job>();
   let running: { job: Job; stop: AbortController; ended: Promise<void> } | undefined;
   const audit = (event: AuditEvent) => sources.audit?.(event);
@@ -164,17 +176,23 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
         throw new Error("a purge needs an archive to write to first");
       const messages = planned(await index.get(true), selection);
       if (messages.length === 0) throw new Error("no dead-lettered message matches");
-      for (const [token, p] of plans) if (p.expires < now()) plans.delete(token);
-      const plan: Plan = {
-        token: randomUUID(),
-        action,
-        count: messages.length,
-        sample: messages.slice(0, SAMPLE),
-        reasons: tally(messages, (m) => m.reason ?? NO_REASON),
-      };
-      plans.set(plan.token, { plan, messages, operator, expires: now() + PLAN_TTL_MS });
-      audit({ event: "plan", operator, action, entity: sources.entity, count: messages.length, messages });
-      return plan;
+      return remember(action, messages, operator);
+    },
+
+    async planEdit(sequenceNumber, body, operator) {
+      const original = await peekDeadLetter(sources.client, sources.entity, sequenceNumber);
+      if (!original) throw new Error("no dead-lettered message has this sequence number");
+      const problem = checkEdit(sources, original, body);
+      if (problem !== undefined) throw new Error(problem);
+      const edit = { sha256Before: sha256(original.body ?? ""), sha256After: sha256(body) };
+      const messages = [
+        {
+          sequenceNumber,
+          messageId: original.messageId,
+          ...(original.reason ? { reason: original.reason } : {}),
+        },
+      ];
+      return remember("edit", messages, operator, new Map([[sequenceNumber, Buffer.from(body)]]), edit);
     },
 
     run(token, operator) {
@@ -184,8 +202,7 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
       if (entry.operator !== operator) throw new Error("this confirmation is another operator's");
       if (running) throw new Error(`another ${running.job.action} is running (${running.job.operator}'s)`);
       plans.delete(token);
-      const job = startJob(entry.plan.action, entry.messages, operator);
-      return job;
+      return startJob(entry.plan.action, entry.messages, operator, entry.bodies);
     },
 
     job: (id) => jobs.get(id),
@@ -200,7 +217,46 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
     },
   };
 
-  function startJob(action: Action, messages: Planned[], operator: string): Job {
+  function remember(
+    action: Action,
+    messages: Planned[],
+    operator: string,
+    bodies?: Map<string, Buffer>,
+    edit?: { sha256Before: string; sha256After: string },
+  ): Plan {
+    for (const [token, p] of plans) if (p.expires < now()) plans.delete(token);
+    const plan: Plan = {
+      token: randomUUID(),
+      action,
+      count: messages.length,
+      sample: messages.slice(0, SAMPLE),
+      reasons: tally(messages, (m) => m.reason ?? NO_REASON),
+    };
+    plans.set(plan.token, {
+      plan,
+      messages,
+      operator,
+      expires: now() + PLAN_TTL_MS,
+      ...(bodies ? { bodies } : {}),
+    });
+    audit({
+      event: "plan",
+      operator,
+      action,
+      entity: sources.entity,
+      count: messages.length,
+      messages,
+      ...(edit ? { edit } : {}),
+    });
+    return plan;
+  }
+
+  function startJob(
+    action: Action,
+    messages: Planned[],
+    operator: string,
+    bodies?: Map<string, Buffer>,
+  ): Job {
     const archive = action === "purge" ? sources.archive!(operator) : undefined;
     const job: Job = {
       id: randomUUID(),
@@ -222,6 +278,7 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
       entity: sources.entity,
       signal: stop.signal,
       archive,
+      ...(bodies ? { bodies } : {}),
       onResult: (r: MessageResult) => audit({ event: "result", ...base, ...r }),
     };
     const ended = execute(context, messages, job).finally(() => {
@@ -238,6 +295,23 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
     running = { job, stop, ended };
     return job;
   }
+}
+
+/** Why an edited body cannot be sent (not JSON, or not what the handler's schema for its type accepts), if so. */
+function checkEdit(sources: ConsoleSources, original: DeadLetter, body: string): string | undefined {
+  if (!sources.validate)
+    return "edit-and-retry needs the handler module (SBINBOX_HANDLERS) to check the body against";
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body);
+  } catch (error) {
+    return `the edited body is not JSON: ${(error as Error).message}`;
+  }
+  return sources.validate(original.type, parsed);
+}
+
+function sha256(text: string): string {
+  return createHash("sha256").update(text).digest("hex");
 }
 
 /** The selection resolved against a full peek: the confirmed messages exactly, oldest first. */

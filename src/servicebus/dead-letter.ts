@@ -112,6 +112,8 @@ export interface DrainOptions extends ActOptions {
 export interface ReplayOptions extends DrainOptions {
   /** Runs after a copy is sent and before its dead-lettered original is completed (fault injection; tests). */
   readonly beforeComplete?: (messageId: string) => void | Promise<void>;
+  /** A body to send instead of the original's (edit-and-retry), by sequence number; undefined keeps the original. */
+  readonly bodyOf?: (sequenceNumber: string) => Buffer | undefined;
   /** Called after each message replayed (its copy sent, the original completed), with the copy's MessageId. */
   readonly onReplayed?: (message: DeadLetter, copyMessageId: string) => void;
 }
@@ -149,7 +151,7 @@ export async function replayDeadLetters(
   const replayed: ReplayResult["replayed"] = [];
   try {
     const result = await drain(client, queue, target, options, async (receiver, message, info) => {
-      const copyId = await sendReplay(sender, queue, message, info);
+      const copyId = await sendReplay(sender, queue, message, info, options.bodyOf?.(info.sequenceNumber));
       await options.beforeComplete?.(info.messageId);
       await receiver.completeMessage(message);
       replayed.push({

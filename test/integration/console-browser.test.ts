@@ -232,6 +232,22 @@ describe("sbinbox console in a real browser: dead-letters by reason, a replay ap
     await shot("05-purged");
   });
 
+  it("edit-and-retry checks the edited body against the handler module before anything is sent", async function () {
+    await page.getByRole("button", { name: "Show body of bad-amount" }).click();
+    await page.getByRole("button", { name: "Edit and retry bad-amount" }).click();
+    const area = page.getByRole("textbox", { name: "Edited body of bad-amount" });
+    assert.equal(await area.inputValue(), '{"amount":"lots"}');
+    await area.fill('{"amount":3}');
+    await page.getByRole("button", { name: "Check and retry bad-amount" }).click();
+    // The console loads SBINBOX_HANDLERS (here unset: the built-in example), which has no Credit handler.
+    await page.locator("#progress", { hasText: 'no handler for the message type "Credit"' }).waitFor();
+    assert.equal(await page.getByRole("dialog").count(), 0, "no confirmation: nothing to send");
+    await area.fill("{not json");
+    await page.getByRole("button", { name: "Check and retry bad-amount" }).click();
+    await page.locator("#progress", { hasText: "the edited body is not JSON" }).waitFor();
+    assert.equal(fixture.broker.counts(QUEUE).deadLettered, 1, "still dead-lettered");
+  });
+
   it("refuses writes the page did not confirm: no token, a cross-origin write, a reused token, another Host", async function () {
     const token = (await page.locator('meta[name="sbinbox-token"]').getAttribute("content"))!;
     const origin = new URL(url).origin;

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { z } from "zod";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -53,6 +54,13 @@ describe("sbinbox console over the whole dead-letter queue: past the first 5,000
       entity: QUEUE,
       audit: (e) => events.push(e),
       archive: (who) => openArchive(dir, QUEUE, who),
+      validate: (type, body) => {
+        if (type !== "Order") return `no handler for ${type}`;
+        const r = z.object({ n: z.number() }).safeParse(body);
+        return r.success
+          ? undefined
+          : `does not match the Order schema: ${r.error.issues[0]!.path.join(".")}`;
+      },
     });
   });
   after(async () => {
@@ -210,5 +218,35 @@ describe("sbinbox console over the whole dead-letter queue: past the first 5,000
     const bobEnded = await ended(slow, bob);
     assert.deepEqual(bobEnded.counts, { purged: 20 });
     assert.equal((await peekDeadLetters(fixture.client, QUEUE)).length, A - 3 - 40);
+  });
+
+  it("edit-and-retry: the edited body must be JSON and pass the handler's schema; then it is sent, and the audit keeps both hashes", async function () {
+    const [target] = (await service.messages({ reason: "A" }, 0, 1)).messages;
+    const seq = target!.sequenceNumber;
+    await assert.rejects(service.planEdit(seq, "{not json", "carol"), /not JSON/);
+    await assert.rejects(
+      service.planEdit(seq, '{"n":"seven"}', "carol"),
+      /does not match the Order schema: n/,
+    );
+    const plan = await service.planEdit(seq, '{"n":7}', "carol");
+    assert.equal(plan.action, "edit");
+    const job = await ended(service, service.run(plan.token, "carol"));
+    assert.deepEqual(job.counts, { replayed: 1 });
+    const receiver = fixture.client.createReceiver(QUEUE, {
+      receiveMode: "receiveAndDelete",
+      skipParsingBodyAsJson: true,
+    });
+    try {
+      const got = await receiver.receiveMessages(50, { maxWaitTimeInMs: 2_000 });
+      const copy = got.find((m) => m.applicationProperties?.["sbinbox-original-key"] === target!.messageId);
+      assert.equal(Buffer.from(copy!.body as Buffer).toString(), '{"n":7}', "the edited body was sent");
+    } finally {
+      await receiver.close();
+    }
+    const planEvent = events.find((e) => e.event === "plan" && e.action === "edit");
+    assert.ok(planEvent && planEvent.event === "plan" && planEvent.edit);
+    assert.match(planEvent.edit.sha256After, /^[0-9a-f]{64}$/);
+    assert.notEqual(planEvent.edit.sha256Before, planEvent.edit.sha256After);
+    assert.equal(planEvent.operator, "carol");
   });
 });
