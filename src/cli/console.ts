@@ -23,6 +23,9 @@ const usage = `usage: sbinbox console [--port N] [--host H [--allow-host NAME ..
                  the clear), and a warning is printed
     --allow-host NAME
                  a name (or address) the page is reached by besides H, e.g. the machine's name (repeatable)
+    --show-personal
+                 allow the page to show bodies unmasked (the fields the handler module marks personal are masked
+                 by default) and to edit those bodies
     --archive-dir DIR
                  where a purge writes each message before deleting it (default ./sbinbox-archive); restore with
                  \`sbinbox dlq restore --archive FILE\`
@@ -43,6 +46,7 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
         host: { type: "string" },
         "allow-host": { type: "string", multiple: true },
         "archive-dir": { type: "string" },
+        "show-personal": { type: "boolean" },
         help: { type: "boolean", short: "h" },
       },
       strict: true,
@@ -91,7 +95,8 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
     entity: config.queue,
     audit: createAudit(createLogger({ fields: { component: "console" } })),
     archive: (who) => openArchive(archiveDir, config.queue, who),
-    validate: await handlerSchemas(),
+    ...(await handlerChecks()),
+    showPersonal: args["show-personal"] === true,
     ...(await databaseSources(config, closers)),
   };
   if (!LOOPBACK.has(host)) {
@@ -123,10 +128,11 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
 }
 
 /**
- * The handler module's schemas (SBINBOX_HANDLERS, else the built-in example), which an edited body must pass before
- * it is sent: the worker would dead-letter it again otherwise. A module that does not load leaves edits refused.
+ * From the handler module (SBINBOX_HANDLERS, else the built-in example): each type's schema, which an edited body must
+ * pass before it is sent (the worker would dead-letter it again otherwise), and its personal fields, masked in every
+ * body shown. A module that does not load leaves edits refused and nothing masked by type: said on stderr.
  */
-async function handlerSchemas(): Promise<ConsoleSources["validate"]> {
+async function handlerChecks(): Promise<Pick<ConsoleSources, "validate" | "personalFields">> {
   const { loadHandlerModule } = await import("../app/handler-module.ts");
   const { HandlerRegistry } = await import("../domain/envelope.ts");
   let registry: InstanceType<typeof HandlerRegistry>;
@@ -136,16 +142,19 @@ async function handlerSchemas(): Promise<ConsoleSources["validate"]> {
     process.stderr.write(
       `sbinbox console: edit-and-retry off: the handler module did not load: ${(error as Error).message}\n`,
     );
-    return undefined;
+    return {};
   }
-  return (type, body) => {
-    const handler = type === undefined ? undefined : registry.get(type);
-    if (!handler)
-      return `no handler for the message type ${JSON.stringify(type ?? "")}: the worker would dead-letter it again`;
-    const result = handler.schema.safeParse(body);
-    return result.success
-      ? undefined
-      : `the edited body does not match the ${type} schema: ${result.error.issues.map((i) => `${i.path.join(".") || "(body)"}: ${i.message}`).join("; ")}`;
+  return {
+    personalFields: (type) => (type === undefined ? undefined : registry.get(type)?.personal),
+    validate: (type, body) => {
+      const handler = type === undefined ? undefined : registry.get(type);
+      if (!handler)
+        return `no handler for the message type ${JSON.stringify(type ?? "")}: the worker would dead-letter it again`;
+      const result = handler.schema.safeParse(body);
+      return result.success
+        ? undefined
+        : `the edited body does not match the ${type} schema: ${result.error.issues.map((i) => `${i.path.join(".") || "(body)"}: ${i.message}`).join("; ")}`;
+    },
   };
 }
 

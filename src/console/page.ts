@@ -197,6 +197,7 @@ function renderGroups(state) {
 
 function renderCounts(state) {
   $("entity").textContent = state.entity;
+  showPersonal = state.showPersonal === true;
   const q = state.queue;
   // Never "0+": capped, the peek saw the first QUEUE_COUNT_CAP messages only, and says so in words.
   $("active").textContent = q.capped ? n(q.active) + " of the first " + n(q.peeked) : n(q.active);
@@ -210,6 +211,7 @@ let filter = {};
 let offset = 0;
 let total = 0;
 let picked = new Map();
+let showPersonal = false;
 let allMatching = null;
 
 function readFilter() {
@@ -270,7 +272,19 @@ function row(m) {
         bodyCell.replaceChildren(area, send);
         area.focus();
       });
-      bodyCell.replaceChildren(el("pre", found.body), el("pre", JSON.stringify(found.properties, null, 1), { class: "props", "aria-label": "Properties of " + m.messageId }), edit);
+      const parts = [el("pre", found.body), el("pre", JSON.stringify(found.properties, null, 1), { class: "props", "aria-label": "Properties of " + m.messageId })];
+      if (found.masked) {
+        parts.push(el("p", "Personal fields masked.", { class: "muted" }));
+        if (showPersonal) {
+          const unmask = el("button", "Show unmasked", { type: "button", "aria-label": "Show unmasked body of " + m.messageId });
+          unmask.addEventListener("click", async () => {
+            try { const open = await api("/api/body?unmasked=1&seq=" + encodeURIComponent(m.sequenceNumber)); parts[0].textContent = open.body; unmask.replaceWith(edit); found.body = open.body; }
+            catch (error) { bodyCell.append(el("span", error.message)); }
+          });
+          parts.push(unmask);
+        }
+      } else parts.push(edit);
+      bodyCell.replaceChildren(...parts);
     } catch (error) { bodyCell.replaceChildren(el("span", error.message)); }
   });
   bodyCell.append(show);

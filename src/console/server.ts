@@ -3,7 +3,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net";
 import { z } from "zod";
 import { renderPage } from "./page.ts";
-import type { ConsoleService, Filter, Job } from "./service.ts";
+import { PersonalDataRefused, type ConsoleService, type Filter, type Job } from "./service.ts";
 import { createSignIn, type SignIn } from "./sign-in.ts";
 
 export interface ConsoleServer {
@@ -136,10 +136,16 @@ async function routeGet(service: ConsoleService, url: URL, res: ServerResponse):
     }
   }
   if (url.pathname === "/api/body") {
-    const found = await service.body(q.get("seq") ?? "");
+    let found;
+    try {
+      found = await service.body(q.get("seq") ?? "", q.get("unmasked") === "1");
+    } catch (error) {
+      if (error instanceof PersonalDataRefused) return send(res, 403, { error: error.message });
+      throw error;
+    }
     return found === undefined
       ? send(res, 404, { error: "no such message" })
-      : send(res, 200, { body: found.body, properties: found.properties });
+      : send(res, 200, { body: found.body, properties: found.properties, masked: found.masked });
   }
   if (url.pathname === "/api/running") {
     const job = service.running();

@@ -15,6 +15,7 @@ import {
   type Page,
   type Tally,
 } from "./dead-letter-index.ts";
+import { maskBody } from "./mask.ts";
 import { execute, type Action, type Job, type MessageResult, type Planned } from "./job.ts";
 
 export type { Action, Job, MessageResult } from "./job.ts";
@@ -67,6 +68,10 @@ export interface ConsoleSources {
    * is wrong. Without it (no handler module loaded) an edit is refused.
    */
   readonly validate?: (type: string | undefined, body: unknown) => string | undefined;
+  /** The body fields the handler for a type marks personal: masked in every body the console shows. */
+  readonly personalFields?: (type: string | undefined) => readonly string[] | undefined;
+  /** Started with --show-personal: bodies may be read unmasked (and only then edited where they have personal fields). */
+  readonly showPersonal?: boolean;
   /** Where a purge writes each message before removing it; a purge is refused without one. */
   readonly archive?: (operator: string) => Archive;
 }
@@ -85,6 +90,8 @@ export interface ConsoleState {
   readonly reasons: readonly Tally[];
   readonly types: readonly Tally[];
   readonly indexedAt: string;
+  /** Whether bodies may be shown unmasked (the console was started with --show-personal). */
+  readonly showPersonal: boolean;
   readonly inbox?: { openClaims: number } | { error: string };
   readonly outbox?: OutboxStatus | { error: string };
 }
@@ -114,7 +121,8 @@ export interface ConsoleService {
   state(options?: { fresh?: boolean }): Promise<ConsoleState>;
   /** One page of the dead letters matching the filter, from the last full peek. */
   messages(filter: Filter, offset: number, limit: number): Promise<Page>;
-  body(sequenceNumber: string): Promise<DeadLetter | undefined>;
+  /** One dead letter with its body, personal fields masked unless `unmasked` (refused without showPersonal). */
+  body(sequenceNumber: string, unmasked?: boolean): Promise<(DeadLetter & { masked: boolean }) | undefined>;
   /** What a write would touch (a fresh full peek), and the one-time token that confirms exactly that. */
   plan(action: Action, selection: Selection, operator: string): Promise<Plan>;
   /** Edit-and-retry of one dead letter: the new body validated by the handler's schema, planned like a replay. */
@@ -153,6 +161,7 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
         reasons: dead.reasons,
         types: dead.types,
         indexedAt: dead.at.toISOString(),
+        showPersonal: sources.showPersonal === true,
         inbox: typeof openClaims === "number" ? { openClaims } : openClaims,
         outbox,
       };
@@ -169,7 +178,17 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
       return pageOf(await index.get(false), filter, offset, limit);
     },
 
-    body: (sequenceNumber) => peekDeadLetter(sources.client, sources.entity, sequenceNumber),
+    async body(sequenceNumber, unmasked = false) {
+      if (unmasked && sources.showPersonal !== true)
+        throw new PersonalDataRefused(
+          "this console shows personal fields masked (start it with --show-personal)",
+        );
+      const found = await peekDeadLetter(sources.client, sources.entity, sequenceNumber);
+      if (!found) return undefined;
+      if (unmasked) return { ...found, masked: false };
+      const { body, masked } = maskBody(found.body ?? "", sources.personalFields?.(found.type));
+      return { ...found, body, masked };
+    },
 
     async plan(action, selection, operator) {
       if (action === "purge" && !sources.archive)
@@ -182,6 +201,10 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
     async planEdit(sequenceNumber, body, operator) {
       const original = await peekDeadLetter(sources.client, sources.entity, sequenceNumber);
       if (!original) throw new Error("no dead-lettered message has this sequence number");
+      if (sources.personalFields?.(original.type)?.length && sources.showPersonal !== true)
+        throw new PersonalDataRefused(
+          "its type has personal fields, which this console masks: edit-and-retry needs --show-personal",
+        );
       const problem = checkEdit(sources, original, body);
       if (problem !== undefined) throw new Error(problem);
       const edit = { sha256Before: sha256(original.body ?? ""), sha256After: sha256(body) };
@@ -296,6 +319,9 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
     return job;
   }
 }
+
+/** A read or an edit of personal data this console was not started to allow. */
+export class PersonalDataRefused extends Error {}
 
 /** Why an edited body cannot be sent (not JSON, or not what the handler's schema for its type accepts), if so. */
 function checkEdit(sources: ConsoleSources, original: DeadLetter, body: string): string | undefined {

@@ -249,4 +249,29 @@ describe("sbinbox console over the whole dead-letter queue: past the first 5,000
     assert.notEqual(planEvent.edit.sha256Before, planEvent.edit.sha256After);
     assert.equal(planEvent.operator, "carol");
   });
+
+  it("masks the fields the handler marks personal, refuses them unmasked without --show-personal, and refuses their edit", async function () {
+    const masking = createConsoleService({
+      client: fixture.client,
+      entity: QUEUE,
+      personalFields: (type) => (type === "Order" ? ["n"] : undefined),
+      validate: () => undefined,
+    });
+    const [target] = (await masking.messages({ reason: "A" }, 0, 1)).messages;
+    const shown = await masking.body(target!.sequenceNumber);
+    assert.deepEqual([JSON.parse(shown!.body!), shown!.masked], [{ n: "[personal]" }, true]);
+    await assert.rejects(masking.body(target!.sequenceNumber, true), /--show-personal/);
+    await assert.rejects(
+      masking.planEdit(target!.sequenceNumber, '{"n":1}', "dave"),
+      /needs --show-personal/,
+    );
+    const open = createConsoleService({
+      client: fixture.client,
+      entity: QUEUE,
+      personalFields: () => ["n"],
+      showPersonal: true,
+    });
+    const unmasked = await open.body(target!.sequenceNumber, true);
+    assert.equal(typeof (JSON.parse(unmasked!.body!) as { n: unknown }).n, "number");
+  });
 });
