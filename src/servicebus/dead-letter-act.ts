@@ -63,7 +63,9 @@ export async function actOnDeadLetters(
         }
       const active = [...wanted].filter((s) => states.get(s) === "active");
       const setAside =
-        active.length > 0 ? await deferActive(receiver, new Set(active), options.signal) : new Set();
+        active.length > 0
+          ? await deferActive(receiver, new Set(active), { wanted, act, outcome, signal: options.signal })
+          : new Set();
       const deferred = [...wanted].filter((s) => states.get(s) === "deferred" || setAside.has(s));
       await actBySequenceNumber(receiver, deferred, wanted, act, chunk, outcome, options.signal);
       if (options.signal?.aborted) break;
@@ -146,22 +148,41 @@ async function lockDeferred(
  * Receives the dead-letter queue in order until every selected active message has come up, and defers each message
  * received, selected or not, at once: before its lock could run out (which would count as a delivery), and so that
  * the selected ones are then locked by number a few at a time, each with a fresh lock, however long the run.
- * Returns the sequence numbers deferred.
+ * A message with a session id is not deferred: receiving a deferred message by number from the dead-letter queue of
+ * a session-enabled entity has been reported to fail (SessionLockLost, Azure/azure-sdk-for-net#34662), which would
+ * strand it. Such a message is acted on as it comes up when selected, else held locked and abandoned when the walk
+ * ends (its delivery count rises by one, as before). Returns the sequence numbers deferred.
  */
 async function deferActive(
   receiver: ServiceBusReceiver,
   active: Set<string>,
-  signal: AbortSignal | undefined,
+  walk: { wanted: Set<string>; act: Act; outcome: ActOutcome; signal: AbortSignal | undefined },
 ): Promise<Set<string>> {
   const deferred = new Set<string>();
-  while (active.size > 0 && !signal?.aborted) {
-    const batch = await receiver.receiveMessages(WALK, { maxWaitTimeInMs: 1_000 });
-    if (batch.length === 0) break;
-    await Promise.all(batch.map((m) => receiver.deferMessage(m)));
-    for (const m of batch) {
-      active.delete(String(m.sequenceNumber));
-      deferred.add(String(m.sequenceNumber));
+  const held: ServiceBusReceivedMessage[] = [];
+  const seen = new Set<string>();
+  try {
+    while (active.size > 0 && !walk.signal?.aborted) {
+      const batch = await receiver.receiveMessages(WALK, { maxWaitTimeInMs: 1_000 });
+      // A message seen twice: a held one's lock ran out and it came back; this walk has seen the queue through.
+      if (batch.length === 0 || batch.some((m) => seen.has(String(m.sequenceNumber)))) {
+        held.push(...batch);
+        break;
+      }
+      const plain = batch.filter((m) => m.sessionId === undefined);
+      await Promise.all(plain.map((m) => receiver.deferMessage(m)));
+      for (const m of batch) {
+        seen.add(String(m.sequenceNumber));
+        active.delete(String(m.sequenceNumber));
+      }
+      for (const m of plain) deferred.add(String(m.sequenceNumber));
+      const withSession = batch.filter((m) => m.sessionId !== undefined);
+      const selected = withSession.filter((m) => walk.wanted.has(String(m.sequenceNumber)));
+      held.push(...withSession.filter((m) => !selected.includes(m)));
+      await actOnLocked(receiver, selected, walk.wanted, walk.act, walk.outcome, walk.signal);
     }
+  } finally {
+    for (const m of held) await receiver.abandonMessage(m).catch(() => undefined);
   }
   return deferred;
 }

@@ -129,4 +129,49 @@ describe("dead-letter actions act on exactly the selected messages", function ()
     assert.equal(r.notActed.size, 0);
     assert.equal((await peekDeadLetters(fixture.client, QUEUE)).length, list.length - 3);
   });
+
+  describe("on a session-enabled queue", function () {
+    const SESSIONS = "dlq-act-sessions";
+    const sessions = useLocalBroker(
+      brokerConfig({ [SESSIONS]: { RequiresSession: true, MaxDeliveryCount: 100 } }),
+    );
+
+    before(async function () {
+      const sender = sessions.client.createSender(SESSIONS);
+      try {
+        await sender.sendMessages(
+          Array.from({ length: 6 }, (_, n) => ({
+            messageId: `s-${n}`,
+            sessionId: `acct-${n % 2}`,
+            body: "{}",
+          })),
+        );
+      } finally {
+        await sender.close();
+      }
+      for (const id of ["acct-0", "acct-1"]) {
+        const receiver = await sessions.client.acceptSession(SESSIONS, id);
+        try {
+          for (const m of await receiver.receiveMessages(10, { maxWaitTimeInMs: 1_000 }))
+            await receiver.deadLetterMessage(m, { deadLetterReason: "X", deadLetterErrorDescription: "x" });
+        } finally {
+          await receiver.close();
+        }
+      }
+    });
+
+    it("never defers a dead letter with a session id (a deferred one may not be receivable there): acts on it as it comes up", async function () {
+      const before = await peekDeadLetters(sessions.client, SESSIONS);
+      assert.equal(before.length, 6);
+      const last = before[before.length - 1]!;
+      const r = await purgeDeadLetters(sessions.client, SESSIONS, [last.sequenceNumber]);
+      assert.deepEqual(r.purged, [last.messageId]);
+      const after = await peekDeadLetters(sessions.client, SESSIONS);
+      assert.equal(after.length, 5);
+      assert.ok(
+        after.every((m) => m.state === "active"),
+        "none deferred",
+      );
+    });
+  });
 });
