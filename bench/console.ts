@@ -74,7 +74,6 @@ async function main(): Promise<void> {
     const fillStart = performance.now();
     await fill(client);
     console.log(`filled ${N} dead letters in ${((performance.now() - fillStart) / 1000).toFixed(1)} s`);
-    const heapBefore = process.memoryUsage().heapUsed;
     const service = createConsoleService({ client, entity: QUEUE });
     await timed(
       "first page, cold console (50 rows)",
@@ -96,9 +95,8 @@ async function main(): Promise<void> {
       () => service.messages({}, 49_950, 50),
       (p) => `${p.messages.length} rows, first ${p.messages[0]?.messageId}`,
     );
-    const mb = (process.memoryUsage().heapUsed - heapBefore) / 1024 / 1024;
     console.log(
-      `index heap: about ${mb.toFixed(0)} MB for ${N} summaries; load average ${loadavg()
+      `load average ${loadavg()
         .map((l) => l.toFixed(2))
         .join(" ")}`,
     );
