@@ -412,6 +412,22 @@ module alerts '../bicep/modules/alerts/main.bicep' = {
   }
 }
 
+// The alerts that cover the rest of the failures (issue 39), as resources of their own beside the module above.
+module alertCoverage '../bicep/modules/alerts/coverage.bicep' = {
+  scope: resourceGroup
+  params: {
+    namePrefix: 'sbinbox-${environmentName}'
+    location: location
+    tags: tags
+    applicationInsightsResourceId: monitoring.outputs.applicationInsightsResourceId
+    namespaceResourceId: serviceBus.outputs.resourceId
+    entityName: workerQueueName
+    sqlDatabaseResourceId: sql.outputs.databaseResourceId
+    actionGroupIds: alerts.outputs.actionGroupIds
+    runbookUrl: alertRunbookUrl
+  }
+}
+
 // Upper-case names: azd turns outputs into environment variables for the post-provision hook.
 @description('The resource group of the environment.')
 output AZURE_RESOURCE_GROUP string = resourceGroup().name

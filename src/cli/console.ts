@@ -1,20 +1,34 @@
+import { userInfo } from "node:os";
+import { resolve } from "node:path";
+import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
+import { createAudit } from "./console-audit.ts";
+import { openArchive } from "../servicebus/dead-letter-archive.ts";
+import { createLogger } from "../telemetry/logger.ts";
 import { loadConfig, type DatabaseConnection } from "../config/load.ts";
 import { ConfigError } from "../domain/errors.ts";
 import { createServiceBusClient } from "../servicebus/client.ts";
 import { startConsoleServer } from "../console/server.ts";
-import { createConsoleService, type ConsoleSources } from "../console/service.ts";
+import { createConsoleService, type ConsoleService, type ConsoleSources } from "../console/service.ts";
 
-const usage = `usage: sbinbox console [--port N] [--host H [--allow-host NAME ...]]
+const usage = `usage: sbinbox console [--port N] [--host H [--allow-host NAME ...]] [--archive-dir DIR]
 
-  A local web page over the dead-letter queue (grouped by reason, replay or purge a group or a selection, with a
-  confirmation), the entity's counts, and the inbox's and outbox's state when a database is configured.
+  A local web page over the whole dead-letter queue (counts per reason and type, paged and filtered lists, replay or
+  purge exactly the selected messages after a confirmation), the entity's counts, and the inbox's and outbox's state
+  when a database is configured. It prints a one-time sign-in link; press Enter for another (a second browser).
+  Every plan, run and result is a JSON log line on stderr (and a span, with Application Insights configured).
     --port N     port to listen on (default 0: a free one, printed)
     --host H     address to listen on (default 127.0.0.1). Anything else serves the page, with your Service Bus
-                 rights, beyond this machine, over plain HTTP: the printed URL then carries an access secret, the
-                 only authentication, and a warning is printed
+                 rights, beyond this machine, over plain HTTP (the sign-in link's secret crosses the network in
+                 the clear), and a warning is printed
     --allow-host NAME
                  a name (or address) the page is reached by besides H, e.g. the machine's name (repeatable)
+    --show-personal
+                 allow the page to show bodies unmasked (the fields the handler module marks personal are masked
+                 by default) and to edit those bodies
+    --archive-dir DIR
+                 where a purge writes each message before deleting it (default ./sbinbox-archive); restore with
+                 \`sbinbox dlq restore --archive FILE\`
 
 Settings as for \`sbinbox dlq\` (SBINBOX_SERVICEBUS_CONNECTION_STRING or SBINBOX_SERVICEBUS_NAMESPACE, SBINBOX_QUEUE:
 on a topic, the service's own queue); the database as for the worker (SBINBOX_DATABASE, ...), optional.
@@ -31,6 +45,8 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
         port: { type: "string" },
         host: { type: "string" },
         "allow-host": { type: "string", multiple: true },
+        "archive-dir": { type: "string" },
+        "show-personal": { type: "boolean" },
         help: { type: "boolean", short: "h" },
       },
       strict: true,
@@ -72,25 +88,26 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
       : { connectionString: (sb as { connectionString: string }).connectionString },
   );
   const closers: (() => Promise<void>)[] = [() => client.close()];
+  const operator = userInfo().username;
+  const archiveDir = resolve(args["archive-dir"] ?? "sbinbox-archive");
   const sources: ConsoleSources = {
     client,
     entity: config.queue,
+    audit: createAudit(createLogger({ fields: { component: "console" } })),
+    archive: (who) => openArchive(archiveDir, config.queue, who),
+    ...(await handlerChecks()),
+    showPersonal: args["show-personal"] === true,
     ...(await databaseSources(config, closers)),
   };
-  const beyond = !LOOPBACK.has(host);
-  if (beyond) {
+  if (!LOOPBACK.has(host)) {
     process.stderr.write(
-      `sbinbox console: WARNING: serving on ${host}, not loopback, over plain HTTP: whoever has the printed URL (its ` +
-        `access secret is the only authentication) or sees the traffic can read dead-lettered messages and replay or ` +
-        `purge them with your Service Bus rights\n`,
+      `sbinbox console: WARNING: serving on ${host}, not loopback, over plain HTTP: whoever sees the traffic can take ` +
+        `the sign-in link or a session and read dead-lettered messages and replay or purge them with your Service ` +
+        `Bus rights\n`,
     );
   }
-  const server = await startConsoleServer(createConsoleService(sources), {
-    host,
-    port,
-    allowHosts,
-    access: beyond,
-  });
+  const service = createConsoleService(sources);
+  const server = await startConsoleServer(service, { host, port, allowHosts, operator });
   closers.unshift(() => server.close());
   // Listening for the signals before the URL is out: whoever starts this may stop it as soon as it reads the URL.
   const stopped = new Promise<void>((resolve) => {
@@ -99,10 +116,74 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
     process.once("SIGTERM", stop);
     signal?.addEventListener("abort", stop, { once: true });
   });
-  process.stdout.write(`sbinbox console: ${server.url} (${config.queue}); Ctrl-C stops it\n`);
+  process.stdout.write(
+    `sbinbox console: ${server.url} (${config.queue}; one-time sign-in link for ${operator}); Ctrl-C stops it\n`,
+  );
+  const lines = offerNewLinks(server);
   await stopped;
+  lines?.close();
+  const code = await finishRunning(service);
   for (const close of closers) await close().catch(() => undefined);
-  return 0;
+  return code;
+}
+
+/**
+ * From the handler module (SBINBOX_HANDLERS, else the built-in example): each type's schema, which an edited body must
+ * pass before it is sent (the worker would dead-letter it again otherwise), and its personal fields, masked in every
+ * body shown. A module that does not load leaves edits refused and nothing masked by type: said on stderr.
+ */
+async function handlerChecks(): Promise<Pick<ConsoleSources, "validate" | "personalFields">> {
+  const { loadHandlerModule } = await import("../app/handler-module.ts");
+  const { HandlerRegistry } = await import("../domain/envelope.ts");
+  let registry: InstanceType<typeof HandlerRegistry>;
+  try {
+    registry = new HandlerRegistry(await (await loadHandlerModule(process.env.SBINBOX_HANDLERS)).handlers());
+  } catch (error) {
+    process.stderr.write(
+      `sbinbox console: edit-and-retry off: the handler module did not load: ${(error as Error).message}\n`,
+    );
+    return {};
+  }
+  return {
+    personalFields: (type) => (type === undefined ? undefined : registry.get(type)?.personal),
+    validate: (type, body) => {
+      const handler = type === undefined ? undefined : registry.get(type);
+      if (!handler)
+        return `no handler for the message type ${JSON.stringify(type ?? "")}: the worker would dead-letter it again`;
+      const result = handler.schema.safeParse(body);
+      return result.success
+        ? undefined
+        : `the edited body does not match the ${type} schema: ${result.error.issues.map((i) => `${i.path.join(".") || "(body)"}: ${i.message}`).join("; ")}`;
+    },
+  };
+}
+
+/** On a terminal, Enter prints a new one-time sign-in link (each link signs in one browser, once). */
+function offerNewLinks(server: { newSignInLink(): string }): { close(): void } | undefined {
+  if (process.stdin.isTTY !== true) return undefined;
+  const rl = createInterface({ input: process.stdin });
+  rl.on("line", () => process.stdout.write(`sbinbox console: new sign-in link: ${server.newSignInLink()}\n`));
+  return rl;
+}
+
+/**
+ * Stopped mid-run: the message in hand is finished (a copy sent is completed, an archived one deleted), nothing more
+ * is started, and a summary says what was done and what is left. Exit 1 when something was left.
+ */
+async function finishRunning(service: ConsoleService): Promise<number> {
+  if (!service.running()) return 0;
+  process.stderr.write("sbinbox console: stopping: finishing the message in hand\n");
+  const job = await service.stop();
+  if (!job) return 0;
+  const counts = Object.entries(job.counts)
+    .map(([result, n]) => `${n} ${result}`)
+    .join(", ");
+  const left = job.results.filter((r) => r.result !== "replayed" && r.result !== "purged");
+  process.stderr.write(
+    `sbinbox console: ${job.action} ${job.state}: ${job.done} of ${job.total} done (${counts}); ` +
+      `${left.length} still dead-lettered or not reached${left.length > 0 ? `, first: ${left[0]!.messageId}` : ""}\n`,
+  );
+  return left.length > 0 ? 1 : 0;
 }
 
 /** The inbox's and the outbox's state when a database is configured; nothing otherwise. */

@@ -1,3 +1,5 @@
+import { userInfo } from "node:os";
+import { resolve } from "node:path";
 import { createInterface } from "node:readline/promises";
 import { parseArgs } from "node:util";
 import { loadConfig } from "../config/load.ts";
@@ -10,10 +12,12 @@ import {
   type DeadLetter,
   type Selector,
 } from "../servicebus/dead-letter.ts";
+import { openArchive, readArchive, restoreArchived } from "../servicebus/dead-letter-archive.ts";
 import { duration, selectorOf } from "../servicebus/dead-letter-select.ts";
+import { refuseSubscription } from "../domain/entity.ts";
 import { createProgress } from "./progress.ts";
 
-const usage = `usage: sbinbox dlq <list | replay | purge> [options]
+const usage = `usage: sbinbox dlq <list | replay | purge | restore> [options]
 
   list                      the dead-letter queue, oldest first (nothing is locked or changed)
     --bodies                also print each body (they may hold personal data)
@@ -31,6 +35,10 @@ const usage = `usage: sbinbox dlq <list | replay | purge> [options]
     --all                   every message
     --yes                   do not ask for confirmation
     --dry-run               show what would be purged, change nothing
+    --archive-dir DIR       each message is written here before it is deleted (default ./sbinbox-archive)
+  restore                   send purged messages back to the queue from an archive file, as replay copies
+    --archive FILE          the archive (a .jsonl file a purge wrote, by \`sbinbox dlq\` or the console)
+    --id ID                 only this MessageId or inbox key (repeatable; default every message in the file)
 
 Service Bus from SBINBOX_SERVICEBUS_CONNECTION_STRING or SBINBOX_SERVICEBUS_NAMESPACE (DefaultAzureCredential),
 queue SBINBOX_QUEUE (on a topic, the service's own queue, which its subscription forwards to: replays go there,
@@ -55,7 +63,8 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
     streams.out.write(usage);
     return action === undefined ? 2 : 0;
   }
-  if (!["list", "replay", "purge"].includes(action)) return fail(`unknown action "${action}"\n\n${usage}`);
+  if (!["list", "replay", "purge", "restore"].includes(action))
+    return fail(`unknown action "${action}"\n\n${usage}`);
   let args;
   try {
     args = parseArgs({
@@ -70,6 +79,8 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
         bodies: { type: "boolean" },
         json: { type: "boolean" },
         max: { type: "string" },
+        "archive-dir": { type: "string" },
+        archive: { type: "string" },
       },
       strict: true,
     }).values;
@@ -79,7 +90,7 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
   let select: Selector;
   let max: number | undefined;
   try {
-    select = action === "list" ? () => true : selector(action, args);
+    select = action === "list" || action === "restore" ? () => true : selector(action, args);
     max = args.max === undefined ? undefined : positive(args.max, "--max");
   } catch (error) {
     return fail((error as Error).message);
@@ -99,6 +110,7 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
   );
   const queue = config.queue;
   try {
+    if (action === "restore") return await restore(client, queue, args, streams.out, fail);
     if (action === "list") {
       const messages = await peekDeadLetters(client, queue, { max, bodies: args.bodies === true });
       writeList(streams.out, messages, args.json === true);
@@ -125,19 +137,30 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
       if (!ok) return fail("purge cancelled", 1);
     }
     const total = Math.min(matching.length, max ?? matching.length);
+    const targets = matching.slice(0, total).map((m) => m.sequenceNumber);
     const progress = createProgress(action, total, streams.err);
-    const options = { max: total, onProgress: (done: number) => progress.update(done) };
+    const options = { onProgress: (done: number) => progress.update(done) };
+    let result;
     if (action === "replay") {
-      const { replayed } = await replayDeadLetters(client, queue, select, options);
-      progress.finish();
-      for (const r of replayed) streams.out.write(`replayed ${r.messageId} as ${r.copyMessageId}\n`);
-      streams.out.write(`replayed ${replayed.length} message(s) to ${queue}\n`);
+      result = await replayDeadLetters(client, queue, targets, options);
+      progress.finish(undefined, result.replayed.length);
+      for (const r of result.replayed) streams.out.write(`replayed ${r.messageId} as ${r.copyMessageId}\n`);
+      streams.out.write(`replayed ${result.replayed.length} message(s) to ${queue}\n`);
     } else {
-      const purged = await purgeDeadLetters(client, queue, select, options);
-      progress.finish();
-      streams.out.write(`purged ${purged.length} message(s) from ${queue}/$DeadLetterQueue\n`);
+      const archive = openArchive(
+        resolve(args["archive-dir"] ?? "sbinbox-archive"),
+        queue,
+        userInfo().username,
+      );
+      streams.err.write(`archiving each message to ${archive.path} before it is deleted\n`);
+      result = await purgeDeadLetters(client, queue, targets, {
+        ...options,
+        beforeComplete: (message, info) => Promise.resolve(archive.append(message, info)),
+      });
+      progress.finish(undefined, result.purged.length);
+      streams.out.write(`purged ${result.purged.length} message(s) from ${queue}/$DeadLetterQueue\n`);
     }
-    return 0;
+    return writeNotActed(streams.out, matching, result.notActed);
   } catch (error) {
     return fail(`${action} failed: ${(error as Error).message}`, 1);
   } finally {
@@ -164,6 +187,47 @@ function selector(
   }
   // The console builds its selections with the same function (src/console/).
   return selectorOf({ ids, reason: args.reason, olderThanMs, all: args.all });
+}
+
+/** The selected messages not acted on, each with why; exit 1 when there are any. */
+function writeNotActed(
+  out: NodeJS.WritableStream,
+  matching: readonly DeadLetter[],
+  notActed: ReadonlyMap<string, string>,
+): number {
+  for (const m of matching) {
+    const why = notActed.get(m.sequenceNumber);
+    if (why !== undefined)
+      out.write(`not done ${m.messageId} (sequence number ${m.sequenceNumber}): ${why}\n`);
+  }
+  return notActed.size > 0 ? 1 : 0;
+}
+
+/** Sends the archived messages (all, or those --id names) back to the queue as replay copies. */
+async function restore(
+  client: ServiceBusClient,
+  queue: string,
+  args: { archive?: string; id?: string[] },
+  out: NodeJS.WritableStream,
+  fail: (message: string, code?: number) => number,
+): Promise<number> {
+  if (args.archive === undefined) return fail("say which archive to restore from: --archive FILE");
+  const ids = args.id && args.id.length > 0 ? new Set(args.id) : undefined;
+  const records = readArchive(args.archive).filter(
+    (r) => !ids || ids.has(r.messageId) || ids.has(r.inboxKey),
+  );
+  if (records.length === 0)
+    return fail(`nothing to restore: no archived message in ${args.archive} matches`, 1);
+  refuseSubscription(queue, "sbinbox dlq restore");
+  const sender = client.createSender(queue);
+  try {
+    for (const record of records)
+      out.write(`restored ${record.messageId} as ${await restoreArchived(sender, record)}\n`);
+  } finally {
+    await sender.close();
+  }
+  out.write(`restored ${records.length} message(s) to ${queue}\n`);
+  return 0;
 }
 
 function positive(text: string, name: string): number {

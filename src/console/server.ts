@@ -1,33 +1,38 @@
-import { randomBytes, timingSafeEqual } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import type { Selection } from "../servicebus/dead-letter-select.ts";
+import { z } from "zod";
 import { renderPage } from "./page.ts";
-import type { ConsoleService } from "./service.ts";
+import { PersonalDataRefused, type ConsoleService, type Filter, type Job } from "./service.ts";
+import { createSignIn, type SignIn } from "./sign-in.ts";
 
 export interface ConsoleServer {
+  /** The one-time sign-in link printed at start. */
   readonly url: string;
+  /** Another one-time sign-in link (a second browser, a second operator on this machine). */
+  newSignInLink(): string;
   close(): Promise<void>;
 }
 
-const MAX_BODY = 256 * 1024;
+const MAX_BODY = 4 * 1024 * 1024;
+const PAGE_LIMIT = 200;
+/** A job's results as the page polls them: the counts always, the rows only up to this. */
+const RESULT_ROWS = 500;
 
 /**
  * The console's HTTP side. It acts with the operator's Service Bus rights, so beside the loopback bind it refuses
- * what a hostile web page in the same browser could send: a Host that is not this server's (DNS rebinding), any
- * /api call without the per-process token the page carries (a cross-site page cannot read it), and a write whose
- * Origin is not this server's or that is not JSON (which a cross-site form cannot send without a preflight).
+ * what another local user or a hostile web page could send: nothing is served without a session, which only the
+ * one-time sign-in link printed at start gives (so the page's API token never goes to an unauthenticated request);
+ * a Host that is not this server's is refused (DNS rebinding); any /api call needs the token the page carries (a
+ * cross-site page cannot read it); a write whose Origin is not this server's or that is not JSON is refused (which
+ * a cross-site form cannot send without a preflight).
  */
 export async function startConsoleServer(
   service: ConsoleService,
-  options: { host: string; port: number; allowHosts?: readonly string[]; access?: boolean },
+  options: { host: string; port: number; allowHosts?: readonly string[]; operator: string },
 ): Promise<ConsoleServer> {
   const token = randomBytes(24).toString("base64url");
-  // Served beyond loopback, the page's token would go to whoever asks: there, a secret in the printed URL is
-  // traded once for an HttpOnly cookie, and nothing is served without one of the two (the URL's secret is what the
-  // operator passes on; plain HTTP, so only across a network the operator trusts, or through an SSH tunnel).
-  const access = options.access ? randomBytes(24).toString("base64url") : undefined;
-  const ACCESS_COOKIE = "sbinbox-access";
+  const signIn = createSignIn(options.operator);
   let hosts = new Set<string>();
   const server: Server = createServer((req, res) => {
     handle(req, res).catch((error: unknown) => {
@@ -39,80 +44,26 @@ export async function startConsoleServer(
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     if (!hosts.has(req.headers.host ?? "")) return send(res, 421, { error: "unexpected Host header" });
     const url = new URL(req.url ?? "/", `http://${req.headers.host}`);
-    if (access !== undefined) {
-      if (
-        req.method === "GET" &&
-        url.pathname === "/" &&
-        sameToken(url.searchParams.get("access") ?? "", access)
-      ) {
-        res.writeHead(303, {
-          location: "/",
-          "set-cookie": `${ACCESS_COOKIE}=${access}; HttpOnly; SameSite=Strict; Path=/`,
-          ...securityHeaders,
-        });
-        res.end();
-        return;
-      }
-      if (!sameToken(cookie(req, ACCESS_COOKIE), access))
-        return send(res, 401, { error: "open the URL the console printed (it carries the access secret)" });
-    }
-    if (req.method === "GET" && url.pathname === "/") {
-      const nonce = randomBytes(16).toString("base64");
-      res.writeHead(200, {
-        "content-type": "text/html; charset=utf-8",
-        "content-security-policy": `default-src 'none'; script-src 'nonce-${nonce}'; style-src 'nonce-${nonce}'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'`,
-        ...securityHeaders,
-      });
-      res.end(renderPage({ token, nonce }));
-      return;
-    }
+    if (tradeSignIn(signIn, req, url, res)) return;
+    const operator = signIn.operatorOf(req.headers.cookie);
+    if (operator === undefined)
+      return send(res, 401, { error: "sign in with the one-time link the console printed at start" });
+    if (req.method === "GET" && url.pathname === "/") return servePage(res, token);
     if (!url.pathname.startsWith("/api/")) return send(res, 404, { error: "not found" });
-    if (!sameToken(req.headers["x-sbinbox-token"], token)) return send(res, 403, { error: "missing token" });
-    if (req.method === "GET") {
-      if (url.pathname === "/api/state") return send(res, 200, await service.state());
-      if (url.pathname === "/api/body") {
-        const body = await service.body(url.searchParams.get("seq") ?? "");
-        return body === undefined ? send(res, 404, { error: "no such message" }) : send(res, 200, { body });
-      }
-      const job = /^\/api\/jobs\/([\w-]+)$/.exec(url.pathname);
-      if (job) {
-        const found = service.job(job[1]!);
-        return found ? send(res, 200, found) : send(res, 404, { error: "no such job" });
-      }
-      return send(res, 404, { error: "not found" });
-    }
+    if (req.headers["x-sbinbox-token"] !== token) return send(res, 403, { error: "missing token" });
+    if (req.method === "GET") return routeGet(service, url, res);
     if (req.method !== "POST") return send(res, 405, { error: "method not allowed" });
     if (req.headers.origin !== `http://${req.headers.host}`)
       return send(res, 403, { error: "cross-origin write refused" });
     if (!(req.headers["content-type"] ?? "").startsWith("application/json"))
       return send(res, 415, { error: "JSON only" });
-    let input: Record<string, unknown>;
+    let input: unknown;
     try {
-      input = JSON.parse(await readBody(req)) as Record<string, unknown>;
+      input = JSON.parse(await readBody(req));
     } catch (error) {
       return send(res, 400, { error: `bad request body: ${(error as Error).message}` });
     }
-    if (url.pathname === "/api/plan") {
-      const action = input.action;
-      if (action !== "replay" && action !== "purge")
-        return send(res, 400, { error: 'action must be "replay" or "purge"' });
-      const selection = parseSelection(input);
-      if (typeof selection === "string") return send(res, 400, { error: selection });
-      try {
-        return send(res, 200, await service.plan(action, selection));
-      } catch (error) {
-        return send(res, 409, { error: (error as Error).message });
-      }
-    }
-    if (url.pathname === "/api/run") {
-      if (typeof input.token !== "string") return send(res, 400, { error: "token required" });
-      try {
-        return send(res, 202, service.run(input.token));
-      } catch (error) {
-        return send(res, 409, { error: (error as Error).message });
-      }
-    }
-    return send(res, 404, { error: "not found" });
+    return routePost(service, url, input, operator, res);
   }
 
   await new Promise<void>((resolve, reject) => {
@@ -126,13 +77,166 @@ export async function startConsoleServer(
       (name) => `${name}:${port}`,
     ),
   );
+  const link = () => `http://${shown}:${port}/?signin=${signIn.newLink()}`;
   return {
-    url: `http://${shown}:${port}/${access === undefined ? "" : `?access=${access}`}`,
+    url: link(),
+    newSignInLink: link,
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeAllConnections();
       }),
+  };
+}
+
+/** A GET / carrying an unused sign-in secret: traded for a session cookie, and the secret is spent. */
+function tradeSignIn(signIn: SignIn, req: IncomingMessage, url: URL, res: ServerResponse): boolean {
+  const secret = url.searchParams.get("signin");
+  if (req.method !== "GET" || url.pathname !== "/" || secret === null) return false;
+  const session = signIn.trade(secret);
+  if (session === undefined) {
+    send(res, 401, { error: "this sign-in link is unknown or used already: ask the console for a new one" });
+    return true;
+  }
+  res.writeHead(303, {
+    location: "/",
+    "set-cookie": `${signIn.cookieName}=${session}; HttpOnly; SameSite=Strict; Path=/`,
+    ...securityHeaders,
+  });
+  res.end();
+  return true;
+}
+
+function servePage(res: ServerResponse, token: string): void {
+  const nonce = randomBytes(16).toString("base64");
+  res.writeHead(200, {
+    "content-type": "text/html; charset=utf-8",
+    "content-security-policy": `default-src 'none'; script-src 'nonce-${nonce}'; style-src 'nonce-${nonce}'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'`,
+    ...securityHeaders,
+  });
+  res.end(renderPage({ token, nonce }));
+}
+
+async function routeGet(service: ConsoleService, url: URL, res: ServerResponse): Promise<void> {
+  const q = url.searchParams;
+  if (url.pathname === "/api/state")
+    return send(res, 200, await service.state({ fresh: q.get("fresh") === "1" }));
+  if (url.pathname === "/api/messages") {
+    const filter = filterSchema.safeParse(
+      Object.fromEntries([...q].filter(([k, v]) => k in filterShape && v !== "")),
+    );
+    if (!filter.success)
+      return send(res, 400, { error: filter.error.issues.map((i) => i.message).join("; ") });
+    const offset = Math.max(0, Number(q.get("offset") ?? 0) || 0);
+    const limit = Math.min(PAGE_LIMIT, Math.max(1, Number(q.get("limit") ?? 50) || 50));
+    try {
+      return send(res, 200, await service.messages(filter.data, offset, limit));
+    } catch (error) {
+      return send(res, 400, { error: (error as Error).message });
+    }
+  }
+  if (url.pathname === "/api/body") {
+    let found;
+    try {
+      found = await service.body(q.get("seq") ?? "", q.get("unmasked") === "1");
+    } catch (error) {
+      if (error instanceof PersonalDataRefused) return send(res, 403, { error: error.message });
+      throw error;
+    }
+    return found === undefined
+      ? send(res, 404, { error: "no such message" })
+      : send(res, 200, { body: found.body, properties: found.properties, masked: found.masked });
+  }
+  if (url.pathname === "/api/running") {
+    const job = service.running();
+    return send(res, 200, job ? summary(job) : {});
+  }
+  const job = /^\/api\/jobs\/([\w-]+)$/.exec(url.pathname);
+  if (job) {
+    const found = service.job(job[1]!);
+    return found ? send(res, 200, summary(found)) : send(res, 404, { error: "no such job" });
+  }
+  return send(res, 404, { error: "not found" });
+}
+
+async function routePost(
+  service: ConsoleService,
+  url: URL,
+  input: unknown,
+  operator: string,
+  res: ServerResponse,
+): Promise<void> {
+  if (url.pathname === "/api/plan" && (input as { action?: unknown } | null)?.action === "edit") {
+    const parsed = editSchema.safeParse(input);
+    if (!parsed.success)
+      return send(res, 400, {
+        error: 'an edit is {"action": "edit", "sequenceNumber": "<digits>", "body": "<text>"}',
+      });
+    try {
+      return send(res, 200, await service.planEdit(parsed.data.sequenceNumber, parsed.data.body, operator));
+    } catch (error) {
+      return send(res, 409, { error: (error as Error).message });
+    }
+  }
+  if (url.pathname === "/api/plan") {
+    const parsed = planSchema.safeParse(input);
+    if (!parsed.success)
+      return send(res, 400, {
+        error:
+          'send {"action": "replay" | "purge"} with "sequenceNumbers" (a non-empty list of digit strings) or ' +
+          `"filter": ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`,
+      });
+    const { action, ...rest } = parsed.data;
+    try {
+      return send(res, 200, await service.plan(action, rest, operator));
+    } catch (error) {
+      return send(res, 409, { error: (error as Error).message });
+    }
+  }
+  if (url.pathname === "/api/run") {
+    const token = (input as { token?: unknown } | null)?.token;
+    if (typeof token !== "string") return send(res, 400, { error: "token required" });
+    try {
+      return send(res, 202, summary(service.run(token, operator)));
+    } catch (error) {
+      return send(res, 409, { error: (error as Error).message });
+    }
+  }
+  return send(res, 404, { error: "not found" });
+}
+
+const filterShape = {
+  reason: z.string().min(1).optional(),
+  type: z.string().min(1).optional(),
+  messageId: z.string().min(1).optional(),
+  enqueuedFrom: z.iso.datetime({ offset: true }).optional(),
+  enqueuedTo: z.iso.datetime({ offset: true }).optional(),
+};
+const filterSchema: z.ZodType<Filter> = z.object(filterShape).strict();
+const planSchema = z.union([
+  z.object({
+    action: z.enum(["replay", "purge"]),
+    sequenceNumbers: z.array(z.string().regex(/^\d+$/)).min(1),
+  }),
+  z.object({
+    action: z.enum(["replay", "purge"]),
+    // An empty filter would mean "everything" by omission: a write needs at least one part.
+    filter: filterSchema.refine((f) => Object.keys(f).length > 0, "a filter needs at least one part"),
+  }),
+]);
+
+const editSchema = z.object({
+  action: z.literal("edit"),
+  sequenceNumber: z.string().regex(/^\d+$/),
+  body: z.string(),
+});
+
+/** A job as the page polls it: every count, and the first rows of its results. */
+function summary(job: Job): Omit<Job, "results"> & { results: Job["results"]; moreResults: number } {
+  return {
+    ...job,
+    results: job.results.slice(0, RESULT_ROWS),
+    moreResults: Math.max(0, job.results.length - RESULT_ROWS),
   };
 }
 
@@ -149,21 +253,6 @@ function send(res: ServerResponse, status: number, value: unknown): void {
     .end(JSON.stringify(value));
 }
 
-function cookie(req: IncomingMessage, name: string): string | undefined {
-  for (const part of (req.headers.cookie ?? "").split(";")) {
-    const [key, ...value] = part.trim().split("=");
-    if (key === name) return value.join("=");
-  }
-  return undefined;
-}
-
-function sameToken(given: string | string[] | undefined, expected: string): boolean {
-  if (typeof given !== "string") return false;
-  const a = Buffer.from(given);
-  const b = Buffer.from(expected);
-  return a.length === b.length && timingSafeEqual(a, b);
-}
-
 async function readBody(req: IncomingMessage): Promise<string> {
   const chunks: Buffer[] = [];
   let size = 0;
@@ -173,18 +262,4 @@ async function readBody(req: IncomingMessage): Promise<string> {
     chunks.push(chunk);
   }
   return Buffer.concat(chunks).toString("utf8");
-}
-
-/** A group (reason) or ticked messages (sequence numbers); nothing else is accepted for a write. */
-function parseSelection(input: Record<string, unknown>): Selection | string {
-  const { reason, sequenceNumbers } = input;
-  if (typeof reason === "string" && reason !== "" && sequenceNumbers === undefined) return { reason };
-  if (
-    reason === undefined &&
-    Array.isArray(sequenceNumbers) &&
-    sequenceNumbers.length > 0 &&
-    sequenceNumbers.every((s) => typeof s === "string" && /^\d+$/.test(s))
-  )
-    return { sequenceNumbers: sequenceNumbers as string[] };
-  return "select a reason, or sequenceNumbers (a non-empty list of digit strings)";
 }

@@ -1,17 +1,58 @@
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import type { ServiceBusClient } from "@azure/service-bus";
 import type { OutboxStatus } from "../outbox/store.ts";
-import {
-  peekAll,
-  peekDeadLetter,
-  peekDeadLetters,
-  purgeDeadLetters,
-  replayDeadLetters,
-  stillDeadLettered,
-  type DeadLetter,
-} from "../servicebus/dead-letter.ts";
-import { selectorOf, type Selection } from "../servicebus/dead-letter-select.ts";
+import type { Archive } from "../servicebus/dead-letter-archive.ts";
+import { peekAll, peekDeadLetter, peekDeadLetters, type DeadLetter } from "../servicebus/dead-letter.ts";
 import { createEntityReceiver } from "../servicebus/entity-receiver.ts";
+import {
+  indexOf,
+  matcher,
+  NO_REASON,
+  pageOf,
+  tally,
+  type DeadLetterIndex,
+  type Filter,
+  type Page,
+  type Tally,
+} from "./dead-letter-index.ts";
+import { maskBody } from "./mask.ts";
+import { execute, type Action, type Job, type MessageResult, type Planned } from "./job.ts";
+
+export type { Action, Job, MessageResult } from "./job.ts";
+export type { Filter } from "./dead-letter-index.ts";
+
+/** One audit record: a plan, a run's start, a message's result, a run's end. */
+export type AuditEvent =
+  | {
+      event: "plan";
+      operator: string;
+      action: Action;
+      entity: string;
+      count: number;
+      messages: readonly Planned[];
+      /** An edit: the bodies' SHA-256 before and after (the bodies themselves may hold personal data). */
+      edit?: { sha256Before: string; sha256After: string };
+    }
+  | {
+      event: "run";
+      operator: string;
+      action: Action;
+      entity: string;
+      job: string;
+      count: number;
+      archive?: string;
+    }
+  | ({ event: "result"; operator: string; action: Action; entity: string; job: string } & MessageResult)
+  | {
+      event: "end";
+      operator: string;
+      action: Action;
+      entity: string;
+      job: string;
+      state: Job["state"];
+      counts: Job["counts"];
+      error?: string;
+    };
 
 /** What the console reads besides Service Bus; both optional (no database configured). */
 export interface ConsoleSources {
@@ -20,233 +61,365 @@ export interface ConsoleSources {
   readonly entity: string;
   readonly openClaims?: () => Promise<number>;
   readonly outboxStatus?: () => Promise<OutboxStatus>;
+  /** Where every plan, run and result is recorded (a log line, a telemetry event). */
+  readonly audit?: (event: AuditEvent) => void;
+  /**
+   * Checks an edited body against the handler's schema for the message's type: undefined when it passes, else what
+   * is wrong. Without it (no handler module loaded) an edit is refused.
+   */
+  readonly validate?: (type: string | undefined, body: unknown) => string | undefined;
+  /** The body fields the handler for a type marks personal: masked in every body the console shows. */
+  readonly personalFields?: (type: string | undefined) => readonly string[] | undefined;
+  /** Started with --show-personal: bodies may be read unmasked (and only then edited where they have personal fields). */
+  readonly showPersonal?: boolean;
+  /** Where a purge writes each message before removing it; a purge is refused without one. */
+  readonly archive?: (operator: string) => Archive;
 }
-
-export type Action = "replay" | "purge";
 
 export interface ConsoleState {
   readonly entity: string;
-  /** Counted by peeking (Data Receiver is enough; the management API would need Manage): capped at COUNT_CAP. */
-  readonly active: number;
-  /** Scheduled messages (retry copies waiting for their time), counted apart from the active ones. */
-  readonly scheduled: number;
+  /** The entity's own messages, peeked up to QUEUE_COUNT_CAP (Data Receiver is enough; runtime counts need Manage). */
+  readonly queue: {
+    readonly active: number;
+    readonly scheduled: number;
+    readonly peeked: number;
+    readonly capped: boolean;
+  };
+  /** Every dead letter, counted by a full peek: exact, never capped. */
   readonly deadLettered: number;
-  readonly capped: boolean;
-  readonly groups: { reason: string; messages: DeadLetter[] }[];
+  readonly reasons: readonly Tally[];
+  readonly types: readonly Tally[];
+  readonly indexedAt: string;
+  /** Whether bodies may be shown unmasked (the console was started with --show-personal). */
+  readonly showPersonal: boolean;
   readonly inbox?: { openClaims: number } | { error: string };
   readonly outbox?: OutboxStatus | { error: string };
 }
 
+/** Exactly these messages, or every message matching a filter (a selection across pages, or "all matching"). */
+export type Selection = { readonly sequenceNumbers: readonly string[] } | { readonly filter: Filter };
+
 export interface Plan {
   readonly token: string;
   readonly action: Action;
-  readonly messages: { sequenceNumber: string; messageId: string; reason?: string }[];
-  /** The peek stopped at COUNT_CAP: these are the first found, more may match. */
-  readonly capped: boolean;
+  readonly count: number;
+  /** The first few, for the confirmation to name; the plan holds them all. */
+  readonly sample: readonly Planned[];
+  readonly reasons: readonly Tally[];
 }
 
-export type MessageResult =
-  | { sequenceNumber: string; messageId: string; result: "replayed"; copyMessageId: string }
-  | { sequenceNumber: string; messageId: string; result: "purged" }
-  | { sequenceNumber: string; messageId: string; result: "not done"; why: string };
-
-export interface Job {
-  readonly id: string;
-  readonly action: Action;
-  readonly total: number;
-  /** partial: the run ended with planned messages still dead-lettered (their locks ran out meanwhile): run again. */
-  state: "running" | "done" | "partial" | "failed";
-  done: number;
-  results: MessageResult[];
-  error?: string;
-}
-
-export const COUNT_CAP = 5_000;
+export const QUEUE_COUNT_CAP = 5_000;
 /** A plan not confirmed within this is void: the queue may have changed under the operator's eyes. */
 const PLAN_TTL_MS = 5 * 60_000;
-const NO_REASON = "(no reason)";
+/** A page read this long after the last full peek is served from it while a new one is taken behind it. */
+const INDEX_TTL_MS = 10_000;
+const SAMPLE = 20;
+/** How far a cold console peeks directly for an unfiltered page, rather than wait for the index. */
+const FIRST_PAGES = 500;
 
 export interface ConsoleService {
-  state(): Promise<ConsoleState>;
-  body(sequenceNumber: string): Promise<string | undefined>;
-  /** What a write would touch, and the one-time token that confirms exactly that. */
-  plan(action: Action, selection: Selection): Promise<Plan>;
-  /** Starts the confirmed plan; throws when the token is unknown, used or expired, or a job runs. */
-  run(token: string): Job;
+  state(options?: { fresh?: boolean }): Promise<ConsoleState>;
+  /** One page of the dead letters matching the filter, from the last full peek. */
+  messages(filter: Filter, offset: number, limit: number): Promise<Page>;
+  /** One dead letter with its body, personal fields masked unless `unmasked` (refused without showPersonal). */
+  body(sequenceNumber: string, unmasked?: boolean): Promise<(DeadLetter & { masked: boolean }) | undefined>;
+  /** What a write would touch (a fresh full peek), and the one-time token that confirms exactly that. */
+  plan(action: Action, selection: Selection, operator: string): Promise<Plan>;
+  /** Edit-and-retry of one dead letter: the new body validated by the handler's schema, planned like a replay. */
+  planEdit(sequenceNumber: string, body: string, operator: string): Promise<Plan>;
+  /** Starts the confirmed plan; throws when the token is unknown, used, expired or another's, or a job runs. */
+  run(token: string, operator: string): Job;
   job(id: string): Job | undefined;
+  /** The running job, if any. */
+  running(): Job | undefined;
+  /** Stops the running job after the message in hand; resolves with it once it has ended (undefined: none ran). */
+  stop(): Promise<Job | undefined>;
 }
 
 export function createConsoleService(sources: ConsoleSources, now: () => number = Date.now): ConsoleService {
-  const plans = new Map<string, Plan & { expires: number }>();
+  const plans = new Map<
+    string,
+    { plan: Plan; messages: Planned[]; operator: string; expires: number; bodies?: Map<string, Buffer> }
+  >();
   const jobs = new Map<string, Job>();
-  let running: Job | undefined;
-
-  // A peek also returns scheduled and deferred messages: only the active ones wait for a receiver.
-  const countActive = async (): Promise<{ active: number; scheduled: number; peeked: number }> => {
-    const receiver = createEntityReceiver(sources.client, sources.entity, { skipParsingBodyAsJson: true });
-    const n = { active: 0, scheduled: 0, peeked: 0 };
-    try {
-      for await (const m of peekAll(receiver, COUNT_CAP)) {
-        n.peeked++;
-        if (m.state === "active") n.active++;
-        else if (m.state === "scheduled") n.scheduled++;
-      }
-      return n;
-    } finally {
-      await receiver.close();
-    }
-  };
-
-  const guard = async <T>(
-    read: (() => Promise<T>) | undefined,
-  ): Promise<T | { error: string } | undefined> => {
-    if (!read) return undefined;
-    try {
-      return await read();
-    } catch (error) {
-      return { error: (error as Error).message };
-    }
-  };
+  let running: { job: Job; stop: AbortController; ended: Promise<void> } | undefined;
+  const audit = (event: AuditEvent) => sources.audit?.(event);
+  const index = createIndexCache(sources, now);
 
   return {
-    async state() {
-      const [counts, dead, openClaims, outbox] = await Promise.all([
-        countActive(),
-        peekDeadLetters(sources.client, sources.entity, { max: COUNT_CAP }),
+    async state(options = {}) {
+      const [queue, dead, openClaims, outbox] = await Promise.all([
+        countQueue(sources),
+        index.get(options.fresh === true),
         guard(sources.openClaims),
         guard(sources.outboxStatus),
       ]);
-      const groups = new Map<string, DeadLetter[]>();
-      for (const m of dead) {
-        const reason = m.reason ?? NO_REASON;
-        groups.set(reason, [...(groups.get(reason) ?? []), m]);
-      }
       return {
         entity: sources.entity,
-        active: counts.active,
-        scheduled: counts.scheduled,
-        deadLettered: dead.length,
-        capped: counts.peeked >= COUNT_CAP || dead.length >= COUNT_CAP,
-        groups: [...groups].map(([reason, messages]) => ({ reason, messages })),
+        queue,
+        deadLettered: dead.messages.length,
+        reasons: dead.reasons,
+        types: dead.types,
+        indexedAt: dead.at.toISOString(),
+        showPersonal: sources.showPersonal === true,
         inbox: typeof openClaims === "number" ? { openClaims } : openClaims,
         outbox,
       };
     },
 
-    async body(sequenceNumber) {
-      return (await peekDeadLetter(sources.client, sources.entity, sequenceNumber))?.body;
+    async messages(filter, offset, limit) {
+      // A cold console's first page need not wait for a count of the whole queue: it is peeked on its own, and
+      // the count (the index) is built behind it; the page says the total is still being counted.
+      if (!index.kept() && Object.keys(filter).length === 0 && offset + limit <= FIRST_PAGES) {
+        void index.get(false).catch(() => undefined);
+        const first = await peekDeadLetters(sources.client, sources.entity, { max: offset + limit });
+        return { total: undefined, offset, messages: first.slice(offset) };
+      }
+      return pageOf(await index.get(false), filter, offset, limit);
     },
 
-    async plan(action, selection) {
-      const select = selectorOf(
-        selection.reason === NO_REASON ? { ...selection, reason: undefined, all: true } : selection,
-      );
-      const peeked = await peekDeadLetters(sources.client, sources.entity, { max: COUNT_CAP });
-      const matching = peeked.filter(
-        (m) => select(m) && (selection.reason !== NO_REASON || m.reason === undefined),
-      );
-      if (matching.length === 0) throw new Error("no dead-lettered message matches");
-      for (const [token, p] of plans) if (p.expires < now()) plans.delete(token);
-      const plan: Plan = {
-        token: randomUUID(),
-        action,
-        capped: peeked.length >= COUNT_CAP,
-        messages: matching.map((m) => ({
-          sequenceNumber: m.sequenceNumber,
-          messageId: m.messageId,
-          ...(m.reason === undefined ? {} : { reason: m.reason }),
-        })),
-      };
-      plans.set(plan.token, { ...plan, expires: now() + PLAN_TTL_MS });
-      return plan;
+    async body(sequenceNumber, unmasked = false) {
+      if (unmasked && sources.showPersonal !== true)
+        throw new PersonalDataRefused(
+          "this console shows personal fields masked (start it with --show-personal)",
+        );
+      const found = await peekDeadLetter(sources.client, sources.entity, sequenceNumber);
+      if (!found) return undefined;
+      if (unmasked) return { ...found, masked: false };
+      const { body, masked } = maskBody(found.body ?? "", sources.personalFields?.(found.type));
+      return { ...found, body, masked };
     },
 
-    run(token) {
-      const plan = plans.get(token);
-      if (!plan || plan.expires < now())
+    async plan(action, selection, operator) {
+      if (action === "purge" && !sources.archive)
+        throw new Error("a purge needs an archive to write to first");
+      const messages = planned(await index.get(true), selection);
+      if (messages.length === 0) throw new Error("no dead-lettered message matches");
+      return remember(action, messages, operator);
+    },
+
+    async planEdit(sequenceNumber, body, operator) {
+      const original = await peekDeadLetter(sources.client, sources.entity, sequenceNumber);
+      if (!original) throw new Error("no dead-lettered message has this sequence number");
+      if (sources.personalFields?.(original.type)?.length && sources.showPersonal !== true)
+        throw new PersonalDataRefused(
+          "its type has personal fields, which this console masks: edit-and-retry needs --show-personal",
+        );
+      const problem = checkEdit(sources, original, body);
+      if (problem !== undefined) throw new Error(problem);
+      const edit = { sha256Before: sha256(original.body ?? ""), sha256After: sha256(body) };
+      const messages = [
+        {
+          sequenceNumber,
+          messageId: original.messageId,
+          ...(original.reason ? { reason: original.reason } : {}),
+        },
+      ];
+      return remember("edit", messages, operator, new Map([[sequenceNumber, Buffer.from(body)]]), edit);
+    },
+
+    run(token, operator) {
+      const entry = plans.get(token);
+      if (!entry || entry.expires < now())
         throw new Error("this confirmation is unknown or expired: ask again");
-      if (running) throw new Error("another replay or purge is running");
+      if (entry.operator !== operator) throw new Error("this confirmation is another operator's");
+      if (running) throw new Error(`another ${running.job.action} is running (${running.job.operator}'s)`);
       plans.delete(token);
-      const job: Job = {
-        id: randomUUID(),
-        action: plan.action,
-        total: plan.messages.length,
-        state: "running",
-        done: 0,
-        results: [],
-      };
-      jobs.set(job.id, job);
-      running = job;
-      void execute(sources, plan, job).finally(() => {
-        running = undefined;
-      });
-      return job;
+      return startJob(entry.plan.action, entry.messages, operator, entry.bodies);
     },
 
     job: (id) => jobs.get(id),
+    running: () => running?.job,
+
+    async stop() {
+      if (!running) return undefined;
+      const { job, stop, ended } = running;
+      stop.abort();
+      await ended;
+      return job;
+    },
+  };
+
+  function remember(
+    action: Action,
+    messages: Planned[],
+    operator: string,
+    bodies?: Map<string, Buffer>,
+    edit?: { sha256Before: string; sha256After: string },
+  ): Plan {
+    for (const [token, p] of plans) if (p.expires < now()) plans.delete(token);
+    const plan: Plan = {
+      token: randomUUID(),
+      action,
+      count: messages.length,
+      sample: messages.slice(0, SAMPLE),
+      reasons: tally(messages, (m) => m.reason ?? NO_REASON),
+    };
+    plans.set(plan.token, {
+      plan,
+      messages,
+      operator,
+      expires: now() + PLAN_TTL_MS,
+      ...(bodies ? { bodies } : {}),
+    });
+    audit({
+      event: "plan",
+      operator,
+      action,
+      entity: sources.entity,
+      count: messages.length,
+      messages,
+      ...(edit ? { edit } : {}),
+    });
+    return plan;
+  }
+
+  function startJob(
+    action: Action,
+    messages: Planned[],
+    operator: string,
+    bodies?: Map<string, Buffer>,
+  ): Job {
+    const archive = action === "purge" ? sources.archive!(operator) : undefined;
+    const job: Job = {
+      id: randomUUID(),
+      action,
+      operator,
+      total: messages.length,
+      state: "running",
+      done: 0,
+      counts: {},
+      results: [],
+      ...(archive ? { archive: archive.path } : {}),
+    };
+    jobs.set(job.id, job);
+    const base = { operator, action, entity: sources.entity, job: job.id };
+    audit({ event: "run", ...base, count: messages.length, ...(archive ? { archive: archive.path } : {}) });
+    const stop = new AbortController();
+    const context = {
+      client: sources.client,
+      entity: sources.entity,
+      signal: stop.signal,
+      archive,
+      ...(bodies ? { bodies } : {}),
+      onResult: (r: MessageResult) => audit({ event: "result", ...base, ...r }),
+    };
+    const ended = execute(context, messages, job).finally(() => {
+      running = undefined;
+      index.invalidate();
+      audit({
+        event: "end",
+        ...base,
+        state: job.state,
+        counts: job.counts,
+        ...(job.error === undefined ? {} : { error: job.error }),
+      });
+    });
+    running = { job, stop, ended };
+    return job;
+  }
+}
+
+/** A read or an edit of personal data this console was not started to allow. */
+export class PersonalDataRefused extends Error {}
+
+/** Why an edited body cannot be sent (not JSON, or not what the handler's schema for its type accepts), if so. */
+function checkEdit(sources: ConsoleSources, original: DeadLetter, body: string): string | undefined {
+  if (!sources.validate)
+    return "edit-and-retry needs the handler module (SBINBOX_HANDLERS) to check the body against";
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body);
+  } catch (error) {
+    return `the edited body is not JSON: ${(error as Error).message}`;
+  }
+  return sources.validate(original.type, parsed);
+}
+
+function sha256(text: string): string {
+  return createHash("sha256").update(text).digest("hex");
+}
+
+/** The selection resolved against a full peek: the confirmed messages exactly, oldest first. */
+function planned(index: DeadLetterIndex, selection: Selection): Planned[] {
+  const match =
+    "filter" in selection
+      ? matcher(selection.filter)
+      : (
+          (wanted: Set<string>) => (m: DeadLetter) =>
+            wanted.has(m.sequenceNumber)
+        )(new Set(selection.sequenceNumbers));
+  return index.messages.filter(match).map((m) => ({
+    sequenceNumber: m.sequenceNumber,
+    messageId: m.messageId,
+    ...(m.reason === undefined ? {} : { reason: m.reason }),
+  }));
+}
+
+/**
+ * The last full peek of the dead-letter queue, shared by the reads that come while one is under way. A read past
+ * INDEX_TTL_MS gets the kept index at once and starts a new peek behind it (so a page never waits for a count of a
+ * large queue twice); a forced read (a refresh, a plan) waits for a new one.
+ */
+function createIndexCache(sources: ConsoleSources, now: () => number) {
+  let last: DeadLetterIndex | undefined;
+  let building: Promise<DeadLetterIndex> | undefined;
+  let builtAt = 0;
+  const build = (): Promise<DeadLetterIndex> => {
+    if (building) return building;
+    const at = now();
+    const next = peekDeadLetters(sources.client, sources.entity).then((all) => indexOf(all, new Date(at)));
+    building = next;
+    next.then(
+      (index) => {
+        last = index;
+        builtAt = at;
+      },
+      // A failed peek is not kept: the next read tries again.
+      () => undefined,
+    );
+    void next
+      .finally(() => {
+        if (building === next) building = undefined;
+      })
+      .catch(() => undefined);
+    return next;
+  };
+  return {
+    get(fresh: boolean): Promise<DeadLetterIndex> {
+      if (fresh || !last) return build();
+      if (now() - builtAt >= INDEX_TTL_MS) void build().catch(() => undefined);
+      return Promise.resolve(last);
+    },
+    /** The kept index, if there is one: no peek started. */
+    kept: () => last,
+    invalidate() {
+      last = undefined;
+    },
   };
 }
 
-/** The confirmed messages exactly, by sequence number, through the same functions as `sbinbox dlq`. */
-async function execute(sources: ConsoleSources, plan: Plan, job: Job): Promise<void> {
-  const select = selectorOf({ sequenceNumbers: plan.messages.map((m) => m.sequenceNumber) });
-  const acted = new Set<string>();
-  // The state changes once, at the very end: a poll during the check of what is left must not see "done" for a
-  // run that then turns out partial.
-  let failed = false;
-  const options = {
-    onProgress: (done: number, m: DeadLetter) => {
-      job.done = done;
-      acted.add(m.sequenceNumber);
-      job.results.push(
-        plan.action === "purge"
-          ? { sequenceNumber: m.sequenceNumber, messageId: m.messageId, result: "purged" }
-          : // The copy's MessageId is known when the replay returns; one that fails later keeps this entry.
-            {
-              sequenceNumber: m.sequenceNumber,
-              messageId: m.messageId,
-              result: "replayed",
-              copyMessageId: "",
-            },
-      );
-    },
-  };
+/** A peek also returns scheduled and deferred messages: only the active ones wait for a receiver. */
+async function countQueue(sources: ConsoleSources): Promise<ConsoleState["queue"]> {
+  const receiver = createEntityReceiver(sources.client, sources.entity, { skipParsingBodyAsJson: true });
+  const n = { active: 0, scheduled: 0, peeked: 0 };
   try {
-    if (plan.action === "replay") {
-      const { replayed } = await replayDeadLetters(sources.client, sources.entity, select, options);
-      // Both lists are in the order the messages were acted on.
-      replayed.forEach((r, i) => {
-        const entry = job.results[i];
-        if (entry?.result === "replayed") entry.copyMessageId = r.copyMessageId;
-      });
-    } else {
-      await purgeDeadLetters(sources.client, sources.entity, select, options);
+    for await (const m of peekAll(receiver, QUEUE_COUNT_CAP)) {
+      n.peeked++;
+      if (m.state === "active") n.active++;
+      else if (m.state === "scheduled") n.scheduled++;
     }
+    return { ...n, capped: n.peeked >= QUEUE_COUNT_CAP };
+  } finally {
+    await receiver.close();
+  }
+}
+
+async function guard<T>(read: (() => Promise<T>) | undefined): Promise<T | { error: string } | undefined> {
+  if (!read) return undefined;
+  try {
+    return await read();
   } catch (error) {
-    job.error = (error as Error).message;
-    failed = true;
+    return { error: (error as Error).message };
   }
-  const missed = plan.messages.filter((m) => !acted.has(m.sequenceNumber));
-  let left = new Set<string>();
-  if (missed.length > 0) {
-    try {
-      left = await stillDeadLettered(
-        sources.client,
-        sources.entity,
-        missed.map((m) => m.sequenceNumber),
-      );
-    } catch (error) {
-      job.error ??= `could not check what is left: ${(error as Error).message}`;
-      failed = true;
-    }
-  }
-  for (const m of missed)
-    job.results.push({
-      ...m,
-      result: "not done",
-      why: left.has(m.sequenceNumber)
-        ? "still dead-lettered: run again"
-        : (job.error ?? "no longer in the dead-letter queue (replayed or purged meanwhile)"),
-    });
-  job.state = failed ? "failed" : left.size > 0 ? "partial" : "done";
 }

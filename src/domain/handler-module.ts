@@ -43,6 +43,11 @@ export function checkHandler(handler: unknown): asserts handler is MessageHandle
     throw new TypeError(`${name} has no schema (a zod schema)`);
   if (typeof h[KIND_FUNCTION[kind]] !== "function")
     throw new TypeError(`${name} is of kind "${kind}" but has no ${KIND_FUNCTION[kind]}() function`);
+  if (
+    h.personal !== undefined &&
+    !(Array.isArray(h.personal) && h.personal.every((f) => typeof f === "string" && f !== ""))
+  )
+    throw new TypeError(`${name} has personal that is not a list of field paths (e.g. ["customer.email"])`);
   if (h.keys !== undefined && typeof h.keys !== "function")
     throw new TypeError(`${name} has keys that are not a function: (body, context) => a key or keys`);
 }

@@ -27,6 +27,8 @@ export interface TransactionalHandler<T = unknown> {
   readonly kind: "transactional";
   readonly type: string;
   readonly schema: z.ZodType<T>;
+  /** Body fields holding personal data (dotted paths, e.g. "customer.email"): masked in the console by default. */
+  readonly personal?: readonly string[];
   handle(body: T, tx: SqlExecutor, context: MessageContext): Promise<void>;
   /**
    * The rows this message's change may touch, named by the handler from the body (for example
@@ -53,6 +55,8 @@ export interface StatementsHandler<T = unknown> {
   readonly kind: "statements";
   readonly type: string;
   readonly schema: z.ZodType<T>;
+  /** Body fields holding personal data (dotted paths, e.g. "customer.email"): masked in the console by default. */
+  readonly personal?: readonly string[];
   statements(body: T, context: MessageContext): readonly Statement[];
   /** As on a transactional handler. */
   keys?(body: T, context: MessageContext): string | readonly string[];
@@ -68,6 +72,8 @@ export interface TwoPhaseHandler<T = unknown> {
   readonly kind: "two-phase";
   readonly type: string;
   readonly schema: z.ZodType<T>;
+  /** Body fields holding personal data (dotted paths, e.g. "customer.email"): masked in the console by default. */
+  readonly personal?: readonly string[];
   perform(body: T, context: MessageContext & { readonly idempotencyKey: string }): Promise<void>;
 }
 

@@ -1,8 +1,14 @@
-import type { ServiceBusClient, ServiceBusReceivedMessage, ServiceBusReceiver } from "@azure/service-bus";
+import type {
+  ServiceBusClient,
+  ServiceBusReceivedMessage,
+  ServiceBusReceiver,
+  ServiceBusSender,
+} from "@azure/service-bus";
 import Long from "long";
-import { CopyProperty, retryState } from "../domain/envelope.ts";
+import { CopyProperty, retryState, TYPE_PROPERTY } from "../domain/envelope.ts";
 import { Attr } from "../telemetry/names.ts";
 import { copyOf } from "./copy.ts";
+import { actOnDeadLetters, type ActOptions, type NotActed } from "./dead-letter-act.ts";
 import { createEntityReceiver } from "./entity-receiver.ts";
 import { refuseSubscription } from "../domain/entity.ts";
 import { replayMessageId } from "./message-id.ts";
@@ -22,8 +28,14 @@ export interface DeadLetter {
   /** How many times it was replayed already. */
   readonly replay: number;
   readonly subject?: string;
+  /** The message type: its subject, else its `type` application property (as the worker reads it). */
+  readonly type?: string;
+  /** Deferred: set aside in the dead-letter queue by an earlier action, reached by its sequence number only. */
+  readonly state: "active" | "deferred" | "scheduled";
   /** The body as text, only when asked for. */
   readonly body?: string;
+  /** Its application properties and headers, with the body. */
+  readonly properties?: Record<string, unknown>;
 }
 
 export type Selector = (message: DeadLetter) => boolean;
@@ -90,7 +102,7 @@ export async function* peekAll(
   }
 }
 
-export interface DrainOptions {
+export interface DrainOptions extends ActOptions {
   /** Called after each message acted on, with the count so far and that message. */
   readonly onProgress?: (done: number, message: DeadLetter) => void;
   /** Stop after this many acted on. */
@@ -100,12 +112,25 @@ export interface DrainOptions {
 export interface ReplayOptions extends DrainOptions {
   /** Runs after a copy is sent and before its dead-lettered original is completed (fault injection; tests). */
   readonly beforeComplete?: (messageId: string) => void | Promise<void>;
+  /** A body to send instead of the original's (edit-and-retry), by sequence number; undefined keeps the original. */
+  readonly bodyOf?: (sequenceNumber: string) => Buffer | undefined;
+  /** Called after each message replayed (its copy sent, the original completed), with the copy's MessageId. */
+  readonly onReplayed?: (message: DeadLetter, copyMessageId: string) => void;
 }
 
-export interface ReplayResult {
-  /** Each replayed message: its MessageId and the copy's. */
-  readonly replayed: { messageId: string; copyMessageId: string }[];
+/** The selected messages not acted on: why each was not (by sequence number), and those a stop left unstarted. */
+export interface DrainResult {
+  readonly notActed: ReadonlyMap<string, NotActed>;
+  readonly stopped: readonly string[];
 }
+
+export interface ReplayResult extends DrainResult {
+  /** Each replayed message: its MessageId and the copy's. */
+  readonly replayed: { messageId: string; copyMessageId: string; sequenceNumber: string }[];
+}
+
+/** What to act on: a selector over a fresh peek, or exactly these sequence numbers (what an operator confirmed). */
+export type Target = Selector | readonly string[];
 
 /**
  * Replays the selected dead-lettered messages to the queue. Each copy gets a MessageId derived from the original
@@ -117,7 +142,7 @@ export interface ReplayResult {
 export async function replayDeadLetters(
   client: ServiceBusClient,
   queue: string,
-  select: Selector,
+  target: Target,
   options: ReplayOptions = {},
 ): Promise<ReplayResult> {
   // A replay is a send to the queue; a subscription cannot be sent to, and where it forwards is not readable here.
@@ -125,128 +150,101 @@ export async function replayDeadLetters(
   const sender = client.createSender(queue);
   const replayed: ReplayResult["replayed"] = [];
   try {
-    await drain(client, queue, select, options, async (receiver, message, info) => {
-      const replay = info.replay + 1;
-      const copyId = replayMessageId(info.inboxKey, replay);
-      const properties: Record<string, string | number> = {
-        [CopyProperty.originalKey]: info.inboxKey,
-        [CopyProperty.attempt]: 1,
-        [CopyProperty.replay]: replay,
-      };
-      const copy = copyOf(message, copyId, properties);
-      // The replay is a send of its own: a PRODUCER span whose context the copy carries to the worker.
-      const { span, ctx } = startSendSpan(queue, 1, copyId);
-      span.setAttribute(Attr.replayOf, info.messageId);
-      injectTraceContext(ctx, copy.applicationProperties as Record<string, unknown>);
-      try {
-        await sender.sendMessages(copy);
-        endSpan(span);
-      } catch (error) {
-        endSpan(span, error);
-        throw error;
-      }
+    const result = await drain(client, queue, target, options, async (receiver, message, info) => {
+      const copyId = await sendReplay(sender, queue, message, info, options.bodyOf?.(info.sequenceNumber));
       await options.beforeComplete?.(info.messageId);
       await receiver.completeMessage(message);
-      replayed.push({ messageId: info.messageId, copyMessageId: copyId });
+      replayed.push({
+        messageId: info.messageId,
+        copyMessageId: copyId,
+        sequenceNumber: info.sequenceNumber,
+      });
+      options.onReplayed?.(info, copyId);
     });
+    return { ...result, replayed };
   } finally {
     await sender.close();
   }
-  return { replayed };
 }
 
-/** Deletes the selected dead-lettered messages for good; returns their MessageIds. */
+/** Sends the replay copy of a dead letter; returns the copy's MessageId. */
+export async function sendReplay(
+  sender: ServiceBusSender,
+  queue: string,
+  message: ServiceBusReceivedMessage,
+  info: DeadLetter,
+  body?: Buffer,
+): Promise<string> {
+  const replay = info.replay + 1;
+  const copyId = replayMessageId(info.inboxKey, replay);
+  const properties: Record<string, string | number> = {
+    [CopyProperty.originalKey]: info.inboxKey,
+    [CopyProperty.attempt]: 1,
+    [CopyProperty.replay]: replay,
+  };
+  const copy = copyOf(message, copyId, properties);
+  if (body !== undefined) copy.body = body;
+  // The replay is a send of its own: a PRODUCER span whose context the copy carries to the worker.
+  const { span, ctx } = startSendSpan(queue, 1, copyId);
+  span.setAttribute(Attr.replayOf, info.messageId);
+  injectTraceContext(ctx, copy.applicationProperties as Record<string, unknown>);
+  try {
+    await sender.sendMessages(copy);
+    endSpan(span);
+  } catch (error) {
+    endSpan(span, error);
+    throw error;
+  }
+  return copyId;
+}
+
+/** Deletes the selected dead-lettered messages for good; `beforeComplete` sees each first (the archive). */
 export async function purgeDeadLetters(
   client: ServiceBusClient,
   queue: string,
-  select: Selector,
-  options: DrainOptions = {},
-): Promise<string[]> {
+  target: Target,
+  options: DrainOptions & {
+    readonly beforeComplete?: (message: ServiceBusReceivedMessage, info: DeadLetter) => Promise<void>;
+  } = {},
+): Promise<DrainResult & { purged: string[] }> {
   const purged: string[] = [];
-  await drain(client, queue, select, options, async (receiver, message, info) => {
+  const result = await drain(client, queue, target, options, async (receiver, message, info) => {
+    await options.beforeComplete?.(message, info);
     await receiver.completeMessage(message);
     purged.push(info.messageId);
   });
-  return purged;
+  return { ...result, purged };
 }
 
 /**
- * Acts on the selected dead-lettered messages in passes until one acts on nothing (or `max` is reached): a pass ends
- * when a message comes back (its lock ran out during a long run), so one pass alone can leave selected messages
- * untouched; the next pass, with fresh locks, goes on from there.
+ * Acts on exactly the targeted dead letters (actOnDeadLetters: locked by sequence number, no other message's
+ * delivery count raised); a selector is resolved against a peek of the whole dead-letter queue first.
  */
 async function drain(
   client: ServiceBusClient,
   queue: string,
-  select: Selector,
+  target: Target,
   options: DrainOptions,
   act: (receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage, info: DeadLetter) => Promise<void>,
-): Promise<void> {
-  const max = options.max ?? Number.MAX_SAFE_INTEGER;
-  for (let done = 0; done < max;) {
-    const after = await pass(client, queue, select, options, act, done, max);
-    if (after === done) return;
-    done = after;
-  }
-}
-
-/**
- * One pass: receives the dead-letter queue under peek-lock and acts on the selected messages. The others stay locked
- * until the end, so they are not received again meanwhile, and are then abandoned back (abandoning in a dead-letter
- * queue does not dead-letter again). A message seen twice (its lock ran out and it came back) ends the pass.
- * Returns the count acted on so far, `done` included.
- */
-async function pass(
-  client: ServiceBusClient,
-  queue: string,
-  select: Selector,
-  options: DrainOptions,
-  act: (receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage, info: DeadLetter) => Promise<void>,
-  done: number,
-  max: number,
-): Promise<number> {
-  const receiver = createEntityReceiver(client, queue, {
-    subQueueType: "deadLetter",
-    receiveMode: "peekLock",
-    skipParsingBodyAsJson: true,
-  });
-  const held: ServiceBusReceivedMessage[] = [];
-  const seen = new Set<string>();
-  try {
-    for (let more = true; more && done < max;) {
-      const batch = await receiver.receiveMessages(PAGE, { maxWaitTimeInMs: 2_000 });
-      if (batch.length === 0) break;
-      for (const message of batch) {
-        const seq = String(message.sequenceNumber);
-        const info = describe(message, false);
-        if (seen.has(seq)) more = false;
-        seen.add(seq);
-        if (!more || done >= max || !select(info)) {
-          held.push(message);
-          continue;
-        }
-        try {
-          await act(receiver, message, info);
-        } catch (error) {
-          // Back to the dead-letter queue at once rather than when its lock runs out, for a re-run to find.
-          held.push(message);
-          throw error;
-        }
-        done += 1;
-        options.onProgress?.(done, info);
-      }
-    }
-  } finally {
-    for (const message of held) {
-      try {
-        await receiver.abandonMessage(message);
-      } catch {
-        // Its lock already ran out: it is back in the dead-letter queue either way.
-      }
-    }
-    await receiver.close();
-  }
-  return done;
+): Promise<DrainResult> {
+  const all =
+    typeof target === "function"
+      ? (await peekDeadLetters(client, queue)).filter(target).map((m) => m.sequenceNumber)
+      : [...target];
+  const sequenceNumbers = all.slice(0, options.max ?? all.length);
+  let done = 0;
+  const outcome = await actOnDeadLetters(
+    client,
+    queue,
+    sequenceNumbers,
+    async (receiver, message) => {
+      const info = describe(message, false);
+      await act(receiver, message, info);
+      options.onProgress?.(++done, info);
+    },
+    options,
+  );
+  return { notActed: outcome.notActed, stopped: outcome.stopped };
 }
 
 /** Which of these sequence numbers are still in the dead-letter queue (a peek from the smallest to the largest). */
@@ -278,7 +276,7 @@ export async function stillDeadLettered(
   return found;
 }
 
-function describe(message: ServiceBusReceivedMessage, withBody: boolean): DeadLetter {
+export function describe(message: ServiceBusReceivedMessage, withBody: boolean): DeadLetter {
   let inboxKey = String(message.messageId ?? "");
   let replay = 0;
   try {
@@ -298,7 +296,9 @@ function describe(message: ServiceBusReceivedMessage, withBody: boolean): DeadLe
     inboxKey,
     replay,
     subject: message.subject,
-    ...(withBody ? { body: bodyText(message.body) } : {}),
+    type: message.subject || typeProperty(message),
+    state: message.state,
+    ...(withBody ? { body: bodyText(message.body), properties: headersOf(message) } : {}),
   };
 }
 
@@ -306,4 +306,24 @@ function bodyText(body: unknown): string {
   if (Buffer.isBuffer(body)) return body.toString("utf8");
   if (body instanceof Uint8Array) return Buffer.from(body).toString("utf8");
   return typeof body === "string" ? body : JSON.stringify(body);
+}
+
+function typeProperty(message: ServiceBusReceivedMessage): string | undefined {
+  const value = message.applicationProperties?.[TYPE_PROPERTY];
+  return typeof value === "string" && value !== "" ? value : undefined;
+}
+
+/** What the headers and properties view shows beside the body. */
+function headersOf(message: ServiceBusReceivedMessage): Record<string, unknown> {
+  return {
+    contentType: message.contentType,
+    correlationId: message.correlationId,
+    sessionId: message.sessionId,
+    partitionKey: message.partitionKey,
+    replyTo: message.replyTo,
+    to: message.to,
+    timeToLive: message.timeToLive,
+    deadLetterSource: message.deadLetterSource,
+    applicationProperties: message.applicationProperties ?? {},
+  };
 }

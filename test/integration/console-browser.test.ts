@@ -46,6 +46,7 @@ describe("sbinbox console in a real browser: dead-letters by reason, a replay ap
   let console: ReturnType<typeof startCli>;
   let url: string;
   let profile: string;
+  let archiveDir: string;
   let browser: BrowserContext;
   let page: Page;
 
@@ -75,7 +76,8 @@ describe("sbinbox console in a real browser: dead-letters by reason, a replay ap
     assert.equal(fixture.broker.counts(QUEUE).deadLettered, 4);
 
     await mkdir(OUTPUT, { recursive: true });
-    console = startCli(["console"], {
+    archiveDir = await mkdtemp(join(tmpdir(), "sbinbox-archive-"));
+    console = startCli(["console", "--archive-dir", archiveDir], {
       SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString,
       SBINBOX_QUEUE: QUEUE,
       SBINBOX_DATABASE: "postgres",
@@ -85,7 +87,7 @@ describe("sbinbox console in a real browser: dead-letters by reason, a replay ap
       let out = "";
       console.child.stdout!.on("data", (d: Buffer) => {
         out += String(d);
-        const found = /(http:\/\/127\.0\.0\.1:\d+\/)/.exec(out)?.[1];
+        const found = /(http:\/\/127\.0\.0\.1:\d+\/\?signin=[\w-]+)/.exec(out)?.[1];
         if (found) resolve(found);
       });
       void console.done.then((r) => reject(new Error(`console exited ${r.code}: ${r.stderr}`)));
@@ -98,13 +100,17 @@ describe("sbinbox console in a real browser: dead-letters by reason, a replay ap
   after(async function () {
     await browser?.close();
     if (profile) await rm(profile, { recursive: true, force: true });
+    if (archiveDir) await rm(archiveDir, { recursive: true, force: true });
     console?.child.kill("SIGINT");
     const result = await console?.done;
     assert.equal(result?.code, 0, result?.stderr);
     await db?.close();
   });
 
-  it("lists the dead-letter queue grouped by three reasons, with counts, the database's state, and bodies on request", async function () {
+  it("refuses the page without the one-time sign-in link, then lists the dead-letter queue grouped by three reasons, with counts, the database's state, and bodies on request", async function () {
+    const bare = await page.goto(new URL("/", url).href);
+    assert.equal(bare?.status(), 401);
+    assert.doesNotMatch(await page.content(), /sbinbox-token/);
     await page.goto(url);
     const groups = page.locator("section.group h3");
     await groups.first().waitFor();
@@ -133,7 +139,7 @@ describe("sbinbox console in a real browser: dead-letters by reason, a replay ap
     );
     await page.locator("body").click({ position: { x: 1, y: 1 } });
     const order: string[] = [];
-    for (let i = 0; i < 4; i++) {
+    for (let i = 0; i < 5; i++) {
       await page.keyboard.press("Tab");
       order.push(
         // A string: the test's TypeScript has no DOM types; this runs in the page.
@@ -142,12 +148,13 @@ describe("sbinbox console in a real browser: dead-letters by reason, a replay ap
         ),
       );
     }
-    assert.deepEqual(order.slice(0, 3), [
+    assert.deepEqual(order.slice(0, 4), [
       "Refresh",
+      `Show group ${firstReason}`,
       `Replay group ${firstReason}`,
       `Purge group ${firstReason}`,
     ]);
-    assert.match(order[3]!, /^Select message /);
+    assert.match(order[4]!, /^Show group /);
     assert.equal(await page.locator("#progress").getAttribute("aria-live"), "polite");
   });
 
@@ -205,16 +212,34 @@ describe("sbinbox console in a real browser: dead-letters by reason, a replay ap
     await shot("05-purged");
   });
 
+  it("edit-and-retry checks the edited body against the handler module before anything is sent", async function () {
+    await page.getByRole("button", { name: "Show body of bad-amount" }).click();
+    await page.getByRole("button", { name: "Edit and retry bad-amount" }).click();
+    const area = page.getByRole("textbox", { name: "Edited body of bad-amount" });
+    assert.equal(await area.inputValue(), '{"amount":"lots"}');
+    await area.fill('{"amount":3}');
+    await page.getByRole("button", { name: "Check and retry bad-amount" }).click();
+    // The console loads SBINBOX_HANDLERS (here unset: the built-in example), which has no Credit handler.
+    await page.locator("#progress", { hasText: 'no handler for the message type "Credit"' }).waitFor();
+    assert.equal(await page.getByRole("dialog").count(), 0, "no confirmation: nothing to send");
+    await area.fill("{not json");
+    await page.getByRole("button", { name: "Check and retry bad-amount" }).click();
+    await page.locator("#progress", { hasText: "the edited body is not JSON" }).waitFor();
+    assert.equal(fixture.broker.counts(QUEUE).deadLettered, 1, "still dead-lettered");
+  });
+
   it("refuses writes the page did not confirm: no token, a cross-origin write, a reused token, another Host", async function () {
     const token = (await page.locator('meta[name="sbinbox-token"]').getAttribute("content"))!;
-    const origin = url.replace(/\/$/, "");
+    const origin = new URL(url).origin;
+    const session = (await browser.cookies()).find((c) => c.name === "sbinbox-session")!;
+    const cookie = `${session.name}=${session.value}`;
     const post = (path: string, body: unknown, headers: Record<string, string>) =>
       fetch(new URL(path, url), {
         method: "POST",
-        headers: { "content-type": "application/json", ...headers },
+        headers: { "content-type": "application/json", cookie, ...headers },
         body: JSON.stringify(body),
       });
-    const plan = { action: "purge", reason: "SchemaViolation" };
+    const plan = { action: "purge", filter: { reason: "SchemaViolation" } };
     assert.equal((await post("/api/plan", plan, { origin })).status, 403, "no token");
     assert.equal(
       (await post("/api/plan", plan, { origin: "http://evil.example", "x-sbinbox-token": token })).status,

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { request } from "node:http";
+import { tmpdir } from "node:os";
 import { createConsoleService } from "../../src/console/service.ts";
 import { peekDeadLetters } from "../../src/servicebus/dead-letter.ts";
 import { sendRawMessages } from "../../src/servicebus/raw.ts";
@@ -49,7 +50,7 @@ describe("sbinbox console: binding, the warning off loopback, and reads that can
   it("shows one message's body by a peek of one from its sequence number, nothing for one that is gone", async function () {
     const [, second] = await peekDeadLetters(fixture.client, QUEUE);
     const service = createConsoleService({ client: fixture.client, entity: QUEUE });
-    assert.equal(await service.body(second!.sequenceNumber), '{"n":2}');
+    assert.equal((await service.body(second!.sequenceNumber))?.body, '{"n":2}');
     assert.equal(await service.body(String(Number(second!.sequenceNumber) + 1000)), undefined);
   });
 
@@ -62,11 +63,11 @@ describe("sbinbox console: binding, the warning off loopback, and reads that can
       await sender.close();
     }
     const state = await createConsoleService({ client: fixture.client, entity: QUEUE }).state();
-    assert.deepEqual([state.active, state.scheduled], [1, 1]);
+    assert.deepEqual([state.queue.active, state.queue.scheduled], [1, 1]);
   });
 
   async function startConsole(args: string[]): Promise<{ url: string; stop: () => Promise<string> }> {
-    const cli = startCli(["console", ...args], {
+    const cli = startCli(["console", "--archive-dir", tmpdir(), ...args], {
       SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString,
       SBINBOX_QUEUE: QUEUE,
     });
@@ -90,74 +91,90 @@ describe("sbinbox console: binding, the warning off loopback, and reads that can
     };
   }
 
-  it("serves on 127.0.0.1 by default, with no warning, and shows no database when none is configured", async function () {
+  /** GET through the server on 127.0.0.1 with a chosen Host header, no redirect followed. */
+  const get = (port: number, path: string, host: string, cookie?: string) =>
+    new Promise<{ status: number; headers: Record<string, unknown>; body: string }>((resolve, reject) => {
+      const req = request(
+        {
+          host: "127.0.0.1",
+          port,
+          path,
+          headers: { host: `${host}:${port}`, ...(cookie ? { cookie } : {}) },
+        },
+        (res) => {
+          let body = "";
+          res.on("data", (d: Buffer) => (body += String(d)));
+          res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+        },
+      );
+      req.on("error", reject);
+      req.end();
+    });
+
+  it("serves on 127.0.0.1 by default, with no warning; nothing, the token least of all, without the one-time sign-in link", async function () {
     const console = await startConsole([]);
     try {
-      assert.match(console.url, /^http:\/\/127\.0\.0\.1:\d+\/$/);
-      const page = await fetch(console.url);
+      assert.match(console.url, /^http:\/\/127\.0\.0\.1:\d+\/\?signin=[\w-]{32}$/);
+      const url = new URL(console.url);
+      const port = Number(url.port);
+      const bare = await get(port, "/", "127.0.0.1");
+      assert.equal(bare.status, 401, "another local user reaching the port gets nothing");
+      assert.doesNotMatch(bare.body, /sbinbox-token/);
+      assert.equal((await get(port, "/api/state", "127.0.0.1")).status, 401);
+      assert.equal((await get(port, "/?signin=wrong", "127.0.0.1")).status, 401);
+      const traded = await get(port, `/?signin=${url.searchParams.get("signin")}`, "127.0.0.1");
+      assert.equal(traded.status, 303);
+      const setCookie = String(traded.headers["set-cookie"]);
+      assert.match(setCookie, /HttpOnly; SameSite=Strict; Path=\//);
+      assert.ok(!setCookie.includes(url.searchParams.get("signin")!), "the session is not the link's secret");
+      const cookie = setCookie.split(";")[0]!;
+      assert.equal(
+        (await get(port, `/?signin=${url.searchParams.get("signin")}`, "127.0.0.1")).status,
+        401,
+        "the link is spent once used",
+      );
+      const page = await get(port, "/", "127.0.0.1", cookie);
       assert.equal(page.status, 200);
-      assert.match(page.headers.get("content-security-policy") ?? "", /default-src 'none'/);
-      const html = await page.text();
-      const token = /name="sbinbox-token" content="([^"]+)"/.exec(html)?.[1];
+      assert.match(String(page.headers["content-security-policy"]), /default-src 'none'/);
+      const token = /name="sbinbox-token" content="([^"]+)"/.exec(page.body)?.[1];
       assert.ok(token);
       const state = (await (
-        await fetch(new URL("/api/state", console.url), { headers: { "x-sbinbox-token": token } })
-      ).json()) as {
-        deadLettered: number;
-        inbox?: unknown;
-        groups: { reason: string }[];
-      };
+        await fetch(new URL("/api/state", url), { headers: { "x-sbinbox-token": token, cookie } })
+      ).json()) as { deadLettered: number; inbox?: unknown; reasons: { name: string }[] };
       assert.equal(state.deadLettered, 2);
       assert.deepEqual(
-        state.groups.map((g) => g.reason),
+        state.reasons.map((g) => g.name),
         ["Test"],
       );
       assert.equal(state.inbox, undefined, "no database configured");
-      assert.equal((await fetch(new URL("/api/state", console.url))).status, 403, "no token, no data");
+      assert.equal(
+        (await fetch(new URL("/api/state", url), { headers: { cookie } })).status,
+        403,
+        "no token, no data",
+      );
     } finally {
       assert.doesNotMatch(await console.stop(), /WARNING/);
     }
   });
 
-  it("serves elsewhere only when asked: then with an access secret in the URL, the names allowed, and a warning", async function () {
+  it("serves elsewhere only when asked: then the names allowed, the same sign-in, and a warning", async function () {
     const console = await startConsole(["--host", "0.0.0.0", "--allow-host", "ops-box"]);
     let stderr = "";
     try {
       const url = new URL(console.url);
-      const secret = url.searchParams.get("access");
-      assert.match(console.url, /^http:\/\/0\.0\.0\.0:\d+\/\?access=[\w-]{32}$/);
+      const secret = url.searchParams.get("signin");
+      assert.match(console.url, /^http:\/\/0\.0\.0\.0:\d+\/\?signin=[\w-]{32}$/);
       const port = Number(url.port);
-      const get = (path: string, host: string, cookie?: string) =>
-        new Promise<{ status: number; headers: Record<string, unknown>; body: string }>((resolve, reject) => {
-          const req = request(
-            {
-              host: "127.0.0.1",
-              port,
-              path,
-              headers: { host: `${host}:${port}`, ...(cookie ? { cookie } : {}) },
-            },
-            (res) => {
-              let body = "";
-              res.on("data", (d: Buffer) => (body += String(d)));
-              res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
-            },
-          );
-          req.on("error", reject);
-          req.end();
-        });
-      assert.equal((await get("/", "127.0.0.1")).status, 401, "no secret, no page (and no token)");
-      assert.equal((await get("/api/state", "ops-box")).status, 401);
-      assert.equal((await get("/?access=wrong", "ops-box")).status, 401);
-      assert.equal((await get(`/?access=${secret}`, "elsewhere")).status, 421, "a name not allowed");
-      const traded = await get(`/?access=${secret}`, "ops-box");
+      assert.equal((await get(port, "/", "127.0.0.1")).status, 401, "no link, no page (and no token)");
+      assert.equal((await get(port, "/api/state", "ops-box")).status, 401);
+      assert.equal((await get(port, `/?signin=${secret}`, "elsewhere")).status, 421, "a name not allowed");
+      const traded = await get(port, `/?signin=${secret}`, "ops-box");
       assert.equal(traded.status, 303);
-      const setCookie = String(traded.headers["set-cookie"]);
-      assert.match(setCookie, /HttpOnly; SameSite=Strict; Path=\//);
-      const cookie = setCookie.split(";")[0]!;
-      const page = await get("/", "ops-box", cookie);
+      const cookie = String(traded.headers["set-cookie"]).split(";")[0]!;
+      const page = await get(port, "/", "ops-box", cookie);
       assert.equal(page.status, 200);
       assert.match(page.body, /name="sbinbox-token"/);
-      assert.equal((await get("/", "0.0.0.0", "sbinbox-access=wrong")).status, 401);
+      assert.equal((await get(port, "/", "0.0.0.0", "sbinbox-session=wrong")).status, 401);
     } finally {
       stderr = await console.stop();
     }

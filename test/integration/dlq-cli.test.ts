@@ -1,4 +1,8 @@
 import assert from "node:assert/strict";
+import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { readArchive } from "../../src/servicebus/dead-letter-archive.ts";
 import { z } from "zod";
 import type { Database } from "../../src/app/database.ts";
 import { CopyProperty } from "../../src/domain/envelope.ts";
@@ -202,10 +206,28 @@ describe("sbinbox dlq: list, replay and purge on the local broker, replays appli
     assert.match(bad.stderr, /--older-than "7 days" must be a number and a unit/);
     const noSelection = await dlq("replay");
     assert.match(noSelection.stderr, /say what to replay/);
-    const purge = await dlq("purge", "--reason", "Junk", "--yes");
-    assert.equal(purge.code, 0, purge.stderr);
-    assert.match(purge.stdout, /purged 1 message/);
-    assert.equal(fixture.broker.counts(QUEUE).deadLettered, 0);
+    const dir = await mkdtemp(join(tmpdir(), "sbinbox-archive-"));
+    try {
+      const purge = await dlq("purge", "--reason", "Junk", "--yes", "--archive-dir", dir);
+      assert.equal(purge.code, 0, purge.stderr);
+      assert.match(purge.stdout, /purged 1 message/);
+      assert.equal(fixture.broker.counts(QUEUE).deadLettered, 0);
+      const [file] = await readdir(dir);
+      const archived = readArchive(join(dir, file!));
+      assert.deepEqual(
+        archived.map((r) => [r.messageId, r.reason, Buffer.from(r.body, "base64").toString()]),
+        [["m-junk", "Junk", JSON.stringify({ amount: 1 })]],
+      );
+      // Restored, the purged message is applied once, as a replay would have been.
+      const restored = await dlq("restore", "--archive", join(dir, file!), "--id", "m-junk");
+      assert.equal(restored.code, 0, restored.stderr);
+      assert.match(restored.stdout, /restored m-junk as \S+/);
+      await process(1);
+      assert.equal(await credits("m-junk"), 1);
+      assert.equal((await dlq("restore", "--archive", join(dir, file!), "--id", "other")).code, 1);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   it("finds a message dead-lettered from a scheduled retry copy by its original MessageId, and lists that key", async function () {

@@ -1,0 +1,125 @@
+import type { Archive } from "../servicebus/dead-letter-archive.ts";
+import {
+  purgeDeadLetters,
+  replayDeadLetters,
+  type DeadLetter,
+  type DrainResult,
+} from "../servicebus/dead-letter.ts";
+
+/** An edit is a replay of one message with a body the operator changed. */
+export type Action = "replay" | "purge" | "edit";
+
+/** A planned message: what the operator confirmed, by sequence number. */
+export interface Planned {
+  readonly sequenceNumber: string;
+  readonly messageId: string;
+  readonly reason?: string;
+}
+
+export type Result = "replayed" | "purged" | "held by another operator" | "gone" | "not started" | "failed";
+
+export interface MessageResult {
+  readonly sequenceNumber: string;
+  readonly messageId: string;
+  readonly result: Result;
+  readonly copyMessageId?: string;
+  readonly why?: string;
+}
+
+export interface Job {
+  readonly id: string;
+  readonly action: Action;
+  readonly operator: string;
+  readonly total: number;
+  /**
+   * partial: some planned messages were held by another operator or gone; stopped: the console was asked to stop
+   * (SIGTERM) and finished the message in hand; failed: an error ended the run.
+   */
+  state: "running" | "done" | "partial" | "stopped" | "failed";
+  done: number;
+  /** Per result, how many. */
+  counts: Partial<Record<Result, number>>;
+  results: MessageResult[];
+  error?: string;
+  /** Where the purged messages were archived first. */
+  archive?: string;
+}
+
+export interface RunContext {
+  /** The Service Bus client (its type through src/servicebus/: only service.ts names the SDK). */
+  readonly client: Parameters<typeof replayDeadLetters>[0];
+  readonly entity: string;
+  readonly signal: AbortSignal;
+  readonly archive?: Archive;
+  /** An edit's new body, by sequence number (validated by the handler's schema when planned). */
+  readonly bodies?: ReadonlyMap<string, Buffer>;
+  /** Called once per message result, as it is known (the audit's per-message line). */
+  readonly onResult?: (result: MessageResult) => void;
+}
+
+/** Runs the confirmed plan on exactly its messages; fills in the job as it goes; never throws. */
+export async function execute(context: RunContext, planned: readonly Planned[], job: Job): Promise<void> {
+  const bySeq = new Map(planned.map((m) => [m.sequenceNumber, m]));
+  const record = (result: MessageResult) => {
+    job.results.push(result);
+    job.counts[result.result] = (job.counts[result.result] ?? 0) + 1;
+    context.onResult?.(result);
+  };
+  const seqs = planned.map((m) => m.sequenceNumber);
+  let outcome: DrainResult | undefined;
+  try {
+    outcome = await act(context, job, seqs, (m, copyMessageId) => {
+      job.done += 1;
+      record({
+        sequenceNumber: m.sequenceNumber,
+        messageId: m.messageId,
+        result: job.action === "purge" ? "purged" : "replayed",
+        ...(copyMessageId === undefined ? {} : { copyMessageId }),
+      });
+    });
+  } catch (error) {
+    job.error = (error as Error).message;
+  }
+  const acted = new Set(job.results.map((r) => r.sequenceNumber));
+  for (const seq of seqs) {
+    if (acted.has(seq)) continue;
+    const m = bySeq.get(seq)!;
+    const why = outcome?.notActed.get(seq);
+    const result: Result =
+      why ?? (outcome === undefined ? "failed" : outcome.stopped.includes(seq) ? "not started" : "failed");
+    record({
+      sequenceNumber: seq,
+      messageId: m.messageId,
+      result,
+      ...(result === "failed" ? { why: job.error ?? "not reached" } : {}),
+      ...(result === "not started" ? { why: "the console was stopped first: still dead-lettered" } : {}),
+    });
+  }
+  job.state = finalState(job, outcome);
+}
+
+function finalState(job: Job, outcome: DrainResult | undefined): Job["state"] {
+  if (job.error !== undefined || outcome === undefined) return "failed";
+  if (outcome.stopped.length > 0) return "stopped";
+  return outcome.notActed.size > 0 ? "partial" : "done";
+}
+
+async function act(
+  context: RunContext,
+  job: Job,
+  seqs: string[],
+  onActed: (m: DeadLetter, copyMessageId?: string) => void,
+): Promise<DrainResult> {
+  const options = { signal: context.signal };
+  if (job.action !== "purge")
+    return replayDeadLetters(context.client, context.entity, seqs, {
+      ...options,
+      ...(context.bodies ? { bodyOf: (seq: string) => context.bodies?.get(seq) } : {}),
+      onReplayed: (m, copyMessageId) => onActed(m, copyMessageId),
+    });
+  return purgeDeadLetters(context.client, context.entity, seqs, {
+    ...options,
+    beforeComplete: async (message, info) => context.archive?.append(message, info),
+    onProgress: (_done, m) => onActed(m),
+  });
+}

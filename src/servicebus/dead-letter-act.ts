@@ -1,0 +1,217 @@
+import type { ServiceBusClient, ServiceBusReceivedMessage, ServiceBusReceiver } from "@azure/service-bus";
+import Long from "long";
+import { createEntityReceiver } from "./entity-receiver.ts";
+
+/** Why a selected dead letter was not acted on. */
+export type NotActed = "held by another operator" | "gone";
+
+export interface ActOptions {
+  /** Checked before each message: once aborted, the message in hand is finished and nothing more is started. */
+  readonly signal?: AbortSignal;
+  /** Messages locked and acted on per round trip; small, so a slow act cannot outlast the later ones' locks. */
+  readonly chunk?: number;
+}
+
+export type Act = (receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage) => Promise<void>;
+
+export interface ActOutcome {
+  /** The sequence numbers acted on, in order. */
+  readonly acted: string[];
+  /** The others, and why: still in the dead-letter queue but locked by someone else, or no longer there. */
+  readonly notActed: Map<string, NotActed>;
+  /** Stopped by the signal: these were not started. */
+  readonly stopped: string[];
+}
+
+const ROUNDS = 3;
+const CHUNK = 20;
+/** Messages received at a time while walking the active dead letters: most are set aside at once. */
+const WALK = 100;
+
+/**
+ * Locks exactly the given dead letters and acts on each. Service Bus receives a message by sequence number only
+ * once it is deferred (receive-by-sequence-number; "Throws if the message has not been deferred"), so a dead letter
+ * still active is reached by receiving the dead-letter queue in order and deferring what comes up; every other
+ * message met on the way is deferred there too, never abandoned: an abandon counts as a delivery attempt, a deferral does not, and a deferred
+ * message is never received again except by its number. So no message outside the selection has its delivery count
+ * raised, and a later action reaches it directly. A selected message another receiver holds (a second operator)
+ * is reported as held, not retried until the run times out.
+ */
+export async function actOnDeadLetters(
+  client: ServiceBusClient,
+  queue: string,
+  sequenceNumbers: readonly string[],
+  act: Act,
+  options: ActOptions = {},
+): Promise<ActOutcome> {
+  const outcome: ActOutcome = { acted: [], notActed: new Map(), stopped: [] };
+  const receiver = createEntityReceiver(client, queue, {
+    subQueueType: "deadLetter",
+    receiveMode: "peekLock",
+    skipParsingBodyAsJson: true,
+  });
+  const wanted = new Set(sequenceNumbers);
+  const chunk = options.chunk ?? CHUNK;
+  try {
+    for (let round = 0; round < ROUNDS && wanted.size > 0; round++) {
+      const before = wanted.size;
+      const states = await peekStates(receiver, [...wanted]);
+      for (const seq of wanted)
+        if (!states.has(seq)) {
+          outcome.notActed.set(seq, "gone");
+          wanted.delete(seq);
+        }
+      const active = [...wanted].filter((s) => states.get(s) === "active");
+      const setAside =
+        active.length > 0
+          ? await deferActive(receiver, new Set(active), { wanted, act, outcome, signal: options.signal })
+          : new Set();
+      const deferred = [...wanted].filter((s) => states.get(s) === "deferred" || setAside.has(s));
+      await actBySequenceNumber(receiver, deferred, wanted, act, chunk, outcome, options.signal);
+      if (options.signal?.aborted) break;
+      if (wanted.size === before) break;
+    }
+  } finally {
+    await receiver.close();
+  }
+  if (options.signal?.aborted) outcome.stopped.push(...wanted);
+  else
+    for (const seq of wanted)
+      if (!outcome.notActed.has(seq)) outcome.notActed.set(seq, "held by another operator");
+  for (const seq of outcome.stopped) outcome.notActed.delete(seq);
+  return outcome;
+}
+
+/** Each number's state in the dead-letter queue (active or deferred); a number not there is left out. */
+async function peekStates(
+  receiver: ServiceBusReceiver,
+  sequenceNumbers: string[],
+): Promise<Map<string, string>> {
+  const states = new Map<string, string>();
+  if (sequenceNumbers.length === 0) return states;
+  const wanted = new Set(sequenceNumbers);
+  const sorted = sequenceNumbers.map((s) => Long.fromString(s)).sort((a, b) => a.compare(b));
+  const last = sorted[sorted.length - 1]!;
+  let from = sorted[0]!;
+  let next = 0;
+  while (!from.greaterThan(last)) {
+    const page = await receiver.peekMessages(100, { fromSequenceNumber: from });
+    if (page.length === 0) break;
+    for (const m of page) {
+      const seq = String(m.sequenceNumber);
+      if (wanted.has(seq)) states.set(seq, m.state);
+    }
+    from = Long.fromValue(page[page.length - 1]!.sequenceNumber!).add(1);
+    // Skip the gap to the next wanted number rather than peek through messages nobody selected.
+    while (next < sorted.length && sorted[next]!.lessThan(from)) next++;
+    if (next === sorted.length) break;
+    from = sorted[next]!;
+  }
+  return states;
+}
+
+/** Deferred dead letters, locked by number a chunk at a time; a chunk that cannot be locked whole is tried one by one. */
+async function actBySequenceNumber(
+  receiver: ServiceBusReceiver,
+  sequenceNumbers: string[],
+  wanted: Set<string>,
+  act: Act,
+  chunk: number,
+  outcome: ActOutcome,
+  signal: AbortSignal | undefined,
+): Promise<void> {
+  for (let i = 0; i < sequenceNumbers.length && !signal?.aborted; i += chunk) {
+    const part = sequenceNumbers.slice(i, i + chunk);
+    let locked = await lockDeferred(receiver, part);
+    if (locked === undefined) {
+      locked = [];
+      for (const seq of part) locked.push(...((await lockDeferred(receiver, [seq])) ?? []));
+    }
+    await actOnLocked(receiver, locked, wanted, act, outcome, signal);
+  }
+}
+
+/** The deferred messages by number, locked; undefined when one of them cannot be (locked elsewhere, or gone). */
+async function lockDeferred(
+  receiver: ServiceBusReceiver,
+  sequenceNumbers: string[],
+): Promise<ServiceBusReceivedMessage[] | undefined> {
+  try {
+    return await receiver.receiveDeferredMessages(sequenceNumbers.map((s) => Long.fromString(s)));
+  } catch (error) {
+    if ((error as { code?: string }).code === "MessageNotFound") return undefined;
+    throw error;
+  }
+}
+
+/**
+ * Receives the dead-letter queue in order until every selected active message has come up, and defers each message
+ * received, selected or not, at once: before its lock could run out (which would count as a delivery), and so that
+ * the selected ones are then locked by number a few at a time, each with a fresh lock, however long the run.
+ * A message with a session id is not deferred: receiving a deferred message by number from the dead-letter queue of
+ * a session-enabled entity has been reported to fail (SessionLockLost, Azure/azure-sdk-for-net#34662), which would
+ * strand it. Such a message is acted on as it comes up when selected, else held locked and abandoned when the walk
+ * ends (its delivery count rises by one, as before). Returns the sequence numbers deferred.
+ */
+async function deferActive(
+  receiver: ServiceBusReceiver,
+  active: Set<string>,
+  walk: { wanted: Set<string>; act: Act; outcome: ActOutcome; signal: AbortSignal | undefined },
+): Promise<Set<string>> {
+  const deferred = new Set<string>();
+  const held: ServiceBusReceivedMessage[] = [];
+  const seen = new Set<string>();
+  try {
+    while (active.size > 0 && !walk.signal?.aborted) {
+      const batch = await receiver.receiveMessages(WALK, { maxWaitTimeInMs: 1_000 });
+      // A message seen twice: a held one's lock ran out and it came back; this walk has seen the queue through.
+      if (batch.length === 0 || batch.some((m) => seen.has(String(m.sequenceNumber)))) {
+        held.push(...batch);
+        break;
+      }
+      const plain = batch.filter((m) => m.sessionId === undefined);
+      await Promise.all(plain.map((m) => receiver.deferMessage(m)));
+      for (const m of batch) {
+        seen.add(String(m.sequenceNumber));
+        active.delete(String(m.sequenceNumber));
+      }
+      for (const m of plain) deferred.add(String(m.sequenceNumber));
+      const withSession = batch.filter((m) => m.sessionId !== undefined);
+      const selected = withSession.filter((m) => walk.wanted.has(String(m.sequenceNumber)));
+      held.push(...withSession.filter((m) => !selected.includes(m)));
+      await actOnLocked(receiver, selected, walk.wanted, walk.act, walk.outcome, walk.signal);
+    }
+  } finally {
+    for (const m of held) await receiver.abandonMessage(m).catch(() => undefined);
+  }
+  return deferred;
+}
+
+async function actOnLocked(
+  receiver: ServiceBusReceiver,
+  locked: ServiceBusReceivedMessage[],
+  wanted: Set<string>,
+  act: Act,
+  outcome: ActOutcome,
+  signal: AbortSignal | undefined,
+): Promise<void> {
+  for (const message of locked) {
+    const seq = String(message.sequenceNumber);
+    if (signal?.aborted) {
+      // Not started: deferred back at once rather than left to a lock expiry, which would count as a delivery.
+      await receiver.deferMessage(message).catch(() => undefined);
+      continue;
+    }
+    try {
+      await act(receiver, message);
+    } catch (error) {
+      // Its lock ran out mid-act (a replay's copy may be sent: the next round sends it again under the same
+      // MessageId, which duplicate detection drops, and the inbox key stops it either way): left for the next round.
+      if ((error as { code?: string }).code === "MessageLockLost") continue;
+      await receiver.deferMessage(message).catch(() => undefined);
+      throw error;
+    }
+    wanted.delete(seq);
+    outcome.acted.push(seq);
+  }
+}

@@ -1,0 +1,131 @@
+import { mkdirSync, openSync, closeSync, fsyncSync, writeSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import type { ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSender } from "@azure/service-bus";
+import { CopyProperty } from "../domain/envelope.ts";
+import type { DeadLetter } from "./dead-letter.ts";
+import { replayMessageId } from "./message-id.ts";
+
+/** One purged dead letter as the archive keeps it: everything needed to send it again. */
+export interface ArchivedMessage {
+  readonly archivedAt: string;
+  readonly entity: string;
+  readonly operator: string;
+  readonly sequenceNumber: string;
+  readonly messageId: string;
+  readonly inboxKey: string;
+  readonly replay: number;
+  readonly reason?: string;
+  readonly description?: string;
+  readonly enqueuedTime?: string;
+  /** Base64: a body is bytes, whatever it holds. */
+  readonly body: string;
+  readonly contentType?: string;
+  readonly subject?: string;
+  readonly correlationId?: string;
+  readonly sessionId?: string;
+  readonly partitionKey?: string;
+  /** Dates become ISO strings here (JSON): a restored copy carries them as strings. */
+  readonly applicationProperties: Record<string, unknown>;
+}
+
+export interface Archive {
+  /** Where the lines go. */
+  readonly path: string;
+  /** Appends the message and flushes it to disk; only then may the caller delete it from Service Bus. */
+  append(message: ServiceBusReceivedMessage, info: DeadLetter): void | Promise<void>;
+}
+
+/**
+ * A JSON-lines file per entity and day under `dir`. Each line is written and fsync'ed before the purge completes
+ * the message, so a purge that dies half-way has archived at least what it removed (perhaps one more).
+ */
+export function openArchive(dir: string, entity: string, operator: string, now = () => new Date()): Archive {
+  mkdirSync(dir, { recursive: true });
+  const path = join(dir, `${entity.replace(/[^\w.-]+/g, "_")}-${now().toISOString().slice(0, 10)}.jsonl`);
+  return {
+    path,
+    append(message, info) {
+      const record: ArchivedMessage = {
+        archivedAt: now().toISOString(),
+        entity,
+        operator,
+        sequenceNumber: info.sequenceNumber,
+        messageId: info.messageId,
+        inboxKey: info.inboxKey,
+        replay: info.replay,
+        reason: info.reason,
+        description: info.description,
+        enqueuedTime: info.enqueuedTime?.toISOString(),
+        body: bodyBytes(message.body).toString("base64"),
+        contentType: message.contentType,
+        subject: message.subject,
+        correlationId: message.correlationId === undefined ? undefined : String(message.correlationId),
+        sessionId: message.sessionId,
+        partitionKey: message.partitionKey,
+        applicationProperties: { ...message.applicationProperties },
+      };
+      const fd = openSync(path, "a");
+      try {
+        writeSync(fd, `${JSON.stringify(record)}\n`);
+        fsyncSync(fd);
+      } finally {
+        closeSync(fd);
+      }
+    },
+  };
+}
+
+/** The archived messages in a file; a line that is not one (a torn last line) is named in the error. */
+export function readArchive(path: string): ArchivedMessage[] {
+  const lines = readFileSync(path, "utf8").split("\n");
+  const out: ArchivedMessage[] = [];
+  lines.forEach((line, i) => {
+    if (line.trim() === "") return;
+    try {
+      const record = JSON.parse(line) as ArchivedMessage;
+      if (typeof record.messageId !== "string" || typeof record.body !== "string")
+        throw new Error("not a record");
+      out.push(record);
+    } catch (error) {
+      throw new Error(`${path} line ${i + 1} is not an archived message: ${(error as Error).message}`);
+    }
+  });
+  return out;
+}
+
+/**
+ * Sends an archived message back to its queue as a replay copy: the next replay number's MessageId and the original
+ * inbox key, as `sbinbox dlq replay` would have, so a restore can never apply an effect a second time. Returns the
+ * copy's MessageId.
+ */
+export async function restoreArchived(sender: ServiceBusSender, record: ArchivedMessage): Promise<string> {
+  const replay = record.replay + 1;
+  const copyId = replayMessageId(record.inboxKey, replay);
+  const applicationProperties: Record<string, number | boolean | string | Date | null> = {};
+  for (const [name, value] of Object.entries(record.applicationProperties))
+    if (!["DeadLetterReason", "DeadLetterErrorDescription", CopyProperty.claimId].includes(name))
+      applicationProperties[name] = value as string;
+  Object.assign(applicationProperties, {
+    [CopyProperty.originalKey]: record.inboxKey,
+    [CopyProperty.attempt]: 1,
+    [CopyProperty.replay]: replay,
+  });
+  const copy: ServiceBusMessage = {
+    messageId: copyId,
+    body: Buffer.from(record.body, "base64"),
+    contentType: record.contentType,
+    subject: record.subject,
+    correlationId: record.correlationId,
+    sessionId: record.sessionId,
+    partitionKey: record.partitionKey,
+    applicationProperties,
+  };
+  await sender.sendMessages(copy);
+  return copyId;
+}
+
+function bodyBytes(body: unknown): Buffer {
+  if (Buffer.isBuffer(body)) return body;
+  if (body instanceof Uint8Array) return Buffer.from(body);
+  return Buffer.from(typeof body === "string" ? body : JSON.stringify(body));
+}
