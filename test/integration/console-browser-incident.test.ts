@@ -1,17 +1,16 @@
-import { existsSync } from "node:fs";
 import assert from "node:assert/strict";
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { chromium, type BrowserContext, type Page } from "playwright-core";
+import type { BrowserContext, Page } from "playwright-core";
 import { readArchive } from "../../src/servicebus/dead-letter-archive.ts";
 import { peekDeadLetters } from "../../src/servicebus/dead-letter.ts";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { startCli, type CliResult } from "../helpers/cli.ts";
+import { launchBrowser } from "../helpers/browser.ts";
 import { deadLetterMany } from "../helpers/dead-letters.ts";
 
 const QUEUE = "console-incident";
-const CHROMIUM = process.env.SBINBOX_CHROMIUM ?? "/usr/bin/chromium";
 const N = 10_000;
 /** 10,000 dead letters: four reasons spread over the first 9,990, then 10 of the newest reason, past every page. */
 const reasonOf = (n: number) =>
@@ -62,18 +61,7 @@ describe("sbinbox console in a real browser, in an incident: 10,000 dead letters
   async function openPage(link: string): Promise<Page> {
     const profile = await mkdtemp(join(tmpdir(), "sbinbox-chromium-"));
     profiles.push(profile);
-    const browser = await chromium.launchPersistentContext(profile, {
-      executablePath: CHROMIUM,
-      headless: true,
-      args: [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--no-first-run",
-      ],
-      viewport: { width: 1400, height: 1000 },
-    });
+    const browser = await launchBrowser(profile, { viewport: { width: 1400, height: 1000 } });
     browsers.push(browser);
     const page = browser.pages()[0] ?? (await browser.newPage());
     await page.goto(link);
@@ -85,10 +73,6 @@ describe("sbinbox console in a real browser, in an incident: 10,000 dead letters
   const barValue = (page: Page) => page.evaluate<number>("document.getElementById('bar').value");
 
   before(async function () {
-    if (!existsSync(CHROMIUM))
-      throw new Error(
-        `no browser at ${CHROMIUM}: apt-get install -y chromium (README, Set-up), or set SBINBOX_CHROMIUM`,
-      );
     archiveDir = await mkdtemp(join(tmpdir(), "sbinbox-archive-"));
     await deadLetterMany(fixture.client, QUEUE, N, reasonOf);
   });
