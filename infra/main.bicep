@@ -414,7 +414,6 @@ module alerts '../bicep/modules/alerts/main.bicep' = {
 
 // The alerts that cover the rest of the failures (issue 39), as resources of their own beside the module above.
 module alertCoverage '../bicep/modules/alerts/coverage.bicep' = {
-  scope: resourceGroup
   params: {
     namePrefix: 'sbinbox-${environmentName}'
     location: location
@@ -424,7 +423,7 @@ module alertCoverage '../bicep/modules/alerts/coverage.bicep' = {
     entityName: workerQueueName
     sqlDatabaseResourceId: sql.outputs.databaseResourceId
     actionGroupIds: alerts.outputs.actionGroupIds
-    runbookUrl: alertRunbookUrl
+    runbookUrl: checkedRunbookUrl
   }
 }
 
