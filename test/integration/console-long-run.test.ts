@@ -22,7 +22,8 @@ describe("sbinbox console: a replay that outlives the dead-letter queue's lock",
   let frozenAt: number | undefined;
   const fixture = useLocalBroker(
     brokerConfig({
-      [QUEUE]: { LockDuration: "PT1S", MaxDeliveryCount: 100 },
+      // Duplicate detection on, as on the worker's queue in Azure: the replay's resends rely on it.
+      [QUEUE]: { LockDuration: "PT1S", MaxDeliveryCount: 100, RequiresDuplicateDetection: true },
       [HELD]: { LockDuration: "PT1M", MaxDeliveryCount: 100 },
     }),
     { now: () => frozenAt ?? Date.now() + offsetMs },
