@@ -1,6 +1,7 @@
 import type { Context } from "@opentelemetry/api";
 import { CopyProperty, type HandlerRegistry, type IncomingMessage } from "../domain/envelope.ts";
-import type { Decision, ScheduledCopy } from "../domain/settlement.ts";
+import type { Decision, FailureSource, ScheduledCopy } from "../domain/settlement.ts";
+import { awaitsMigration } from "../inbox/statement-faults.ts";
 import type { InboxStore } from "../inbox/store.ts";
 import { retryMessageId } from "../servicebus/message-id.ts";
 import { recordAttempt, recordRetryWait } from "../servicebus/tracing.ts";
@@ -104,6 +105,8 @@ export function createMessageLoop(loop: MessageLoopContext): MessageLoop {
         attempt: attempt.attempt,
         errorClass,
         error: decision.error,
+        awaitsMigration: errorClass === "permanent" && awaitsMigration(store.dialect, decision.error),
+        ...(decision.source ? { source: decision.source } : {}),
         lockRemainingMs: lockRemaining(message, receivedAt),
         attemptDurationMs: attemptMs,
         random: Math.random(),
@@ -135,6 +138,7 @@ export function createMessageLoop(loop: MessageLoopContext): MessageLoop {
           delayMs,
           errorClass,
           error: decision.error,
+          ...sourceFields(decision.source),
         });
         options.onRetry?.(message, { attempt: attempt.attempt, delayMs, errorClass, error: decision.error });
         recordRetryWait(ctx, verdict.attempt, delayMs, decision.error);
@@ -170,6 +174,7 @@ export function createMessageLoop(loop: MessageLoopContext): MessageLoop {
         errorClass,
         copy: scheduledCopy(attempt, verdict.attempt, delayMs),
         messageType: decision.messageType,
+        ...(decision.source ? { source: decision.source } : {}),
       };
       break;
     }
@@ -180,6 +185,7 @@ export function createMessageLoop(loop: MessageLoopContext): MessageLoop {
         deliveryCount: message.deliveryCount,
         errorClass: decision.errorClass,
         error: decision.error,
+        ...sourceFields(decision.source),
       });
       if (isOutage(decision)) loop.enterOutage();
     } else if (decision.disposition === "reschedule") {
@@ -190,6 +196,7 @@ export function createMessageLoop(loop: MessageLoopContext): MessageLoop {
         enqueueAt: decision.copy.enqueueAt.toISOString(),
         errorClass: decision.errorClass,
         error: decision.error,
+        ...sourceFields(decision.source),
       });
     } else if (decision.disposition === "dead_letter") {
       log.warn("message dead-lettered", {
@@ -258,6 +265,14 @@ function scheduledCopy(attempt: Attempt, next: number, delayMs: number): Schedul
     attempt: next,
     properties,
   };
+}
+
+/** A failure's handler and statement as fields of its log line. */
+function sourceFields(source: FailureSource | undefined): { handler?: string; statement?: string } {
+  if (source === undefined) return {};
+  return source.statement === undefined
+    ? { handler: source.handler }
+    : { handler: source.handler, statement: source.statement };
 }
 
 function isOutage(decision: Decision): boolean {
