@@ -45,6 +45,7 @@ export const {
   migrate,
   openDatabase,
   openOutboxStore,
+  placeholderMismatch,
   resolveStatements,
   retryClass,
   retryStartupStep,
