@@ -118,11 +118,20 @@ export const IDEMPOTENCY_KEY_IN_USE = "idempotency_key_in_use";
 
 const BUG_NAMES = new Set(["TypeError", "ReferenceError", "SyntaxError", "RangeError", "ZodError"]);
 
+/**
+ * mssql's codes for a request it refuses before sending it, over what the caller gave (a parameter value its type
+ * cannot take, bad arguments): the handler's mistake, the same on every attempt, so the store's class stands.
+ */
+const DRIVER_REFUSAL_CODES = new Set(["EPARAM", "EARGS", "EINJECT", "EDUPEPARAM"]);
+
 function isDatabaseError(error: unknown): boolean {
   if (!error || typeof error !== "object") return false;
   const e = error as { code?: unknown; number?: unknown; sqlState?: unknown };
-  // PostgreSQL's SQLSTATE (five characters), SQL Server's error number.
-  return (typeof e.code === "string" && /^[0-9A-Z]{5}$/.test(e.code)) || typeof e.number === "number";
+  // PostgreSQL's SQLSTATE (five characters), SQL Server's error number, a driver's refusal of the request.
+  return (
+    (typeof e.code === "string" && (/^[0-9A-Z]{5}$/.test(e.code) || DRIVER_REFUSAL_CODES.has(e.code))) ||
+    typeof e.number === "number"
+  );
 }
 
 function httpOrNetworkCause(error: unknown): "transient" | "permanent" | undefined {

@@ -152,6 +152,14 @@ describe("retry policy", function () {
 });
 
 describe("retry class of a failure", function () {
+  it("keeps the store's class for mssql's refusal of a parameter (EPARAM), the handler's mistake on every attempt", function () {
+    const refused = Object.assign(new Error("Validation failed for parameter 'p1'. Invalid string."), {
+      name: "RequestError",
+      code: "EPARAM",
+    });
+    assert.equal(retryClass(refused, "permanent"), "permanent");
+  });
+
   it("keeps the database's own classes, and judges a handler's other errors", function () {
     const sqlstate = Object.assign(new Error("duplicate key on orders"), { code: "23505" });
     assert.equal(retryClass(sqlstate, "permanent"), "permanent", "a constraint violation in the handler");
