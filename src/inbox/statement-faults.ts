@@ -19,6 +19,11 @@ export interface StatementFault {
    * the migration schedule, bounded, for a table or column a migration not yet applied would create.
    */
   readonly retry: "permanent" | "migration";
+  /**
+   * A statements handler's statement with this mistake is refused by the worker before anything is sent
+   * (src/worker/statements.ts): dead-lettered at once as NotRetryable.
+   */
+  readonly refusedAsStatements?: boolean;
 }
 
 /**
@@ -33,18 +38,21 @@ export const STATEMENT_FAULTS: Readonly<Record<Dialect, readonly StatementFault[
       name: "protocol_violation",
       mistake: "more or fewer parameters than the statement's placeholders `$1..$n`",
       retry: "permanent",
+      refusedAsStatements: true,
     },
     {
       code: "42P02",
       name: "undefined_parameter",
       mistake: "`$n` in a statement given no parameters",
       retry: "permanent",
+      refusedAsStatements: true,
     },
     {
       code: "42P18",
       name: "indeterminate_datatype",
       mistake: "a parameter the statement never refers to (`$2` used, `$1` not)",
       retry: "permanent",
+      refusedAsStatements: true,
     },
     { code: "42601", name: "syntax_error", mistake: "a syntax error", retry: "permanent" },
     {
@@ -117,8 +125,9 @@ export const STATEMENT_FAULTS: Readonly<Record<Dialect, readonly StatementFault[
     {
       code: "137",
       name: "must declare the scalar variable",
-      mistake: "a `@pN` beyond the parameters given (a statements handler's is refused before it is sent)",
+      mistake: "a `@pN` beyond the parameters given",
       retry: "permanent",
+      refusedAsStatements: true,
     },
     { code: "102", name: "incorrect syntax", mistake: "a syntax error", retry: "permanent" },
     { code: "208", name: "invalid object name", mistake: "a table that does not exist", retry: "migration" },

@@ -39,7 +39,7 @@ const POLICY: RetryPolicy = {
 interface Mistake {
   readonly sql: string;
   readonly params?: unknown;
-  /** The worker refuses it as a statements handler's before anything is sent (src/worker/statements.ts). */
+  /** Beside the table's `refusedAsStatements`: this mistake of its row is refused too (params not an array). */
   readonly refusedAsStatements?: boolean;
 }
 
@@ -78,9 +78,9 @@ const FIXTURES: Record<Dialect, DialectFixture> = {
       insert: `INSERT INTO ${s}.fault_late (id) VALUES ($1)`,
     }),
     mistakes: (s) => ({
-      "08P01": { sql: "SELECT 1 WHERE $1::text IS NOT NULL", params: ["a", "b"], refusedAsStatements: true },
-      "42P02": { sql: "SELECT $1::text", params: [], refusedAsStatements: true },
-      "42P18": { sql: "SELECT $2::text", params: ["a", "b"], refusedAsStatements: true },
+      "08P01": { sql: "SELECT 1 WHERE $1::text IS NOT NULL", params: ["a", "b"] },
+      "42P02": { sql: "SELECT $1::text", params: [] },
+      "42P18": { sql: "SELECT $2::text", params: ["a", "b"] },
       "42601": { sql: "SELEC 1" },
       "42883": { sql: "SELECT no_such_function()" },
       "42P01": { sql: `SELECT * FROM ${s}.no_such_table` },
@@ -122,7 +122,7 @@ const FIXTURES: Record<Dialect, DialectFixture> = {
     mistakes: (s) => ({
       "8144": { sql: `EXEC ${s}.FaultOne @p1, @p2`, params: [1, 2] },
       "201": { sql: `EXEC ${s}.FaultOne` },
-      "137": { sql: "SELECT @p1 AS a, @p2 AS b", params: [1], refusedAsStatements: true },
+      "137": { sql: "SELECT @p1 AS a, @p2 AS b", params: [1] },
       "102": { sql: "SELEC 1" },
       "208": { sql: `SELECT * FROM ${s}.NoSuchTable` },
       "207": { sql: `SELECT NoSuchColumn FROM ${s}.FaultItems` },
@@ -306,7 +306,7 @@ export function statementFaultsSuite(backend: Backend): void {
           assert.ok(description.includes(`statement "${mistake.sql.replace(/\s+/g, " ")}"`), description);
         const statements = byType.get("FaultyStatements")!;
         const statementsText = String(statements.deadLetterErrorDescription);
-        if (mistake.refusedAsStatements === true) {
+        if (fault.refusedAsStatements === true || mistake.refusedAsStatements === true) {
           assert.equal(statements.deadLetterReason, "NotRetryable", statementsText);
           assert.ok(statementsText.startsWith("after 1 attempt: permanent DoNotRetryError"), statementsText);
         } else {
