@@ -9,7 +9,7 @@ import type { Logger } from "../telemetry/logger.ts";
 import type { WorkerMetrics } from "../telemetry/metrics.ts";
 import type { Batcher } from "./batcher.ts";
 import { firstAttempt, processMessage, releaseDeadLetteredClaim, type Attempt } from "./process-message.ts";
-import { decideRetry, retryClass, type RetryPolicy } from "./retry-policy.ts";
+import { decideRetry, retryClass, type RetryPolicy, type RetryVerdict } from "./retry-policy.ts";
 import type { WorkerOptions, WorkerStats } from "./worker-types.ts";
 
 /** What the message loop is given by the worker around it: its parts, its counters, and its lifecycle's state. */
@@ -112,20 +112,7 @@ export function createMessageLoop(loop: MessageLoopContext): MessageLoop {
         random: Math.random(),
       });
       if (verdict.action === "dead_letter") {
-        stats.retriesExhausted += 1;
-        telemetry.recordRetry(options.queue, "exhausted", errorClass);
-        await releaseDeadLetteredClaim(store, options.consumer, attempt, (error) =>
-          logger.warn("a dead-lettered message's claim could not be released; the sweeper frees it", {
-            error,
-          }),
-        );
-        decision = {
-          disposition: "dead_letter",
-          outcome: "failed",
-          reason: verdict.reason,
-          description: verdict.description,
-          messageType: decision.messageType,
-        };
+        decision = await giveUp(verdict, errorClass, attempt, decision.messageType);
         break;
       }
       let delayMs = verdict.delayMs;
@@ -143,7 +130,7 @@ export function createMessageLoop(loop: MessageLoopContext): MessageLoop {
         options.onRetry?.(message, { attempt: attempt.attempt, delayMs, errorClass, error: decision.error });
         recordRetryWait(ctx, verdict.attempt, delayMs, decision.error);
         const began = Date.now();
-        if (await pause(delayMs, held)) {
+        if (await pauseFor(delayMs, waits, loop.isStopping(), held)) {
           stats.retriesWaited += 1;
           telemetry.recordRetry(options.queue, "waited", errorClass);
           attempt.attempt = verdict.attempt;
@@ -179,33 +166,30 @@ export function createMessageLoop(loop: MessageLoopContext): MessageLoop {
       break;
     }
     stats[decision.outcome] += 1;
-    if (decision.disposition === "abandon") {
-      log.warn("message abandoned", {
-        messageId: message.messageId,
-        deliveryCount: message.deliveryCount,
-        errorClass: decision.errorClass,
-        error: decision.error,
-        ...sourceFields(decision.source),
-      });
-      if (isOutage(decision)) loop.enterOutage();
-    } else if (decision.disposition === "reschedule") {
-      log.warn("attempt failed; retry scheduled", {
-        messageId: message.messageId,
-        attempt: decision.copy.attempt - 1,
-        retryMessageId: decision.copy.messageId,
-        enqueueAt: decision.copy.enqueueAt.toISOString(),
-        errorClass: decision.errorClass,
-        error: decision.error,
-        ...sourceFields(decision.source),
-      });
-    } else if (decision.disposition === "dead_letter") {
-      log.warn("message dead-lettered", {
-        messageId: message.messageId,
-        reason: decision.reason,
-        description: decision.description,
-      });
-    }
+    logDecision(log, message, decision);
+    if (isOutage(decision)) loop.enterOutage();
     return decision;
+  }
+
+  /** No retry left, or none that can help: the message is dead-lettered, a two-phase claim it held released. */
+  async function giveUp(
+    verdict: Extract<RetryVerdict, { action: "dead_letter" }>,
+    errorClass: "transient" | "permanent",
+    attempt: Attempt,
+    messageType: string | undefined,
+  ): Promise<Decision & { messageType?: string }> {
+    stats.retriesExhausted += 1;
+    telemetry.recordRetry(options.queue, "exhausted", errorClass);
+    await releaseDeadLetteredClaim(store, options.consumer, attempt, (error) =>
+      logger.warn("a dead-lettered message's claim could not be released; the sweeper frees it", { error }),
+    );
+    return {
+      disposition: "dead_letter",
+      outcome: "failed",
+      reason: verdict.reason,
+      description: verdict.description,
+      ...(messageType !== undefined ? { messageType } : {}),
+    };
   }
 
   /** How long this delivery's lock can still be held: while the SDK renews it, or until it expires. */
@@ -215,32 +199,40 @@ export function createMessageLoop(loop: MessageLoopContext): MessageLoop {
     return message.lockedUntil ? message.lockedUntil.getTime() - Date.now() : undefined;
   }
 
-  /** Resolves true after `ms`, or false at once when the worker stops or `held` fires (the session given up). */
-  function pause(ms: number, held?: AbortSignal): Promise<boolean> {
-    if (loop.isStopping() || held?.aborted) return Promise.resolve(false);
-    return new Promise<boolean>((resolve) => {
-      const wake = () => {
-        clearTimeout(timer);
-        waits.delete(wake);
-        held?.removeEventListener("abort", wake);
-        resolve(false);
-      };
-      const timer = setTimeout(() => {
-        waits.delete(wake);
-        held?.removeEventListener("abort", wake);
-        resolve(true);
-      }, ms);
-      waits.add(wake);
-      held?.addEventListener("abort", wake, { once: true });
-    });
-  }
-
   return {
     handle,
     wakeRetryWaits() {
       for (const wake of [...waits]) wake();
     },
   };
+}
+
+/**
+ * Resolves true after `ms`, or false at once when the worker stops (`stopping`, or a wake in `waits`, which the
+ * wait adds itself to while it runs) or `held` fires (the session given up).
+ */
+function pauseFor(
+  ms: number,
+  waits: Set<() => void>,
+  stopping: boolean,
+  held?: AbortSignal,
+): Promise<boolean> {
+  if (stopping || held?.aborted) return Promise.resolve(false);
+  return new Promise<boolean>((resolve) => {
+    const wake = () => {
+      clearTimeout(timer);
+      waits.delete(wake);
+      held?.removeEventListener("abort", wake);
+      resolve(false);
+    };
+    const timer = setTimeout(() => {
+      waits.delete(wake);
+      held?.removeEventListener("abort", wake);
+      resolve(true);
+    }, ms);
+    waits.add(wake);
+    held?.addEventListener("abort", wake, { once: true });
+  });
 }
 
 /** How many times a message that met an outage waits for the database and tries again before it is abandoned. */
@@ -265,6 +257,35 @@ function scheduledCopy(attempt: Attempt, next: number, delayMs: number): Schedul
     attempt: next,
     properties,
   };
+}
+
+/** The log line of what became of a message that was not applied: abandoned, a retry scheduled, dead-lettered. */
+function logDecision(log: Logger, message: IncomingMessage, decision: Decision): void {
+  if (decision.disposition === "abandon") {
+    log.warn("message abandoned", {
+      messageId: message.messageId,
+      deliveryCount: message.deliveryCount,
+      errorClass: decision.errorClass,
+      error: decision.error,
+      ...sourceFields(decision.source),
+    });
+  } else if (decision.disposition === "reschedule") {
+    log.warn("attempt failed; retry scheduled", {
+      messageId: message.messageId,
+      attempt: decision.copy.attempt - 1,
+      retryMessageId: decision.copy.messageId,
+      enqueueAt: decision.copy.enqueueAt.toISOString(),
+      errorClass: decision.errorClass,
+      error: decision.error,
+      ...sourceFields(decision.source),
+    });
+  } else if (decision.disposition === "dead_letter") {
+    log.warn("message dead-lettered", {
+      messageId: message.messageId,
+      reason: decision.reason,
+      description: decision.description,
+    });
+  }
 }
 
 /** A failure's handler and statement as fields of its log line. */

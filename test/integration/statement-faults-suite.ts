@@ -123,7 +123,7 @@ const FIXTURES: Record<Dialect, DialectFixture> = {
       "8144": { sql: `EXEC ${s}.FaultOne @p1, @p2`, params: [1, 2] },
       "201": { sql: `EXEC ${s}.FaultOne` },
       "137": { sql: "SELECT @p1 AS a, @p2 AS b", params: [1] },
-      "102": { sql: "SELEC 1" },
+      "102": { sql: "SELECT 1 +" },
       "208": { sql: `SELECT * FROM ${s}.NoSuchTable` },
       "207": { sql: `SELECT NoSuchColumn FROM ${s}.FaultItems` },
       "245": { sql: "SELECT 1 AS x WHERE 1 = 'abc'" },
