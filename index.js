@@ -45,6 +45,7 @@ export const {
   migrate,
   openDatabase,
   openOutboxStore,
+  placeholderMismatch,
   replayDeadLetters,
   resolveStatements,
   retryClass,
