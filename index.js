@@ -46,6 +46,7 @@ export const {
   migrate,
   openDatabase,
   openOutboxStore,
+  placeholderMismatch,
   replayDeadLetters,
   resolveStatements,
   retryClass,

@@ -5,9 +5,11 @@
 #   scripts/sqlserver-tier.sh PATH/TO/babelfish/start.sh
 #
 # Starts a server of its own (its folder under a mktemp -d folder, a free port), runs the SQL Server conformance
-# suites (inbox with its batches, transaction handle, clean-up, outbox) in schema-per-run mode inside one database,
+# suites (inbox with its batches, transaction handle, clean-up, outbox) and the handler statement errors through the
+# worker (test/integration/statement-faults-sqlserver.test.ts) in schema-per-run mode inside one database,
 # then scripts/sqlserver-e2e.ts (sbinbox migrate twice, two workers with a fixture module,
-# test/fixtures/orders-handlers, exactly once checked in the database). Stops the server at the end, also on failure or interruption. Tests the server cannot run (a feature it
+# test/fixtures/orders-handlers, exactly once checked in the database). Stops the server at the end, also on failure
+# or interruption. Tests the server cannot run (a feature it
 # lacks, found by probing) are reported as skipped with the reason; the mocha line ends "N passed, N failed, N skipped".
 set -euo pipefail
 START=${1:?usage: scripts/sqlserver-tier.sh PATH/TO/start.sh}
@@ -67,7 +69,8 @@ await pool.request().batch("CREATE DATABASE sbinbox_ci");
 await pool.close();'
 # SBINBOX_TEST_POSTGRES=off: these files use SQL Server only, so mocha's global fixture starts no PostgreSQL.
 SBINBOX_TEST_MSSQL="$cs;Database=sbinbox_ci" SBINBOX_TEST_POSTGRES=off run npx mocha \
-  test/conformance/sqlserver.test.ts test/conformance/sqlserver-cleanup.test.ts test/conformance/outbox-sqlserver.test.ts
+  test/conformance/sqlserver.test.ts test/conformance/sqlserver-cleanup.test.ts test/conformance/outbox-sqlserver.test.ts \
+  test/integration/statement-faults-sqlserver.test.ts
 echo "sqlserver-tier: conformance suites done ($((SECONDS - began)) s)"
 SBINBOX_TEST_MSSQL_SERVER=$cs run node scripts/sqlserver-e2e.ts
 echo "sqlserver-tier: passed in $((SECONDS - began)) s"

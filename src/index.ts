@@ -33,6 +33,7 @@ export type {
   MessageContext,
 } from "./domain/handler.ts";
 export { resolveStatements } from "./worker/statements.ts";
+export { placeholderMismatch } from "./inbox/placeholders.ts";
 export type { BoundStatement } from "./inbox/store.ts";
 export type { SqlExecutor, SqlResult, Dialect, DialectSql } from "./domain/sql.ts";
 export type { HandlerModule } from "./domain/handler-module.ts";

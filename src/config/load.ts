@@ -83,6 +83,7 @@ export interface DatabaseTimeouts {
 export interface RetrySettings {
   readonly transientDelaysMs: readonly number[];
   readonly permanentDelaysMs: readonly number[];
+  readonly migrationDelaysMs: readonly number[];
   readonly jitter: number;
   readonly maxInProcessWaitMs: number;
 }
@@ -141,6 +142,7 @@ export function loadConfig(options: LoadOptions = {}): Config {
     retry: {
       transientDelaysMs: s.SBINBOX_RETRY_DELAYS_MS,
       permanentDelaysMs: s.SBINBOX_RETRY_PERMANENT_DELAYS_MS,
+      migrationDelaysMs: s.SBINBOX_RETRY_MIGRATION_DELAYS_MS,
       jitter: s.SBINBOX_RETRY_JITTER,
       maxInProcessWaitMs: s.SBINBOX_RETRY_MAX_WAIT_MS,
     },

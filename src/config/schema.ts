@@ -65,6 +65,8 @@ export const settings = {
     "delays before each retry of a transient failure, comma-separated ms (their count is the number of retries; none for no retry)",
   SBINBOX_RETRY_PERMANENT_DELAYS_MS:
     "the same for a permanent failure (a bug, a constraint violation in the handler)",
+  SBINBOX_RETRY_MIGRATION_DELAYS_MS:
+    "the same for a handler's statement that names a table or column that does not exist (yet: a migration not applied)",
   SBINBOX_RETRY_JITTER: "each retry delay is drawn from delay x [1 - jitter, 1 + jitter] (0 to 1)",
   SBINBOX_RETRY_MAX_WAIT_MS:
     "longest retry delay waited out in the worker under the message's lock; longer ones schedule a copy",
@@ -233,6 +235,7 @@ export const parsers = {
   SBINBOX_DB_PROBE_TIMEOUT_MS: ms(100, 600_000).default(2_000),
   SBINBOX_RETRY_DELAYS_MS: delayList.default([1_000, 5_000, 30_000, 120_000, 600_000, 1_800_000, 3_600_000]),
   SBINBOX_RETRY_PERMANENT_DELAYS_MS: delayList.default([5_000]),
+  SBINBOX_RETRY_MIGRATION_DELAYS_MS: delayList.default([5_000, 30_000, 120_000, 600_000]),
   SBINBOX_RETRY_JITTER: fraction.default(0.2),
   SBINBOX_RETRY_MAX_WAIT_MS: ms(0, 3_600_000).default(30_000),
   // Service Bus allows 20 seconds to 7 days for the window.

@@ -16,6 +16,15 @@ export interface ScheduledCopy {
   readonly properties: Readonly<Record<string, string | number>>;
 }
 
+/**
+ * Where a failure happened, for its log line and dead-letter description: the handler (by its message type) and,
+ * when the database refused one of the handler's statements, that statement's text (never its parameters).
+ */
+export interface FailureSource {
+  readonly handler: string;
+  readonly statement?: string;
+}
+
 /** What the worker decided for one message; src/servicebus turns it into the broker call. */
 export type Decision =
   | { readonly disposition: "complete"; readonly outcome: "committed" | "duplicate" }
@@ -30,6 +39,7 @@ export type Decision =
       readonly outcome: "failed";
       readonly error: unknown;
       readonly errorClass: Exclude<ErrorClass, "duplicate">;
+      readonly source?: FailureSource;
     }
   | {
       /** Send `copy` scheduled for later, then complete this delivery; abandon it if the send fails. */
@@ -38,4 +48,5 @@ export type Decision =
       readonly error: unknown;
       readonly errorClass: Exclude<ErrorClass, "duplicate">;
       readonly copy: ScheduledCopy;
+      readonly source?: FailureSource;
     };

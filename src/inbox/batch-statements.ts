@@ -1,6 +1,7 @@
 import type { ErrorClass, ProcessOutcome } from "../domain/outcome.ts";
 import type { Dialect, SqlExecutor, SqlResult } from "../domain/sql.ts";
 import { TransactionControlError } from "./errors.ts";
+import { noteFailedStatement, statementsText } from "./failed-statement.ts";
 import { refusedStatement } from "./transaction-guard.ts";
 import { batchFailure, markerParams, preCheckBatch } from "./batch-precheck.ts";
 import { composeStatements, type ComposedRequest, type ComposedTransaction } from "./sqlserver/compose.ts";
@@ -72,7 +73,13 @@ export async function runStatements(tx: SqlExecutor, statements: readonly BoundS
   if (statements.length === 0) return;
   if (tx.dialect === "sqlserver") {
     const request = composeStatements(statements);
-    await tx.query(request.sql, request.params);
+    try {
+      await tx.query(request.sql, request.params);
+    } catch (error) {
+      // Named by the handler's own texts, not the composed request with its parameters renumbered.
+      noteFailedStatement(error, statementsText(statements), true);
+      throw error;
+    }
     return;
   }
   await Promise.all(statements.map((s) => tx.query(s.sql, s.params)));
@@ -114,7 +121,9 @@ export async function processStatements(
       await sendComposed(driver, composed);
       return { kind: "committed" };
     } catch (error) {
-      return requests.markerExists(error) ? { kind: "duplicate" } : failed(driver, error);
+      if (requests.markerExists(error)) return { kind: "duplicate" };
+      noteFailedStatement(error, statementsText(statements));
+      return failed(driver, error);
     }
   }
   let tx: Awaited<ReturnType<StatementsDriver["begin"]>>;
@@ -135,8 +144,12 @@ export async function processStatements(
       : { kind: "failed", error: marker!.reason, errorClass };
   }
   // The first failure is the cause; those after it only report the aborted transaction (25P02, COMMIT's ROLLBACK).
-  const first = rest.find((r) => r.status === "rejected");
-  return first === undefined ? { kind: "committed" } : failed(driver, first.reason);
+  const at = rest.findIndex((r) => r.status === "rejected");
+  if (at === -1) return { kind: "committed" };
+  const reason: unknown = (rest[at] as PromiseRejectedResult).reason;
+  // The last one is COMMIT's: a statement's own failure is named by its text.
+  if (at < statements.length) noteFailedStatement(reason, statements[at]!.sql);
+  return failed(driver, reason);
 }
 
 /**

@@ -42,8 +42,11 @@ const verdicts: Record<GuardRules, Record<Dialect, Map<string, string>>> = {
   statements: { postgres: new Map(), sqlserver: new Map() },
 };
 
-/** Words upper-cased, `;` and operators as their own tokens; comments, strings and quoted names are dropped. */
-function tokens(sql: string, dialect: Dialect): string[] {
+/**
+ * Words upper-cased, `;` and operators as their own tokens; comments, strings and quoted names are dropped (each
+ * string or quoted name leaves a `'`). Also what placeholders.ts reads parameter references from.
+ */
+export function tokens(sql: string, dialect: Dialect): string[] {
   const out: string[] = [];
   let i = 0;
   while (i < sql.length) {

@@ -1,5 +1,6 @@
 import type { Dialect, SqlExecutor, SqlResult } from "../domain/sql.ts";
 import { SavepointInBatchError, TransactionControlError, UnawaitedStatementError } from "./errors.ts";
+import { noteFailedStatement } from "./failed-statement.ts";
 import { refusedStatement } from "./transaction-guard.ts";
 
 /** What a handle sends its statements through: the inbox transaction (core.ts's InboxTransaction). */
@@ -54,6 +55,7 @@ export class TransactionHandle {
         statement.then(
           () => this.running.delete(statement),
           (error: unknown) => {
+            noteFailedStatement(error, sql);
             this.running.delete(statement);
             this.failures.set(statement, error);
             this.statementFailure ??= error;

@@ -1,4 +1,5 @@
 import {
+  placeholderMismatch,
   resolveStatements,
   type BoundStatement,
   type Dialect,
@@ -34,15 +35,25 @@ export interface FakeTransaction extends SqlExecutor {
 
 /**
  * A stand-in for the inbox transaction, for a unit test of one transactional handler alone: it records what the
- * handler sends and answers as `respond` says. It checks no SQL; the harness (a real database) is where statements
- * are proven, so keep these tests to a handler's own decisions.
+ * handler sends and answers as `respond` says. Of the SQL it checks only that the placeholders (`$1..$n`, SQL
+ * Server's `@p1..@pN`) and the parameters agree, as the database would refuse them (it throws an Error naming the
+ * statement, before `respond` sees it); the harness (a real database) is where statements are proven, so keep
+ * these tests to a handler's own decisions.
  */
 export function fakeTransaction(options: FakeTransactionOptions = {}): FakeTransaction {
   const statements: RecordedStatement[] = [];
+  const dialect = options.dialect ?? "postgres";
   return {
-    dialect: options.dialect ?? "postgres",
+    dialect,
     statements,
     async query<R>(sql: string, params: readonly unknown[] = []): Promise<SqlResult<R>> {
+      if (!Array.isArray(params))
+        throw new TypeError(`fakeTransaction: the parameters of "${excerpt(sql)}" are not an array`);
+      const mismatch = placeholderMismatch(sql, dialect, params.length, true);
+      if (mismatch !== undefined)
+        throw new Error(
+          `fakeTransaction: statement "${excerpt(sql)}" disagrees with its parameters: ${mismatch}`,
+        );
       statements.push({ sql, params });
       const answer = (await options.respond?.(sql, params)) ?? {};
       const rows = (answer.rows ?? []) as R[];
@@ -73,13 +84,29 @@ export function fakeContext(
 
 /**
  * What a statements handler gives the worker for `body`, resolved to `dialect` (default "postgres") and checked as
- * the worker checks it (a text for the dialect, no transaction control, SQL Server's parameter limit): a unit test
- * of the handler's statements, no database needed. Throws the DoNotRetryError the worker would dead-letter with.
+ * the worker checks it (a text for the dialect, no transaction control, SQL Server's parameter limit, placeholders
+ * that agree with the parameters): a unit test of the handler's statements, no database needed. Throws the
+ * DoNotRetryError the worker would dead-letter with. On SQL Server it also refuses (with an Error) a parameter the
+ * statement never refers to, which the server would accept (and the worker send) but which is a placeholder forgotten.
  */
 export function fakeStatements<T>(
   handler: StatementsHandler<T>,
   body: T,
   options: { readonly dialect?: Dialect; readonly context?: Partial<MessageContext> } = {},
 ): BoundStatement[] {
-  return resolveStatements(handler, body, fakeContext(options.context), options.dialect ?? "postgres");
+  const dialect = options.dialect ?? "postgres";
+  const bound = resolveStatements(handler, body, fakeContext(options.context), dialect);
+  bound.forEach((statement, index) => {
+    const mismatch = placeholderMismatch(statement.sql, dialect, statement.params.length, true);
+    if (mismatch !== undefined)
+      throw new Error(
+        `fakeStatements: statements handler "${handler.type}": statement ${index + 1} (${excerpt(statement.sql)}): ${mismatch}`,
+      );
+  });
+  return bound;
+}
+
+function excerpt(sql: string): string {
+  const flat = sql.replace(/\s+/g, " ").trim();
+  return flat.length > 120 ? `${flat.slice(0, 117)}...` : flat;
 }

@@ -115,6 +115,7 @@ export const HARNESS_RETRY_POLICY: RetryPolicy = {
   ...defaultRetryPolicy,
   transientDelaysMs: [100, 200, 500],
   permanentDelaysMs: [100],
+  migrationDelaysMs: [100, 200],
   jitter: 0,
   maxInProcessWaitMs: 250,
   lockMarginMs: 1_000,

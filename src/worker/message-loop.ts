@@ -1,6 +1,7 @@
 import type { Context } from "@opentelemetry/api";
 import { CopyProperty, type HandlerRegistry, type IncomingMessage } from "../domain/envelope.ts";
-import type { Decision, ScheduledCopy } from "../domain/settlement.ts";
+import type { Decision, FailureSource, ScheduledCopy } from "../domain/settlement.ts";
+import { awaitsMigration } from "../inbox/statement-faults.ts";
 import type { InboxStore } from "../inbox/store.ts";
 import { retryMessageId } from "../servicebus/message-id.ts";
 import { recordAttempt, recordRetryWait } from "../servicebus/tracing.ts";
@@ -9,7 +10,7 @@ import type { WorkerMetrics } from "../telemetry/metrics.ts";
 import type { Batcher } from "./batcher.ts";
 import { plainErrorHint } from "./plain-error-hint.ts";
 import { firstAttempt, processMessage, releaseDeadLetteredClaim, type Attempt } from "./process-message.ts";
-import { decideRetry, retryClass, type RetryPolicy } from "./retry-policy.ts";
+import { decideRetry, retryClass, type RetryPolicy, type RetryVerdict } from "./retry-policy.ts";
 import type { WorkerOptions, WorkerStats } from "./worker-types.ts";
 
 /** What the message loop is given by the worker around it: its parts, its counters, and its lifecycle's state. */
@@ -107,25 +108,14 @@ export function createMessageLoop(loop: MessageLoopContext): MessageLoop {
         attempt: attempt.attempt,
         errorClass,
         error: decision.error,
+        awaitsMigration: errorClass === "permanent" && awaitsMigration(store.dialect, decision.error),
+        ...(decision.source ? { source: decision.source } : {}),
         lockRemainingMs: lockRemaining(message, receivedAt),
         attemptDurationMs: attemptMs,
         random: Math.random(),
       });
       if (verdict.action === "dead_letter") {
-        stats.retriesExhausted += 1;
-        telemetry.recordRetry(options.queue, "exhausted", errorClass);
-        await releaseDeadLetteredClaim(store, options.consumer, attempt, (error) =>
-          logger.warn("a dead-lettered message's claim could not be released; the sweeper frees it", {
-            error,
-          }),
-        );
-        decision = {
-          disposition: "dead_letter",
-          outcome: "failed",
-          reason: verdict.reason,
-          description: verdict.description,
-          messageType: decision.messageType,
-        };
+        decision = await giveUp(verdict, errorClass, attempt, decision.messageType);
         break;
       }
       let delayMs = verdict.delayMs;
@@ -138,11 +128,12 @@ export function createMessageLoop(loop: MessageLoopContext): MessageLoop {
           delayMs,
           errorClass,
           error: decision.error,
+          ...sourceFields(decision.source),
         });
         options.onRetry?.(message, { attempt: attempt.attempt, delayMs, errorClass, error: decision.error });
         recordRetryWait(ctx, verdict.attempt, delayMs, decision.error);
         const began = Date.now();
-        if (await pause(delayMs, held)) {
+        if (await pauseFor(delayMs, waits, loop.isStopping(), held)) {
           stats.retriesWaited += 1;
           telemetry.recordRetry(options.queue, "waited", errorClass);
           attempt.attempt = verdict.attempt;
@@ -173,35 +164,35 @@ export function createMessageLoop(loop: MessageLoopContext): MessageLoop {
         errorClass,
         copy: scheduledCopy(attempt, verdict.attempt, delayMs),
         messageType: decision.messageType,
+        ...(decision.source ? { source: decision.source } : {}),
       };
       break;
     }
     stats[decision.outcome] += 1;
-    if (decision.disposition === "abandon") {
-      log.warn("message abandoned", {
-        messageId: message.messageId,
-        deliveryCount: message.deliveryCount,
-        errorClass: decision.errorClass,
-        error: decision.error,
-      });
-      if (isOutage(decision)) loop.enterOutage();
-    } else if (decision.disposition === "reschedule") {
-      log.warn("attempt failed; retry scheduled", {
-        messageId: message.messageId,
-        attempt: decision.copy.attempt - 1,
-        retryMessageId: decision.copy.messageId,
-        enqueueAt: decision.copy.enqueueAt.toISOString(),
-        errorClass: decision.errorClass,
-        error: decision.error,
-      });
-    } else if (decision.disposition === "dead_letter") {
-      log.warn("message dead-lettered", {
-        messageId: message.messageId,
-        reason: decision.reason,
-        description: decision.description,
-      });
-    }
+    logDecision(log, message, decision);
+    if (isOutage(decision)) loop.enterOutage();
     return decision;
+  }
+
+  /** No retry left, or none that can help: the message is dead-lettered, a two-phase claim it held released. */
+  async function giveUp(
+    verdict: Extract<RetryVerdict, { action: "dead_letter" }>,
+    errorClass: "transient" | "permanent",
+    attempt: Attempt,
+    messageType: string | undefined,
+  ): Promise<Decision & { messageType?: string }> {
+    stats.retriesExhausted += 1;
+    telemetry.recordRetry(options.queue, "exhausted", errorClass);
+    await releaseDeadLetteredClaim(store, options.consumer, attempt, (error) =>
+      logger.warn("a dead-lettered message's claim could not be released; the sweeper frees it", { error }),
+    );
+    return {
+      disposition: "dead_letter",
+      outcome: "failed",
+      reason: verdict.reason,
+      description: verdict.description,
+      ...(messageType !== undefined ? { messageType } : {}),
+    };
   }
 
   /** How long this delivery's lock can still be held: while the SDK renews it, or until it expires. */
@@ -211,32 +202,40 @@ export function createMessageLoop(loop: MessageLoopContext): MessageLoop {
     return message.lockedUntil ? message.lockedUntil.getTime() - Date.now() : undefined;
   }
 
-  /** Resolves true after `ms`, or false at once when the worker stops or `held` fires (the session given up). */
-  function pause(ms: number, held?: AbortSignal): Promise<boolean> {
-    if (loop.isStopping() || held?.aborted) return Promise.resolve(false);
-    return new Promise<boolean>((resolve) => {
-      const wake = () => {
-        clearTimeout(timer);
-        waits.delete(wake);
-        held?.removeEventListener("abort", wake);
-        resolve(false);
-      };
-      const timer = setTimeout(() => {
-        waits.delete(wake);
-        held?.removeEventListener("abort", wake);
-        resolve(true);
-      }, ms);
-      waits.add(wake);
-      held?.addEventListener("abort", wake, { once: true });
-    });
-  }
-
   return {
     handle,
     wakeRetryWaits() {
       for (const wake of [...waits]) wake();
     },
   };
+}
+
+/**
+ * Resolves true after `ms`, or false at once when the worker stops (`stopping`, or a wake in `waits`, which the
+ * wait adds itself to while it runs) or `held` fires (the session given up).
+ */
+function pauseFor(
+  ms: number,
+  waits: Set<() => void>,
+  stopping: boolean,
+  held?: AbortSignal,
+): Promise<boolean> {
+  if (stopping || held?.aborted) return Promise.resolve(false);
+  return new Promise<boolean>((resolve) => {
+    const wake = () => {
+      clearTimeout(timer);
+      waits.delete(wake);
+      held?.removeEventListener("abort", wake);
+      resolve(false);
+    };
+    const timer = setTimeout(() => {
+      waits.delete(wake);
+      held?.removeEventListener("abort", wake);
+      resolve(true);
+    }, ms);
+    waits.add(wake);
+    held?.addEventListener("abort", wake, { once: true });
+  });
 }
 
 /** How many times a message that met an outage waits for the database and tries again before it is abandoned. */
@@ -261,6 +260,43 @@ function scheduledCopy(attempt: Attempt, next: number, delayMs: number): Schedul
     attempt: next,
     properties,
   };
+}
+
+/** The log line of what became of a message that was not applied: abandoned, a retry scheduled, dead-lettered. */
+function logDecision(log: Logger, message: IncomingMessage, decision: Decision): void {
+  if (decision.disposition === "abandon") {
+    log.warn("message abandoned", {
+      messageId: message.messageId,
+      deliveryCount: message.deliveryCount,
+      errorClass: decision.errorClass,
+      error: decision.error,
+      ...sourceFields(decision.source),
+    });
+  } else if (decision.disposition === "reschedule") {
+    log.warn("attempt failed; retry scheduled", {
+      messageId: message.messageId,
+      attempt: decision.copy.attempt - 1,
+      retryMessageId: decision.copy.messageId,
+      enqueueAt: decision.copy.enqueueAt.toISOString(),
+      errorClass: decision.errorClass,
+      error: decision.error,
+      ...sourceFields(decision.source),
+    });
+  } else if (decision.disposition === "dead_letter") {
+    log.warn("message dead-lettered", {
+      messageId: message.messageId,
+      reason: decision.reason,
+      description: decision.description,
+    });
+  }
+}
+
+/** A failure's handler and statement as fields of its log line. */
+function sourceFields(source: FailureSource | undefined): { handler?: string; statement?: string } {
+  if (source === undefined) return {};
+  return source.statement === undefined
+    ? { handler: source.handler }
+    : { handler: source.handler, statement: source.statement };
 }
 
 function isOutage(decision: Decision): boolean {

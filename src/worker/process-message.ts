@@ -10,8 +10,9 @@ import type { MessageContext } from "../domain/handler.ts";
 import { messageKeys } from "../domain/keys.ts";
 import type { ErrorClass, ProcessOutcome } from "../domain/outcome.ts";
 import type { SqlExecutor } from "../domain/sql.ts";
-import type { Decision } from "../domain/settlement.ts";
+import type { Decision, FailureSource } from "../domain/settlement.ts";
 import { runStatements } from "../inbox/batch-statements.ts";
+import { failedStatement, statementExcerpt } from "../inbox/failed-statement.ts";
 import type { InboxKey, InboxStore, ProcessHint } from "../inbox/store.ts";
 import { resolveStatements } from "./statements.ts";
 
@@ -120,7 +121,7 @@ export async function processMessage(
       keys = messageKeys(handler, body, context);
     } catch (error) {
       // An InvalidKeysError, a DoNotRetryError: dead-lettered at once as NotRetryable.
-      return { ...failed(error, "permanent"), messageType: type };
+      return { ...failed(error, "permanent", sourceOf(type, error)), messageType: type };
     }
   }
   if (handler.kind === "transactional" || handler.kind === "statements") {
@@ -135,7 +136,10 @@ export async function processMessage(
         statements = resolveStatements(handler, body, context, deps.store.dialect);
       } catch (error) {
         // As a transactional handler's throw: "permanent" to the store, judged by the retry policy.
-        return { ...failed(error, safeClassify(deps.store, error)), messageType: type };
+        return {
+          ...failed(error, safeClassify(deps.store, error), sourceOf(type, error)),
+          messageType: type,
+        };
       }
       // The statements as data, for a store that sends them with the marker; `work` runs the same through the
       // handle, wherever the store takes that path (a batch mixed with code handlers).
@@ -145,7 +149,11 @@ export async function processMessage(
     const outcome = await (deps.process
       ? deps.process(key, work, hint)
       : deps.store.process(key, work, hint));
-    if (outcome.kind === "failed") return { ...failed(outcome.error, outcome.errorClass), messageType: type };
+    if (outcome.kind === "failed")
+      return {
+        ...failed(outcome.error, outcome.errorClass, sourceOf(type, outcome.error)),
+        messageType: type,
+      };
     return { disposition: "complete", outcome: outcome.kind, messageType: type };
   }
   // Two-phase: claim and commit, perform the external effect keyed by the MessageId, then mark it processed.
@@ -171,7 +179,7 @@ export async function processMessage(
     } catch (error) {
       // The claim stays open and goes with the retry; the external system dedupes by the key. Like a
       // transactional handler's own error, it is "permanent" to the store and judged by the retry policy.
-      return { ...failed(error, "permanent"), messageType: type };
+      return { ...failed(error, "permanent", sourceOf(type, error)), messageType: type };
     }
   }
   try {
@@ -218,8 +226,20 @@ function isFirstDelivery(message: IncomingMessage, attempt: Attempt): boolean {
   );
 }
 
-function failed(error: unknown, errorClass: Exclude<ErrorClass, "duplicate">): Decision {
-  return { disposition: "abandon", outcome: "failed", error, errorClass };
+function failed(
+  error: unknown,
+  errorClass: Exclude<ErrorClass, "duplicate">,
+  source?: FailureSource,
+): Decision {
+  return { disposition: "abandon", outcome: "failed", error, errorClass, ...(source ? { source } : {}) };
+}
+
+/** The handler a failure is of, and the statement of its that the database refused, when one was. */
+function sourceOf(type: string, error: unknown): FailureSource {
+  const statement = failedStatement(error);
+  return statement === undefined
+    ? { handler: type }
+    : { handler: type, statement: statementExcerpt(statement) };
 }
 
 function safeClassify(store: InboxStore, error: unknown): Exclude<ErrorClass, "duplicate"> {

@@ -1,5 +1,6 @@
 import { DoNotRetryError, RetryAfterError } from "../domain/errors.ts";
 import type { ErrorClass } from "../domain/outcome.ts";
+import type { FailureSource } from "../domain/settlement.ts";
 import { NETWORK_ERROR_CODES } from "../inbox/network-errors.ts";
 
 /**
@@ -11,6 +12,12 @@ export interface RetryPolicy {
   readonly transientDelaysMs: readonly number[];
   /** The same for a `permanent` failure (a bug, a constraint violation in the handler): few or none. */
   readonly permanentDelaysMs: readonly number[];
+  /**
+   * The same for a `permanent` failure that is a missing table or column (statement-faults.ts, `awaitsMigration`):
+   * a schema whose migration another process is still applying. Bounded, so a handler that names a table that
+   * will never exist is dead-lettered within minutes. Default DEFAULT_MIGRATION_DELAYS_MS.
+   */
+  readonly migrationDelaysMs?: readonly number[];
   /** Each delay is drawn uniformly from delay x [1 - jitter, 1 + jitter]; 0 turns jitter off. */
   readonly jitter: number;
   /**
@@ -36,10 +43,16 @@ export const DEFAULT_TRANSIENT_DELAYS_MS = [
   1_000, 5_000, 30_000, 120_000, 600_000, 1_800_000, 3_600_000,
 ] as const;
 export const DEFAULT_PERMANENT_DELAYS_MS = [5_000] as const;
+/**
+ * 5 s and 30 s in place, then copies after 2 and 10 min: 755 s (12.6 min), 10.1 to 15.1 min with the jitter, longer
+ * than the post-provision step of a deployment waits before it migrates (up to 10 minutes, docs/deploy.md).
+ */
+export const DEFAULT_MIGRATION_DELAYS_MS = [5_000, 30_000, 120_000, 600_000] as const;
 
 export const defaultRetryPolicy: RetryPolicy = {
   transientDelaysMs: DEFAULT_TRANSIENT_DELAYS_MS,
   permanentDelaysMs: DEFAULT_PERMANENT_DELAYS_MS,
+  migrationDelaysMs: DEFAULT_MIGRATION_DELAYS_MS,
   jitter: 0.2,
   maxInProcessWaitMs: 30_000,
   lockMarginMs: 10_000,
@@ -50,6 +63,10 @@ export interface RetryInput {
   readonly attempt: number;
   readonly errorClass: "transient" | "permanent";
   readonly error: unknown;
+  /** A `permanent` failure that is a missing table or column: retried on the migration schedule. */
+  readonly awaitsMigration?: boolean;
+  /** The handler and statement the failure is of, for the dead-letter description. */
+  readonly source?: FailureSource;
   /**
    * How long this delivery's lock can still be held: until the SDK stops renewing it (or, with renewal off, until
    * it expires). Undefined when unknown, which forbids an in-process wait.
@@ -101,11 +118,20 @@ export const IDEMPOTENCY_KEY_IN_USE = "idempotency_key_in_use";
 
 const BUG_NAMES = new Set(["TypeError", "ReferenceError", "SyntaxError", "RangeError", "ZodError"]);
 
+/**
+ * mssql's codes for a request it refuses before sending it, over what the caller gave (a parameter value its type
+ * cannot take, bad arguments): the handler's mistake, the same on every attempt, so the store's class stands.
+ */
+const DRIVER_REFUSAL_CODES = new Set(["EPARAM", "EARGS", "EINJECT", "EDUPEPARAM"]);
+
 function isDatabaseError(error: unknown): boolean {
   if (!error || typeof error !== "object") return false;
   const e = error as { code?: unknown; number?: unknown; sqlState?: unknown };
-  // PostgreSQL's SQLSTATE (five characters), SQL Server's error number.
-  return (typeof e.code === "string" && /^[0-9A-Z]{5}$/.test(e.code)) || typeof e.number === "number";
+  // PostgreSQL's SQLSTATE (five characters), SQL Server's error number, a driver's refusal of the request.
+  return (
+    (typeof e.code === "string" && (/^[0-9A-Z]{5}$/.test(e.code) || DRIVER_REFUSAL_CODES.has(e.code))) ||
+    typeof e.number === "number"
+  );
 }
 
 function httpOrNetworkCause(error: unknown): "transient" | "permanent" | undefined {
@@ -142,16 +168,16 @@ export function decideRetry(policy: RetryPolicy, input: RetryInput): RetryVerdic
     return {
       action: "dead_letter",
       reason: "NotRetryable",
-      description: describeFailure(attempt, input.errorClass, error),
+      description: describeFailure(attempt, input.errorClass, error, input.source),
     };
   }
-  const delays = input.errorClass === "transient" ? policy.transientDelaysMs : policy.permanentDelaysMs;
+  const delays = scheduleOf(policy, input);
   const retry = attempt; // the first retry follows attempt 1 and uses delays[0]
   if (retry > delays.length) {
     return {
       action: "dead_letter",
       reason: "RetriesExhausted",
-      description: describeFailure(attempt, input.errorClass, error),
+      description: describeFailure(attempt, input.errorClass, error, input.source),
     };
   }
   const base = error instanceof RetryAfterError ? error.delayMs : delays[retry - 1]!;
@@ -167,20 +193,40 @@ export function decideRetry(policy: RetryPolicy, input: RetryInput): RetryVerdic
     : { action: "schedule", attempt: next, delayMs: drawn };
 }
 
+/** The delay list a failure is retried on: by its class, and for a missing table or column the migration list. */
+function scheduleOf(policy: RetryPolicy, input: RetryInput): readonly number[] {
+  if (input.errorClass === "transient") return policy.transientDelaysMs;
+  if (input.awaitsMigration === true) return policy.migrationDelaysMs ?? DEFAULT_MIGRATION_DELAYS_MS;
+  return policy.permanentDelaysMs;
+}
+
 export function jittered(delayMs: number, jitter: number, random: number): number {
   if (jitter <= 0 || delayMs <= 0) return Math.round(delayMs);
   return Math.max(0, Math.round(delayMs * (1 - jitter + 2 * jitter * random)));
 }
 
 /**
- * The dead-letter description: the attempt count, the error's class, name and message, never the body. Error
- * messages from drivers can quote values; the handler's own errors are the handler author's to keep clean.
+ * The dead-letter description: the attempt count, the error's class, name and message, and where it happened (the
+ * handler, the statement the database refused), never the body or a statement's parameters. Error messages from
+ * drivers can quote values; the handler's own errors are the handler author's to keep clean.
  */
-export function describeFailure(attempt: number, errorClass: ErrorClass, error: unknown): string {
+export function describeFailure(
+  attempt: number,
+  errorClass: ErrorClass,
+  error: unknown,
+  source?: FailureSource,
+): string {
   const name = error instanceof Error ? error.name : typeof error;
   const message = error instanceof Error ? error.message : String(error);
-  const text = `after ${attempt} attempt${attempt === 1 ? "" : "s"}: ${errorClass} ${name}: ${message}`;
-  return text.length > 1024 ? `${text.slice(0, 1021)}...` : text;
+  const where =
+    source === undefined
+      ? ""
+      : ` (handler "${source.handler}"${source.statement === undefined ? "" : `, statement "${source.statement}"`})`;
+  const head = `after ${attempt} attempt${attempt === 1 ? "" : "s"}: ${errorClass} ${name}: `;
+  // At most 1,024 characters; a long message is cut short before where it happened is.
+  const room = 1024 - head.length - where.length;
+  const text = message.length > room ? `${message.slice(0, Math.max(0, room - 3))}...` : message;
+  return `${head}${text}${where}`.slice(0, 1024);
 }
 
 /** The total time a message can spend retrying on a delay list, without jitter. */

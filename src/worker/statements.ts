@@ -2,7 +2,9 @@ import { DoNotRetryError } from "../domain/errors.ts";
 import type { MessageContext, StatementsHandler } from "../domain/handler.ts";
 import type { Dialect } from "../domain/sql.ts";
 import { renumberParameters, SQLSERVER_MESSAGE_PARAMETERS } from "../inbox/sqlserver/compose.ts";
+import { statementExcerpt } from "../inbox/failed-statement.ts";
 import type { BoundStatement } from "../inbox/store.ts";
+import { placeholderMismatch } from "../inbox/placeholders.ts";
 import { refusedStatement } from "../inbox/transaction-guard.ts";
 
 /**
@@ -10,8 +12,10 @@ import { refusedStatement } from "../inbox/transaction-guard.ts";
  * sent. What `statements()` throws is the handler's failure, judged by the retry policy like a transactional
  * handler's throw. What it returns that can never run (not a list of statements, no text for this dialect,
  * transaction control, a savepoint or a DECLARE, more parameters than a SQL Server request takes, a reference to
- * a parameter it does not give or to @p0) is the handler's bug, the same for every delivery: a DoNotRetryError, so the message is dead-lettered at
- * once as NotRetryable with a description naming the handler, the statement and what is wrong.
+ * a parameter it does not give or to @p0, on PostgreSQL parameters its placeholders `$1..$n` do not match, which
+ * the server would refuse with 08P01 or 42P18) is the handler's bug, the same for every delivery: a
+ * DoNotRetryError, so the message is dead-lettered at once as NotRetryable with a description naming the handler,
+ * the statement and what is wrong.
  */
 export function resolveStatements<T>(
   handler: StatementsHandler<T>,
@@ -52,6 +56,9 @@ export function resolveStatements<T>(
       }
       if (highest > values.length)
         throw wrong(`${at} refers to @p${highest} but gives ${values.length} parameters`);
+    } else {
+      const mismatch = placeholderMismatch(text, dialect, values.length);
+      if (mismatch !== undefined) throw wrong(`${at} (${statementExcerpt(text)}): ${mismatch}`);
     }
     parameters += values.length;
     return { sql: text, params: values };

@@ -419,7 +419,7 @@ describe("worker: failures retried over time, never burning a message", function
       assert.equal(message.deadLetterReason, "RetriesExhausted");
       assert.equal(
         message.deadLetterErrorDescription,
-        "after 3 attempts: transient Error: ledger rejected the posting",
+        'after 3 attempts: transient Error: ledger rejected the posting (handler "Credit")',
       );
       assert.ok(!message.deadLetterErrorDescription?.includes("424242"));
       await dlq.completeMessage(message);

@@ -179,6 +179,7 @@ describe("config", function () {
     assert.deepEqual(defaults, {
       transientDelaysMs: [1_000, 5_000, 30_000, 120_000, 600_000, 1_800_000, 3_600_000],
       permanentDelaysMs: [5_000],
+      migrationDelaysMs: [5_000, 30_000, 120_000, 600_000],
       jitter: 0.2,
       maxInProcessWaitMs: 30_000,
     });
@@ -186,6 +187,7 @@ describe("config", function () {
       env: {
         SBINBOX_RETRY_DELAYS_MS: " 200, 400 ",
         SBINBOX_RETRY_PERMANENT_DELAYS_MS: "none",
+        SBINBOX_RETRY_MIGRATION_DELAYS_MS: "50,60",
         SBINBOX_RETRY_JITTER: "0",
         SBINBOX_RETRY_MAX_WAIT_MS: "0",
       },
@@ -193,6 +195,7 @@ describe("config", function () {
     assert.deepEqual(set, {
       transientDelaysMs: [200, 400],
       permanentDelaysMs: [],
+      migrationDelaysMs: [50, 60],
       jitter: 0,
       maxInProcessWaitMs: 0,
     });

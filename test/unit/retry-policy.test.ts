@@ -114,9 +114,52 @@ describe("retry policy", function () {
     assert.equal(text, "after 6 attempts: transient TypeError: socket hang up");
     assert.ok(describeFailure(1, "permanent", new Error("x".repeat(5_000))).length <= 1024);
   });
+
+  it("names the handler and the refused statement, which a long message does not push out", function () {
+    const source = { handler: "orders.OrderPlaced", statement: "SELECT 1 WHERE $1::text IS NOT NULL" };
+    assert.equal(
+      describeFailure(2, "permanent", new Error("bind message supplies 2 parameters"), source),
+      'after 2 attempts: permanent Error: bind message supplies 2 parameters (handler "orders.OrderPlaced", ' +
+        'statement "SELECT 1 WHERE $1::text IS NOT NULL")',
+    );
+    const long = describeFailure(1, "permanent", new Error("x".repeat(5_000)), source);
+    assert.ok(long.length <= 1024, `${long.length}`);
+    assert.ok(long.endsWith(`statement "${source.statement}")`), long.slice(-80));
+  });
+
+  it("retries a missing table or column on the bounded migration schedule, other permanent failures on theirs", function () {
+    const policy = { ...noJitter, permanentDelaysMs: [5], migrationDelaysMs: [10, 20] };
+    const migration = (attempt: number) =>
+      decideRetry(policy, input({ attempt, errorClass: "permanent", awaitsMigration: true }));
+    assert.deepEqual(migration(1), { action: "wait", attempt: 2, delayMs: 10 });
+    assert.deepEqual(migration(2), { action: "wait", attempt: 3, delayMs: 20 });
+    assert.equal(migration(3).action, "dead_letter");
+    assert.equal(
+      decideRetry(policy, input({ attempt: 2, errorClass: "permanent", awaitsMigration: false })).action,
+      "dead_letter",
+    );
+    // Without a list of its own, the default one: bounded, and longer than the permanent one.
+    const { migrationDelaysMs: _, ...withoutList } = policy;
+    assert.equal(
+      decideRetry(withoutList, input({ attempt: 4, errorClass: "permanent", awaitsMigration: true })).action,
+      "schedule",
+    );
+    assert.equal(
+      decideRetry(withoutList, input({ attempt: 5, errorClass: "permanent", awaitsMigration: true })).action,
+      "dead_letter",
+    );
+  });
 });
 
 describe("retry class of a failure", function () {
+  it("keeps the store's class for mssql's refusal of a parameter (EPARAM), the handler's mistake on every attempt", function () {
+    const refused = Object.assign(new Error("Validation failed for parameter 'p1'. Invalid string."), {
+      name: "RequestError",
+      code: "EPARAM",
+    });
+    assert.equal(retryClass(refused, "permanent"), "permanent");
+  });
+
   it("keeps the database's own classes, and judges a handler's other errors", function () {
     const sqlstate = Object.assign(new Error("duplicate key on orders"), { code: "23505" });
     assert.equal(retryClass(sqlstate, "permanent"), "permanent", "a constraint violation in the handler");

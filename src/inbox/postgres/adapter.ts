@@ -27,6 +27,7 @@ import {
 } from "./statements.ts";
 import { DEFAULT_INBOX_SCHEMA } from "../schema-name.ts";
 import { driverErrorInChain } from "../error-links.ts";
+import { statementExcerpt } from "../failed-statement.ts";
 
 /** COMMIT answered ROLLBACK: the transaction had been aborted by an error the handler caught. */
 export class AbortedTransactionError extends Error {
@@ -108,8 +109,9 @@ export class PostgresDriver implements InboxDriver {
   }
 
   async query<R = Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>> {
+    const values = sendable(sql, params);
     try {
-      const result = await this.pool.query(sql, params as unknown[] | undefined);
+      const result = await this.pool.query(sql, values);
       return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
     } catch (error) {
       throw this.tag(error);
@@ -171,11 +173,13 @@ export class PostgresDriver implements InboxDriver {
     return {
       query: async <R>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>> => {
         if (broken !== undefined) throw broken;
+        // Refused before anything is sent: the connection and the transaction stay as they were.
+        const values = sendable(sql, params);
         try {
           let result: pg.QueryResult;
           if (opening === undefined) {
             const first = inOrder(() =>
-              withBegin(client, sql, params, (error) => {
+              withBegin(client, sql, values, (error) => {
                 // Statements given after this one must not run without the transaction.
                 const reason = lost ?? error;
                 broken ??= reason instanceof Error ? reason : new Error(String(reason));
@@ -186,7 +190,7 @@ export class PostgresDriver implements InboxDriver {
           } else {
             // Without pipelining it goes behind the first (which waits for BEGIN) and fails if that one failed the
             // connection (inOrder).
-            result = await inOrder(() => client.query(sql, params as unknown[] | undefined));
+            result = await inOrder(() => client.query(sql, values));
           }
           return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
         } catch (error) {
@@ -331,6 +335,37 @@ export class PostgresDriver implements InboxDriver {
   }
 }
 
+/** pg's own conversion of a parameter to its text (`utils.prepareValue`, which @types/pg does not declare). */
+const pgUtils = (pg as unknown as { utils: { prepareValue: (value: unknown) => unknown } }).utils;
+
+/**
+ * A statement's parameters as pg sends them, converted here so that what cannot be sent fails as the caller's
+ * mistake before the driver sees it: a text that is not a string, parameters that are not an array, a value pg
+ * cannot convert (an object that refers to itself through `toPostgres`, a `toPostgres` or `toJSON` that throws).
+ * pg raises those as plain Errors without a code from inside the query, which the classifier can only take for a
+ * lost connection (an outage that would pause the worker); thrown here, they are TypeErrors of the handler's
+ * (`permanent`). The values pg is then given are the converted ones, which it passes on unchanged.
+ */
+function sendable(sql: unknown, params: readonly unknown[] | undefined): unknown[] | undefined {
+  if (typeof sql !== "string")
+    throw new TypeError(`a statement's text must be a string, not ${sql === null ? "null" : typeof sql}`);
+  if (params === undefined || params === null) return undefined;
+  if (!Array.isArray(params))
+    throw new TypeError(
+      `the parameters of "${statementExcerpt(sql, 80)}" must be an array, not ${typeof params}`,
+    );
+  return params.map((value, index) => {
+    try {
+      return pgUtils.prepareValue(value);
+    } catch (error) {
+      throw new TypeError(
+        `parameter $${index + 1} of "${statementExcerpt(sql, 80)}" cannot be sent to PostgreSQL: ${(error as Error)?.message ?? String(error)}`,
+        { cause: error },
+      );
+    }
+  });
+}
+
 /**
  * BEGIN, then a transaction's first statement. On a pipelining client both go out at once and the server runs
  * them in order: one round trip instead of two. A bare BEGIN is refused only with its connection (then the
@@ -340,7 +375,7 @@ export class PostgresDriver implements InboxDriver {
 async function withBegin(
   client: pg.PoolClient,
   sql: string,
-  params: readonly unknown[] | undefined,
+  params: unknown[] | undefined,
   onBeginFailed: (error: unknown) => void,
 ): Promise<pg.QueryResult> {
   if (!client.pipeline) {
@@ -350,12 +385,9 @@ async function withBegin(
       onBeginFailed(error);
       throw error;
     }
-    return client.query(sql, params as unknown[] | undefined);
+    return client.query(sql, params);
   }
-  const [begin, statement] = await Promise.allSettled([
-    client.query(BEGIN),
-    client.query(sql, params as unknown[] | undefined),
-  ]);
+  const [begin, statement] = await Promise.allSettled([client.query(BEGIN), client.query(sql, params)]);
   if (begin.status === "rejected") {
     onBeginFailed(begin.reason);
     throw begin.reason;

@@ -8,7 +8,9 @@ const UNIQUE_VIOLATION = "23505";
 
 /**
  * SQLSTATEs with a class other than `permanent`, from PostgreSQL's Appendix A (Error Codes). A whole class is
- * given by its two characters; an exact code wins over its class. Anything not listed is `permanent`.
+ * given by its two characters; an exact code wins over its class. Anything not listed is `permanent`, and so is
+ * `08P01`, listed to keep it out of its class: the server raises protocol_violation for a statement bound with
+ * more or fewer parameters than it has placeholders, the handler's mistake on a connection that stays fine.
  * docs/inbox.md shows this table; test/unit/inbox/postgres-classify.test.ts checks each entry.
  */
 export const POSTGRES_SQLSTATES: ReadonlyArray<{
@@ -17,6 +19,11 @@ export const POSTGRES_SQLSTATES: ReadonlyArray<{
   readonly errorClass: Exclude<ErrorClass, "duplicate">;
 }> = [
   { code: "08", name: "connection_exception (the whole class)", errorClass: "unavailable" },
+  {
+    code: "08P01",
+    name: "protocol_violation (a statement bound with the wrong number of parameters)",
+    errorClass: "permanent",
+  },
   {
     code: "28",
     name: "invalid_authorization_specification (the whole class: login refused)",

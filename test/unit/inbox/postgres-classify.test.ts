@@ -51,6 +51,11 @@ describe("PostgreSQL error classification", () => {
     assert.equal(classifyPostgresError(new TypeError("bad parameter"), "other", true), "permanent");
   });
 
+  it("08P01, a statement bound with the wrong number of parameters, is the handler's: permanent, not its class's outage", () => {
+    assert.equal(classifyPostgresError(serverError("08P01"), "other", true), "permanent");
+    assert.equal(classifyPostgresError(serverError("08006"), "other", true), "unavailable");
+  });
+
   it("other server errors are permanent", () => {
     assert.equal(classifyPostgresError(serverError("42P01"), "other", true), "permanent");
     assert.equal(classifyPostgresError(serverError("23503"), "marker", true), "permanent");

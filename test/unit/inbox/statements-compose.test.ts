@@ -227,10 +227,24 @@ describe("statements handlers: what statements() returns, checked before anythin
   });
 
   it("has no parameter ceiling of its own on PostgreSQL", () => {
-    const many = Array.from({ length: 3 }, () => ({
-      sql: "SELECT 1",
-      params: Array.from({ length: 700 }, () => 1),
-    }));
+    // Each of the 700 parameters has its placeholder, as PostgreSQL requires.
+    const sql = `SELECT ${Array.from({ length: 700 }, (_, i) => `$${i + 1}::int`).join(" + ")}`;
+    const many = Array.from({ length: 3 }, () => ({ sql, params: Array.from({ length: 700 }, () => 1) }));
     assert.equal(resolve(() => many, "postgres").length, 3);
+  });
+
+  it("on PostgreSQL, parameters that disagree with $1..$n are refused before anything is sent, naming the statement", () => {
+    for (const [sql, count, why] of [
+      ["SELECT 1 WHERE $1::text IS NOT NULL", 2, "never refers to $2"],
+      ["SELECT $2::text", 2, "never refers to $1"],
+      ["SELECT $3::text", 2, "refers to $3 but is given 2 parameters"],
+    ] as const) {
+      assert.throws(
+        () => resolve(() => [{ sql, params: Array.from({ length: count }, () => "x") }], "postgres"),
+        (error: Error) =>
+          error.name === "DoNotRetryError" && error.message.includes(sql) && error.message.includes(why),
+        sql,
+      );
+    }
   });
 });
