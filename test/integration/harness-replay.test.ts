@@ -60,6 +60,19 @@ describe("the harness's replay, and the hint on a plain Error", function () {
     await assert.rejects(harness.replay(id), /no dead-lettered message has MessageId or inbox key/);
   });
 
+  it("a replay whose copy is dead-lettered again returns with that one copy, not a loop of copies", async () => {
+    refusing = true;
+    const id = await harness.publish("GuardedMemo", "g-2", { memoId: 42, text: "still refused" });
+    assert.equal((await harness.outcome(id)).status, "dead-lettered");
+    // The worker dead-letters the copy again at once (same inbox key); the replay acts on what it planned only.
+    const replayed = await harness.replay(id);
+    assert.equal(replayed.length, 1);
+    const again = await harness.replay(id);
+    assert.equal(again.length, 1, "the second replay finds the first copy, dead-lettered again, and only it");
+    assert.notEqual(again[0]!.copyMessageId, replayed[0]!.copyMessageId);
+    refusing = false;
+  });
+
   it("hints once per message type that a plain Error is retried as transient", async () => {
     const ids = [
       await harness.publish("PlainFailure", "p-1", { n: 1 }),
