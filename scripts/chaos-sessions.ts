@@ -184,7 +184,8 @@ export async function runSessionRound(o: SessionRoundOptions): Promise<SessionRo
         `balances ${balances ? "match" : "DO NOT match"}`,
     );
     for (const report of current.crashReports)
-      out(`    crash: ${report.trim().split("\n").slice(-3).join(" | ")}`);
+      // The error and its stack, not only Node's closing lines, so a crash can be traced from CI's log.
+      out(`    crash: ${report.trim().split("\n").slice(-25).join("\n      ")}`);
     const ok =
       !timedOut &&
       lost === 0 &&

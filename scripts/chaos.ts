@@ -625,7 +625,8 @@ async function main(o: Options): Promise<number> {
     }
     out(`  workers           ${fleet.counts.starts} processes started, ${fleet.counts.crashes} crashed`);
     for (const report of fleet.crashReports)
-      out(`    crash: ${report.trim().split("\n").slice(-3).join(" | ")}`);
+      // The error and its stack, not only Node's closing lines, so a crash can be traced from CI's log.
+      out(`    crash: ${report.trim().split("\n").slice(-25).join("\n      ")}`);
     out(`  inbox             ${inboxDone} processed markers for sent events, ${inboxStray} other rows`);
     out(
       `  two-phase         ${mailCount} mail events: ${downstream.effects} mails sent in ${downstream.calls} calls ` +
