@@ -53,8 +53,20 @@ static int Vectors(string file)
         }
         catch (ArgumentException) { }
     }
+    // Events every publisher refuses (lengths in UTF-16 units). Building the message connects nowhere.
+    var refusedEvents = vectors["refusedEvents"]!.AsArray();
+    var offline = SbinboxPublisher.FromConnectionString("Endpoint=sb://127.0.0.1/;SharedAccessKeyName=k;SharedAccessKey=v", "q");
+    foreach (var v in refusedEvents)
+    {
+        try
+        {
+            offline.ToMessage(new SbinboxEvent((string)v!["type"]!, (string)v["key"]!, new { }) { SessionId = (string?)v["sessionId"] });
+            failures.Add($"event not refused: {v["why"]}");
+        }
+        catch (ArgumentException) { }
+    }
     foreach (var f in failures) Console.WriteLine($"vectors: FAILED {f}");
-    Console.WriteLine($"vectors: {derived.Count} derived ids, {refused.Count} refused names, {failures.Count} failures");
+    Console.WriteLine($"vectors: {derived.Count} derived ids, {refused.Count} refused names, {refusedEvents.Count} refused events, {failures.Count} failures");
     return failures.Count == 0 ? 0 : 1;
 }
 

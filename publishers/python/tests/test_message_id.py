@@ -37,6 +37,15 @@ class Vectors(unittest.TestCase):
                 with self.assertRaises(ValueError):
                     derive_message_id(units(v["typeUnits"]), units(v["keyUnits"]))
 
+    def test_refused_events(self):
+        # Lengths in UTF-16 units, as the relay's SDK and Service Bus count them: an emoji is two.
+        self.assertGreaterEqual(len(self.vectors["refusedEvents"]), 3)
+        for v in self.vectors["refusedEvents"]:
+            with self.subTest(why=v["why"]):
+                event = Event(v["type"], v["key"], {}, session_id=v.get("sessionId"))
+                with self.assertRaisesRegex(ValueError, r"^event: .*UTF-16 units"):
+                    event.check("event")
+
 
 class Messages(unittest.TestCase):
     def test_message_the_worker_reads(self):
