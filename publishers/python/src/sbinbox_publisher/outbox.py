@@ -46,6 +46,9 @@ def _check_transaction(connection) -> None:
             raise ValueError("enqueue: the connection's transaction has failed; roll it back")
         if int(status) == 0 and getattr(connection, "autocommit", False):
             raise ValueError("enqueue: the connection is in autocommit outside a transaction (begin one first)")
+    elif isinstance(getattr(connection, "autocommit_state", None), bool):  # pymssql: autocommit is its setter
+        if connection.autocommit_state:
+            raise ValueError("enqueue: the connection is in autocommit (call autocommit(False), enqueue, then commit)")
     elif getattr(connection, "autocommit", False) is True:  # pyodbc
         raise ValueError("enqueue: the connection is in autocommit (set autocommit=False, enqueue, then commit)")
 
