@@ -65,6 +65,15 @@ static int Vectors(string file)
         }
         catch (ArgumentException) { }
     }
+    foreach (var nonFinite in new object[] { double.NaN, double.PositiveInfinity, float.NegativeInfinity })
+    {
+        try
+        {
+            offline.ToMessage(new SbinboxEvent("T", "1", new { }) { Properties = new Dictionary<string, object> { ["n"] = nonFinite } });
+            failures.Add($"a property of {nonFinite} was not refused");
+        }
+        catch (ArgumentException e) when (e.Message.StartsWith("event: property \"n\" is") && e.Message.Contains("not a finite number")) { }
+    }
     foreach (var f in failures) Console.WriteLine($"vectors: FAILED {f}");
     Console.WriteLine($"vectors: {derived.Count} derived ids, {refused.Count} refused names, {refusedEvents.Count} refused events, {failures.Count} failures");
     return failures.Count == 0 ? 0 : 1;

@@ -5,7 +5,7 @@ import pathlib
 import unittest
 
 from sbinbox_publisher import MESSAGE_ID_NAMESPACE, Event, derive_message_id, to_message, uuid_v5
-from sbinbox_publisher.outbox import insert_sql
+from sbinbox_publisher.outbox import enqueue, insert_sql
 
 VECTORS = pathlib.Path(__file__).resolve().parents[3] / "test" / "fixtures" / "message-id-vectors.json"
 
@@ -62,6 +62,15 @@ class Messages(unittest.TestCase):
             to_message(Event("T", "1", object()))
         with self.assertRaisesRegex(ValueError, "session_id must be a string of 1 to 128"):
             to_message(Event("T", "1", {}, session_id="s" * 129))
+
+    def test_non_finite_properties_are_refused(self):
+        for value in (float("nan"), float("inf"), float("-inf")):
+            with self.subTest(value=value):
+                named = f'outbox event 0 \\(T:1\\): property "n" is {value}, not a finite number'
+                with self.assertRaisesRegex(ValueError, named):
+                    enqueue(None, Event("T", "1", {}, properties={"n": value}), dialect="postgres")
+                with self.assertRaisesRegex(ValueError, 'event: property "n" is .*, not a finite number'):
+                    to_message(Event("T", "1", {}, properties={"n": value}))
 
     def test_sqlserver_insert_has_the_typescript_shape(self):
         sql = insert_sql("sqlserver", 2, True)

@@ -1,6 +1,7 @@
 """One event and the checks every sbinbox publisher makes of it."""
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Tuple, Union
 
@@ -52,6 +53,9 @@ class Event:
                 raise ValueError(f'{where}: property "{name}" is set by the sender')
             if not isinstance(value, (str, int, float, bool)):
                 raise TypeError(f'{where}: property "{name}" must be a string, number or boolean')
+            if isinstance(value, float) and not math.isfinite(value):
+                # JSON has no NaN or infinity: the relay would set the row aside as "stored properties are not JSON".
+                raise ValueError(f'{where}: property "{name}" is {value}, not a finite number')
         if self.correlation_id is not None and utf16_length(self.correlation_id) > 128:
             raise ValueError(f"{where}: correlation_id is longer than 128 characters (UTF-16 units)")
         try:

@@ -102,7 +102,9 @@ def enqueue(
         if not isinstance(event, Event):
             raise TypeError(f"outbox event {i} is not an Event")
         message_id, body = event.check(where)
-        properties = json.dumps(dict(event.properties), ensure_ascii=False) if event.properties else None
+        properties = None
+        if event.properties:
+            properties = json.dumps(dict(event.properties), ensure_ascii=False, allow_nan=False)
         rows.append((message_id, event.type, event.key, body, properties, event.correlation_id, event.session_id))
     if not rows:
         return []
