@@ -63,6 +63,11 @@ class Messages(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "session_id must be a string of 1 to 128"):
             to_message(Event("T", "1", {}, session_id="s" * 129))
 
+    def test_properties_none_is_no_properties(self):
+        m = to_message(Event("T", "1", {}, properties=None))
+        self.assertIsNone(m.application_properties)
+        self.assertEqual(Event("T", "1", {}, properties=None).check("event"), (derive_message_id("T", "1"), "{}"))
+
     def test_non_finite_properties_are_refused(self):
         for value in (float("nan"), float("inf"), float("-inf")):
             with self.subTest(value=value):

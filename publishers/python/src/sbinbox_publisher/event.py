@@ -27,7 +27,7 @@ class Event:
     #: The session key (usually the aggregate's id) for a session-enabled entity; also the partition key.
     session_id: Optional[str] = None
     #: Extra application properties; the trace properties are set by the sender.
-    properties: Mapping[str, Property] = field(default_factory=dict)
+    properties: Optional[Mapping[str, Property]] = field(default_factory=dict)
     correlation_id: Optional[str] = None
 
     def check(self, where: str) -> Tuple[str, str]:
@@ -48,7 +48,7 @@ class Event:
             raise ValueError(
                 f"{where}: session_id must be a string of 1 to 128 characters (UTF-16 units, Service Bus's limit)"
             )
-        for name, value in self.properties.items():
+        for name, value in (self.properties or {}).items():  # None: no properties, as in .NET
             if name.lower() in _RESERVED:
                 raise ValueError(f'{where}: property "{name}" is set by the sender')
             if not isinstance(value, (str, int, float, bool)):
