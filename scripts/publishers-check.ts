@@ -82,6 +82,22 @@ function runAsync(command: string, args: string[], env: NodeJS.ProcessEnv) {
   });
 }
 
+/**
+ * The package depends on the Azure SDK only: the build's own pin of Microsoft.Azure.Amqp (the registry's only
+ * version) stays out of it, so a user gets the version Azure.Messaging.ServiceBus asks for. Read with Python's
+ * zipfile, since Node has no zip reader.
+ */
+function checkPackageDependencies(nupkg: string): void {
+  const read =
+    "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); print(z.read('Sbinbox.Publisher.nuspec').decode())";
+  const nuspec = run(PYTHON, ["-c", read, nupkg]);
+  const ids = [...nuspec.out.matchAll(/<dependency id="([^"]+)"/g)].map((m) => m[1]).sort();
+  check(
+    nuspec.code === 0 && ids.join(",") === "Azure.Identity,Azure.Messaging.ServiceBus",
+    `the package's dependencies: ${ids.join(", ") || nuspec.out.slice(-500)}`,
+  );
+}
+
 /** `dotnet pack` of the library and a build of the check program; returns the program's path. */
 function buildDotnet(work: string): string {
   const dir = join(root, "publishers", "dotnet");
@@ -105,6 +121,8 @@ function buildDotnet(work: string): string {
     pack.code === 0 && nupkg.some((f) => /^Sbinbox\.Publisher\.\d.*\.nupkg$/.test(f)),
     `dotnet pack: ${nupkg.join(", ") || pack.out.slice(-2000)}`,
   );
+  const packed = nupkg.find((f) => f.endsWith(".nupkg"));
+  if (packed) checkPackageDependencies(join(work, "nupkg", packed));
   const out = join(work, "dotnet-check");
   const build = run(
     "dotnet",

@@ -224,10 +224,14 @@ export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
           throw Object.assign(new NotSentError(), { cause: error });
         }
         const inBatch: Entry[] = [];
-        while (index < entries.length && batch.tryAddMessage(started(entries[index]!).message)) {
-          inBatch.push(entries[index]!);
+        while (index < entries.length) {
+          const entry = started(entries[index]!);
+          const fits = tryAdd(batch, entry, report);
+          if (fits === false) break;
+          if (fits === true) inBatch.push(entry);
           index += 1;
         }
+        if (inBatch.length === 0 && index === entries.length) break; // every row left was set aside
         if (inBatch.length === 0) {
           // Too large for an empty batch: larger than the queue's maximum message size.
           const entry = entries[index]!;
@@ -323,12 +327,39 @@ function isSettled(id: string, report: SendReport): boolean {
   return report.sent.includes(id) || report.setAside.some((s) => s.id === id) || report.retry.includes(id);
 }
 
+/**
+ * Adds the row's message to the batch: false when it does not fit; "setAside" when the SDK refuses its shape
+ * (a sessionId, partition key or MessageId over 128 UTF-16 units), which no retry cures.
+ */
+function tryAdd(
+  batch: ServiceBusMessageBatch,
+  entry: Entry,
+  report: Mutable<SendReport>,
+): boolean | "setAside" {
+  try {
+    return batch.tryAddMessage(entry.message);
+  } catch (error) {
+    if (!isRowError(error)) throw error;
+    endSpan(entry.span!, error);
+    report.setAside.push({ id: entry.row.id, error: describe(error) });
+    return "setAside";
+  }
+}
+
 function isRowError(error: unknown): boolean {
   if (error instanceof RowError) return true;
+  if (error instanceof Error && SDK_SHAPE_ERROR.test(error.message)) return true;
   if (!isServiceBusError(error)) return false;
   // A session-enabled queue refuses a message without a session id, as a GeneralError: no retry cures the row.
   return ROW_ERROR_CODES.has(error.code) || NO_SESSION_ID.test(error.message);
 }
+
+/**
+ * The SDK's own refusal of a message's shape, a plain Error thrown while the message is encoded (toRheaMessage in
+ * @azure/service-bus 7.9): the row can never be sent as it is.
+ */
+const SDK_SHAPE_ERROR =
+  /^Length of '(sessionId|partitionKey|messageId)' property on the message cannot be greater than/;
 
 /** Service Bus's words (Azure/azure-service-bus#196), which the local broker gives too. */
 const NO_SESSION_ID = /The SessionId was not set on a message, and it cannot be sent to the entity/;

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { connect as tcpConnect } from "node:net";
 import rhea, { type Connection, type EventContext } from "rhea";
+import { within } from "../../src/domain/within.ts";
 import { useLocalBroker } from "../helpers/broker.ts";
 
 /** A raw rhea client, to send what the SDK never would. */
@@ -87,6 +88,8 @@ describe("local broker: robustness", () => {
       },
       body: "SharedAccessSignature sr=x&sig=y&se=1&skn=z",
     });
+    // Bounded: an unanswered request (as before the broker answered one without reply-to) fails here, by name.
+    assert.ok(await within(reply, 5_000), "no answer on the $cbs reply link within 5 s");
     const { message } = await reply;
     assert.equal(message?.correlation_id, 7);
     assert.equal(message?.application_properties?.["status-code"], 202);

@@ -10,6 +10,7 @@ import {
   retryMessageId,
   uuidV5,
 } from "../../src/servicebus/message-id.ts";
+import { enqueue, type OutboxTransaction } from "../../src/outbox/enqueue.ts";
 
 // MessageIds are persisted identities (inbox keys, the broker's duplicate detection): the vectors were computed with
 // the `uuid` package's v5 before the derivation was rewritten, and any implementation must keep producing them. They
@@ -23,6 +24,7 @@ interface Vectors {
   retry: { inboxKey: string; replay: number; attempt: number; messageId: string }[];
   replay: { inboxKey: string; replay: number; messageId: string }[];
   refused: { typeUnits: number[]; keyUnits: number[]; why: string }[];
+  refusedEvents: { type: string; key: string; sessionId?: string; why: string }[];
 }
 const vectors = JSON.parse(
   readFileSync(new URL("../fixtures/message-id-vectors.json", import.meta.url), "utf8"),
@@ -57,6 +59,21 @@ describe("MessageId fixed vectors (test/fixtures/message-id-vectors.json, shared
         why,
       );
   });
+});
+
+describe("refused events (test/fixtures/message-id-vectors.json, shared by every publisher)", function () {
+  // An enqueue checks every event before it touches the transaction: one that is used fails the test.
+  const unused: OutboxTransaction = {
+    query: () => Promise.reject(new Error("the transaction was used for a refused event")),
+  };
+
+  for (const { type, key, sessionId, why } of vectors.refusedEvents)
+    it(why, async function () {
+      await assert.rejects(
+        enqueue(unused, { type, key, body: {}, ...(sessionId ? { sessionId } : {}) }),
+        TypeError,
+      );
+    });
 });
 
 describe("MessageId derivation against the uuid package's v5", function () {

@@ -14,7 +14,7 @@ using Sbinbox.Publisher;
 
 return args switch
 {
-    ["vectors", var file] => Vectors(file),
+    ["vectors", var file] => await Vectors(file),
     ["e2e", var broker, var queue, var postgres, var first] => await EndToEnd(broker, queue, postgres, int.Parse(first), null),
     ["e2e", var broker, var queue, var postgres, var first, var sqlServer] => await EndToEnd(broker, queue, postgres, int.Parse(first), sqlServer),
     _ => Usage(),
@@ -26,7 +26,7 @@ static int Usage()
     return 2;
 }
 
-static int Vectors(string file)
+static async Task<int> Vectors(string file)
 {
     var vectors = JsonNode.Parse(File.ReadAllText(file))!;
     var failures = new List<string>();
@@ -53,8 +53,35 @@ static int Vectors(string file)
         }
         catch (ArgumentException) { }
     }
+    // Events every publisher refuses (lengths in UTF-16 units). Building the message connects nowhere.
+    var refusedEvents = vectors["refusedEvents"]!.AsArray();
+    await using var offline = SbinboxPublisher.FromConnectionString(Offline.Broker, "q");
+    foreach (var v in refusedEvents)
+    {
+        try
+        {
+            offline.ToMessage(new SbinboxEvent((string)v!["type"]!, (string)v["key"]!, new { }) { SessionId = (string?)v["sessionId"] });
+            failures.Add($"event not refused: {v["why"]}");
+        }
+        catch (ArgumentException) { }
+    }
+    foreach (var nonFinite in new object[] { double.NaN, double.PositiveInfinity, float.NegativeInfinity })
+    {
+        try
+        {
+            offline.ToMessage(new SbinboxEvent("T", "1", new { }) { Properties = new Dictionary<string, object> { ["n"] = nonFinite } });
+            failures.Add($"a property of {nonFinite} was not refused");
+        }
+        catch (ArgumentException e) when (e.Message.StartsWith("event: property \"n\" is") && e.Message.Contains("not a finite number")) { }
+    }
+    // The factories take the bodies' serializer options, as the constructor does.
+    await using (var snake = SbinboxPublisher.FromConnectionString(Offline.Broker, "q", new JsonSerializerOptions { PropertyNamingPolicy = JsonNamingPolicy.SnakeCaseLower }))
+    {
+        var body = snake.ToMessage(new SbinboxEvent("T", "1", new { NoteId = 1 })).Body.ToString();
+        if (body != "{\"note_id\":1}") failures.Add($"FromConnectionString's JSON options were not used: {body}");
+    }
     foreach (var f in failures) Console.WriteLine($"vectors: FAILED {f}");
-    Console.WriteLine($"vectors: {derived.Count} derived ids, {refused.Count} refused names, {failures.Count} failures");
+    Console.WriteLine($"vectors: {derived.Count} derived ids, {refused.Count} refused names, {refusedEvents.Count} refused events, {failures.Count} failures");
     return failures.Count == 0 ? 0 : 1;
 }
 
@@ -129,4 +156,10 @@ static async Task<(List<string> Committed, List<string> RolledBack)> OutboxPlan(
     {
     }
     return (committed, rolledBack);
+}
+
+static class Offline
+{
+    /// <summary>A connection string for building messages only: nothing connects to it.</summary>
+    public const string Broker = "Endpoint=sb://127.0.0.1/;SharedAccessKeyName=k;SharedAccessKey=v";
 }

@@ -48,6 +48,9 @@ public sealed record SbinboxEvent(string Type, string Key, object? Body)
                 throw new ArgumentException($"{where}: property \"{name}\" is set by the sender");
             if (value is not (string or bool or int or long or double or float or decimal or short or byte))
                 throw new ArgumentException($"{where}: property \"{name}\" must be a string, number or boolean");
+            // JSON has no NaN or infinity: the relay would set such an outbox row aside as not JSON.
+            if (value is double d && !double.IsFinite(d) || value is float f && !float.IsFinite(f))
+                throw new ArgumentException($"{where}: property \"{name}\" is {value}, not a finite number");
         }
         return (messageId, JsonSerializer.Serialize(Body, json));
     }

@@ -25,20 +25,21 @@ public sealed class SbinboxPublisher : IAsyncDisposable
         this.json = json;
     }
 
-    private SbinboxPublisher(ServiceBusClient owned, string queueOrTopic)
-        : this(owned, queueOrTopic, json: null) => ownedClient = owned;
+    // The factories' client, disposed with the publisher (the marker tells it from the public constructor).
+    private SbinboxPublisher(ServiceBusClient owned, string queueOrTopic, JsonSerializerOptions? json, bool owns)
+        : this(owned, queueOrTopic, json) => ownedClient = owns ? owned : null;
 
     /// <summary>
     /// A publisher on a namespace through Microsoft Entra ID (<see cref="DefaultAzureCredential"/> unless a credential
     /// is given: managed identity in Azure, your developer login locally). The identity needs Azure Service Bus Data
-    /// Sender on the entity.
+    /// Sender on the entity. <paramref name="json"/> serialises the bodies, as on the constructor.
     /// </summary>
-    public static SbinboxPublisher Create(string fullyQualifiedNamespace, string queueOrTopic, TokenCredential? credential = null) =>
-        new(new ServiceBusClient(fullyQualifiedNamespace, credential ?? new DefaultAzureCredential()), queueOrTopic);
+    public static SbinboxPublisher Create(string fullyQualifiedNamespace, string queueOrTopic, TokenCredential? credential = null, JsonSerializerOptions? json = null) =>
+        new(new ServiceBusClient(fullyQualifiedNamespace, credential ?? new DefaultAzureCredential()), queueOrTopic, json, owns: true);
 
     /// <summary>A publisher from a connection string (the local broker's, or a SAS one where Entra ID is not used).</summary>
-    public static SbinboxPublisher FromConnectionString(string connectionString, string queueOrTopic) =>
-        new(new ServiceBusClient(connectionString), queueOrTopic);
+    public static SbinboxPublisher FromConnectionString(string connectionString, string queueOrTopic, JsonSerializerOptions? json = null) =>
+        new(new ServiceBusClient(connectionString), queueOrTopic, json, owns: true);
 
     /// <summary>The message sbinbox sends for an event (checked: an <see cref="ArgumentException"/> names what is wrong).</summary>
     public ServiceBusMessage ToMessage(SbinboxEvent e) => ToMessage(e, "event");

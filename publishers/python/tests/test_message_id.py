@@ -5,7 +5,7 @@ import pathlib
 import unittest
 
 from sbinbox_publisher import MESSAGE_ID_NAMESPACE, Event, derive_message_id, to_message, uuid_v5
-from sbinbox_publisher.outbox import insert_sql
+from sbinbox_publisher.outbox import enqueue, insert_sql
 
 VECTORS = pathlib.Path(__file__).resolve().parents[3] / "test" / "fixtures" / "message-id-vectors.json"
 
@@ -37,6 +37,15 @@ class Vectors(unittest.TestCase):
                 with self.assertRaises(ValueError):
                     derive_message_id(units(v["typeUnits"]), units(v["keyUnits"]))
 
+    def test_refused_events(self):
+        # Lengths in UTF-16 units, as the relay's SDK and Service Bus count them: an emoji is two.
+        self.assertGreaterEqual(len(self.vectors["refusedEvents"]), 3)
+        for v in self.vectors["refusedEvents"]:
+            with self.subTest(why=v["why"]):
+                event = Event(v["type"], v["key"], {}, session_id=v.get("sessionId"))
+                with self.assertRaisesRegex(ValueError, r"^event: .*UTF-16 units"):
+                    event.check("event")
+
 
 class Messages(unittest.TestCase):
     def test_message_the_worker_reads(self):
@@ -53,6 +62,20 @@ class Messages(unittest.TestCase):
             to_message(Event("T", "1", object()))
         with self.assertRaisesRegex(ValueError, "session_id must be a string of 1 to 128"):
             to_message(Event("T", "1", {}, session_id="s" * 129))
+
+    def test_properties_none_is_no_properties(self):
+        m = to_message(Event("T", "1", {}, properties=None))
+        self.assertIsNone(m.application_properties)
+        self.assertEqual(Event("T", "1", {}, properties=None).check("event"), (derive_message_id("T", "1"), "{}"))
+
+    def test_non_finite_properties_are_refused(self):
+        for value in (float("nan"), float("inf"), float("-inf")):
+            with self.subTest(value=value):
+                named = f'outbox event 0 \\(T:1\\): property "n" is {value}, not a finite number'
+                with self.assertRaisesRegex(ValueError, named):
+                    enqueue(None, Event("T", "1", {}, properties={"n": value}), dialect="postgres")
+                with self.assertRaisesRegex(ValueError, 'event: property "n" is .*, not a finite number'):
+                    to_message(Event("T", "1", {}, properties={"n": value}))
 
     def test_sqlserver_insert_has_the_typescript_shape(self):
         sql = insert_sql("sqlserver", 2, True)

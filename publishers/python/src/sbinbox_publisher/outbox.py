@@ -46,6 +46,9 @@ def _check_transaction(connection) -> None:
             raise ValueError("enqueue: the connection's transaction has failed; roll it back")
         if int(status) == 0 and getattr(connection, "autocommit", False):
             raise ValueError("enqueue: the connection is in autocommit outside a transaction (begin one first)")
+    elif isinstance(getattr(connection, "autocommit_state", None), bool):  # pymssql: autocommit is its setter
+        if connection.autocommit_state:
+            raise ValueError("enqueue: the connection is in autocommit (call autocommit(False), enqueue, then commit)")
     elif getattr(connection, "autocommit", False) is True:  # pyodbc
         raise ValueError("enqueue: the connection is in autocommit (set autocommit=False, enqueue, then commit)")
 
@@ -99,7 +102,9 @@ def enqueue(
         if not isinstance(event, Event):
             raise TypeError(f"outbox event {i} is not an Event")
         message_id, body = event.check(where)
-        properties = json.dumps(dict(event.properties), ensure_ascii=False) if event.properties else None
+        properties = None
+        if event.properties:
+            properties = json.dumps(dict(event.properties), ensure_ascii=False, allow_nan=False)
         rows.append((message_id, event.type, event.key, body, properties, event.correlation_id, event.session_id))
     if not rows:
         return []

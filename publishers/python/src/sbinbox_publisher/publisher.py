@@ -18,7 +18,7 @@ def to_message(event: Event, where: str = "event") -> ServiceBusMessage:
         correlation_id=event.correlation_id,
         session_id=event.session_id,
         partition_key=event.session_id,
-        application_properties=dict(event.properties) or None,
+        application_properties=dict(event.properties or {}) or None,
     )
 
 
