@@ -5,6 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { parse } from "yaml";
+import { compileTemplate, isObject, templates, type JsonObject } from "./arm.ts";
 
 const run = promisify(execFile);
 
@@ -84,6 +85,27 @@ describe("the deploy workflow's structure (.github/workflows/deploy.yml)", funct
       /az deployment group create \\\n\s+--resource-group "rg-sbinbox-\$\{ENVIRONMENT_NAME\}"/,
     );
     assert.doesNotMatch(JSON.stringify(workflow), /deployment sub create/);
+  });
+
+  it("names each environment's deployment once for all runs, so the locked history does not grow per run", async function () {
+    this.timeout(300_000);
+    // ARM keeps 800 deployments per resource group and cannot delete old ones under prod's CanNotDelete lock
+    // (learn.microsoft.com/azure/azure-resource-manager/templates/deployment-history-deletions): a name per run
+    // would add the deployment and its 12 modules' nested deployments on every run.
+    const deploy = jobs.infra!.steps.find((s) => /az deployment group create/.test(s.run ?? ""))!;
+    const name = /--name "([^"]+)"/.exec(deploy.run!)?.[1];
+    assert.equal(name, "sbinbox-${ENVIRONMENT_NAME}");
+    // Each module's deployment name is derived from the parent deployment's name only (no utcNow, no run id).
+    const main = await compileTemplate("infra/main.bicep");
+    const modules = templates(main).flatMap((t) =>
+      (Array.isArray(t.resources) ? t.resources : Object.values(t.resources ?? {}))
+        .filter((r): r is JsonObject => isObject(r) && r.type === "Microsoft.Resources/deployments")
+        .map((r) => String(r.name)),
+    );
+    assert.equal(modules.length, 12);
+    for (const module of modules) {
+      assert.match(module, /^\[format\('(\w+)-\{0\}', uniqueString\('\1', deployment\(\)\.name\)\)\]$/, module);
+    }
   });
 
   it("installs and caches packages only in the build job; the app job runs the built artifact", function () {
