@@ -135,16 +135,18 @@ async function ensureCustomRole(role: PlannedCustomRole): Promise<void> {
     "--output",
     "tsv",
   );
-  if (found !== "") return;
+  // A rerun updates an existing definition, so its actions are always exactly the plan's.
   await az(
     "role",
     "definition",
-    "create",
+    found === "" ? "create" : "update",
     "--role-definition",
     JSON.stringify({
+      ...(found === "" ? {} : { id: found }),
       Name: role.name,
-      Description: "Read the SQL server and manage its firewall rules (post-provision's temporary rule)",
+      Description: role.description,
       Actions: role.actions,
+      NotActions: [],
       AssignableScopes: [role.assignableScope],
     }),
     "--output",

@@ -12,6 +12,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import {
+  deployRoleName,
   environmentPlan,
   resourceGroupId,
   scopeCovers,
@@ -65,6 +66,38 @@ const prodResources = [
   `/SUBSCRIPTIONS/${SUB}/RESOURCEGROUPS/RG-SBINBOX-PROD/providers/Microsoft.ServiceBus/namespaces/sb-sbinbox-x`,
 ];
 const devResources = [`${resourceGroupId(SUB, "dev")}/providers/Microsoft.Web/sites/app-sbinbox-y`];
+
+/** A role's actions: the plan's custom roles as planned, the built-in ones the app identity may hold as Microsoft
+ * defines them (any other built-in role is an error, so a broad one cannot slip in unchecked). */
+function actionsOf(plan: EnvironmentPlan, role: string): readonly string[] {
+  const custom = plan.customRoles.find((r) => r.name === role);
+  if (custom) return custom.actions;
+  if (role === "Reader") return ["*/read"];
+  throw new Error(`no actions known for role "${role}"`);
+}
+
+/** Whether an action pattern (ARM's '*' wildcard, case-insensitive) grants the operation. */
+function grants(pattern: string, operation: string): boolean {
+  const re = new RegExp(`^${pattern.split("*").map((p) => p.replace(/[.+?^${}()|[\]\\/]/g, "\\$&")).join(".*")}$`, "i");
+  return re.test(operation);
+}
+
+/** Operations the app identity must not hold: each would let it reopen the site, deploy a template, assign a role,
+ * approve a private endpoint connection or change the SQL admins. */
+const forbiddenForApp = [
+  "Microsoft.Web/sites/write",
+  "Microsoft.Web/sites/config/write",
+  "Microsoft.Web/sites/networkConfig/write",
+  "Microsoft.Web/sites/privateEndpointConnections/write",
+  "Microsoft.Web/sites/privateEndpointConnectionsApproval/action",
+  "Microsoft.Web/sites/basicPublishingCredentialsPolicies/write",
+  "Microsoft.Resources/deployments/write",
+  "Microsoft.Authorization/roleAssignments/write",
+  "Microsoft.Authorization/roleDefinitions/write",
+  "Microsoft.Insights/components/write",
+  "Microsoft.Sql/servers/write",
+  "Microsoft.Sql/servers/administrators/write",
+];
 
 /** Every right an identity has, computed from the plan. */
 function rightsOf(plan: EnvironmentPlan, name: string) {
@@ -151,12 +184,26 @@ describe("the environments' identities as planned (scripts/environment-plan.ts)"
           assert.deepEqual(infra.roles, ["Contributor", "Role Based Access Control Administrator"]);
           assert.deepEqual(infra.groups, []);
           assert.deepEqual(app.groups, [environment]);
-          for (const role of app.roles) {
-            assert.doesNotMatch(
-              role,
-              /^(Owner|Contributor|User Access Administrator|Role Based Access Control Administrator)$/,
-            );
+          // By what each role grants, not by its name.
+          const actions = app.roles.flatMap((role) => actionsOf(plan, role));
+          for (const operation of forbiddenForApp) {
+            const granting = actions.filter((a) => grants(a, operation));
+            assert.deepEqual(granting, [], `sbinbox-${environment}-app may ${operation}`);
           }
+          assert.deepEqual(
+            actions.filter((a) => /^microsoft\.web\/sites\/(.*\/)?\*$/i.test(a) || a === "*"),
+            [],
+            "no wildcard on the site",
+          );
+          // And it can still do what the app job does: zip-deploy, read the site and the queue's counts.
+          for (const operation of [
+            "Microsoft.Web/sites/publish/Action",
+            "Microsoft.Web/sites/read",
+            "Microsoft.ServiceBus/namespaces/queues/read",
+          ]) {
+            assert.ok(actions.some((a) => grants(a, operation)), `sbinbox-${environment}-app may ${operation}`);
+          }
+          assert.ok(app.roles.includes(deployRoleName(environment)));
           // The RBAC administrator role carries the ABAC condition (scripts/rbac-condition.ts).
           const rbac = plan.roleAssignments.find(
             (a) =>
@@ -165,11 +212,20 @@ describe("the environments' identities as planned (scripts/environment-plan.ts)"
           );
           assert.match(rbac?.condition ?? "", /roleAssignments\/write/);
         }
-        // The firewall role only where SQL has a public endpoint (dev), each assignable in its own group only.
+        // The deploy role per environment, the firewall role only where SQL has a public endpoint (dev), each
+        // assignable in its own group only.
         assert.deepEqual(
           plan.customRoles.map((r) => [r.name, r.assignableScope]),
-          [["sbinbox SQL firewall rules (rg-sbinbox-dev)", resourceGroupId(SUB, "dev")]],
+          [
+            ["sbinbox worker deploy (rg-sbinbox-dev)", resourceGroupId(SUB, "dev")],
+            ["sbinbox SQL firewall rules (rg-sbinbox-dev)", resourceGroupId(SUB, "dev")],
+            ["sbinbox worker deploy (rg-sbinbox-prod)", resourceGroupId(SUB, "prod")],
+          ],
         );
+        // The checker itself: Website Contributor's Microsoft.Web/sites/* would be caught.
+        assert.ok(grants("Microsoft.Web/sites/*", "Microsoft.Web/sites/write"));
+        assert.ok(grants("Microsoft.Resources/deployments/*", "Microsoft.Resources/deployments/write"));
+        assert.ok(!grants("*/read", "Microsoft.Web/sites/write"));
       });
 
       it("protects both environments (from main only), prod with reviewers, locks prod, and restricts the runner group", function () {
@@ -321,6 +377,21 @@ process.stdout.write(out + "\\n");
         role: after(c, "--role"),
       }));
       assert.equal(assignments.length, 9);
+      assert.ok(!assignments.some((a) => a.role === "Website Contributor"));
+      // The custom roles as created: the deploy role holds exactly the planned actions, in its own group only.
+      const definitions = azCalls(result.calls, "role definition create").map(
+        (c) =>
+          JSON.parse(after(c, "--role-definition")) as {
+            Name: string;
+            Actions: string[];
+            AssignableScopes: string[];
+          },
+      );
+      const prodDeploy = definitions.find((d) => d.Name === "sbinbox worker deploy (rg-sbinbox-prod)")!;
+      assert.deepEqual(prodDeploy.AssignableScopes, [resourceGroupId(SUB, "prod")]);
+      assert.ok(prodDeploy.Actions.includes("Microsoft.Web/sites/publish/Action"));
+      assert.ok(!prodDeploy.Actions.some((a) => a.endsWith("*") || /write/i.test(a)), prodDeploy.Actions.join());
+      assert.equal(definitions.length, 3);
       for (const a of assignments.filter((x) => dev.includes(x.who))) {
         for (const resource of prodResources)
           assert.equal(scopeCovers(a.scope, resource), false, JSON.stringify(a));
