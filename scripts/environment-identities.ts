@@ -324,6 +324,36 @@ async function restrictRunnerGroup(plan: EnvironmentPlan, owner: string, repoId:
     "PUT",
     `orgs/${owner}/actions/runner-groups/${id}/repositories/${repoId}`,
   ]);
+  await checkRunnerGroup(plan.runnerGroup, owner, id);
+}
+
+/**
+ * Reads the group back. Restricting a group to selected workflows is a GitHub Enterprise Cloud feature
+ * (docs/deploy.md, "Prerequisites"): elsewhere the group would still admit every workflow of the repository, so the
+ * bootstrap stops by name unless GitHub reports the restriction and exactly the deploy workflow.
+ */
+async function checkRunnerGroup(
+  group: NonNullable<EnvironmentPlan["runnerGroup"]>,
+  owner: string,
+  id: string,
+): Promise<void> {
+  const read = JSON.parse(await run("gh", ["api", `orgs/${owner}/actions/runner-groups/${id}`])) as {
+    restricted_to_workflows?: unknown;
+    selected_workflows?: unknown;
+  };
+  const workflows = Array.isArray(read.selected_workflows) ? read.selected_workflows : [];
+  const expected = [...group.selectedWorkflows];
+  if (
+    read.restricted_to_workflows !== true ||
+    workflows.length !== expected.length ||
+    !expected.every((w) => workflows.includes(w))
+  ) {
+    throw new Error(
+      `RunnerGroupNotRestricted: runner group "${group.name}" reads back restricted_to_workflows=` +
+        `${String(read.restricted_to_workflows)}, selected_workflows=${JSON.stringify(workflows)}; expected only ` +
+        `${expected.join(", ")} (restricting a group to workflows needs GitHub Enterprise Cloud)`,
+    );
+  }
 }
 
 async function main(argv: string[]): Promise<number> {

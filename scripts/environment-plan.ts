@@ -223,7 +223,8 @@ function customRolesOf(input: PlanInput, environment: string): PlannedCustomRole
 export function environmentPlan(input: PlanInput): EnvironmentPlan {
   checkNames(input);
   const envs = input.environments;
-  const workflow = `${input.repository.owner}/${input.repository.repo}/${DEPLOY_WORKFLOW}@refs/heads/${input.branch}`;
+  // The form of GitHub's own example (`.../deploy.yml@main`: "pin the workflow to a branch, tag, or full SHA").
+  const workflow = `${input.repository.owner}/${input.repository.repo}/${DEPLOY_WORKFLOW}@${input.branch}`;
   return {
     resourceGroups: envs.map((environment) => ({
       name: resourceGroupName(environment),

@@ -241,7 +241,7 @@ describe("the environments' identities as planned (scripts/environment-plan.ts)"
         assert.deepEqual(plan.locks, [{ scope: resourceGroupId(SUB, "prod"), level: "CanNotDelete" }]);
         assert.deepEqual(plan.runnerGroup, {
           name: "sbinbox-vnet",
-          selectedWorkflows: ["octo-org/octo-repo/.github/workflows/deploy.yml@refs/heads/main"],
+          selectedWorkflows: ["octo-org/octo-repo/.github/workflows/deploy.yml@main"],
         });
         // Each environment's secrets name its own identities and group.
         for (const environment of plan.githubEnvironments) {
@@ -291,6 +291,8 @@ if (tool === "gh") {
   if (joined === "api repos/octo-org/octo-repo") out = JSON.stringify({ id: 456789, name: "octo-repo", visibility: "private", created_at: "2024-03-01T10:00:00Z", owner: { id: 123456, login: "octo-org", type: "Organization" } });
   else if (joined === "api repos/octo-org/octo-repo/actions/oidc/customization/sub") out = process.env.STANDIN_SUB;
   else if (joined.startsWith("api orgs/octo-org/actions/runner-groups --jq")) out = "7";
+  else if (joined === "api orgs/octo-org/actions/runner-groups/7") out = process.env.STANDIN_RUNNER_GROUP ?? JSON.stringify({ id: 7, restricted_to_workflows: true, selected_workflows: ["octo-org/octo-repo/.github/workflows/deploy.yml@main"] });
+  else if (args.length === 2 && joined.startsWith("api repos/octo-org/octo-repo/environments/")) out = JSON.stringify({ name: joined.split("/").pop(), can_admins_bypass: process.env.STANDIN_ADMINS_BYPASS === "true" });
 } else {
   if (joined.startsWith("ad app create")) out = "app-" + after("--display-name");
   else if (joined.startsWith("ad sp create")) out = "sp-" + after("--id");
@@ -313,7 +315,11 @@ process.stdout.write(out + "\\n");
   });
 
   type Call = { tool: string; args: string[]; stdin?: string };
-  function start(args: string[], sub: string): Promise<{ code: number; stderr: string; calls: Call[] }> {
+  function start(
+    args: string[],
+    sub: string,
+    extraEnv: Record<string, string> = {},
+  ): Promise<{ code: number; stderr: string; calls: Call[] }> {
     return new Promise((resolve) => {
       execFile(
         process.execPath,
@@ -323,6 +329,7 @@ process.stdout.write(out + "\\n");
             PATH: `${dir}:${dirname(process.execPath)}:${process.env.PATH ?? ""}`,
             STANDIN_SUB: sub,
             STANDIN_LOG: join(dir, "log"),
+            ...extraEnv,
           },
         },
         (error, _stdout, stderr) => {
@@ -440,11 +447,16 @@ process.stdout.write(out + "\\n");
           ["repos/octo-org/octo-repo/environments/prod-app", [{ type: "User", id: 42 }]],
         ],
       );
+      // The runner group is read back after it is written.
+      const reads = result.calls
+        .filter((c) => c.tool === "gh" && c.args.length === 2 && c.args[0] === "api")
+        .map((c) => c.args[1]);
+      assert.deepEqual(reads.slice(2), ["orgs/octo-org/actions/runner-groups/7"]);
       const runnerGroup = result.calls.find((c) => c.tool === "gh" && c.args.includes("PATCH"))!;
       assert.deepEqual(JSON.parse(runnerGroup.stdin!), {
         visibility: "selected",
         restricted_to_workflows: true,
-        selected_workflows: ["octo-org/octo-repo/.github/workflows/deploy.yml@refs/heads/main"],
+        selected_workflows: ["octo-org/octo-repo/.github/workflows/deploy.yml@main"],
       });
       assert.deepEqual(
         azCalls(result.calls, "lock create").map((c) => after(c, "--resource-group")),
@@ -462,6 +474,31 @@ process.stdout.write(out + "\\n");
         ),
         "app-sbinbox-prod-app",
       );
+    });
+  }
+
+  const fullRun = ["--repo", "octo-org/octo-repo", "--subscription", SUB, "--reviewer", "42", "--runner-group", "sbinbox-vnet"];
+
+  for (const [what, group] of [
+    ["not restricted to workflows (no GitHub Enterprise Cloud)", { restricted_to_workflows: false, selected_workflows: [] }],
+    [
+      "restricted to another workflow as well",
+      {
+        restricted_to_workflows: true,
+        selected_workflows: [
+          "octo-org/octo-repo/.github/workflows/deploy.yml@main",
+          "octo-org/octo-repo/.github/workflows/ci.yml@main",
+        ],
+      },
+    ],
+  ] as const) {
+    it(`stops by name when the runner group reads back ${what}`, async function () {
+      const result = await start(fullRun, JSON.stringify(forms[0]![1]), {
+        STANDIN_RUNNER_GROUP: JSON.stringify({ id: 7, ...group }),
+      });
+      assert.equal(result.code, 2);
+      assert.match(result.stderr, /RunnerGroupNotRestricted: runner group "sbinbox-vnet" reads back/);
+      assert.match(result.stderr, /needs GitHub Enterprise Cloud/);
     });
   }
 
