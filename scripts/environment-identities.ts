@@ -245,6 +245,19 @@ async function applyAzure(
   return groupIds;
 }
 
+/** Reads the environment back: a reviewed environment an administrator could deploy to unreviewed is refused. */
+async function checkNoAdminBypass(repo: string, name: string): Promise<void> {
+  const read = JSON.parse(await run("gh", ["api", `repos/${repo}/environments/${name}`])) as {
+    can_admins_bypass?: unknown;
+  };
+  if (read.can_admins_bypass !== false) {
+    throw new Error(
+      `AdminBypassEnabled: GitHub environment ${name} reads back can_admins_bypass=${String(read.can_admins_bypass)}; ` +
+        "administrators could deploy without a review (set it off under Settings > Environments and rerun)",
+    );
+  }
+}
+
 async function applyGithub(
   plan: EnvironmentPlan,
   repo: string,
@@ -256,12 +269,15 @@ async function applyGithub(
       prevent_self_review: true,
       reviewers: environment.requiresReviewer ? reviewers.map((id) => ({ type: "User", id })) : [],
       deployment_branch_policy: { protected_branches: false, custom_branch_policies: true },
+      // Administrators bypass an environment's protection rules unless this is false (GitHub's default is true).
+      ...(environment.requiresReviewer ? { can_admins_bypass: false } : {}),
     };
     await run(
       "gh",
       ["api", "--method", "PUT", `repos/${repo}/environments/${environment.name}`, "--input", "-"],
       JSON.stringify(body),
     );
+    if (environment.requiresReviewer) await checkNoAdminBypass(repo, environment.name);
     const policies = await run("gh", [
       "api",
       `repos/${repo}/environments/${environment.name}/deployment-branch-policies`,

@@ -439,19 +439,26 @@ process.stdout.write(out + "\\n");
         (c) => c.tool === "gh" && c.args.includes("PUT") && c.args.some((a) => a.includes("/environments/")),
       );
       assert.deepEqual(
-        puts.map((c) => [c.args[3], (JSON.parse(c.stdin!) as { reviewers: unknown[] }).reviewers]),
+        puts.map((c) => {
+          const body = JSON.parse(c.stdin!) as { reviewers: unknown[]; can_admins_bypass?: boolean };
+          return [c.args[3], body.reviewers, body.can_admins_bypass];
+        }),
         [
-          ["repos/octo-org/octo-repo/environments/dev", []],
-          ["repos/octo-org/octo-repo/environments/dev-app", []],
-          ["repos/octo-org/octo-repo/environments/prod", [{ type: "User", id: 42 }]],
-          ["repos/octo-org/octo-repo/environments/prod-app", [{ type: "User", id: 42 }]],
+          ["repos/octo-org/octo-repo/environments/dev", [], undefined],
+          ["repos/octo-org/octo-repo/environments/dev-app", [], undefined],
+          ["repos/octo-org/octo-repo/environments/prod", [{ type: "User", id: 42 }], false],
+          ["repos/octo-org/octo-repo/environments/prod-app", [{ type: "User", id: 42 }], false],
         ],
       );
-      // The runner group is read back after it is written.
+      // Both reviewed environments and the runner group are read back after they are written.
       const reads = result.calls
         .filter((c) => c.tool === "gh" && c.args.length === 2 && c.args[0] === "api")
         .map((c) => c.args[1]);
-      assert.deepEqual(reads.slice(2), ["orgs/octo-org/actions/runner-groups/7"]);
+      assert.deepEqual(reads.slice(2), [
+        "repos/octo-org/octo-repo/environments/prod",
+        "repos/octo-org/octo-repo/environments/prod-app",
+        "orgs/octo-org/actions/runner-groups/7",
+      ]);
       const runnerGroup = result.calls.find((c) => c.tool === "gh" && c.args.includes("PATCH"))!;
       assert.deepEqual(JSON.parse(runnerGroup.stdin!), {
         visibility: "selected",
@@ -478,6 +485,12 @@ process.stdout.write(out + "\\n");
   }
 
   const fullRun = ["--repo", "octo-org/octo-repo", "--subscription", SUB, "--reviewer", "42", "--runner-group", "sbinbox-vnet"];
+
+  it("stops by name when prod's environment reads back that administrators may bypass its reviewers", async function () {
+    const result = await start(fullRun, JSON.stringify(forms[0]![1]), { STANDIN_ADMINS_BYPASS: "true" });
+    assert.equal(result.code, 2);
+    assert.match(result.stderr, /AdminBypassEnabled: GitHub environment prod reads back can_admins_bypass=true/);
+  });
 
   for (const [what, group] of [
     ["not restricted to workflows (no GitHub Enterprise Cloud)", { restricted_to_workflows: false, selected_workflows: [] }],
