@@ -9,6 +9,7 @@
  *
  *   node scripts/environment-identities.ts --repo OWNER/REPO --subscription <id> [--location northeurope]
  *     [--environment dev --environment prod] [--reviewer <GitHub user id> ...] [--runner-group sbinbox-vnet]
+ *     [--role-assignable-groups]   prod's SQL admin group role-assignable (Entra ID P1, Privileged Role Administrator)
  *     [--dry-run]   prints the plan as JSON and changes nothing
  */
 import { execFile } from "node:child_process";
@@ -154,8 +155,62 @@ async function ensureCustomRole(role: PlannedCustomRole): Promise<void> {
   );
 }
 
-async function ensureGroup(name: string, memberIds: string[]): Promise<string> {
-  let id = await az("ad", "group", "list", "--display-name", name, "--query", "[0].id", "--output", "tsv");
+const GRAPH_GROUPS = "https://graph.microsoft.com/v1.0/groups";
+
+/**
+ * A role-assignable group (isAssignableToRole, set at creation only; `az ad group create` has no flag for it), or
+ * the existing one after checking it is one: the property cannot be changed later, so an existing plain group of that
+ * name stops the run by name.
+ */
+async function ensureRoleAssignableGroup(name: string): Promise<string> {
+  const found = await az("ad", "group", "list", "--display-name", name, "--query", "[0].id", "--output", "tsv");
+  if (found !== "") {
+    const assignable = await az(
+      "rest",
+      "--method",
+      "GET",
+      "--url",
+      `${GRAPH_GROUPS}/${found}?$select=isAssignableToRole`,
+      "--query",
+      "isAssignableToRole",
+      "--output",
+      "tsv",
+    );
+    if (assignable !== "true") {
+      throw new Error(
+        `GroupNotRoleAssignable: ${name} exists and is not role-assignable (isAssignableToRole is set at creation ` +
+          "only): delete it, or rename it and point SQL_ADMIN_OBJECT_ID at the new group, then rerun",
+      );
+    }
+    return found;
+  }
+  return az(
+    "rest",
+    "--method",
+    "POST",
+    "--url",
+    GRAPH_GROUPS,
+    "--headers",
+    "Content-Type=application/json",
+    "--body",
+    JSON.stringify({
+      displayName: name,
+      mailNickname: name,
+      mailEnabled: false,
+      securityEnabled: true,
+      isAssignableToRole: true,
+    }),
+    "--query",
+    "id",
+    "--output",
+    "tsv",
+  );
+}
+
+async function ensureGroup(name: string, memberIds: string[], roleAssignable: boolean): Promise<string> {
+  let id = roleAssignable
+    ? await ensureRoleAssignableGroup(name)
+    : await az("ad", "group", "list", "--display-name", name, "--query", "[0].id", "--output", "tsv");
   if (id === "")
     id = await az(
       "ad",
@@ -224,6 +279,7 @@ async function applyAzure(
       await ensureGroup(
         group.name,
         group.members.map((m) => principals.get(m)!.objectId),
+        group.roleAssignable,
       ),
     );
   }
@@ -382,6 +438,7 @@ async function main(argv: string[]): Promise<number> {
       environment: { type: "string", multiple: true },
       reviewer: { type: "string", multiple: true },
       "runner-group": { type: "string" },
+      "role-assignable-groups": { type: "boolean", default: false },
       branch: { type: "string", default: "main" },
       "dry-run": { type: "boolean", default: false },
     },
@@ -410,6 +467,8 @@ async function main(argv: string[]): Promise<number> {
     reviewedEnvironments: ["prod"],
     branch: values.branch,
     runnerGroup: values["runner-group"],
+    // prod's SQL admin group only: dev's stays a plain group its team can manage.
+    roleAssignableGroups: values["role-assignable-groups"] ? ["prod"] : [],
   });
   if (values["dry-run"]) {
     process.stdout.write(`${JSON.stringify(plan, null, 2)}\n`);

@@ -41,6 +41,11 @@ export interface PlanInput {
   readonly reviewedEnvironments: readonly string[];
   /** The branch every environment deploys from. */
   readonly branch: string;
+  /**
+   * Environments whose SQL admin group is created role-assignable (isAssignableToRole: Entra ID P1, created by a
+   * Privileged Role Administrator), so Groups and User Administrators can no longer change its members.
+   */
+  readonly roleAssignableGroups?: readonly string[];
   /** An organization runner group (the VNet runner's) to restrict to the deploy workflow on the branch. */
   readonly runnerGroup?: string;
 }
@@ -68,6 +73,7 @@ export interface PlannedGroup {
   readonly name: string;
   readonly environment: string;
   readonly members: readonly string[];
+  readonly roleAssignable: boolean;
 }
 
 export interface PlannedGithubEnvironment {
@@ -238,6 +244,7 @@ export function environmentPlan(input: PlanInput): EnvironmentPlan {
       name: sqlAdminGroupName(environment),
       environment,
       members: [identityName(environment, "app")],
+      roleAssignable: (input.roleAssignableGroups ?? []).includes(environment),
     })),
     locks: envs
       .filter((environment) => input.lockedEnvironments.includes(environment))

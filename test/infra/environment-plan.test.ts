@@ -297,6 +297,9 @@ if (tool === "gh") {
   if (joined.startsWith("ad app create")) out = "app-" + after("--display-name");
   else if (joined.startsWith("ad sp create")) out = "sp-" + after("--id");
   else if (joined.startsWith("ad group create")) out = "grp-" + after("--display-name");
+  else if (joined.startsWith("ad group list") && after("--display-name") === process.env.STANDIN_EXISTING_GROUP) out = "grp-existing";
+  else if (joined.startsWith("rest --method POST --url https://graph.microsoft.com/v1.0/groups")) out = "grp-" + JSON.parse(after("--body")).displayName;
+  else if (joined.startsWith("rest --method GET --url https://graph.microsoft.com/v1.0/groups/")) out = process.env.STANDIN_ASSIGNABLE ?? "false";
   else if (joined.startsWith("ad group member check")) out = "false";
   else if (joined.startsWith("account show")) out = "tenant-1";
 }
@@ -514,6 +517,39 @@ process.stdout.write(out + "\\n");
       assert.match(result.stderr, /needs GitHub Enterprise Cloud/);
     });
   }
+
+  it("with --role-assignable-groups creates prod's SQL admin group role-assignable (Graph), dev's as before", async function () {
+    const result = await start([...fullRun, "--role-assignable-groups"], JSON.stringify(forms[0]![1]));
+    assert.equal(result.code, 0, result.stderr);
+    const posts = azCalls(result.calls, "rest --method POST").map(
+      (c) => JSON.parse(after(c, "--body")) as { displayName: string; isAssignableToRole: boolean },
+    );
+    assert.deepEqual(
+      posts.map((b) => [b.displayName, b.isAssignableToRole]),
+      [["sbinbox-prod-sql-admins", true]],
+    );
+    assert.deepEqual(
+      azCalls(result.calls, "ad group create").map((c) => after(c, "--display-name")),
+      ["sbinbox-dev-sql-admins"],
+    );
+    // prod's app identity still becomes its only member.
+    assert.deepEqual(
+      azCalls(result.calls, "ad group member add").map((c) => [after(c, "--group"), after(c, "--member-id")]),
+      [
+        ["grp-sbinbox-dev-sql-admins", "sp-app-sbinbox-dev-app"],
+        ["grp-sbinbox-prod-sql-admins", "sp-app-sbinbox-prod-app"],
+      ],
+    );
+  });
+
+  it("with --role-assignable-groups stops by name at an existing prod group that is not role-assignable", async function () {
+    const result = await start([...fullRun, "--role-assignable-groups"], JSON.stringify(forms[0]![1]), {
+      STANDIN_EXISTING_GROUP: "sbinbox-prod-sql-admins",
+    });
+    assert.equal(result.code, 2);
+    assert.match(result.stderr, /GroupNotRoleAssignable: sbinbox-prod-sql-admins exists and is not role-assignable/);
+    assert.equal(azCalls(result.calls, "ad group member add").length, 1, "dev's member only, nothing added to prod's");
+  });
 
   it("refuses to go on without a reviewer for prod, before it changes anything", async function () {
     const result = await start(
