@@ -163,7 +163,17 @@ const GRAPH_GROUPS = "https://graph.microsoft.com/v1.0/groups";
  * name stops the run by name.
  */
 async function ensureRoleAssignableGroup(name: string): Promise<string> {
-  const found = await az("ad", "group", "list", "--display-name", name, "--query", "[0].id", "--output", "tsv");
+  const found = await az(
+    "ad",
+    "group",
+    "list",
+    "--display-name",
+    name,
+    "--query",
+    "[0].id",
+    "--output",
+    "tsv",
+  );
   if (found !== "") {
     const assignable = await az(
       "rest",

@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { parse } from "yaml";
-import { compileTemplate, isObject, templates, type JsonObject } from "./arm.ts";
+import { compileTemplate, isObject, str, templates, type Json, type JsonObject } from "./arm.ts";
 
 const run = promisify(execFile);
 
@@ -97,14 +97,23 @@ describe("the deploy workflow's structure (.github/workflows/deploy.yml)", funct
     assert.equal(name, "sbinbox-${ENVIRONMENT_NAME}");
     // Each module's deployment name is derived from the parent deployment's name only (no utcNow, no run id).
     const main = await compileTemplate("infra/main.bicep");
-    const modules = templates(main).flatMap((t) =>
-      (Array.isArray(t.resources) ? t.resources : Object.values(t.resources ?? {}))
+    const modules = templates(main).flatMap((t) => {
+      const declared: Json[] = Array.isArray(t.resources)
+        ? t.resources
+        : isObject(t.resources)
+          ? Object.values(t.resources)
+          : [];
+      return declared
         .filter((r): r is JsonObject => isObject(r) && r.type === "Microsoft.Resources/deployments")
-        .map((r) => String(r.name)),
-    );
+        .map((r) => str(r.name, "module deployment name"));
+    });
     assert.equal(modules.length, 12);
     for (const module of modules) {
-      assert.match(module, /^\[format\('(\w+)-\{0\}', uniqueString\('\1', deployment\(\)\.name\)\)\]$/, module);
+      assert.match(
+        module,
+        /^\[format\('(\w+)-\{0\}', uniqueString\('\1', deployment\(\)\.name\)\)\]$/,
+        module,
+      );
     }
   });
 
@@ -280,18 +289,41 @@ describe("the deploy workflow's structure (.github/workflows/deploy.yml)", funct
     });
     const take = jobs.app!.steps.find((s) => s.name === "Take the deployment's outputs")!;
     assert.equal(take.env?.DEPLOYMENT, "${{ needs.infra.outputs.deployment }}");
-    const good = await runStep(take.run!, { DEPLOYMENT: stdout.trim() });
-    assert.equal(good.code, 0);
-    assert.deepEqual(good.env.split("\n"), [
-      "AZURE_RESOURCE_GROUP=rg-sbinbox-dev",
-      "WORKER_APP_NAME=app-sbinbox-x",
-      "PRIVATE_NETWORK=true",
-    ]);
-    const bad = await runStep(take.run!, {
-      DEPLOYMENT: JSON.stringify({ WORKER_APP_NAME: "x\nNODE_OPTIONS=--require=/tmp/x" }),
+    // The app job expects exactly the names the infra job selects.
+    const selected = JSON.parse(`[${/IN\(([^)]+)\)/.exec(filter)![1]!}]`) as string[];
+    const expected = JSON.parse(/expected='([^']+)'/.exec(take.run!)![1]!) as string[];
+    assert.deepEqual([...expected].sort(), [...selected].sort());
+    assert.equal(expected.length, 10);
+    const all = Object.fromEntries(
+      expected.map((name) => [name, name === "PRIVATE_NETWORK" ? "true" : "x-1"]),
+    );
+    const good = await runStep(take.run!, {
+      DEPLOYMENT: JSON.stringify({
+        ...all,
+        AZURE_RESOURCE_GROUP: "rg-sbinbox-dev",
+        WORKER_APP_NAME: "app-sbinbox-x",
+      }),
     });
-    assert.equal(bad.code, 1);
-    assert.equal(bad.env, "");
+    assert.equal(good.code, 0);
+    assert.equal(good.env.split("\n").length, 10);
+    assert.ok(good.env.split("\n").includes("AZURE_RESOURCE_GROUP=rg-sbinbox-dev"));
+    assert.ok(good.env.split("\n").includes("PRIVATE_NETWORK=true"));
+    // Each refused inside jq, before a line is written: a newline that would add BASH_ENV, a value that is not a
+    // string, a name missing, a name more.
+    const { AZURE_RESOURCE_GROUP: _dropped, ...missing } = all;
+    for (const deployment of [
+      { ...all, WORKER_APP_NAME: "x\nBASH_ENV=/tmp/x" },
+      { ...all, WORKER_APP_NAME: "x\nNODE_OPTIONS=--require=/tmp/x" },
+      { ...all, PRIVATE_NETWORK: true },
+      { ...all, SQL_SERVER_NAME: ["a"] },
+      missing,
+      { ...all, BASH_ENV: "/tmp/x" },
+      ["AZURE_RESOURCE_GROUP=x"],
+    ]) {
+      const bad = await runStep(take.run!, { DEPLOYMENT: JSON.stringify(deployment) });
+      assert.equal(bad.code, 1, JSON.stringify(deployment));
+      assert.equal(bad.env, "", JSON.stringify(deployment));
+    }
     const none = await runStep(take.run!, { DEPLOYMENT: "" });
     assert.equal(none.code, 1, "an output GitHub dropped (it held a secret's value) stops the job by name");
     assert.match(runs(jobs.app!), /"\$AZURE_RESOURCE_GROUP"/);

@@ -78,7 +78,13 @@ function actionsOf(plan: EnvironmentPlan, role: string): readonly string[] {
 
 /** Whether an action pattern (ARM's '*' wildcard, case-insensitive) grants the operation. */
 function grants(pattern: string, operation: string): boolean {
-  const re = new RegExp(`^${pattern.split("*").map((p) => p.replace(/[.+?^${}()|[\]\\/]/g, "\\$&")).join(".*")}$`, "i");
+  const re = new RegExp(
+    `^${pattern
+      .split("*")
+      .map((p) => p.replace(/[.+?^${}()|[\]\\/]/g, "\\$&"))
+      .join(".*")}$`,
+    "i",
+  );
   return re.test(operation);
 }
 
@@ -201,7 +207,10 @@ describe("the environments' identities as planned (scripts/environment-plan.ts)"
             "Microsoft.Web/sites/read",
             "Microsoft.ServiceBus/namespaces/queues/read",
           ]) {
-            assert.ok(actions.some((a) => grants(a, operation)), `sbinbox-${environment}-app may ${operation}`);
+            assert.ok(
+              actions.some((a) => grants(a, operation)),
+              `sbinbox-${environment}-app may ${operation}`,
+            );
           }
           assert.ok(app.roles.includes(deployRoleName(environment)));
           // The RBAC administrator role carries the ABAC condition (scripts/rbac-condition.ts).
@@ -400,7 +409,10 @@ process.stdout.write(out + "\\n");
       const prodDeploy = definitions.find((d) => d.Name === "sbinbox worker deploy (rg-sbinbox-prod)")!;
       assert.deepEqual(prodDeploy.AssignableScopes, [resourceGroupId(SUB, "prod")]);
       assert.ok(prodDeploy.Actions.includes("Microsoft.Web/sites/publish/Action"));
-      assert.ok(!prodDeploy.Actions.some((a) => a.endsWith("*") || /write/i.test(a)), prodDeploy.Actions.join());
+      assert.ok(
+        !prodDeploy.Actions.some((a) => a.endsWith("*") || /write/i.test(a)),
+        prodDeploy.Actions.join(),
+      );
       assert.equal(definitions.length, 3);
       for (const a of assignments.filter((x) => dev.includes(x.who))) {
         for (const resource of prodResources)
@@ -487,16 +499,31 @@ process.stdout.write(out + "\\n");
     });
   }
 
-  const fullRun = ["--repo", "octo-org/octo-repo", "--subscription", SUB, "--reviewer", "42", "--runner-group", "sbinbox-vnet"];
+  const fullRun = [
+    "--repo",
+    "octo-org/octo-repo",
+    "--subscription",
+    SUB,
+    "--reviewer",
+    "42",
+    "--runner-group",
+    "sbinbox-vnet",
+  ];
 
   it("stops by name when prod's environment reads back that administrators may bypass its reviewers", async function () {
     const result = await start(fullRun, JSON.stringify(forms[0]![1]), { STANDIN_ADMINS_BYPASS: "true" });
     assert.equal(result.code, 2);
-    assert.match(result.stderr, /AdminBypassEnabled: GitHub environment prod reads back can_admins_bypass=true/);
+    assert.match(
+      result.stderr,
+      /AdminBypassEnabled: GitHub environment prod reads back can_admins_bypass=true/,
+    );
   });
 
   for (const [what, group] of [
-    ["not restricted to workflows (no GitHub Enterprise Cloud)", { restricted_to_workflows: false, selected_workflows: [] }],
+    [
+      "not restricted to workflows (no GitHub Enterprise Cloud)",
+      { restricted_to_workflows: false, selected_workflows: [] },
+    ],
     [
       "restricted to another workflow as well",
       {
@@ -547,8 +574,15 @@ process.stdout.write(out + "\\n");
       STANDIN_EXISTING_GROUP: "sbinbox-prod-sql-admins",
     });
     assert.equal(result.code, 2);
-    assert.match(result.stderr, /GroupNotRoleAssignable: sbinbox-prod-sql-admins exists and is not role-assignable/);
-    assert.equal(azCalls(result.calls, "ad group member add").length, 1, "dev's member only, nothing added to prod's");
+    assert.match(
+      result.stderr,
+      /GroupNotRoleAssignable: sbinbox-prod-sql-admins exists and is not role-assignable/,
+    );
+    assert.equal(
+      azCalls(result.calls, "ad group member add").length,
+      1,
+      "dev's member only, nothing added to prod's",
+    );
   });
 
   it("refuses to go on without a reviewer for prod, before it changes anything", async function () {
