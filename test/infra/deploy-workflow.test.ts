@@ -330,6 +330,23 @@ describe("the deploy workflow's structure (.github/workflows/deploy.yml)", funct
     assert.match(runs(jobs.app!), /"\$WORKER_APP_NAME"/);
   });
 
+  it("refuses first-message outside prod before any Azure call (only prod lists the app identity in publishers)", async function () {
+    const steps = jobs.infra!.steps;
+    const check = steps.findIndex((s) => s.name === "Check the inputs");
+    const login = steps.findIndex((s) => s.uses?.startsWith("azure/login@"));
+    assert.ok(check >= 0 && check < login, "the check runs before the sign-in");
+    assert.equal(steps[check]!.env?.FIRST_MESSAGE, "${{ inputs.first-message }}");
+    const dev = await runStep(steps[check]!.run!, { FIRST_MESSAGE: "true", ENVIRONMENT_NAME: "dev" });
+    assert.equal(dev.code, 1);
+    for (const [first, environment] of [
+      ["true", "prod"],
+      ["false", "dev"],
+    ]) {
+      const ok = await runStep(steps[check]!.run!, { FIRST_MESSAGE: first!, ENVIRONMENT_NAME: environment! });
+      assert.equal(ok.code, 0, `${first} ${environment}`);
+    }
+  });
+
   it("waits for /readyz after the zip deploy, retrying the 503 a fresh instance answers", function () {
     const steps = jobs.app!.steps;
     const zip = steps.findIndex((s) => /az webapp deploy/.test(s.run ?? ""));
