@@ -202,6 +202,16 @@ describe("the deploy workflow's structure (.github/workflows/deploy.yml)", funct
     }
   });
 
+  /** A step's script alone, with only the given environment: its exit code and what it wrote to stderr. */
+  async function runStepWithStderr(script: string, env: Record<string, string>) {
+    return run("bash", ["-eo", "pipefail", "-c", script], {
+      env: { PATH: process.env.PATH ?? "", ...env },
+    }).then(
+      ({ stderr }) => ({ code: 0, stderr }),
+      (error: { code?: number; stderr?: string }) => ({ code: error.code ?? 1, stderr: error.stderr ?? "" }),
+    );
+  }
+
   async function runStep(script: string, env: Record<string, string>, curlAnswer = "203.0.113.9") {
     const dir = await mkdtemp(join(tmpdir(), "sbinbox-deploy-post-"));
     try {
@@ -342,8 +352,51 @@ describe("the deploy workflow's structure (.github/workflows/deploy.yml)", funct
       ["true", "prod"],
       ["false", "dev"],
     ]) {
-      const ok = await runStep(steps[check]!.run!, { FIRST_MESSAGE: first!, ENVIRONMENT_NAME: environment! });
+      const ok = await runStep(steps[check]!.run!, {
+        FIRST_MESSAGE: first!,
+        ENVIRONMENT_NAME: environment!,
+        ALERT_EMAIL: "oncall@example.com",
+        ALERT_RUNBOOK_URL: "https://github.com/o/r/blob/main/docs/operations.md",
+      });
       assert.equal(ok.code, 0, `${first} ${environment}`);
+    }
+  });
+
+  it("stops prod by name before any Azure call when its alerts would reach nobody or link to no page", async function () {
+    const check = jobs.infra!.steps.find((s) => s.name === "Check the inputs")!;
+    const prod = {
+      ENVIRONMENT_NAME: "prod",
+      FIRST_MESSAGE: "false",
+      ALERT_EMAIL: "",
+      ALERT_ACTION_GROUP_ID: "",
+    };
+    const runbook = "https://github.com/o/r/blob/main/docs/operations.md";
+    const cases: [Record<string, string>, number, RegExp | undefined][] = [
+      [{ ...prod, ALERT_RUNBOOK_URL: runbook }, 1, /AlertRoutingMissing/],
+      [
+        { ...prod, ALERT_EMAIL: "oncall@example.com", ALERT_RUNBOOK_URL: "docs/operations.md" },
+        1,
+        /AlertRunbookUrlNotAbsolute/,
+      ],
+      [
+        { ...prod, ALERT_EMAIL: "oncall@example.com", ALERT_RUNBOOK_URL: "http://x/ops" },
+        1,
+        /AlertRunbookUrlNotAbsolute/,
+      ],
+      [
+        { ...prod, ALERT_EMAIL: "oncall@example.com", ALERT_RUNBOOK_URL: "" },
+        1,
+        /AlertRunbookUrlNotAbsolute/,
+      ],
+      [{ ...prod, ALERT_EMAIL: "oncall@example.com", ALERT_RUNBOOK_URL: runbook }, 0, undefined],
+      [{ ...prod, ALERT_ACTION_GROUP_ID: "/subscriptions/s/x", ALERT_RUNBOOK_URL: runbook }, 0, undefined],
+      // dev needs no routing.
+      [{ ...prod, ENVIRONMENT_NAME: "dev", ALERT_RUNBOOK_URL: "" }, 0, undefined],
+    ];
+    for (const [env, code, message] of cases) {
+      const result = await runStepWithStderr(check.run!, env);
+      assert.equal(result.code, code, JSON.stringify(env));
+      if (message) assert.match(result.stderr, message);
     }
   });
 
