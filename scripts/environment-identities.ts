@@ -9,6 +9,7 @@
  *
  *   node scripts/environment-identities.ts --repo OWNER/REPO --subscription <id> [--location northeurope]
  *     [--environment dev --environment prod] [--reviewer <GitHub user id> ...] [--runner-group sbinbox-vnet]
+ *     [--role-assignable-groups]   prod's SQL admin group role-assignable (Entra ID P1, Privileged Role Administrator)
  *     [--dry-run]   prints the plan as JSON and changes nothing
  */
 import { execFile } from "node:child_process";
@@ -135,16 +136,18 @@ async function ensureCustomRole(role: PlannedCustomRole): Promise<void> {
     "--output",
     "tsv",
   );
-  if (found !== "") return;
+  // A rerun updates an existing definition, so its actions are always exactly the plan's.
   await az(
     "role",
     "definition",
-    "create",
+    found === "" ? "create" : "update",
     "--role-definition",
     JSON.stringify({
+      ...(found === "" ? {} : { id: found }),
       Name: role.name,
-      Description: "Read the SQL server and manage its firewall rules (post-provision's temporary rule)",
+      Description: role.description,
       Actions: role.actions,
+      NotActions: [],
       AssignableScopes: [role.assignableScope],
     }),
     "--output",
@@ -152,8 +155,72 @@ async function ensureCustomRole(role: PlannedCustomRole): Promise<void> {
   );
 }
 
-async function ensureGroup(name: string, memberIds: string[]): Promise<string> {
-  let id = await az("ad", "group", "list", "--display-name", name, "--query", "[0].id", "--output", "tsv");
+const GRAPH_GROUPS = "https://graph.microsoft.com/v1.0/groups";
+
+/**
+ * A role-assignable group (isAssignableToRole, set at creation only; `az ad group create` has no flag for it), or
+ * the existing one after checking it is one: the property cannot be changed later, so an existing plain group of that
+ * name stops the run by name.
+ */
+async function ensureRoleAssignableGroup(name: string): Promise<string> {
+  const found = await az(
+    "ad",
+    "group",
+    "list",
+    "--display-name",
+    name,
+    "--query",
+    "[0].id",
+    "--output",
+    "tsv",
+  );
+  if (found !== "") {
+    const assignable = await az(
+      "rest",
+      "--method",
+      "GET",
+      "--url",
+      `${GRAPH_GROUPS}/${found}?$select=isAssignableToRole`,
+      "--query",
+      "isAssignableToRole",
+      "--output",
+      "tsv",
+    );
+    if (assignable !== "true") {
+      throw new Error(
+        `GroupNotRoleAssignable: ${name} exists and is not role-assignable (isAssignableToRole is set at creation ` +
+          "only): delete it, or rename it and point SQL_ADMIN_OBJECT_ID at the new group, then rerun",
+      );
+    }
+    return found;
+  }
+  return az(
+    "rest",
+    "--method",
+    "POST",
+    "--url",
+    GRAPH_GROUPS,
+    "--headers",
+    "Content-Type=application/json",
+    "--body",
+    JSON.stringify({
+      displayName: name,
+      mailNickname: name,
+      mailEnabled: false,
+      securityEnabled: true,
+      isAssignableToRole: true,
+    }),
+    "--query",
+    "id",
+    "--output",
+    "tsv",
+  );
+}
+
+async function ensureGroup(name: string, memberIds: string[], roleAssignable: boolean): Promise<string> {
+  let id = roleAssignable
+    ? await ensureRoleAssignableGroup(name)
+    : await az("ad", "group", "list", "--display-name", name, "--query", "[0].id", "--output", "tsv");
   if (id === "")
     id = await az(
       "ad",
@@ -222,6 +289,7 @@ async function applyAzure(
       await ensureGroup(
         group.name,
         group.members.map((m) => principals.get(m)!.objectId),
+        group.roleAssignable,
       ),
     );
   }
@@ -243,6 +311,19 @@ async function applyAzure(
   return groupIds;
 }
 
+/** Reads the environment back: a reviewed environment an administrator could deploy to unreviewed is refused. */
+async function checkNoAdminBypass(repo: string, name: string): Promise<void> {
+  const read = JSON.parse(await run("gh", ["api", `repos/${repo}/environments/${name}`])) as {
+    can_admins_bypass?: unknown;
+  };
+  if (read.can_admins_bypass !== false) {
+    throw new Error(
+      `AdminBypassEnabled: GitHub environment ${name} reads back can_admins_bypass=${String(read.can_admins_bypass)}; ` +
+        "administrators could deploy without a review (set it off under Settings > Environments and rerun)",
+    );
+  }
+}
+
 async function applyGithub(
   plan: EnvironmentPlan,
   repo: string,
@@ -254,12 +335,15 @@ async function applyGithub(
       prevent_self_review: true,
       reviewers: environment.requiresReviewer ? reviewers.map((id) => ({ type: "User", id })) : [],
       deployment_branch_policy: { protected_branches: false, custom_branch_policies: true },
+      // Administrators bypass an environment's protection rules unless this is false (GitHub's default is true).
+      ...(environment.requiresReviewer ? { can_admins_bypass: false } : {}),
     };
     await run(
       "gh",
       ["api", "--method", "PUT", `repos/${repo}/environments/${environment.name}`, "--input", "-"],
       JSON.stringify(body),
     );
+    if (environment.requiresReviewer) await checkNoAdminBypass(repo, environment.name);
     const policies = await run("gh", [
       "api",
       `repos/${repo}/environments/${environment.name}/deployment-branch-policies`,
@@ -322,6 +406,36 @@ async function restrictRunnerGroup(plan: EnvironmentPlan, owner: string, repoId:
     "PUT",
     `orgs/${owner}/actions/runner-groups/${id}/repositories/${repoId}`,
   ]);
+  await checkRunnerGroup(plan.runnerGroup, owner, id);
+}
+
+/**
+ * Reads the group back. Restricting a group to selected workflows is a GitHub Enterprise Cloud feature
+ * (docs/deploy.md, "Prerequisites"): elsewhere the group would still admit every workflow of the repository, so the
+ * bootstrap stops by name unless GitHub reports the restriction and exactly the deploy workflow.
+ */
+async function checkRunnerGroup(
+  group: NonNullable<EnvironmentPlan["runnerGroup"]>,
+  owner: string,
+  id: string,
+): Promise<void> {
+  const read = JSON.parse(await run("gh", ["api", `orgs/${owner}/actions/runner-groups/${id}`])) as {
+    restricted_to_workflows?: unknown;
+    selected_workflows?: unknown;
+  };
+  const workflows = Array.isArray(read.selected_workflows) ? read.selected_workflows : [];
+  const expected = [...group.selectedWorkflows];
+  if (
+    read.restricted_to_workflows !== true ||
+    workflows.length !== expected.length ||
+    !expected.every((w) => workflows.includes(w))
+  ) {
+    throw new Error(
+      `RunnerGroupNotRestricted: runner group "${group.name}" reads back restricted_to_workflows=` +
+        `${String(read.restricted_to_workflows)}, selected_workflows=${JSON.stringify(workflows)}; expected only ` +
+        `${expected.join(", ")} (restricting a group to workflows needs GitHub Enterprise Cloud)`,
+    );
+  }
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -334,6 +448,7 @@ async function main(argv: string[]): Promise<number> {
       environment: { type: "string", multiple: true },
       reviewer: { type: "string", multiple: true },
       "runner-group": { type: "string" },
+      "role-assignable-groups": { type: "boolean", default: false },
       branch: { type: "string", default: "main" },
       "dry-run": { type: "boolean", default: false },
     },
@@ -362,6 +477,8 @@ async function main(argv: string[]): Promise<number> {
     reviewedEnvironments: ["prod"],
     branch: values.branch,
     runnerGroup: values["runner-group"],
+    // prod's SQL admin group only: dev's stays a plain group its team can manage.
+    roleAssignableGroups: values["role-assignable-groups"] ? ["prod"] : [],
   });
   if (values["dry-run"]) {
     process.stdout.write(`${JSON.stringify(plan, null, 2)}\n`);

@@ -9,9 +9,11 @@
  * - `infra` (GitHub environment `<env>`): deploys the Bicep. Contributor, and Role Based Access Control
  *   Administrator limited by scripts/rbac-condition.ts, on the resource group. Runs none of the artifact's code.
  * - `app` (GitHub environment `<env>-app`): runs the artifact (`sbinbox migrate`, the first message) and ships it.
- *   Member of the SQL admin group; Website Contributor on the resource group for the zip deploy, Reader for the
- *   first message's check; on a public environment, a custom role for the temporary SQL firewall rule. No
- *   role-assignment right at all.
+ *   Member of the SQL admin group; a custom role on the resource group with only what the zip deploy needs
+ *   (deployRoleActions: read the site, publish to it, restart it; not Website Contributor, whose
+ *   Microsoft.Web/sites/* could reopen the site's network access or approve a private endpoint connection, and whose
+ *   Microsoft.Resources/deployments/* could deploy a template), Reader for the first message's check; on a public
+ *   environment, a custom role for the temporary SQL firewall rule. No role-assignment right at all.
  */
 import { roleAssignmentCondition } from "./rbac-condition.ts";
 import {
@@ -39,6 +41,11 @@ export interface PlanInput {
   readonly reviewedEnvironments: readonly string[];
   /** The branch every environment deploys from. */
   readonly branch: string;
+  /**
+   * Environments whose SQL admin group is created role-assignable (isAssignableToRole: Entra ID P1, created by a
+   * Privileged Role Administrator), so Groups and User Administrators can no longer change its members.
+   */
+  readonly roleAssignableGroups?: readonly string[];
   /** An organization runner group (the VNet runner's) to restrict to the deploy workflow on the branch. */
   readonly runnerGroup?: string;
 }
@@ -66,6 +73,7 @@ export interface PlannedGroup {
   readonly name: string;
   readonly environment: string;
   readonly members: readonly string[];
+  readonly roleAssignable: boolean;
 }
 
 export interface PlannedGithubEnvironment {
@@ -78,6 +86,7 @@ export interface PlannedGithubEnvironment {
 
 export interface PlannedCustomRole {
   readonly name: string;
+  readonly description: string;
   readonly actions: readonly string[];
   readonly assignableScope: string;
 }
@@ -118,6 +127,25 @@ export function githubEnvironmentName(environment: string, duty: Duty): string {
 export function firewallRoleName(environment: string): string {
   return `sbinbox SQL firewall rules (${resourceGroupName(environment)})`;
 }
+
+export function deployRoleName(environment: string): string {
+  return `sbinbox worker deploy (${resourceGroupName(environment)})`;
+}
+
+/**
+ * What `az webapp deploy --type zip` (OneDeploy through Kudu with an Entra token), the readiness check's
+ * `az webapp show` and a restart need of the site, and nothing that writes it: no Microsoft.Web/sites/write or
+ * sites/config/write (network access, access restrictions, settings), no private endpoint connection, no
+ * Microsoft.Resources/deployments, no Microsoft.Authorization. Names from Microsoft's resource provider operations
+ * list (docs/deploy.md, "The pipeline's rights").
+ */
+export const deployRoleActions = [
+  "Microsoft.Web/sites/read",
+  "Microsoft.Web/sites/publish/Action",
+  "Microsoft.Web/sites/restart/Action",
+  "Microsoft.Web/sites/deploymentStatus/read",
+  "Microsoft.Web/sites/deployments/read",
+] as const;
 
 function checkNames(input: PlanInput): void {
   if (input.environments.length === 0) throw new Error("no environment to plan");
@@ -167,7 +195,7 @@ function rolesOf(input: PlanInput, environment: string): PlannedRoleAssignment[]
       scope,
       condition: roleAssignmentCondition(),
     },
-    { principal: app, role: "Website Contributor", scope },
+    { principal: app, role: deployRoleName(environment), scope },
     // The queue's counts, which the first message's check reads (infra/scripts/first-message.sh).
     { principal: app, role: "Reader", scope },
   ];
@@ -177,10 +205,32 @@ function rolesOf(input: PlanInput, environment: string): PlannedRoleAssignment[]
   return roles;
 }
 
+function customRolesOf(input: PlanInput, environment: string): PlannedCustomRole[] {
+  const assignableScope = resourceGroupId(input.subscriptionId, environment);
+  const roles: PlannedCustomRole[] = [
+    {
+      name: deployRoleName(environment),
+      description: "Read the worker's site, zip-deploy to it (OneDeploy) and restart it; change nothing else",
+      actions: [...deployRoleActions],
+      assignableScope,
+    },
+  ];
+  if (!input.privateEnvironments.includes(environment)) {
+    roles.push({
+      name: firewallRoleName(environment),
+      description: "Read the SQL server and manage its firewall rules (post-provision's temporary rule)",
+      actions: ["Microsoft.Sql/servers/read", "Microsoft.Sql/servers/firewallRules/*"],
+      assignableScope,
+    });
+  }
+  return roles;
+}
+
 export function environmentPlan(input: PlanInput): EnvironmentPlan {
   checkNames(input);
   const envs = input.environments;
-  const workflow = `${input.repository.owner}/${input.repository.repo}/${DEPLOY_WORKFLOW}@refs/heads/${input.branch}`;
+  // The form of GitHub's own example (`.../deploy.yml@main`: "pin the workflow to a branch, tag, or full SHA").
+  const workflow = `${input.repository.owner}/${input.repository.repo}/${DEPLOY_WORKFLOW}@${input.branch}`;
   return {
     resourceGroups: envs.map((environment) => ({
       name: resourceGroupName(environment),
@@ -188,18 +238,13 @@ export function environmentPlan(input: PlanInput): EnvironmentPlan {
       location: input.location,
     })),
     identities: envs.flatMap((environment) => identitiesOf(input, environment)),
-    customRoles: envs
-      .filter((environment) => !input.privateEnvironments.includes(environment))
-      .map((environment) => ({
-        name: firewallRoleName(environment),
-        actions: ["Microsoft.Sql/servers/read", "Microsoft.Sql/servers/firewallRules/*"],
-        assignableScope: resourceGroupId(input.subscriptionId, environment),
-      })),
+    customRoles: envs.flatMap((environment) => customRolesOf(input, environment)),
     roleAssignments: envs.flatMap((environment) => rolesOf(input, environment)),
     groups: envs.map((environment) => ({
       name: sqlAdminGroupName(environment),
       environment,
       members: [identityName(environment, "app")],
+      roleAssignable: (input.roleAssignableGroups ?? []).includes(environment),
     })),
     locks: envs
       .filter((environment) => input.lockedEnvironments.includes(environment))

@@ -6,9 +6,12 @@
 #   1. publishes one NoteCreated (the example handlers' type) with `sbinbox publish` from the worker package;
 #   2. waits until the queue holds no active or scheduled message, which the worker reaches only by completing the
 #      message, and it completes only after the inbox transaction committed (or found the message already applied);
-#      a dead-lettered message, or a retry scheduled instead, is not "applied";
+#      a dead-lettered message, or a retry scheduled instead, is not "applied". The counts come from the management
+#      plane and may lag the broker, so a first 0 (perhaps the count from before the publish) is not trusted: it
+#      takes two readings of 0, the first after at least one pause, the second FIRST_MESSAGE_SETTLE_SECONDS later;
 #   3. fails, naming the reason, when the dead-letter count rose or the wait ran out.
-# Meant for a quiet queue (a new environment): other traffic would keep the counts above zero.
+# A queue-drain check: it does not read the note's row (docs/deploy.md, "The first message in prod"). Meant for a
+# quiet queue (a new environment): other traffic would keep the counts above zero.
 #
 # Reads, by name in any letter case: AZURE_RESOURCE_GROUP SERVICEBUS_NAMESPACE SERVICEBUS_QUEUE
 # Optional:
@@ -18,6 +21,7 @@
 #   FIRST_MESSAGE_WAIT_SECONDS        how long to wait for it to be applied (default 600: the worker may still be
 #                                     starting, and a new role can take minutes to apply)
 #   FIRST_MESSAGE_POLL_SECONDS        the pause between looks at the counts (default 10)
+#   FIRST_MESSAGE_SETTLE_SECONDS      the pause before the confirming second reading of 0 (default 30)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 
@@ -38,8 +42,9 @@ done
 note_id="${FIRST_MESSAGE_NOTE_ID:-${GITHUB_RUN_ID:-$(date +%s)}}"
 wait_seconds="${FIRST_MESSAGE_WAIT_SECONDS:-600}"
 poll_seconds="${FIRST_MESSAGE_POLL_SECONDS:-10}"
+settle_seconds="${FIRST_MESSAGE_SETTLE_SECONDS:-30}"
 for setting in FIRST_MESSAGE_NOTE_ID:"$note_id" FIRST_MESSAGE_WAIT_SECONDS:"$wait_seconds" \
-  FIRST_MESSAGE_POLL_SECONDS:"$poll_seconds"; do
+  FIRST_MESSAGE_POLL_SECONDS:"$poll_seconds" FIRST_MESSAGE_SETTLE_SECONDS:"$settle_seconds"; do
   if ! [[ "${setting#*:}" =~ ^[0-9]{1,12}$ ]]; then
     echo "first-message: ${setting%%:*} must be a whole number (got '${setting#*:}')" >&2
     exit 2
@@ -70,6 +75,9 @@ package_dir="${SBINBOX_PACKAGE_DIR:-$root}"
   --body "{\"noteId\": $note_id, \"text\": \"first message\"}")
 
 deadline=$((SECONDS + 10#$wait_seconds))
+# Readings of 0 in a row; the first look comes only after a pause.
+drained=0
+sleep "$poll_seconds"
 while true; do
   line="$(counts)"
   read -r active scheduled dead <<< "$line"
@@ -78,9 +86,15 @@ while true; do
     exit 1
   fi
   if [ "$active" -eq 0 ] && [ "$scheduled" -eq 0 ]; then
-    echo "first-message: note $note_id applied (the worker completed it; no message left on $SERVICEBUS_QUEUE)"
-    exit 0
+    drained=$((drained + 1))
+    if [ "$drained" -ge 2 ]; then
+      echo "first-message: note $note_id applied (the worker completed it; no message left on $SERVICEBUS_QUEUE, read twice ${settle_seconds}s apart)"
+      exit 0
+    fi
+    sleep "$settle_seconds"
+    continue
   fi
+  drained=0
   if [ "$SECONDS" -ge "$deadline" ]; then
     echo "first-message: not applied after ${wait_seconds}s ($active active, $scheduled scheduled on $SERVICEBUS_QUEUE): is the worker ready? (docs/deploy.md, If /readyz stays 503)" >&2
     exit 1

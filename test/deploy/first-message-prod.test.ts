@@ -89,6 +89,7 @@ printf '%s\\n' "\${counts[$i]}" | tr ',' '\\t'
               SERVICEBUS_QUEUE: "notes",
               SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString,
               FIRST_MESSAGE_POLL_SECONDS: "0",
+              FIRST_MESSAGE_SETTLE_SECONDS: "0",
               ...env,
             }),
           },
@@ -111,13 +112,17 @@ printf '%s\\n' "\${counts[$i]}" | tr ',' '\\t'
 
   it("publishes a NoteCreated that the worker applies, and says so once the queue is drained", async function () {
     await rm(join(dir, "log"), { force: true });
-    const result = await start({ FIRST_MESSAGE_NOTE_ID: "4242", STANDIN_COUNTS: "0,0,0 1,0,0 0,0,0" });
+    // Before the publish, then: a 0 (not trusted alone), the message seen, a 0, and the confirming 0.
+    const result = await start({
+      FIRST_MESSAGE_NOTE_ID: "4242",
+      STANDIN_COUNTS: "0,0,0 0,0,0 1,0,0 0,0,0 0,0,0",
+    });
     assert.equal(result.code, 0, result.stderr);
     assert.match(result.stdout, /published 1 events to notes/);
-    assert.match(result.stdout, /note 4242 applied/);
+    assert.match(result.stdout, /note 4242 applied .*read twice/);
     const show =
       "az servicebus queue show --resource-group rg-sbinbox-prod --namespace-name sb-sbinbox-x --name notes --output tsv --query [countDetails.activeMessageCount, countDetails.scheduledMessageCount, countDetails.deadLetterMessageCount]";
-    assert.deepEqual(result.log, [show, show, show]);
+    assert.deepEqual(result.log, [show, show, show, show, show]);
     let rows: { note_id: string; text: string }[] = [];
     await waitUntilAsync(
       async () => {
@@ -152,6 +157,17 @@ printf '%s\\n' "\${counts[$i]}" | tr ',' '\\t'
     });
     assert.equal(result.code, 1);
     assert.match(result.stderr, /not applied after 0s \(0 active, 1 scheduled on notes\)/);
+  });
+
+  it("does not trust a first 0 from the management plane: the confirming reading found the message, so not applied", async function () {
+    const result = await start({
+      FIRST_MESSAGE_NOTE_ID: "4246",
+      FIRST_MESSAGE_WAIT_SECONDS: "0",
+      STANDIN_COUNTS: "0,0,0 0,0,0 1,0,0",
+    });
+    assert.equal(result.code, 1, result.stdout);
+    assert.doesNotMatch(result.stdout, /applied/);
+    assert.match(result.stderr, /not applied after 0s \(1 active, 0 scheduled on notes\)/);
   });
 
   it("stops by name when the queue's counts cannot be read (no Reader), before publishing", async function () {

@@ -5,6 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { parse } from "yaml";
+import { compileTemplate, isObject, str, templates, type Json, type JsonObject } from "./arm.ts";
 
 const run = promisify(execFile);
 
@@ -84,6 +85,36 @@ describe("the deploy workflow's structure (.github/workflows/deploy.yml)", funct
       /az deployment group create \\\n\s+--resource-group "rg-sbinbox-\$\{ENVIRONMENT_NAME\}"/,
     );
     assert.doesNotMatch(JSON.stringify(workflow), /deployment sub create/);
+  });
+
+  it("names each environment's deployment once for all runs, so the locked history does not grow per run", async function () {
+    this.timeout(300_000);
+    // ARM keeps 800 deployments per resource group and cannot delete old ones under prod's CanNotDelete lock
+    // (learn.microsoft.com/azure/azure-resource-manager/templates/deployment-history-deletions): a name per run
+    // would add the deployment and its 12 modules' nested deployments on every run.
+    const deploy = jobs.infra!.steps.find((s) => /az deployment group create/.test(s.run ?? ""))!;
+    const name = /--name "([^"]+)"/.exec(deploy.run!)?.[1];
+    assert.equal(name, "sbinbox-${ENVIRONMENT_NAME}");
+    // Each module's deployment name is derived from the parent deployment's name only (no utcNow, no run id).
+    const main = await compileTemplate("infra/main.bicep");
+    const modules = templates(main).flatMap((t) => {
+      const declared: Json[] = Array.isArray(t.resources)
+        ? t.resources
+        : isObject(t.resources)
+          ? Object.values(t.resources)
+          : [];
+      return declared
+        .filter((r): r is JsonObject => isObject(r) && r.type === "Microsoft.Resources/deployments")
+        .map((r) => str(r.name, "module deployment name"));
+    });
+    assert.equal(modules.length, 12);
+    for (const module of modules) {
+      assert.match(
+        module,
+        /^\[format\('(\w+)-\{0\}', uniqueString\('\1', deployment\(\)\.name\)\)\]$/,
+        module,
+      );
+    }
   });
 
   it("installs and caches packages only in the build job; the app job runs the built artifact", function () {
@@ -170,6 +201,16 @@ describe("the deploy workflow's structure (.github/workflows/deploy.yml)", funct
       }
     }
   });
+
+  /** A step's script alone, with only the given environment: its exit code and what it wrote to stderr. */
+  async function runStepWithStderr(script: string, env: Record<string, string>) {
+    return run("bash", ["-eo", "pipefail", "-c", script], {
+      env: { PATH: process.env.PATH ?? "", ...env },
+    }).then(
+      ({ stderr }) => ({ code: 0, stderr }),
+      (error: { code?: number; stderr?: string }) => ({ code: error.code ?? 1, stderr: error.stderr ?? "" }),
+    );
+  }
 
   async function runStep(script: string, env: Record<string, string>, curlAnswer = "203.0.113.9") {
     const dir = await mkdtemp(join(tmpdir(), "sbinbox-deploy-post-"));
@@ -258,22 +299,105 @@ describe("the deploy workflow's structure (.github/workflows/deploy.yml)", funct
     });
     const take = jobs.app!.steps.find((s) => s.name === "Take the deployment's outputs")!;
     assert.equal(take.env?.DEPLOYMENT, "${{ needs.infra.outputs.deployment }}");
-    const good = await runStep(take.run!, { DEPLOYMENT: stdout.trim() });
-    assert.equal(good.code, 0);
-    assert.deepEqual(good.env.split("\n"), [
-      "AZURE_RESOURCE_GROUP=rg-sbinbox-dev",
-      "WORKER_APP_NAME=app-sbinbox-x",
-      "PRIVATE_NETWORK=true",
-    ]);
-    const bad = await runStep(take.run!, {
-      DEPLOYMENT: JSON.stringify({ WORKER_APP_NAME: "x\nNODE_OPTIONS=--require=/tmp/x" }),
+    // The app job expects exactly the names the infra job selects.
+    const selected = JSON.parse(`[${/IN\(([^)]+)\)/.exec(filter)![1]!}]`) as string[];
+    const expected = JSON.parse(/expected='([^']+)'/.exec(take.run!)![1]!) as string[];
+    assert.deepEqual([...expected].sort(), [...selected].sort());
+    assert.equal(expected.length, 10);
+    const all = Object.fromEntries(
+      expected.map((name) => [name, name === "PRIVATE_NETWORK" ? "true" : "x-1"]),
+    );
+    const good = await runStep(take.run!, {
+      DEPLOYMENT: JSON.stringify({
+        ...all,
+        AZURE_RESOURCE_GROUP: "rg-sbinbox-dev",
+        WORKER_APP_NAME: "app-sbinbox-x",
+      }),
     });
-    assert.equal(bad.code, 1);
-    assert.equal(bad.env, "");
+    assert.equal(good.code, 0);
+    assert.equal(good.env.split("\n").length, 10);
+    assert.ok(good.env.split("\n").includes("AZURE_RESOURCE_GROUP=rg-sbinbox-dev"));
+    assert.ok(good.env.split("\n").includes("PRIVATE_NETWORK=true"));
+    // Each refused inside jq, before a line is written: a newline that would add BASH_ENV, a value that is not a
+    // string, a name missing, a name more.
+    const { AZURE_RESOURCE_GROUP: _dropped, ...missing } = all;
+    for (const deployment of [
+      { ...all, WORKER_APP_NAME: "x\nBASH_ENV=/tmp/x" },
+      { ...all, WORKER_APP_NAME: "x\nNODE_OPTIONS=--require=/tmp/x" },
+      { ...all, PRIVATE_NETWORK: true },
+      { ...all, SQL_SERVER_NAME: ["a"] },
+      missing,
+      { ...all, BASH_ENV: "/tmp/x" },
+      ["AZURE_RESOURCE_GROUP=x"],
+    ]) {
+      const bad = await runStep(take.run!, { DEPLOYMENT: JSON.stringify(deployment) });
+      assert.equal(bad.code, 1, JSON.stringify(deployment));
+      assert.equal(bad.env, "", JSON.stringify(deployment));
+    }
     const none = await runStep(take.run!, { DEPLOYMENT: "" });
     assert.equal(none.code, 1, "an output GitHub dropped (it held a secret's value) stops the job by name");
     assert.match(runs(jobs.app!), /"\$AZURE_RESOURCE_GROUP"/);
     assert.match(runs(jobs.app!), /"\$WORKER_APP_NAME"/);
+  });
+
+  it("refuses first-message outside prod before any Azure call (only prod lists the app identity in publishers)", async function () {
+    const steps = jobs.infra!.steps;
+    const check = steps.findIndex((s) => s.name === "Check the inputs");
+    const login = steps.findIndex((s) => s.uses?.startsWith("azure/login@"));
+    assert.ok(check >= 0 && check < login, "the check runs before the sign-in");
+    assert.equal(steps[check]!.env?.FIRST_MESSAGE, "${{ inputs.first-message }}");
+    const dev = await runStep(steps[check]!.run!, { FIRST_MESSAGE: "true", ENVIRONMENT_NAME: "dev" });
+    assert.equal(dev.code, 1);
+    for (const [first, environment] of [
+      ["true", "prod"],
+      ["false", "dev"],
+    ]) {
+      const ok = await runStep(steps[check]!.run!, {
+        FIRST_MESSAGE: first!,
+        ENVIRONMENT_NAME: environment!,
+        ALERT_EMAIL: "oncall@example.com",
+        ALERT_RUNBOOK_URL: "https://github.com/o/r/blob/main/docs/operations.md",
+      });
+      assert.equal(ok.code, 0, `${first} ${environment}`);
+    }
+  });
+
+  it("stops prod by name before any Azure call when its alerts would reach nobody or link to no page", async function () {
+    const check = jobs.infra!.steps.find((s) => s.name === "Check the inputs")!;
+    const prod = {
+      ENVIRONMENT_NAME: "prod",
+      FIRST_MESSAGE: "false",
+      ALERT_EMAIL: "",
+      ALERT_ACTION_GROUP_ID: "",
+    };
+    const runbook = "https://github.com/o/r/blob/main/docs/operations.md";
+    const cases: [Record<string, string>, number, RegExp | undefined][] = [
+      [{ ...prod, ALERT_RUNBOOK_URL: runbook }, 1, /AlertRoutingMissing/],
+      [
+        { ...prod, ALERT_EMAIL: "oncall@example.com", ALERT_RUNBOOK_URL: "docs/operations.md" },
+        1,
+        /AlertRunbookUrlNotAbsolute/,
+      ],
+      [
+        { ...prod, ALERT_EMAIL: "oncall@example.com", ALERT_RUNBOOK_URL: "http://x/ops" },
+        1,
+        /AlertRunbookUrlNotAbsolute/,
+      ],
+      [
+        { ...prod, ALERT_EMAIL: "oncall@example.com", ALERT_RUNBOOK_URL: "" },
+        1,
+        /AlertRunbookUrlNotAbsolute/,
+      ],
+      [{ ...prod, ALERT_EMAIL: "oncall@example.com", ALERT_RUNBOOK_URL: runbook }, 0, undefined],
+      [{ ...prod, ALERT_ACTION_GROUP_ID: "/subscriptions/s/x", ALERT_RUNBOOK_URL: runbook }, 0, undefined],
+      // dev needs no routing.
+      [{ ...prod, ENVIRONMENT_NAME: "dev", ALERT_RUNBOOK_URL: "" }, 0, undefined],
+    ];
+    for (const [env, code, message] of cases) {
+      const result = await runStepWithStderr(check.run!, env);
+      assert.equal(result.code, code, JSON.stringify(env));
+      if (message) assert.match(result.stderr, message);
+    }
   });
 
   it("waits for /readyz after the zip deploy, retrying the 503 a fresh instance answers", function () {

@@ -12,6 +12,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import {
+  deployRoleName,
   environmentPlan,
   resourceGroupId,
   scopeCovers,
@@ -65,6 +66,44 @@ const prodResources = [
   `/SUBSCRIPTIONS/${SUB}/RESOURCEGROUPS/RG-SBINBOX-PROD/providers/Microsoft.ServiceBus/namespaces/sb-sbinbox-x`,
 ];
 const devResources = [`${resourceGroupId(SUB, "dev")}/providers/Microsoft.Web/sites/app-sbinbox-y`];
+
+/** A role's actions: the plan's custom roles as planned, the built-in ones the app identity may hold as Microsoft
+ * defines them (any other built-in role is an error, so a broad one cannot slip in unchecked). */
+function actionsOf(plan: EnvironmentPlan, role: string): readonly string[] {
+  const custom = plan.customRoles.find((r) => r.name === role);
+  if (custom) return custom.actions;
+  if (role === "Reader") return ["*/read"];
+  throw new Error(`no actions known for role "${role}"`);
+}
+
+/** Whether an action pattern (ARM's '*' wildcard, case-insensitive) grants the operation. */
+function grants(pattern: string, operation: string): boolean {
+  const re = new RegExp(
+    `^${pattern
+      .split("*")
+      .map((p) => p.replace(/[.+?^${}()|[\]\\/]/g, "\\$&"))
+      .join(".*")}$`,
+    "i",
+  );
+  return re.test(operation);
+}
+
+/** Operations the app identity must not hold: each would let it reopen the site, deploy a template, assign a role,
+ * approve a private endpoint connection or change the SQL admins. */
+const forbiddenForApp = [
+  "Microsoft.Web/sites/write",
+  "Microsoft.Web/sites/config/write",
+  "Microsoft.Web/sites/networkConfig/write",
+  "Microsoft.Web/sites/privateEndpointConnections/write",
+  "Microsoft.Web/sites/privateEndpointConnectionsApproval/action",
+  "Microsoft.Web/sites/basicPublishingCredentialsPolicies/write",
+  "Microsoft.Resources/deployments/write",
+  "Microsoft.Authorization/roleAssignments/write",
+  "Microsoft.Authorization/roleDefinitions/write",
+  "Microsoft.Insights/components/write",
+  "Microsoft.Sql/servers/write",
+  "Microsoft.Sql/servers/administrators/write",
+];
 
 /** Every right an identity has, computed from the plan. */
 function rightsOf(plan: EnvironmentPlan, name: string) {
@@ -151,12 +190,29 @@ describe("the environments' identities as planned (scripts/environment-plan.ts)"
           assert.deepEqual(infra.roles, ["Contributor", "Role Based Access Control Administrator"]);
           assert.deepEqual(infra.groups, []);
           assert.deepEqual(app.groups, [environment]);
-          for (const role of app.roles) {
-            assert.doesNotMatch(
-              role,
-              /^(Owner|Contributor|User Access Administrator|Role Based Access Control Administrator)$/,
+          // By what each role grants, not by its name.
+          const actions = app.roles.flatMap((role) => actionsOf(plan, role));
+          for (const operation of forbiddenForApp) {
+            const granting = actions.filter((a) => grants(a, operation));
+            assert.deepEqual(granting, [], `sbinbox-${environment}-app may ${operation}`);
+          }
+          assert.deepEqual(
+            actions.filter((a) => /^microsoft\.web\/sites\/(.*\/)?\*$/i.test(a) || a === "*"),
+            [],
+            "no wildcard on the site",
+          );
+          // And it can still do what the app job does: zip-deploy, read the site and the queue's counts.
+          for (const operation of [
+            "Microsoft.Web/sites/publish/Action",
+            "Microsoft.Web/sites/read",
+            "Microsoft.ServiceBus/namespaces/queues/read",
+          ]) {
+            assert.ok(
+              actions.some((a) => grants(a, operation)),
+              `sbinbox-${environment}-app may ${operation}`,
             );
           }
+          assert.ok(app.roles.includes(deployRoleName(environment)));
           // The RBAC administrator role carries the ABAC condition (scripts/rbac-condition.ts).
           const rbac = plan.roleAssignments.find(
             (a) =>
@@ -165,11 +221,20 @@ describe("the environments' identities as planned (scripts/environment-plan.ts)"
           );
           assert.match(rbac?.condition ?? "", /roleAssignments\/write/);
         }
-        // The firewall role only where SQL has a public endpoint (dev), each assignable in its own group only.
+        // The deploy role per environment, the firewall role only where SQL has a public endpoint (dev), each
+        // assignable in its own group only.
         assert.deepEqual(
           plan.customRoles.map((r) => [r.name, r.assignableScope]),
-          [["sbinbox SQL firewall rules (rg-sbinbox-dev)", resourceGroupId(SUB, "dev")]],
+          [
+            ["sbinbox worker deploy (rg-sbinbox-dev)", resourceGroupId(SUB, "dev")],
+            ["sbinbox SQL firewall rules (rg-sbinbox-dev)", resourceGroupId(SUB, "dev")],
+            ["sbinbox worker deploy (rg-sbinbox-prod)", resourceGroupId(SUB, "prod")],
+          ],
         );
+        // The checker itself: Website Contributor's Microsoft.Web/sites/* would be caught.
+        assert.ok(grants("Microsoft.Web/sites/*", "Microsoft.Web/sites/write"));
+        assert.ok(grants("Microsoft.Resources/deployments/*", "Microsoft.Resources/deployments/write"));
+        assert.ok(!grants("*/read", "Microsoft.Web/sites/write"));
       });
 
       it("protects both environments (from main only), prod with reviewers, locks prod, and restricts the runner group", function () {
@@ -185,7 +250,7 @@ describe("the environments' identities as planned (scripts/environment-plan.ts)"
         assert.deepEqual(plan.locks, [{ scope: resourceGroupId(SUB, "prod"), level: "CanNotDelete" }]);
         assert.deepEqual(plan.runnerGroup, {
           name: "sbinbox-vnet",
-          selectedWorkflows: ["octo-org/octo-repo/.github/workflows/deploy.yml@refs/heads/main"],
+          selectedWorkflows: ["octo-org/octo-repo/.github/workflows/deploy.yml@main"],
         });
         // Each environment's secrets name its own identities and group.
         for (const environment of plan.githubEnvironments) {
@@ -235,10 +300,15 @@ if (tool === "gh") {
   if (joined === "api repos/octo-org/octo-repo") out = JSON.stringify({ id: 456789, name: "octo-repo", visibility: "private", created_at: "2024-03-01T10:00:00Z", owner: { id: 123456, login: "octo-org", type: "Organization" } });
   else if (joined === "api repos/octo-org/octo-repo/actions/oidc/customization/sub") out = process.env.STANDIN_SUB;
   else if (joined.startsWith("api orgs/octo-org/actions/runner-groups --jq")) out = "7";
+  else if (joined === "api orgs/octo-org/actions/runner-groups/7") out = process.env.STANDIN_RUNNER_GROUP ?? JSON.stringify({ id: 7, restricted_to_workflows: true, selected_workflows: ["octo-org/octo-repo/.github/workflows/deploy.yml@main"] });
+  else if (args.length === 2 && joined.startsWith("api repos/octo-org/octo-repo/environments/")) out = JSON.stringify({ name: joined.split("/").pop(), can_admins_bypass: process.env.STANDIN_ADMINS_BYPASS === "true" });
 } else {
   if (joined.startsWith("ad app create")) out = "app-" + after("--display-name");
   else if (joined.startsWith("ad sp create")) out = "sp-" + after("--id");
   else if (joined.startsWith("ad group create")) out = "grp-" + after("--display-name");
+  else if (joined.startsWith("ad group list") && after("--display-name") === process.env.STANDIN_EXISTING_GROUP) out = "grp-existing";
+  else if (joined.startsWith("rest --method POST --url https://graph.microsoft.com/v1.0/groups")) out = "grp-" + JSON.parse(after("--body")).displayName;
+  else if (joined.startsWith("rest --method GET --url https://graph.microsoft.com/v1.0/groups/")) out = process.env.STANDIN_ASSIGNABLE ?? "false";
   else if (joined.startsWith("ad group member check")) out = "false";
   else if (joined.startsWith("account show")) out = "tenant-1";
 }
@@ -257,7 +327,11 @@ process.stdout.write(out + "\\n");
   });
 
   type Call = { tool: string; args: string[]; stdin?: string };
-  function start(args: string[], sub: string): Promise<{ code: number; stderr: string; calls: Call[] }> {
+  function start(
+    args: string[],
+    sub: string,
+    extraEnv: Record<string, string> = {},
+  ): Promise<{ code: number; stderr: string; calls: Call[] }> {
     return new Promise((resolve) => {
       execFile(
         process.execPath,
@@ -267,6 +341,7 @@ process.stdout.write(out + "\\n");
             PATH: `${dir}:${dirname(process.execPath)}:${process.env.PATH ?? ""}`,
             STANDIN_SUB: sub,
             STANDIN_LOG: join(dir, "log"),
+            ...extraEnv,
           },
         },
         (error, _stdout, stderr) => {
@@ -321,6 +396,24 @@ process.stdout.write(out + "\\n");
         role: after(c, "--role"),
       }));
       assert.equal(assignments.length, 9);
+      assert.ok(!assignments.some((a) => a.role === "Website Contributor"));
+      // The custom roles as created: the deploy role holds exactly the planned actions, in its own group only.
+      const definitions = azCalls(result.calls, "role definition create").map(
+        (c) =>
+          JSON.parse(after(c, "--role-definition")) as {
+            Name: string;
+            Actions: string[];
+            AssignableScopes: string[];
+          },
+      );
+      const prodDeploy = definitions.find((d) => d.Name === "sbinbox worker deploy (rg-sbinbox-prod)")!;
+      assert.deepEqual(prodDeploy.AssignableScopes, [resourceGroupId(SUB, "prod")]);
+      assert.ok(prodDeploy.Actions.includes("Microsoft.Web/sites/publish/Action"));
+      assert.ok(
+        !prodDeploy.Actions.some((a) => a.endsWith("*") || /write/i.test(a)),
+        prodDeploy.Actions.join(),
+      );
+      assert.equal(definitions.length, 3);
       for (const a of assignments.filter((x) => dev.includes(x.who))) {
         for (const resource of prodResources)
           assert.equal(scopeCovers(a.scope, resource), false, JSON.stringify(a));
@@ -361,19 +454,31 @@ process.stdout.write(out + "\\n");
         (c) => c.tool === "gh" && c.args.includes("PUT") && c.args.some((a) => a.includes("/environments/")),
       );
       assert.deepEqual(
-        puts.map((c) => [c.args[3], (JSON.parse(c.stdin!) as { reviewers: unknown[] }).reviewers]),
+        puts.map((c) => {
+          const body = JSON.parse(c.stdin!) as { reviewers: unknown[]; can_admins_bypass?: boolean };
+          return [c.args[3], body.reviewers, body.can_admins_bypass];
+        }),
         [
-          ["repos/octo-org/octo-repo/environments/dev", []],
-          ["repos/octo-org/octo-repo/environments/dev-app", []],
-          ["repos/octo-org/octo-repo/environments/prod", [{ type: "User", id: 42 }]],
-          ["repos/octo-org/octo-repo/environments/prod-app", [{ type: "User", id: 42 }]],
+          ["repos/octo-org/octo-repo/environments/dev", [], undefined],
+          ["repos/octo-org/octo-repo/environments/dev-app", [], undefined],
+          ["repos/octo-org/octo-repo/environments/prod", [{ type: "User", id: 42 }], false],
+          ["repos/octo-org/octo-repo/environments/prod-app", [{ type: "User", id: 42 }], false],
         ],
       );
+      // Both reviewed environments and the runner group are read back after they are written.
+      const reads = result.calls
+        .filter((c) => c.tool === "gh" && c.args.length === 2 && c.args[0] === "api")
+        .map((c) => c.args[1]);
+      assert.deepEqual(reads.slice(2), [
+        "repos/octo-org/octo-repo/environments/prod",
+        "repos/octo-org/octo-repo/environments/prod-app",
+        "orgs/octo-org/actions/runner-groups/7",
+      ]);
       const runnerGroup = result.calls.find((c) => c.tool === "gh" && c.args.includes("PATCH"))!;
       assert.deepEqual(JSON.parse(runnerGroup.stdin!), {
         visibility: "selected",
         restricted_to_workflows: true,
-        selected_workflows: ["octo-org/octo-repo/.github/workflows/deploy.yml@refs/heads/main"],
+        selected_workflows: ["octo-org/octo-repo/.github/workflows/deploy.yml@main"],
       });
       assert.deepEqual(
         azCalls(result.calls, "lock create").map((c) => after(c, "--resource-group")),
@@ -393,6 +498,92 @@ process.stdout.write(out + "\\n");
       );
     });
   }
+
+  const fullRun = [
+    "--repo",
+    "octo-org/octo-repo",
+    "--subscription",
+    SUB,
+    "--reviewer",
+    "42",
+    "--runner-group",
+    "sbinbox-vnet",
+  ];
+
+  it("stops by name when prod's environment reads back that administrators may bypass its reviewers", async function () {
+    const result = await start(fullRun, JSON.stringify(forms[0]![1]), { STANDIN_ADMINS_BYPASS: "true" });
+    assert.equal(result.code, 2);
+    assert.match(
+      result.stderr,
+      /AdminBypassEnabled: GitHub environment prod reads back can_admins_bypass=true/,
+    );
+  });
+
+  for (const [what, group] of [
+    [
+      "not restricted to workflows (no GitHub Enterprise Cloud)",
+      { restricted_to_workflows: false, selected_workflows: [] },
+    ],
+    [
+      "restricted to another workflow as well",
+      {
+        restricted_to_workflows: true,
+        selected_workflows: [
+          "octo-org/octo-repo/.github/workflows/deploy.yml@main",
+          "octo-org/octo-repo/.github/workflows/ci.yml@main",
+        ],
+      },
+    ],
+  ] as const) {
+    it(`stops by name when the runner group reads back ${what}`, async function () {
+      const result = await start(fullRun, JSON.stringify(forms[0]![1]), {
+        STANDIN_RUNNER_GROUP: JSON.stringify({ id: 7, ...group }),
+      });
+      assert.equal(result.code, 2);
+      assert.match(result.stderr, /RunnerGroupNotRestricted: runner group "sbinbox-vnet" reads back/);
+      assert.match(result.stderr, /needs GitHub Enterprise Cloud/);
+    });
+  }
+
+  it("with --role-assignable-groups creates prod's SQL admin group role-assignable (Graph), dev's as before", async function () {
+    const result = await start([...fullRun, "--role-assignable-groups"], JSON.stringify(forms[0]![1]));
+    assert.equal(result.code, 0, result.stderr);
+    const posts = azCalls(result.calls, "rest --method POST").map(
+      (c) => JSON.parse(after(c, "--body")) as { displayName: string; isAssignableToRole: boolean },
+    );
+    assert.deepEqual(
+      posts.map((b) => [b.displayName, b.isAssignableToRole]),
+      [["sbinbox-prod-sql-admins", true]],
+    );
+    assert.deepEqual(
+      azCalls(result.calls, "ad group create").map((c) => after(c, "--display-name")),
+      ["sbinbox-dev-sql-admins"],
+    );
+    // prod's app identity still becomes its only member.
+    assert.deepEqual(
+      azCalls(result.calls, "ad group member add").map((c) => [after(c, "--group"), after(c, "--member-id")]),
+      [
+        ["grp-sbinbox-dev-sql-admins", "sp-app-sbinbox-dev-app"],
+        ["grp-sbinbox-prod-sql-admins", "sp-app-sbinbox-prod-app"],
+      ],
+    );
+  });
+
+  it("with --role-assignable-groups stops by name at an existing prod group that is not role-assignable", async function () {
+    const result = await start([...fullRun, "--role-assignable-groups"], JSON.stringify(forms[0]![1]), {
+      STANDIN_EXISTING_GROUP: "sbinbox-prod-sql-admins",
+    });
+    assert.equal(result.code, 2);
+    assert.match(
+      result.stderr,
+      /GroupNotRoleAssignable: sbinbox-prod-sql-admins exists and is not role-assignable/,
+    );
+    assert.equal(
+      azCalls(result.calls, "ad group member add").length,
+      1,
+      "dev's member only, nothing added to prod's",
+    );
+  });
 
   it("refuses to go on without a reviewer for prod, before it changes anything", async function () {
     const result = await start(
