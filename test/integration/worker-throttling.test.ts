@@ -71,7 +71,7 @@ describe("worker: a namespace throttled at 30% (ServerBusy on send, receive, set
     await publisher.close();
 
     await waitUntil(() => worker!.stats.committed >= COUNT, `${COUNT} messages applied`, 100_000);
-    // A message whose lock was lost comes back once and is completed as a duplicate: wait for the queue to empty.
+    // A message whose lock was lost would come back: wait for the queue to empty before counting.
     await waitUntil(
       () => {
         const c = fixture.broker.counts(QUEUE);
@@ -99,16 +99,12 @@ describe("worker: a namespace throttled at 30% (ServerBusy on send, receive, set
     );
     assert.equal(worker.stats.committed, COUNT);
     assert.equal(worker.stats.failed, 0, "throttling is not a handler failure");
-    // Deliveries spent: on a quiet machine none (the run passes with 0); under load (average 5 to 10) one or two of
-    // 40 lose their lock although the worker's keeper still read a second or more of it left, and come back once
-    // as inbox duplicates. Not yet explained (the report of issue 40), so counted and printed, not asserted to be 0.
+    // Deliveries spent: none. (Before the broker split its disposition ranges, a throttled settlement beside a
+    // completed one was answered "completed" in one merged frame; the worker let that message's lock run out and it
+    // came back as an inbox duplicate, one or two of 40 under load.)
     const spent = [...deliveries].filter(([, counts]) => counts.some((c) => c > 0));
-    assert.equal(
-      worker.stats.duplicate,
-      spent.length,
-      "a message that came back is a duplicate, nothing else",
-    );
-    assert.ok(spent.length <= COUNT / 10, `${spent.length} deliveries spent`);
+    assert.equal(worker.stats.duplicate, 0, "no message came back");
+    assert.deepEqual(spent, [], `${spent.length} deliveries spent`);
     process.stdout.write(`      deliveries spent under throttling: ${spent.length} of ${COUNT}\n`);
   });
 });
