@@ -107,4 +107,48 @@ describe("worker: a namespace throttled at 30% (ServerBusy on send, receive, set
     assert.deepEqual(spent, [], `${spent.length} deliveries spent`);
     process.stdout.write(`      deliveries spent under throttling: ${spent.length} of ${COUNT}\n`);
   });
+
+  it("under a management budget of 2 credits a second (Standard's model), six slow messages received together keep their locks", async function () {
+    this.timeout(120_000);
+    await worker?.stop();
+    worker = undefined;
+    const before = fixture.broker.throttleCounts().management.throttled;
+    // SDK renewals, the keeper's renewals and settlements by token all draw on the same two credits a second
+    fixture.broker.throttle({ management: { creditsPerSecond: 2 } });
+    const deliveries = new Map<string, number[]>();
+    worker = startTestWorker({
+      client,
+      db,
+      maxConcurrentCalls: 8,
+      lockDurationMs: 5_000,
+      // every one held three locks long: its lock must be renewed twice or more under the budget
+      beforeSettle: async (message) => {
+        deliveries.set(message.messageId, [
+          ...(deliveries.get(message.messageId) ?? []),
+          message.deliveryCount,
+        ]);
+        await new Promise((resolve) => setTimeout(resolve, 15_000));
+      },
+    });
+    const publisher = createPublisher({ client, queue: QUEUE });
+    await publisher.publishBatch([0, 1, 2, 3, 4, 5].map((j) => demoEvent("budget", j)));
+    await publisher.close();
+    await waitUntil(() => worker!.stats.committed >= 6, "6 messages applied", 90_000);
+    await waitUntil(
+      () => {
+        const c = fixture.broker.counts(QUEUE);
+        return c.active + c.locked + c.scheduled === 0;
+      },
+      "the queue empty",
+      60_000,
+    );
+    const throttled = fixture.broker.throttleCounts().management.throttled - before;
+    fixture.broker.throttle({});
+    assert.ok(throttled > 0, "some management operations were throttled");
+    const spent = [...deliveries].filter(([, counts]) => counts.some((c) => c > 0));
+    assert.deepEqual(spent, [], `${spent.length} deliveries spent (${throttled} throttled)`);
+    assert.equal(worker.stats.duplicate, 0, "no message came back");
+    assert.equal(worker.stats.failed, 0);
+    assert.equal(fixture.broker.counts(QUEUE).deadLettered, 0);
+  });
 });
