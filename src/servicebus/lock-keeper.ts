@@ -16,10 +16,12 @@ export interface LockKeeperOptions {
  * Keeps a message's lock while the worker holds it, where the SDK's own renewal gave up. @azure/service-bus 7.9's
  * lock renewer renews once per cycle, without retrying: one ServerBusy answer to a renewal (a throttled namespace)
  * ends the renewal of that message, and its lock runs out under a handler still working, which costs a delivery.
- * The SDK renews with min(half the time left, 10 s) to go; a lock found closer to its end than 0.4 of its duration
- * (8 s at most) was not renewed, and is renewed here (`renewMessageLock`, which the SDK does not retry either), again on each check
- * while throttled. Also kept while a throttled settlement is retried by lock token (the SDK stops its renewal at
- * a settlement's first try). Returns the function that stops it.
+ * A lock with 0.45 of its duration or less left (15 s at most) is renewed here (`renewMessageLock`, which the SDK does
+ * not retry either), again while throttled. Standard throttles by credits a second, so the checks are jittered
+ * (each message its own start and spacing): the tries of messages received together, and the retries after a
+ * ServerBusy, fall in different seconds instead of all in the same exhausted one. Also kept while a throttled
+ * settlement is retried by lock token (the SDK stops its renewal at a settlement's first try). Returns the
+ * function that stops it.
  */
 export function keepLock(
   receiver: ServiceBusReceiver,
@@ -31,22 +33,29 @@ export function keepLock(
     return () => {};
   const began = Date.now();
   const lockMs = options.lockDurationMs ?? Math.max(1_000, lockedUntil - began);
-  // Below the SDK's own renewal point (a 5 s lock: 2.5 s left), with room for several tries 2 s apart or less.
-  const margin = Math.max(200, Math.min(lockMs * 0.4, 8_000));
-  let renewing = false;
+  // Just after the SDK's own renewal point (half the lock for locks under 20 s: a 5 s lock, 2.5 s left), so a
+  // renewal the SDK made is not doubled, with tries spread over several seconds still before the lock runs out.
+  const margin = Math.max(200, Math.min(lockMs * 0.45, 15_000));
+  const spacing = Math.max(50, Math.min(margin / 6, 1_000));
   let stopped = false;
+  let timer: NodeJS.Timeout | undefined;
   const stop = (): void => {
     stopped = true;
-    clearInterval(timer);
+    clearTimeout(timer);
+  };
+  const next = (): void => {
+    if (stopped) return;
+    // 0.5 to 1.5 of the spacing: neighbours drift apart instead of checking in step
+    timer = setTimeout(check, spacing * (0.5 + Math.random()));
+    timer.unref();
   };
   const check = (): void => {
-    if (renewing || stopped) return;
+    if (stopped) return;
     const now = Date.now();
     if (now - began >= options.maxAutoLockRenewalMs) return stop();
     const left = (message.lockedUntilUtc?.getTime() ?? 0) - now;
-    if (left > margin) return;
     if (left <= 0) return stop();
-    renewing = true;
+    if (left > margin) return next();
     receiver
       .renewMessageLock(message)
       .catch((error: unknown) => {
@@ -57,9 +66,8 @@ export function keepLock(
         });
         stop();
       })
-      .finally(() => (renewing = false));
+      .finally(next);
   };
-  const timer = setInterval(check, Math.max(50, Math.min(margin / 4, 1_000)));
-  timer.unref();
+  next();
   return stop;
 }

@@ -148,17 +148,27 @@ export function createPublisher(options: PublisherOptions): Publisher {
   const sleep = options.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
 
   /** One send, failing at once (transient) if its connection drops: see `sendUnlessDropped`. */
-  const sendOnce = (message: ServiceBusMessage | ServiceBusMessageBatch): Promise<void> =>
-    sendUnlessDropped(client, sender, message);
+  const sendOnce = (
+    message: ServiceBusMessage | ServiceBusMessageBatch,
+    signal: AbortSignal,
+  ): Promise<void> => sendUnlessDropped(client, sender, message, signal);
 
   const windowMs = options.duplicateWindowMs ?? DEFAULT_DUPLICATE_WINDOW_MS;
 
-  async function withResend(send: () => Promise<void>): Promise<void> {
+  /**
+   * Each send() is itself up to maxRetries + 1 SDK tries (2 s apart), so its own retries are bounded too: every
+   * send gets a signal that aborts it when the window's time (less the margin) is spent, and no SDK retry starts
+   * outside the window.
+   */
+  async function withResend(send: (signal: AbortSignal) => Promise<void>): Promise<void> {
     const firstTry = Date.now();
+    const deadline = firstTry + windowMs - WINDOW_MARGIN_MS;
     for (let attempt = 0; ; attempt++) {
+      const signal = AbortSignal.timeout(Math.max(0, deadline - Date.now()));
       try {
-        return await send();
+        return await send(signal);
       } catch (error) {
+        if (signal.aborted) throw new ResendWindowError(Date.now() - firstTry, windowMs, error);
         if (attempt >= attempts || !isTransient(error)) throw error;
         const throttled = isThrottled(error);
         // Service Bus asks a throttled client to wait 2 s.
@@ -179,13 +189,13 @@ export function createPublisher(options: PublisherOptions): Publisher {
   ): Promise<number> {
     if (known.count === 1) {
       const message = build((items as T[])[0]!);
-      await withResend(() => sendOnce(message));
+      await withResend((signal) => sendOnce(message, signal));
       return 1;
     }
     return sendBuilt(sender, items, build, {
       maxInFlight,
       onSent,
-      send: (batch) => withResend(() => sendOnce(batch)),
+      send: (batch) => withResend((signal) => sendOnce(batch, signal)),
     });
   }
 

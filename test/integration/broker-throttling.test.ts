@@ -1,7 +1,13 @@
 import assert from "node:assert/strict";
-import { isServiceBusError, ServiceBusClient, type ServiceBusReceivedMessage } from "@azure/service-bus";
+import {
+  isServiceBusError,
+  ServiceBusClient,
+  type ServiceBusReceivedMessage,
+  type ServiceBusReceiver,
+} from "@azure/service-bus";
 import { parseConfig } from "../../src/localbroker/config.ts";
-import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
+import { SettlementScheduler } from "../../src/servicebus/settlement.ts";
+import { brokerConfig, takeDeadLetters, useLocalBroker, waitUntil } from "../helpers/broker.ts";
 
 /** The SDK's report of a throttled operation: ServiceBusError code ServiceBusy, with Service Bus's text. */
 async function expectServiceBusy(promise: Promise<unknown>): Promise<void> {
@@ -98,6 +104,81 @@ describe("local broker: throttling (ServerBusy)", () => {
     await receiver.completeMessage(byToken);
     assert.equal(fixture.broker.counts("t").locked, 0);
     assert.equal(fixture.broker.counts("t").active, 0);
+    await receiver.close();
+  });
+
+  /** Two messages received together on one link, so their delivery ids are neighbours. */
+  async function receiveTwo(receiver: ServiceBusReceiver, id: string): Promise<ServiceBusReceivedMessage[]> {
+    await client.createSender("t").sendMessages([
+      { body: "a", messageId: `${id}-a` },
+      { body: "b", messageId: `${id}-b` },
+    ]);
+    const got: ServiceBusReceivedMessage[] = [];
+    while (got.length < 2)
+      got.push(...(await receiver.receiveMessages(2 - got.length, { maxWaitTimeInMs: 2_000 })));
+    return got;
+  }
+
+  /** Which settlements the client was told were refused with ServiceBusy; anything else fails the test. */
+  function busyOnes(results: PromiseSettledResult<void>[]): number[] {
+    return results.flatMap((r, i) => {
+      if (r.status === "fulfilled") return [];
+      assert.ok(isServiceBusError(r.reason) && r.reason.code === "ServiceBusy", String(r.reason));
+      return [i];
+    });
+  }
+
+  it("two completes in one tick, one throttled: the client is told ServiceBusy for exactly that one, as the broker has it (no merged answer)", async () => {
+    const receiver = client.createReceiver("t", { maxAutoLockRenewalDurationInMs: 0 });
+    const messages = await receiveTwo(receiver, "pair");
+    const before = fixture.broker.throttleCounts().settle.throttled;
+    fixture.broker.throttle({ settle: { share: 0.5 } });
+    // the client's rhea sends both accepted in one range; the broker answers accepted beside rejected(server-busy)
+    const results = await Promise.allSettled(messages.map((m) => receiver.completeMessage(m)));
+    fixture.broker.throttle({});
+    assert.equal(fixture.broker.throttleCounts().settle.throttled - before, 1);
+    assert.equal(busyOnes(results).length, 1, "exactly the throttled settlement reported as ServiceBusy");
+    assert.equal(fixture.broker.counts("t").locked, 1, "the throttled one still locked at the broker");
+    assert.equal(fixture.broker.counts("t").active, 0);
+    const busy = messages[busyOnes(results)[0]!]!;
+    const byToken = Object.create(busy, {
+      delivery: { value: { remote_settled: false } },
+    }) as ServiceBusReceivedMessage;
+    await receiver.completeMessage(byToken);
+    assert.equal(fixture.broker.counts("t").locked, 0);
+    await receiver.close();
+  });
+
+  it("two dead-letters with different reasons in one tick (through the settlement scheduler), one throttled: each keeps its own reason at the broker", async () => {
+    const receiver = client.createReceiver("t", { maxAutoLockRenewalDurationInMs: 0 });
+    const messages = await receiveTwo(receiver, "dead");
+    const scheduler = new SettlementScheduler();
+    const deadLetter = (m: ServiceBusReceivedMessage) =>
+      scheduler.settle("dead_letter", () =>
+        receiver.deadLetterMessage(m, {
+          deadLetterReason: `reason-${String(m.messageId)}`,
+          deadLetterErrorDescription: "d",
+        }),
+      );
+    const before = fixture.broker.throttleCounts().settle.throttled;
+    fixture.broker.throttle({ settle: { share: 0.5 } });
+    const results = await Promise.allSettled(messages.map(deadLetter));
+    fixture.broker.throttle({});
+    const busy = busyOnes(results);
+    assert.equal(busy.length, fixture.broker.throttleCounts().settle.throttled - before);
+    assert.equal(fixture.broker.counts("t").deadLettered, 2 - busy.length);
+    for (const i of busy) {
+      const m = messages[i]!;
+      await receiver.deadLetterMessage(
+        Object.create(m, { delivery: { value: { remote_settled: false } } }) as ServiceBusReceivedMessage,
+        { deadLetterReason: `reason-${String(m.messageId)}`, deadLetterErrorDescription: "d" },
+      );
+    }
+    const dead = await takeDeadLetters(client, "t", 10, 500);
+    assert.deepEqual(
+      dead.map((m) => [m.messageId, m.deadLetterReason]).sort(),
+      messages.map((m) => [m.messageId, `reason-${String(m.messageId)}`]).sort(),
+    );
     await receiver.close();
   });
 

@@ -71,7 +71,7 @@ describe("worker: a namespace throttled at 30% (ServerBusy on send, receive, set
     await publisher.close();
 
     await waitUntil(() => worker!.stats.committed >= COUNT, `${COUNT} messages applied`, 100_000);
-    // A message whose lock was lost comes back once and is completed as a duplicate: wait for the queue to empty.
+    // A message whose lock was lost would come back: wait for the queue to empty before counting.
     await waitUntil(
       () => {
         const c = fixture.broker.counts(QUEUE);
@@ -99,16 +99,56 @@ describe("worker: a namespace throttled at 30% (ServerBusy on send, receive, set
     );
     assert.equal(worker.stats.committed, COUNT);
     assert.equal(worker.stats.failed, 0, "throttling is not a handler failure");
-    // Deliveries spent: on a quiet machine none (the run passes with 0); under load (average 5 to 10) one or two of
-    // 40 lose their lock although the worker's keeper still read a second or more of it left, and come back once
-    // as inbox duplicates. Not yet explained (the report of issue 40), so counted and printed, not asserted to be 0.
+    // Deliveries spent: none. (Before the broker split its disposition ranges, a throttled settlement beside a
+    // completed one was answered "completed" in one merged frame; the worker let that message's lock run out and it
+    // came back as an inbox duplicate, one or two of 40 under load.)
     const spent = [...deliveries].filter(([, counts]) => counts.some((c) => c > 0));
-    assert.equal(
-      worker.stats.duplicate,
-      spent.length,
-      "a message that came back is a duplicate, nothing else",
-    );
-    assert.ok(spent.length <= COUNT / 10, `${spent.length} deliveries spent`);
+    assert.equal(worker.stats.duplicate, 0, "no message came back");
+    assert.deepEqual(spent, [], `${spent.length} deliveries spent`);
     process.stdout.write(`      deliveries spent under throttling: ${spent.length} of ${COUNT}\n`);
+  });
+
+  it("under a management budget of 2 credits a second (Standard's model), six slow messages received together keep their locks", async function () {
+    this.timeout(120_000);
+    await worker?.stop();
+    worker = undefined;
+    const before = fixture.broker.throttleCounts().management.throttled;
+    // SDK renewals, the keeper's renewals and settlements by token all draw on the same two credits a second
+    fixture.broker.throttle({ management: { creditsPerSecond: 2 } });
+    const deliveries = new Map<string, number[]>();
+    worker = startTestWorker({
+      client,
+      db,
+      maxConcurrentCalls: 8,
+      lockDurationMs: 5_000,
+      // every one held three locks long: its lock must be renewed twice or more under the budget
+      beforeSettle: async (message) => {
+        deliveries.set(message.messageId, [
+          ...(deliveries.get(message.messageId) ?? []),
+          message.deliveryCount,
+        ]);
+        await new Promise((resolve) => setTimeout(resolve, 15_000));
+      },
+    });
+    const publisher = createPublisher({ client, queue: QUEUE });
+    await publisher.publishBatch([0, 1, 2, 3, 4, 5].map((j) => demoEvent("budget", j)));
+    await publisher.close();
+    await waitUntil(() => worker!.stats.committed >= 6, "6 messages applied", 90_000);
+    await waitUntil(
+      () => {
+        const c = fixture.broker.counts(QUEUE);
+        return c.active + c.locked + c.scheduled === 0;
+      },
+      "the queue empty",
+      60_000,
+    );
+    const throttled = fixture.broker.throttleCounts().management.throttled - before;
+    fixture.broker.throttle({});
+    assert.ok(throttled > 0, "some management operations were throttled");
+    const spent = [...deliveries].filter(([, counts]) => counts.some((c) => c > 0));
+    assert.deepEqual(spent, [], `${spent.length} deliveries spent (${throttled} throttled)`);
+    assert.equal(worker.stats.duplicate, 0, "no message came back");
+    assert.equal(worker.stats.failed, 0);
+    assert.equal(fixture.broker.counts(QUEUE).deadLettered, 0);
   });
 });
