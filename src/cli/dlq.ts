@@ -9,6 +9,7 @@ import {
   peekDeadLetters,
   purgeDeadLetters,
   replayDeadLetters,
+  setAsideWarning,
   type DeadLetter,
   type Selector,
 } from "../servicebus/dead-letter.ts";
@@ -29,6 +30,9 @@ const usage = `usage: sbinbox dlq <list | replay | purge | restore> [options]
     --reason R              every message dead-lettered with this reason (e.g. RetriesExhausted)
     --all                   every message
     --dry-run               show what would be replayed, change nothing
+    --set-aside             defer (set aside) the other dead letters passed on the way instead of abandoning them
+                            (an abandon adds one to a delivery count): irreversible, only sbinbox or a receive by
+                            sequence number reaches them afterwards (replay and purge)
   purge                     delete the selected messages for good
     --older-than AGE        enqueued longer ago than AGE (30s, 15m, 12h, 7d)
     --reason R              dead-lettered with this reason
@@ -81,6 +85,7 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
         max: { type: "string" },
         "archive-dir": { type: "string" },
         archive: { type: "string" },
+        "set-aside": { type: "boolean" },
       },
       strict: true,
     }).values;
@@ -116,12 +121,17 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
       writeList(streams.out, messages, args.json === true);
       return 0;
     }
-    const matching = (await peekDeadLetters(client, queue)).filter(select);
+    const all = await peekDeadLetters(client, queue);
+    const matching = all.filter(select);
+    const total = Math.min(matching.length, max ?? matching.length);
+    const targets = matching.slice(0, total).map((m) => m.sequenceNumber);
+    const setAside = args["set-aside"] === true ? setAsideWarning(all, new Set(targets)).warning : undefined;
     if (args["dry-run"]) {
       writeList(streams.out, matching, args.json === true);
       streams.out.write(
         `dry run: would ${action} ${matching.length} message(s) of ${queue}/$DeadLetterQueue\n`,
       );
+      if (setAside !== undefined && targets.length > 0) streams.out.write(`dry run: ${setAside}\n`);
       return 0;
     }
     if (matching.length === 0) {
@@ -132,14 +142,17 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
       const ask = streams.confirm;
       if (!ask) return fail("purge deletes messages for good: confirm on a terminal or pass --yes");
       const ok = await ask(
-        `delete ${matching.length} message(s) from ${queue}/$DeadLetterQueue for good? [y/N] `,
+        `delete ${matching.length} message(s) from ${queue}/$DeadLetterQueue for good?` +
+          `${setAside === undefined ? "" : ` ${setAside}.`} [y/N] `,
       );
       if (!ok) return fail("purge cancelled", 1);
     }
-    const total = Math.min(matching.length, max ?? matching.length);
-    const targets = matching.slice(0, total).map((m) => m.sequenceNumber);
+    if (setAside !== undefined) streams.err.write(`--set-aside: ${setAside}\n`);
     const progress = createProgress(action, total, streams.err);
-    const options = { onProgress: (done: number) => progress.update(done) };
+    const options = {
+      onProgress: (done: number) => progress.update(done),
+      setAside: setAside !== undefined,
+    };
     let result;
     if (action === "replay") {
       result = await replayDeadLetters(client, queue, targets, options);

@@ -51,6 +51,8 @@ export interface RunContext {
   readonly entity: string;
   readonly signal: AbortSignal;
   readonly archive?: Archive;
+  /** Defer the other dead letters met on the way, for good (the plan asked for it), rather than abandon them. */
+  readonly setAside?: boolean;
   /** An edit's new body, by sequence number (validated by the handler's schema when planned). */
   readonly bodies?: ReadonlyMap<string, Buffer>;
   /** Called once per message result, as it is known (the audit's per-message line). */
@@ -110,7 +112,7 @@ async function act(
   seqs: string[],
   onActed: (m: DeadLetter, copyMessageId?: string) => void,
 ): Promise<DrainResult> {
-  const options = { signal: context.signal };
+  const options = { signal: context.signal, setAside: context.setAside === true };
   if (job.action !== "purge")
     return replayDeadLetters(context.client, context.entity, seqs, {
       ...options,
