@@ -1,4 +1,13 @@
-import { mkdirSync, openSync, closeSync, fsyncSync, writeSync, readFileSync } from "node:fs";
+import {
+  closeSync,
+  constants,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  statSync,
+  writeSync,
+} from "node:fs";
 import { join } from "node:path";
 import type { ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSender } from "@azure/service-bus";
 import { CopyProperty } from "../domain/envelope.ts";
@@ -37,10 +46,12 @@ export interface Archive {
 
 /**
  * A JSON-lines file per entity and day under `dir`. Each line is written and fsync'ed before the purge completes
- * the message, so a purge that dies half-way has archived at least what it removed (perhaps one more).
+ * the message, so a purge that dies half-way has archived at least what it removed (perhaps one more). The bodies
+ * are unmasked (a restore needs them whole), so the directory is the operator's alone (0700, files 0600), and one
+ * that others may read or write is refused rather than used.
  */
 export function openArchive(dir: string, entity: string, operator: string, now = () => new Date()): Archive {
-  mkdirSync(dir, { recursive: true });
+  ensurePrivateDir(dir);
   const path = join(dir, `${entity.replace(/[^\w.-]+/g, "_")}-${now().toISOString().slice(0, 10)}.jsonl`);
   return {
     path,
@@ -64,15 +75,61 @@ export function openArchive(dir: string, entity: string, operator: string, now =
         partitionKey: message.partitionKey,
         applicationProperties: { ...message.applicationProperties },
       };
-      const fd = openSync(path, "a");
-      try {
-        writeSync(fd, `${JSON.stringify(record)}\n`);
-        fsyncSync(fd);
-      } finally {
-        closeSync(fd);
-      }
+      appendDurably(dir, path, `${JSON.stringify(record)}\n`);
     },
   };
+}
+
+/** Creates `dir` 0700, or checks an existing one gives group and others no access (the bodies are unmasked). */
+function ensurePrivateDir(dir: string): void {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const mode = statSync(dir).mode & 0o777;
+  if ((mode & 0o077) !== 0)
+    throw new Error(
+      `the archive directory ${dir} is open to others (mode ${mode.toString(8).padStart(3, "0")}): it holds ` +
+        `unmasked bodies; run chmod 700 on it or choose another --archive-dir`,
+    );
+}
+
+/**
+ * Appends `line` and fsyncs it; a file created now (0600) has its directory fsync'ed too, so its entry survives a
+ * crash. A short write is finished, never taken as done.
+ */
+function appendDurably(dir: string, path: string, line: string): void {
+  let created = false;
+  let fd: number;
+  try {
+    fd = openSync(
+      path,
+      constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_EXCL,
+      0o600,
+    );
+    created = true;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+    fd = openSync(path, constants.O_WRONLY | constants.O_APPEND);
+  }
+  try {
+    const bytes = Buffer.from(line);
+    for (let at = 0; at < bytes.length;) {
+      const written = writeSync(fd, bytes, at, bytes.length - at);
+      if (written <= 0) throw new Error(`writing ${path}: wrote nothing of ${bytes.length - at} bytes`);
+      at += written;
+    }
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  if (created) syncDir(dir);
+}
+
+function syncDir(dir: string): void {
+  const fd = openSync(dir, constants.O_RDONLY);
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 /** The archived messages in a file; a line that is not one (a torn last line) is named in the error. */
