@@ -242,6 +242,8 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
         throw new PersonalDataRefused(
           "its type has personal fields, which this console masks: edit-and-retry needs --show-personal",
         );
+      if (!sources.archive)
+        throw new Error("an edit-and-retry needs an archive to write the original to first");
       const problem = checkEdit(sources, original, body);
       if (problem !== undefined) throw new Error(problem);
       const edit = { sha256Before: sha256(original.body ?? ""), sha256After: sha256(body) };
@@ -322,7 +324,7 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
     bodies?: Map<string, Buffer>,
     setAside = false,
   ): Job {
-    const archive = action === "purge" ? sources.archive!(operator) : undefined;
+    const archive = action === "purge" || action === "edit" ? sources.archive!(operator) : undefined;
     const job: Job = {
       id: randomUUID(),
       action,

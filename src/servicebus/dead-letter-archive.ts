@@ -1,6 +1,7 @@
 import {
   closeSync,
   constants,
+  fstatSync,
   fsyncSync,
   mkdirSync,
   openSync,
@@ -35,13 +36,22 @@ export interface ArchivedMessage {
   readonly partitionKey?: string;
   /** Dates become ISO strings here (JSON): a restored copy carries them as strings. */
   readonly applicationProperties: Record<string, unknown>;
+  /** Archived by an edit-and-retry (the original, before it was completed), with the body sent instead, base64. */
+  readonly editedBody?: string;
 }
 
 export interface Archive {
   /** Where the lines go. */
   readonly path: string;
-  /** Appends the message and flushes it to disk; only then may the caller delete it from Service Bus. */
-  append(message: ServiceBusReceivedMessage, info: DeadLetter): void | Promise<void>;
+  /**
+   * Appends the message (with an edit's new body) and flushes it to disk; only then may the caller delete it from
+   * Service Bus. Returns the line it was written to (1-based), for the audit.
+   */
+  append(
+    message: ServiceBusReceivedMessage,
+    info: DeadLetter,
+    edit?: { readonly editedBody: Buffer },
+  ): number | Promise<number>;
 }
 
 /**
@@ -52,10 +62,11 @@ export interface Archive {
  */
 export function openArchive(dir: string, entity: string, operator: string, now = () => new Date()): Archive {
   ensurePrivateDir(dir);
+  const known = { size: -1, lines: 0 };
   const path = join(dir, `${entity.replace(/[^\w.-]+/g, "_")}-${now().toISOString().slice(0, 10)}.jsonl`);
   return {
     path,
-    append(message, info) {
+    append(message, info, edit) {
       const record: ArchivedMessage = {
         archivedAt: now().toISOString(),
         entity,
@@ -74,8 +85,9 @@ export function openArchive(dir: string, entity: string, operator: string, now =
         sessionId: message.sessionId,
         partitionKey: message.partitionKey,
         applicationProperties: { ...message.applicationProperties },
+        ...(edit ? { editedBody: edit.editedBody.toString("base64") } : {}),
       };
-      appendDurably(dir, path, `${JSON.stringify(record)}\n`);
+      return appendDurably(dir, path, `${JSON.stringify(record)}\n`, known);
     },
   };
 }
@@ -93,9 +105,15 @@ function ensurePrivateDir(dir: string): void {
 
 /**
  * Appends `line` and fsyncs it; a file created now (0600) has its directory fsync'ed too, so its entry survives a
- * crash. A short write is finished, never taken as done.
+ * crash. A short write is finished, never taken as done. Returns its line number: counted from the file when its
+ * size is not what this archive last left (another console or CLI appended meanwhile), else carried on.
  */
-function appendDurably(dir: string, path: string, line: string): void {
+function appendDurably(
+  dir: string,
+  path: string,
+  line: string,
+  known: { size: number; lines: number },
+): number {
   let created = false;
   let fd: number;
   try {
@@ -110,6 +128,11 @@ function appendDurably(dir: string, path: string, line: string): void {
     fd = openSync(path, constants.O_WRONLY | constants.O_APPEND);
   }
   try {
+    const size = fstatSync(fd).size;
+    if (size !== known.size) {
+      known.lines = size === 0 ? 0 : readFileSync(path).toString("utf8").split("\n").length - 1;
+      known.size = size;
+    }
     const bytes = Buffer.from(line);
     for (let at = 0; at < bytes.length;) {
       const written = writeSync(fd, bytes, at, bytes.length - at);
@@ -117,10 +140,13 @@ function appendDurably(dir: string, path: string, line: string): void {
       at += written;
     }
     fsyncSync(fd);
+    known.size += bytes.length;
+    known.lines += 1;
   } finally {
     closeSync(fd);
   }
   if (created) syncDir(dir);
+  return known.lines;
 }
 
 function syncDir(dir: string): void {

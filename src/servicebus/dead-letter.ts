@@ -143,6 +143,8 @@ export interface DrainOptions extends ActOptions {
 }
 
 export interface ReplayOptions extends DrainOptions {
+  /** Runs before a copy is sent, so before its original is completed: an edit-and-retry archives the original. */
+  readonly beforeSend?: (message: ServiceBusReceivedMessage, info: DeadLetter) => Promise<void>;
   /** Runs after a copy is sent and before its dead-lettered original is completed (fault injection; tests). */
   readonly beforeComplete?: (messageId: string) => void | Promise<void>;
   /** A body to send instead of the original's (edit-and-retry), by sequence number; undefined keeps the original. */
@@ -184,6 +186,7 @@ export async function replayDeadLetters(
   const replayed: ReplayResult["replayed"] = [];
   try {
     const result = await drain(client, queue, target, options, async (receiver, message, info) => {
+      await options.beforeSend?.(message, info);
       const copyId = await sendReplay(sender, queue, message, info, options.bodyOf?.(info.sequenceNumber));
       await options.beforeComplete?.(info.messageId);
       await receiver.completeMessage(message);

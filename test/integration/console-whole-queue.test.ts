@@ -207,7 +207,7 @@ describe("sbinbox console over the whole dead-letter queue: past the first 5,000
           async append(m, info) {
             entered = true;
             await gate;
-            await inner.append(m, info);
+            return inner.append(m, info);
           },
         };
       },
@@ -259,6 +259,18 @@ describe("sbinbox console over the whole dead-letter queue: past the first 5,000
     assert.match(planEvent.edit.sha256After, /^[0-9a-f]{64}$/);
     assert.notEqual(planEvent.edit.sha256Before, planEvent.edit.sha256After);
     assert.equal(planEvent.operator, "carol");
+    // Removed from the dead-letter queue as a purge removes: archived first, the edited body beside it.
+    const result = events.find((e) => e.event === "result" && e.action === "edit");
+    assert.ok(result && result.event === "result" && result.archived, JSON.stringify(result));
+    assert.equal(result.archived.path, job.archive);
+    const line = readArchive(result.archived.path)[result.archived.line - 1]!;
+    assert.equal(line.sequenceNumber, seq);
+    assert.equal(
+      Buffer.from(line.body, "base64").toString(),
+      JSON.stringify({ n: Number(target!.messageId.slice(2)) }),
+    );
+    assert.equal(Buffer.from(line.editedBody!, "base64").toString(), '{"n":7}');
+    assert.equal(line.operator, "carol");
   });
 
   it("masks the fields the handler marks personal, refuses them unmasked without --show-personal, and refuses their edit", async function () {
