@@ -43,6 +43,8 @@ const usage = `usage: sbinbox dlq <list | replay | purge | restore> [options]
   restore                   send purged messages back to the queue from an archive file, as replay copies
     --archive FILE          the archive (a .jsonl file a purge wrote, by \`sbinbox dlq\` or the console)
     --id ID                 only this MessageId or inbox key (repeatable; default every message in the file)
+    --to ENTITY             send them to ENTITY, even when the archive says they were purged from another one
+                            (without it, a record of another entity than SBINBOX_QUEUE is refused)
 
 Service Bus from SBINBOX_SERVICEBUS_CONNECTION_STRING or SBINBOX_SERVICEBUS_NAMESPACE (DefaultAzureCredential),
 queue SBINBOX_QUEUE (on a topic, the service's own queue, which its subscription forwards to: replays go there,
@@ -86,6 +88,7 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
         "archive-dir": { type: "string" },
         archive: { type: "string" },
         "set-aside": { type: "boolean" },
+        to: { type: "string" },
       },
       strict: true,
     }).values;
@@ -220,7 +223,7 @@ function writeNotActed(
 async function restore(
   client: ServiceBusClient,
   queue: string,
-  args: { archive?: string; id?: string[] },
+  args: { archive?: string; id?: string[]; to?: string },
   out: NodeJS.WritableStream,
   fail: (message: string, code?: number) => number,
 ): Promise<number> {
@@ -231,15 +234,22 @@ async function restore(
   );
   if (records.length === 0)
     return fail(`nothing to restore: no archived message in ${args.archive} matches`, 1);
-  refuseSubscription(queue, "sbinbox dlq restore");
-  const sender = client.createSender(queue);
+  const target = args.to ?? queue;
+  const elsewhere = [...new Set(records.map((r) => r.entity).filter((e) => e !== target))];
+  if (args.to === undefined && elsewhere.length > 0)
+    return fail(
+      `${args.archive} holds messages purged from ${elsewhere.join(", ")}, not ${queue} (SBINBOX_QUEUE): ` +
+        `nothing restored; pass --to ${queue} to send them here anyway, or point SBINBOX_QUEUE at their entity`,
+    );
+  refuseSubscription(target, "sbinbox dlq restore");
+  const sender = client.createSender(target);
   try {
     for (const record of records)
       out.write(`restored ${record.messageId} as ${await restoreArchived(sender, record)}\n`);
   } finally {
     await sender.close();
   }
-  out.write(`restored ${records.length} message(s) to ${queue}\n`);
+  out.write(`restored ${records.length} message(s) to ${target}\n`);
   return 0;
 }
 
