@@ -171,7 +171,9 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
       streams.err.write(`archiving each message to ${archive.path} before it is deleted\n`);
       result = await purgeDeadLetters(client, queue, targets, {
         ...options,
-        beforeComplete: (message, info) => Promise.resolve(archive.append(message, info)),
+        beforeComplete: async (message, info) => {
+          await archive.append(message, info);
+        },
       });
       progress.finish(undefined, result.purged.length);
       streams.out.write(`purged ${result.purged.length} message(s) from ${queue}/$DeadLetterQueue\n`);
