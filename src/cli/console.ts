@@ -26,6 +26,9 @@ const usage = `usage: sbinbox console [--port N] [--host H [--allow-host NAME ..
     --show-personal
                  allow the page to show bodies unmasked (the fields the handler module marks personal are masked
                  by default) and to edit those bodies
+    --set-aside  let a replay or purge defer (set aside) the other dead letters it passes, rather than abandon them
+                 (which adds one to their delivery count): irreversible, only sbinbox or a receive by sequence
+                 number reaches them afterwards; the page then offers it per action, with the count, to confirm
     --archive-dir DIR
                  where a purge writes each message before deleting it (default ./sbinbox-archive); restore with
                  \`sbinbox dlq restore --archive FILE\`
@@ -47,6 +50,7 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
         "allow-host": { type: "string", multiple: true },
         "archive-dir": { type: "string" },
         "show-personal": { type: "boolean" },
+        "set-aside": { type: "boolean" },
         help: { type: "boolean", short: "h" },
       },
       strict: true,
@@ -97,6 +101,7 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
     archive: (who) => openArchive(archiveDir, config.queue, who),
     ...(await handlerChecks()),
     showPersonal: args["show-personal"] === true,
+    setAsideAllowed: args["set-aside"] === true,
     ...(await databaseSources(config, closers)),
   };
   if (!LOOPBACK.has(host)) {

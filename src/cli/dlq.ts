@@ -9,6 +9,7 @@ import {
   peekDeadLetters,
   purgeDeadLetters,
   replayDeadLetters,
+  setAsideWarning,
   type DeadLetter,
   type Selector,
 } from "../servicebus/dead-letter.ts";
@@ -29,6 +30,9 @@ const usage = `usage: sbinbox dlq <list | replay | purge | restore> [options]
     --reason R              every message dead-lettered with this reason (e.g. RetriesExhausted)
     --all                   every message
     --dry-run               show what would be replayed, change nothing
+    --set-aside             defer (set aside) the other dead letters passed on the way instead of abandoning them
+                            (an abandon adds one to a delivery count): irreversible, only sbinbox or a receive by
+                            sequence number reaches them afterwards (replay and purge)
   purge                     delete the selected messages for good
     --older-than AGE        enqueued longer ago than AGE (30s, 15m, 12h, 7d)
     --reason R              dead-lettered with this reason
@@ -39,6 +43,8 @@ const usage = `usage: sbinbox dlq <list | replay | purge | restore> [options]
   restore                   send purged messages back to the queue from an archive file, as replay copies
     --archive FILE          the archive (a .jsonl file a purge wrote, by \`sbinbox dlq\` or the console)
     --id ID                 only this MessageId or inbox key (repeatable; default every message in the file)
+    --to ENTITY             send them to ENTITY, even when the archive says they were purged from another one
+                            (without it, a record of another entity than SBINBOX_QUEUE is refused)
 
 Service Bus from SBINBOX_SERVICEBUS_CONNECTION_STRING or SBINBOX_SERVICEBUS_NAMESPACE (DefaultAzureCredential),
 queue SBINBOX_QUEUE (on a topic, the service's own queue, which its subscription forwards to: replays go there,
@@ -81,6 +87,8 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
         max: { type: "string" },
         "archive-dir": { type: "string" },
         archive: { type: "string" },
+        "set-aside": { type: "boolean" },
+        to: { type: "string" },
       },
       strict: true,
     }).values;
@@ -116,12 +124,17 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
       writeList(streams.out, messages, args.json === true);
       return 0;
     }
-    const matching = (await peekDeadLetters(client, queue)).filter(select);
+    const all = await peekDeadLetters(client, queue);
+    const matching = all.filter(select);
+    const total = Math.min(matching.length, max ?? matching.length);
+    const targets = matching.slice(0, total).map((m) => m.sequenceNumber);
+    const setAside = args["set-aside"] === true ? setAsideWarning(all, new Set(targets)).warning : undefined;
     if (args["dry-run"]) {
       writeList(streams.out, matching, args.json === true);
       streams.out.write(
         `dry run: would ${action} ${matching.length} message(s) of ${queue}/$DeadLetterQueue\n`,
       );
+      if (setAside !== undefined && targets.length > 0) streams.out.write(`dry run: ${setAside}\n`);
       return 0;
     }
     if (matching.length === 0) {
@@ -132,14 +145,17 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
       const ask = streams.confirm;
       if (!ask) return fail("purge deletes messages for good: confirm on a terminal or pass --yes");
       const ok = await ask(
-        `delete ${matching.length} message(s) from ${queue}/$DeadLetterQueue for good? [y/N] `,
+        `delete ${matching.length} message(s) from ${queue}/$DeadLetterQueue for good?` +
+          `${setAside === undefined ? "" : ` ${setAside}.`} [y/N] `,
       );
       if (!ok) return fail("purge cancelled", 1);
     }
-    const total = Math.min(matching.length, max ?? matching.length);
-    const targets = matching.slice(0, total).map((m) => m.sequenceNumber);
+    if (setAside !== undefined) streams.err.write(`--set-aside: ${setAside}\n`);
     const progress = createProgress(action, total, streams.err);
-    const options = { onProgress: (done: number) => progress.update(done) };
+    const options = {
+      onProgress: (done: number) => progress.update(done),
+      setAside: setAside !== undefined,
+    };
     let result;
     if (action === "replay") {
       result = await replayDeadLetters(client, queue, targets, options);
@@ -155,7 +171,9 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
       streams.err.write(`archiving each message to ${archive.path} before it is deleted\n`);
       result = await purgeDeadLetters(client, queue, targets, {
         ...options,
-        beforeComplete: (message, info) => Promise.resolve(archive.append(message, info)),
+        beforeComplete: async (message, info) => {
+          await archive.append(message, info);
+        },
       });
       progress.finish(undefined, result.purged.length);
       streams.out.write(`purged ${result.purged.length} message(s) from ${queue}/$DeadLetterQueue\n`);
@@ -207,7 +225,7 @@ function writeNotActed(
 async function restore(
   client: ServiceBusClient,
   queue: string,
-  args: { archive?: string; id?: string[] },
+  args: { archive?: string; id?: string[]; to?: string },
   out: NodeJS.WritableStream,
   fail: (message: string, code?: number) => number,
 ): Promise<number> {
@@ -218,15 +236,22 @@ async function restore(
   );
   if (records.length === 0)
     return fail(`nothing to restore: no archived message in ${args.archive} matches`, 1);
-  refuseSubscription(queue, "sbinbox dlq restore");
-  const sender = client.createSender(queue);
+  const target = args.to ?? queue;
+  const elsewhere = [...new Set(records.map((r) => r.entity).filter((e) => e !== target))];
+  if (args.to === undefined && elsewhere.length > 0)
+    return fail(
+      `${args.archive} holds messages purged from ${elsewhere.join(", ")}, not ${queue} (SBINBOX_QUEUE): ` +
+        `nothing restored; pass --to ${queue} to send them here anyway, or point SBINBOX_QUEUE at their entity`,
+    );
+  refuseSubscription(target, "sbinbox dlq restore");
+  const sender = client.createSender(target);
   try {
     for (const record of records)
       out.write(`restored ${record.messageId} as ${await restoreArchived(sender, record)}\n`);
   } finally {
     await sender.close();
   }
-  out.write(`restored ${records.length} message(s) to ${queue}\n`);
+  out.write(`restored ${records.length} message(s) to ${target}\n`);
   return 0;
 }
 

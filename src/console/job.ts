@@ -24,6 +24,8 @@ export interface MessageResult {
   readonly result: Result;
   readonly copyMessageId?: string;
   readonly why?: string;
+  /** Where the original was archived before it was removed (a purge, an edit-and-retry): file and 1-based line. */
+  readonly archived?: { readonly path: string; readonly line: number };
 }
 
 export interface Job {
@@ -51,6 +53,8 @@ export interface RunContext {
   readonly entity: string;
   readonly signal: AbortSignal;
   readonly archive?: Archive;
+  /** Defer the other dead letters met on the way, for good (the plan asked for it), rather than abandon them. */
+  readonly setAside?: boolean;
   /** An edit's new body, by sequence number (validated by the handler's schema when planned). */
   readonly bodies?: ReadonlyMap<string, Buffer>;
   /** Called once per message result, as it is known (the audit's per-message line). */
@@ -66,15 +70,18 @@ export async function execute(context: RunContext, planned: readonly Planned[], 
     context.onResult?.(result);
   };
   const seqs = planned.map((m) => m.sequenceNumber);
+  const archivedAt = new Map<string, number>();
   let outcome: DrainResult | undefined;
   try {
-    outcome = await act(context, job, seqs, (m, copyMessageId) => {
+    outcome = await act(context, job, seqs, archivedAt, (m, copyMessageId) => {
       job.done += 1;
+      const line = archivedAt.get(m.sequenceNumber);
       record({
         sequenceNumber: m.sequenceNumber,
         messageId: m.messageId,
         result: job.action === "purge" ? "purged" : "replayed",
         ...(copyMessageId === undefined ? {} : { copyMessageId }),
+        ...(line === undefined || !context.archive ? {} : { archived: { path: context.archive.path, line } }),
       });
     });
   } catch (error) {
@@ -108,18 +115,31 @@ async function act(
   context: RunContext,
   job: Job,
   seqs: string[],
+  archivedAt: Map<string, number>,
   onActed: (m: DeadLetter, copyMessageId?: string) => void,
 ): Promise<DrainResult> {
-  const options = { signal: context.signal };
+  const options = { signal: context.signal, setAside: context.setAside === true };
   if (job.action !== "purge")
     return replayDeadLetters(context.client, context.entity, seqs, {
       ...options,
       ...(context.bodies ? { bodyOf: (seq: string) => context.bodies?.get(seq) } : {}),
+      // An edit removes the original as a purge does: archived first, with the body sent in its place.
+      ...(job.action === "edit" && context.archive
+        ? {
+            beforeSend: async (message: Parameters<Archive["append"]>[0], info: DeadLetter) => {
+              const editedBody = context.bodies?.get(info.sequenceNumber);
+              const edit = editedBody ? { editedBody } : undefined;
+              archivedAt.set(info.sequenceNumber, await context.archive!.append(message, info, edit));
+            },
+          }
+        : {}),
       onReplayed: (m, copyMessageId) => onActed(m, copyMessageId),
     });
   return purgeDeadLetters(context.client, context.entity, seqs, {
     ...options,
-    beforeComplete: async (message, info) => context.archive?.append(message, info),
+    beforeComplete: async (message, info) => {
+      if (context.archive) archivedAt.set(info.sequenceNumber, await context.archive.append(message, info));
+    },
     onProgress: (_done, m) => onActed(m),
   });
 }

@@ -105,6 +105,7 @@ const MARKUP = `<header>
     <div>
       <button type="button" id="replay-selected">Replay selected</button>
       <button type="button" id="purge-selected" class="danger">Purge selected</button>
+      <label id="set-aside-label" hidden><input type="checkbox" id="set-aside"> Set the other dead letters passed aside (deferred) for good, rather than abandon them</label>
     </div>
   </section>
   <section aria-labelledby="progress-heading">
@@ -122,6 +123,7 @@ const MARKUP = `<header>
 <dialog id="confirm" aria-labelledby="confirm-title" aria-describedby="confirm-text">
   <h2 id="confirm-title">Confirm</h2>
   <p id="confirm-text"></p>
+  <p id="confirm-set-aside" role="alert" hidden></p>
   <ul id="confirm-list"></ul>
   <button type="button" id="confirm-yes"></button>
   <button type="button" id="confirm-no">Cancel</button>
@@ -212,6 +214,7 @@ function renderGroups(state) {
 function renderCounts(state) {
   $("entity").textContent = state.entity;
   showPersonal = state.showPersonal === true;
+  $("set-aside-label").hidden = state.setAsideAllowed !== true;
   const q = state.queue;
   // Never "0+": capped, the peek saw the first QUEUE_COUNT_CAP messages only, and says so in words.
   $("active").textContent = q.capped ? n(q.active) + " of the first " + n(q.peeked) : n(q.active);
@@ -322,7 +325,8 @@ let opener;
 async function ask(action, selection, what) {
   opener = document.activeElement;
   let plan;
-  try { plan = await api("/api/plan", { action, ...selection }); }
+  const setAside = action !== "edit" && $("set-aside").checked;
+  try { plan = await api("/api/plan", { action, ...selection, ...(setAside ? { setAside: true } : {}) }); }
   catch (error) { say(error.message); return; }
   $("confirm-title").textContent = action === "purge" ? "Purge messages for good?" : action === "edit" ? "Send the edited message?" : "Replay messages?";
   const reasons = plan.reasons.map((r) => r.name + ": " + n(r.count)).join(", ");
@@ -335,6 +339,9 @@ async function ask(action, selection, what) {
   const items = plan.sample.map((m) => el("li", m.messageId));
   if (plan.count > plan.sample.length) items.push(el("li", "and " + n(plan.count - plan.sample.length) + " more"));
   $("confirm-list").replaceChildren(...items);
+  // Irreversible, so said on its own line: a deferred dead letter is reached by its sequence number only.
+  $("confirm-set-aside").textContent = plan.setAside ? plan.setAside.warning + "." : "";
+  $("confirm-set-aside").hidden = !plan.setAside;
   const yes = $("confirm-yes");
   yes.textContent = action === "edit" ? "Send edited" : (action === "replay" ? "Replay " : "Purge ") + plan.count;
   yes.className = action === "purge" ? "danger" : "";

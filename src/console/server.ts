@@ -186,9 +186,9 @@ async function routePost(
           'send {"action": "replay" | "purge"} with "sequenceNumbers" (a non-empty list of digit strings) or ' +
           `"filter": ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`,
       });
-    const { action, ...rest } = parsed.data;
+    const { action, setAside, ...rest } = parsed.data;
     try {
-      return send(res, 200, await service.plan(action, rest, operator));
+      return send(res, 200, await service.plan(action, rest, operator, { setAside: setAside === true }));
     } catch (error) {
       return send(res, 409, { error: (error as Error).message });
     }
@@ -217,11 +217,13 @@ const planSchema = z.union([
   z.object({
     action: z.enum(["replay", "purge"]),
     sequenceNumbers: z.array(z.string().regex(/^\d+$/)).min(1),
+    setAside: z.boolean().optional(),
   }),
   z.object({
     action: z.enum(["replay", "purge"]),
     // An empty filter would mean "everything" by omission: a write needs at least one part.
     filter: filterSchema.refine((f) => Object.keys(f).length > 0, "a filter needs at least one part"),
+    setAside: z.boolean().optional(),
   }),
 ]);
 

@@ -2,7 +2,14 @@ import { createHash, randomUUID } from "node:crypto";
 import type { ServiceBusClient } from "@azure/service-bus";
 import type { OutboxStatus } from "../outbox/store.ts";
 import type { Archive } from "../servicebus/dead-letter-archive.ts";
-import { peekAll, peekDeadLetter, peekDeadLetters, type DeadLetter } from "../servicebus/dead-letter.ts";
+import {
+  peekAll,
+  peekDeadLetter,
+  peekDeadLetters,
+  setAsideWarning,
+  type DeadLetter,
+  type SetAside,
+} from "../servicebus/dead-letter.ts";
 import { createEntityReceiver } from "../servicebus/entity-receiver.ts";
 import {
   indexOf,
@@ -32,6 +39,8 @@ export type AuditEvent =
       messages: readonly Planned[];
       /** An edit: the bodies' SHA-256 before and after (the bodies themselves may hold personal data). */
       edit?: { sha256Before: string; sha256After: string };
+      /** Asked to set the others aside: how many other dead letters it would defer for good. */
+      setAside?: number;
     }
   | {
       event: "run";
@@ -74,6 +83,8 @@ export interface ConsoleSources {
   readonly showPersonal?: boolean;
   /** Where a purge writes each message before removing it; a purge is refused without one. */
   readonly archive?: (operator: string) => Archive;
+  /** Started with --set-aside: a plan may ask to defer the other dead letters met on the way (irreversible). */
+  readonly setAsideAllowed?: boolean;
 }
 
 export interface ConsoleState {
@@ -92,6 +103,8 @@ export interface ConsoleState {
   readonly indexedAt: string;
   /** Whether bodies may be shown unmasked (the console was started with --show-personal). */
   readonly showPersonal: boolean;
+  /** Whether a plan may set the other dead letters aside (the console was started with --set-aside). */
+  readonly setAsideAllowed: boolean;
   readonly inbox?: { openClaims: number } | { error: string };
   readonly outbox?: OutboxStatus | { error: string };
 }
@@ -106,6 +119,8 @@ export interface Plan {
   /** The first few, for the confirmation to name; the plan holds them all. */
   readonly sample: readonly Planned[];
   readonly reasons: readonly Tally[];
+  /** Asked for: the other dead letters this run would defer for good, and the sentence the confirmation shows. */
+  readonly setAside?: SetAside;
 }
 
 export const QUEUE_COUNT_CAP = 5_000;
@@ -124,7 +139,12 @@ export interface ConsoleService {
   /** One dead letter with its body, personal fields masked unless `unmasked` (refused without showPersonal). */
   body(sequenceNumber: string, unmasked?: boolean): Promise<(DeadLetter & { masked: boolean }) | undefined>;
   /** What a write would touch (a fresh full peek), and the one-time token that confirms exactly that. */
-  plan(action: Action, selection: Selection, operator: string): Promise<Plan>;
+  plan(
+    action: Action,
+    selection: Selection,
+    operator: string,
+    options?: { setAside?: boolean },
+  ): Promise<Plan>;
   /** Edit-and-retry of one dead letter: the new body validated by the handler's schema, planned like a replay. */
   planEdit(sequenceNumber: string, body: string, operator: string): Promise<Plan>;
   /** Starts the confirmed plan; throws when the token is unknown, used, expired or another's, or a job runs. */
@@ -139,7 +159,14 @@ export interface ConsoleService {
 export function createConsoleService(sources: ConsoleSources, now: () => number = Date.now): ConsoleService {
   const plans = new Map<
     string,
-    { plan: Plan; messages: Planned[]; operator: string; expires: number; bodies?: Map<string, Buffer> }
+    {
+      plan: Plan;
+      messages: Planned[];
+      operator: string;
+      expires: number;
+      bodies?: Map<string, Buffer>;
+      setAside?: boolean;
+    }
   >();
   const jobs = new Map<string, Job>();
   let running: { job: Job; stop: AbortController; ended: Promise<void> } | undefined;
@@ -162,6 +189,7 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
         types: dead.types,
         indexedAt: dead.at.toISOString(),
         showPersonal: sources.showPersonal === true,
+        setAsideAllowed: sources.setAsideAllowed === true,
         inbox: typeof openClaims === "number" ? { openClaims } : openClaims,
         outbox,
       };
@@ -190,12 +218,21 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
       return { ...found, body, masked };
     },
 
-    async plan(action, selection, operator) {
+    async plan(action, selection, operator, options = {}) {
       if (action === "purge" && !sources.archive)
         throw new Error("a purge needs an archive to write to first");
-      const messages = planned(await index.get(true), selection);
+      if (options.setAside === true && sources.setAsideAllowed !== true)
+        throw new Error(
+          "setting other dead letters aside (deferring them for good) needs a console started with --set-aside",
+        );
+      const all = await index.get(true);
+      const messages = planned(all, selection);
       if (messages.length === 0) throw new Error("no dead-lettered message matches");
-      return remember(action, messages, operator);
+      const setAside =
+        options.setAside === true
+          ? setAsideWarning(all.messages, new Set(messages.map((m) => m.sequenceNumber)))
+          : undefined;
+      return remember(action, messages, operator, undefined, undefined, setAside);
     },
 
     async planEdit(sequenceNumber, body, operator) {
@@ -205,6 +242,8 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
         throw new PersonalDataRefused(
           "its type has personal fields, which this console masks: edit-and-retry needs --show-personal",
         );
+      if (!sources.archive)
+        throw new Error("an edit-and-retry needs an archive to write the original to first");
       const problem = checkEdit(sources, original, body);
       if (problem !== undefined) throw new Error(problem);
       const edit = { sha256Before: sha256(original.body ?? ""), sha256After: sha256(body) };
@@ -225,7 +264,7 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
       if (entry.operator !== operator) throw new Error("this confirmation is another operator's");
       if (running) throw new Error(`another ${running.job.action} is running (${running.job.operator}'s)`);
       plans.delete(token);
-      return startJob(entry.plan.action, entry.messages, operator, entry.bodies);
+      return startJob(entry.plan.action, entry.messages, operator, entry.bodies, entry.setAside === true);
     },
 
     job: (id) => jobs.get(id),
@@ -246,6 +285,7 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
     operator: string,
     bodies?: Map<string, Buffer>,
     edit?: { sha256Before: string; sha256After: string },
+    setAside?: SetAside,
   ): Plan {
     for (const [token, p] of plans) if (p.expires < now()) plans.delete(token);
     const plan: Plan = {
@@ -254,6 +294,7 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
       count: messages.length,
       sample: messages.slice(0, SAMPLE),
       reasons: tally(messages, (m) => m.reason ?? NO_REASON),
+      ...(setAside ? { setAside } : {}),
     };
     plans.set(plan.token, {
       plan,
@@ -261,6 +302,7 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
       operator,
       expires: now() + PLAN_TTL_MS,
       ...(bodies ? { bodies } : {}),
+      ...(setAside ? { setAside: true } : {}),
     });
     audit({
       event: "plan",
@@ -270,6 +312,7 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
       count: messages.length,
       messages,
       ...(edit ? { edit } : {}),
+      ...(setAside ? { setAside: setAside.count } : {}),
     });
     return plan;
   }
@@ -279,8 +322,9 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
     messages: Planned[],
     operator: string,
     bodies?: Map<string, Buffer>,
+    setAside = false,
   ): Job {
-    const archive = action === "purge" ? sources.archive!(operator) : undefined;
+    const archive = action === "purge" || action === "edit" ? sources.archive!(operator) : undefined;
     const job: Job = {
       id: randomUUID(),
       action,
@@ -301,6 +345,7 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
       entity: sources.entity,
       signal: stop.signal,
       archive,
+      setAside,
       ...(bodies ? { bodies } : {}),
       onResult: (r: MessageResult) => audit({ event: "result", ...base, ...r }),
     };

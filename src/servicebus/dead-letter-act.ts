@@ -10,6 +10,12 @@ export interface ActOptions {
   readonly signal?: AbortSignal;
   /** Messages locked and acted on per round trip; small, so a slow act cannot outlast the later ones' locks. */
   readonly chunk?: number;
+  /**
+   * Defer (set aside) every other dead letter met on the way instead of abandoning it. Irreversible: a deferred
+   * message is reached only by receive-by-sequence-number (sbinbox does), never by a plain receive, Service Bus
+   * Explorer's receive or purge, or a team's own dead-letter processor. Off by default.
+   */
+  readonly setAside?: boolean;
 }
 
 export type Act = (receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage) => Promise<void>;
@@ -31,11 +37,12 @@ const WALK = 100;
 /**
  * Locks exactly the given dead letters and acts on each. Service Bus receives a message by sequence number only
  * once it is deferred (receive-by-sequence-number; "Throws if the message has not been deferred"), so a dead letter
- * still active is reached by receiving the dead-letter queue in order and deferring what comes up; every other
- * message met on the way is deferred there too, never abandoned: an abandon counts as a delivery attempt, a deferral does not, and a deferred
- * message is never received again except by its number. So no message outside the selection has its delivery count
- * raised, and a later action reaches it directly. A selected message another receiver holds (a second operator)
- * is reported as held, not retried until the run times out.
+ * already deferred (by an earlier run with setAside) is locked by its number, and one still active is reached by
+ * receiving the dead-letter queue in order. By default every other message met on the way is held locked and
+ * abandoned when the walk ends: it stays receivable by anyone, at the cost of one on its delivery count (which
+ * triggers nothing in a dead-letter queue). With setAside they are deferred instead, which leaves delivery counts
+ * alone but is permanent (only a receive by number reaches them again). A selected message another receiver holds
+ * (a second operator) is reported as held, not retried until the run times out.
  */
 export async function actOnDeadLetters(
   client: ServiceBusClient,
@@ -64,10 +71,16 @@ export async function actOnDeadLetters(
       const active = [...wanted].filter((s) => states.get(s) === "active");
       const setAside =
         active.length > 0
-          ? await deferActive(receiver, new Set(active), { wanted, act, outcome, signal: options.signal })
+          ? await walkActive(receiver, new Set(active), {
+              wanted,
+              act,
+              outcome,
+              signal: options.signal,
+              setAside: options.setAside === true,
+            })
           : new Set();
       const deferred = [...wanted].filter((s) => states.get(s) === "deferred" || setAside.has(s));
-      await actBySequenceNumber(receiver, deferred, wanted, act, chunk, outcome, options.signal);
+      await actBySequenceNumber(receiver, deferred, { wanted, act, outcome, signal: options.signal }, chunk);
       if (options.signal?.aborted) break;
       if (wanted.size === before) break;
     }
@@ -114,20 +127,17 @@ async function peekStates(
 async function actBySequenceNumber(
   receiver: ServiceBusReceiver,
   sequenceNumbers: string[],
-  wanted: Set<string>,
-  act: Act,
+  run: Run,
   chunk: number,
-  outcome: ActOutcome,
-  signal: AbortSignal | undefined,
 ): Promise<void> {
-  for (let i = 0; i < sequenceNumbers.length && !signal?.aborted; i += chunk) {
+  for (let i = 0; i < sequenceNumbers.length && !run.signal?.aborted; i += chunk) {
     const part = sequenceNumbers.slice(i, i + chunk);
     let locked = await lockDeferred(receiver, part);
     if (locked === undefined) {
       locked = [];
       for (const seq of part) locked.push(...((await lockDeferred(receiver, [seq])) ?? []));
     }
-    await actOnLocked(receiver, locked, wanted, act, outcome, signal);
+    await actOnLocked(receiver, locked, run);
   }
 }
 
@@ -144,19 +154,28 @@ async function lockDeferred(
   }
 }
 
+interface Run {
+  readonly wanted: Set<string>;
+  readonly act: Act;
+  readonly outcome: ActOutcome;
+  readonly signal: AbortSignal | undefined;
+  /** Defer the messages met on the way (ActOptions.setAside) rather than abandon them. */
+  readonly setAside?: boolean;
+}
+
 /**
- * Receives the dead-letter queue in order until every selected active message has come up, and defers each message
- * received, selected or not, at once: before its lock could run out (which would count as a delivery), and so that
- * the selected ones are then locked by number a few at a time, each with a fresh lock, however long the run.
- * A message with a session id is not deferred: receiving a deferred message by number from the dead-letter queue of
- * a session-enabled entity has been reported to fail (SessionLockLost, Azure/azure-sdk-for-net#34662), which would
- * strand it. Such a message is acted on as it comes up when selected, else held locked and abandoned when the walk
- * ends (its delivery count rises by one, as before). Returns the sequence numbers deferred.
+ * Receives the dead-letter queue in order until every selected active message has come up, acting on each selected
+ * one as it comes up. The others are held locked and abandoned when the walk ends, or with setAside deferred at
+ * once (before a lock could run out, which would count as a delivery), selected ones included, which are then
+ * locked by number a few at a time, each with a fresh lock, however long the run.
+ * A message with a session id is never deferred: receiving a deferred message by number from the dead-letter queue
+ * of a session-enabled entity has been reported to fail (SessionLockLost, Azure/azure-sdk-for-net#34662), which
+ * would strand it. Returns the sequence numbers deferred.
  */
-async function deferActive(
+async function walkActive(
   receiver: ServiceBusReceiver,
   active: Set<string>,
-  walk: { wanted: Set<string>; act: Act; outcome: ActOutcome; signal: AbortSignal | undefined },
+  walk: Run & { readonly setAside: boolean },
 ): Promise<Set<string>> {
   const deferred = new Set<string>();
   const held: ServiceBusReceivedMessage[] = [];
@@ -169,17 +188,17 @@ async function deferActive(
         held.push(...batch);
         break;
       }
-      const plain = batch.filter((m) => m.sessionId === undefined);
-      await Promise.all(plain.map((m) => receiver.deferMessage(m)));
+      const setAside = walk.setAside ? batch.filter((m) => m.sessionId === undefined) : [];
+      await Promise.all(setAside.map((m) => receiver.deferMessage(m)));
       for (const m of batch) {
         seen.add(String(m.sequenceNumber));
         active.delete(String(m.sequenceNumber));
       }
-      for (const m of plain) deferred.add(String(m.sequenceNumber));
-      const withSession = batch.filter((m) => m.sessionId !== undefined);
-      const selected = withSession.filter((m) => walk.wanted.has(String(m.sequenceNumber)));
-      held.push(...withSession.filter((m) => !selected.includes(m)));
-      await actOnLocked(receiver, selected, walk.wanted, walk.act, walk.outcome, walk.signal);
+      for (const m of setAside) deferred.add(String(m.sequenceNumber));
+      const locked = batch.filter((m) => !setAside.includes(m));
+      const selected = locked.filter((m) => walk.wanted.has(String(m.sequenceNumber)));
+      held.push(...locked.filter((m) => !selected.includes(m)));
+      await actOnLocked(receiver, selected, walk);
     }
   } finally {
     for (const m of held) await receiver.abandonMessage(m).catch(() => undefined);
@@ -187,19 +206,22 @@ async function deferActive(
   return deferred;
 }
 
+/** A locked message not acted on goes back as it came: deferred if it was, else abandoned (never deferred anew). */
+async function putBack(receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage): Promise<void> {
+  if (message.state === "deferred") await receiver.deferMessage(message).catch(() => undefined);
+  else await receiver.abandonMessage(message).catch(() => undefined);
+}
+
 async function actOnLocked(
   receiver: ServiceBusReceiver,
   locked: ServiceBusReceivedMessage[],
-  wanted: Set<string>,
-  act: Act,
-  outcome: ActOutcome,
-  signal: AbortSignal | undefined,
+  { wanted, act, outcome, signal }: Run,
 ): Promise<void> {
   for (const message of locked) {
     const seq = String(message.sequenceNumber);
     if (signal?.aborted) {
-      // Not started: deferred back at once rather than left to a lock expiry, which would count as a delivery.
-      await receiver.deferMessage(message).catch(() => undefined);
+      // Not started: put back at once rather than left to a lock expiry.
+      await putBack(receiver, message);
       continue;
     }
     try {
@@ -208,7 +230,7 @@ async function actOnLocked(
       // Its lock ran out mid-act (a replay's copy may be sent: the next round sends it again under the same
       // MessageId, which duplicate detection drops, and the inbox key stops it either way): left for the next round.
       if ((error as { code?: string }).code === "MessageLockLost") continue;
-      await receiver.deferMessage(message).catch(() => undefined);
+      await putBack(receiver, message);
       throw error;
     }
     wanted.delete(seq);

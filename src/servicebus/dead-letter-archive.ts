@@ -1,4 +1,14 @@
-import { mkdirSync, openSync, closeSync, fsyncSync, writeSync, readFileSync } from "node:fs";
+import {
+  closeSync,
+  constants,
+  fstatSync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  statSync,
+  writeSync,
+} from "node:fs";
 import { join } from "node:path";
 import type { ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSender } from "@azure/service-bus";
 import { CopyProperty } from "../domain/envelope.ts";
@@ -26,25 +36,37 @@ export interface ArchivedMessage {
   readonly partitionKey?: string;
   /** Dates become ISO strings here (JSON): a restored copy carries them as strings. */
   readonly applicationProperties: Record<string, unknown>;
+  /** Archived by an edit-and-retry (the original, before it was completed), with the body sent instead, base64. */
+  readonly editedBody?: string;
 }
 
 export interface Archive {
   /** Where the lines go. */
   readonly path: string;
-  /** Appends the message and flushes it to disk; only then may the caller delete it from Service Bus. */
-  append(message: ServiceBusReceivedMessage, info: DeadLetter): void | Promise<void>;
+  /**
+   * Appends the message (with an edit's new body) and flushes it to disk; only then may the caller delete it from
+   * Service Bus. Returns the line it was written to (1-based), for the audit.
+   */
+  append(
+    message: ServiceBusReceivedMessage,
+    info: DeadLetter,
+    edit?: { readonly editedBody: Buffer },
+  ): number | Promise<number>;
 }
 
 /**
  * A JSON-lines file per entity and day under `dir`. Each line is written and fsync'ed before the purge completes
- * the message, so a purge that dies half-way has archived at least what it removed (perhaps one more).
+ * the message, so a purge that dies half-way has archived at least what it removed (perhaps one more). The bodies
+ * are unmasked (a restore needs them whole), so the directory is the operator's alone (0700, files 0600), and one
+ * that others may read or write is refused rather than used.
  */
 export function openArchive(dir: string, entity: string, operator: string, now = () => new Date()): Archive {
-  mkdirSync(dir, { recursive: true });
+  ensurePrivateDir(dir);
+  const known = { size: -1, lines: 0 };
   const path = join(dir, `${entity.replace(/[^\w.-]+/g, "_")}-${now().toISOString().slice(0, 10)}.jsonl`);
   return {
     path,
-    append(message, info) {
+    append(message, info, edit) {
       const record: ArchivedMessage = {
         archivedAt: now().toISOString(),
         entity,
@@ -63,16 +85,77 @@ export function openArchive(dir: string, entity: string, operator: string, now =
         sessionId: message.sessionId,
         partitionKey: message.partitionKey,
         applicationProperties: { ...message.applicationProperties },
+        ...(edit ? { editedBody: edit.editedBody.toString("base64") } : {}),
       };
-      const fd = openSync(path, "a");
-      try {
-        writeSync(fd, `${JSON.stringify(record)}\n`);
-        fsyncSync(fd);
-      } finally {
-        closeSync(fd);
-      }
+      return appendDurably(dir, path, `${JSON.stringify(record)}\n`, known);
     },
   };
+}
+
+/** Creates `dir` 0700, or checks an existing one gives group and others no access (the bodies are unmasked). */
+function ensurePrivateDir(dir: string): void {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const mode = statSync(dir).mode & 0o777;
+  if ((mode & 0o077) !== 0)
+    throw new Error(
+      `the archive directory ${dir} is open to others (mode ${mode.toString(8).padStart(3, "0")}): it holds ` +
+        `unmasked bodies; run chmod 700 on it or choose another --archive-dir`,
+    );
+}
+
+/**
+ * Appends `line` and fsyncs it; a file created now (0600) has its directory fsync'ed too, so its entry survives a
+ * crash. A short write is finished, never taken as done. Returns its line number: counted from the file when its
+ * size is not what this archive last left (another console or CLI appended meanwhile), else carried on.
+ */
+function appendDurably(
+  dir: string,
+  path: string,
+  line: string,
+  known: { size: number; lines: number },
+): number {
+  let created = false;
+  let fd: number;
+  try {
+    fd = openSync(
+      path,
+      constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_EXCL,
+      0o600,
+    );
+    created = true;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+    fd = openSync(path, constants.O_WRONLY | constants.O_APPEND);
+  }
+  try {
+    const size = fstatSync(fd).size;
+    if (size !== known.size) {
+      known.lines = size === 0 ? 0 : readFileSync(path).toString("utf8").split("\n").length - 1;
+      known.size = size;
+    }
+    const bytes = Buffer.from(line);
+    for (let at = 0; at < bytes.length;) {
+      const written = writeSync(fd, bytes, at, bytes.length - at);
+      if (written <= 0) throw new Error(`writing ${path}: wrote nothing of ${bytes.length - at} bytes`);
+      at += written;
+    }
+    fsyncSync(fd);
+    known.size += bytes.length;
+    known.lines += 1;
+  } finally {
+    closeSync(fd);
+  }
+  if (created) syncDir(dir);
+  return known.lines;
+}
+
+function syncDir(dir: string): void {
+  const fd = openSync(dir, constants.O_RDONLY);
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 /** The archived messages in a file; a line that is not one (a torn last line) is named in the error. */

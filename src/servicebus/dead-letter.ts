@@ -40,6 +40,39 @@ export interface DeadLetter {
 
 export type Selector = (message: DeadLetter) => boolean;
 
+/**
+ * How many other dead letters an action with setAside (ActOptions) would defer for good: the active ones before the
+ * last selected active one, which the walk in sequence order meets first. The sentence says what that means.
+ */
+export function setAsideWarning(all: readonly DeadLetter[], selected: ReadonlySet<string>): SetAside {
+  let last: Long | undefined;
+  for (const m of all)
+    if (selected.has(m.sequenceNumber) && m.state === "active") {
+      const seq = Long.fromString(m.sequenceNumber);
+      if (last === undefined || seq.greaterThan(last)) last = seq;
+    }
+  const count =
+    last === undefined
+      ? 0
+      : all.filter(
+          (m) =>
+            m.state === "active" &&
+            !selected.has(m.sequenceNumber) &&
+            Long.fromString(m.sequenceNumber).lessThan(last),
+        ).length;
+  return {
+    count,
+    warning:
+      `${count} other dead letters will be set aside (deferred) permanently: only sbinbox or a receive by ` +
+      `sequence number can reach them`,
+  };
+}
+
+export interface SetAside {
+  readonly count: number;
+  readonly warning: string;
+}
+
 const PAGE = 100;
 
 /** Reads the dead-letter queue without locking anything (peek), oldest first, up to `max` messages. */
@@ -110,6 +143,8 @@ export interface DrainOptions extends ActOptions {
 }
 
 export interface ReplayOptions extends DrainOptions {
+  /** Runs before a copy is sent, so before its original is completed: an edit-and-retry archives the original. */
+  readonly beforeSend?: (message: ServiceBusReceivedMessage, info: DeadLetter) => Promise<void>;
   /** Runs after a copy is sent and before its dead-lettered original is completed (fault injection; tests). */
   readonly beforeComplete?: (messageId: string) => void | Promise<void>;
   /** A body to send instead of the original's (edit-and-retry), by sequence number; undefined keeps the original. */
@@ -151,6 +186,7 @@ export async function replayDeadLetters(
   const replayed: ReplayResult["replayed"] = [];
   try {
     const result = await drain(client, queue, target, options, async (receiver, message, info) => {
+      await options.beforeSend?.(message, info);
       const copyId = await sendReplay(sender, queue, message, info, options.bodyOf?.(info.sequenceNumber));
       await options.beforeComplete?.(info.messageId);
       await receiver.completeMessage(message);
@@ -217,8 +253,8 @@ export async function purgeDeadLetters(
 }
 
 /**
- * Acts on exactly the targeted dead letters (actOnDeadLetters: locked by sequence number, no other message's
- * delivery count raised); a selector is resolved against a peek of the whole dead-letter queue first.
+ * Acts on exactly the targeted dead letters (actOnDeadLetters: the others passed abandoned, or deferred with
+ * setAside); a selector is resolved against a peek of the whole dead-letter queue first.
  */
 async function drain(
   client: ServiceBusClient,

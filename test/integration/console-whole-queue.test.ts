@@ -54,6 +54,7 @@ describe("sbinbox console over the whole dead-letter queue: past the first 5,000
       entity: QUEUE,
       audit: (e) => events.push(e),
       archive: (who) => openArchive(dir, QUEUE, who),
+      setAsideAllowed: true,
       validate: (type, body) => {
         if (type !== "Order") return `no handler for ${type}`;
         const r = z.object({ n: z.number() }).safeParse(body);
@@ -105,10 +106,20 @@ describe("sbinbox console over the whole dead-letter queue: past the first 5,000
     );
   });
 
-  it("replays the newer reason past the first 5,000, and no other message's delivery count rises", async function () {
+  it("replays the newer reason past the first 5,000 with the others set aside (opt-in): the plan names how many, no other message's delivery count rises", async function () {
     const before = new Map((await peekDeadLetters(fixture.client, QUEUE)).map((m) => [m.sequenceNumber, m]));
-    const plan = await service.plan("replay", { filter: { reason: "B" } }, "alice");
+    const plain = await service.plan("replay", { filter: { reason: "B" } }, "alice");
+    assert.equal(plain.setAside, undefined, "not asked for: nothing set aside");
+    const plan = await service.plan("replay", { filter: { reason: "B" } }, "alice", { setAside: true });
     assert.equal(plan.count, B);
+    assert.equal(
+      plan.setAside?.warning,
+      `${A} other dead letters will be set aside (deferred) permanently: only sbinbox or a receive by sequence number can reach them`,
+    );
+    assert.ok(
+      events.some((e) => e.event === "plan" && e.setAside === A),
+      "the audit's plan line says how many it sets aside",
+    );
     const job = await ended(service, service.run(plan.token, "alice"));
     assert.equal(job.state, "done", JSON.stringify(job));
     assert.deepEqual(job.counts, { replayed: B });
@@ -196,7 +207,7 @@ describe("sbinbox console over the whole dead-letter queue: past the first 5,000
           async append(m, info) {
             entered = true;
             await gate;
-            await inner.append(m, info);
+            return inner.append(m, info);
           },
         };
       },
@@ -248,6 +259,18 @@ describe("sbinbox console over the whole dead-letter queue: past the first 5,000
     assert.match(planEvent.edit.sha256After, /^[0-9a-f]{64}$/);
     assert.notEqual(planEvent.edit.sha256Before, planEvent.edit.sha256After);
     assert.equal(planEvent.operator, "carol");
+    // Removed from the dead-letter queue as a purge removes: archived first, the edited body beside it.
+    const result = events.find((e) => e.event === "result" && e.action === "edit");
+    assert.ok(result && result.event === "result" && result.archived, JSON.stringify(result));
+    assert.equal(result.archived.path, job.archive);
+    const line = readArchive(result.archived.path)[result.archived.line - 1]!;
+    assert.equal(line.sequenceNumber, seq);
+    assert.equal(
+      Buffer.from(line.body, "base64").toString(),
+      JSON.stringify({ n: Number(target!.messageId.slice(2)) }),
+    );
+    assert.equal(Buffer.from(line.editedBody!, "base64").toString(), '{"n":7}');
+    assert.equal(line.operator, "carol");
   });
 
   it("masks the fields the handler marks personal, refuses them unmasked without --show-personal, and refuses their edit", async function () {

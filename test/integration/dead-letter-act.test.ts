@@ -5,6 +5,7 @@ import { sendRawMessages } from "../../src/servicebus/raw.ts";
 import { brokerConfig, useLocalBroker } from "../helpers/broker.ts";
 
 const QUEUE = "dlq-act";
+const DEFAULT = "dlq-act-default";
 
 /** Sends `count` messages m-<n> and dead-letters them, each with reason `reasonOf(n)`. */
 async function deadLetter(
@@ -38,23 +39,60 @@ async function deadLetter(
 // Bus does: what a run does to the messages it was not asked to touch is read back by peeking.
 describe("dead-letter actions act on exactly the selected messages", function () {
   this.timeout(60_000);
-  const fixture = useLocalBroker(brokerConfig({ [QUEUE]: { MaxDeliveryCount: 100 } }));
+  const fixture = useLocalBroker(
+    brokerConfig({ [QUEUE]: { MaxDeliveryCount: 100 }, [DEFAULT]: { MaxDeliveryCount: 100 } }),
+  );
 
   before(async () => {
     // 40 of reason A first, then 10 of B: B is reached only past every A.
     await deadLetter(fixture, QUEUE, 50, (n) => (n < 40 ? "A" : "B"));
   });
 
-  it("purges the newer reason without raising the delivery count of any other message, three times over", async function () {
+  it("by default abandons the others it passes: none deferred, a plain receive of the dead-letter queue still gets every one", async function () {
+    const queue = DEFAULT;
+    await deadLetter(fixture, queue, 12, (n) => (n < 10 ? "A" : "B"));
+    const before = await peekDeadLetters(fixture.client, queue);
+    const bs = before.filter((m) => m.reason === "B").map((m) => m.sequenceNumber);
+    const r = await purgeDeadLetters(fixture.client, queue, bs);
+    assert.equal(r.purged.length, 2);
+    assert.equal(r.notActed.size, 0);
+    const after = await peekDeadLetters(fixture.client, queue);
+    assert.equal(after.length, 10);
+    assert.ok(
+      after.every((m) => m.state === "active"),
+      `none deferred: ${after.filter((m) => m.state !== "active").length} are`,
+    );
+    const plain = fixture.client.createReceiver(queue, {
+      subQueueType: "deadLetter",
+      receiveMode: "receiveAndDelete",
+    });
+    try {
+      const got: string[] = [];
+      for (let i = 0; i < 5 && got.length < 10; i++)
+        for (const m of await plain.receiveMessages(10, { maxWaitTimeInMs: 1_000 }))
+          got.push(String(m.messageId));
+      assert.deepEqual(
+        got.sort(),
+        before
+          .filter((m) => m.reason === "A")
+          .map((m) => m.messageId)
+          .sort(),
+      );
+    } finally {
+      await plain.close();
+    }
+  });
+
+  it("with setAside purges the newer reason without raising the delivery count of any other message, three times over", async function () {
     const before = await peekDeadLetters(fixture.client, QUEUE);
     const countsOf = (list: typeof before) =>
       new Map(list.filter((m) => m.reason === "A").map((m) => [m.messageId, m.deliveryCount]));
     const bs = before.filter((m) => m.reason === "B").map((m) => m.sequenceNumber);
-    const first = await purgeDeadLetters(fixture.client, QUEUE, bs.slice(0, 4));
+    const first = await purgeDeadLetters(fixture.client, QUEUE, bs.slice(0, 4), { setAside: true });
     assert.equal(first.purged.length, 4);
     assert.equal(first.notActed.size, 0);
     for (const part of [bs.slice(4, 7), bs.slice(7)]) {
-      const r = await purgeDeadLetters(fixture.client, QUEUE, part);
+      const r = await purgeDeadLetters(fixture.client, QUEUE, part, { setAside: true });
       assert.equal(r.purged.length, part.length);
     }
     const after = await peekDeadLetters(fixture.client, QUEUE);

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { readArchive } from "../../src/servicebus/dead-letter-archive.ts";
@@ -218,6 +218,18 @@ describe("sbinbox dlq: list, replay and purge on the local broker, replays appli
         archived.map((r) => [r.messageId, r.reason, Buffer.from(r.body, "base64").toString()]),
         [["m-junk", "Junk", JSON.stringify({ amount: 1 })]],
       );
+      // An archive of another entity is refused, nothing sent, unless --to says where.
+      const foreign = join(dir, "foreign.jsonl");
+      await writeFile(foreign, JSON.stringify({ ...archived[0], entity: "orders-eu" }) + "\n", {
+        mode: 0o600,
+      });
+      const refused = await dlq("restore", "--archive", foreign);
+      assert.equal(refused.code, 2);
+      assert.match(
+        refused.stderr,
+        /holds messages purged from orders-eu, not dlq \(SBINBOX_QUEUE\): nothing restored; pass --to dlq/,
+      );
+      assert.equal(fixture.broker.counts(QUEUE).active, 0, "nothing sent");
       // Restored, the purged message is applied once, as a replay would have been.
       const restored = await dlq("restore", "--archive", join(dir, file!), "--id", "m-junk");
       assert.equal(restored.code, 0, restored.stderr);
@@ -225,6 +237,9 @@ describe("sbinbox dlq: list, replay and purge on the local broker, replays appli
       await process(1);
       assert.equal(await credits("m-junk"), 1);
       assert.equal((await dlq("restore", "--archive", join(dir, file!), "--id", "other")).code, 1);
+      const told = await dlq("restore", "--archive", foreign, "--to", QUEUE);
+      assert.equal(told.code, 0, told.stderr);
+      assert.match(told.stdout, /restored 1 message\(s\) to dlq/);
     } finally {
       await rm(dir, { recursive: true, force: true });
     }

@@ -91,7 +91,7 @@ var metricRules = [
   }
   {
     name: 'sql-connections-failed'
-    description: 'Connections to Azure SQL failed: the workers retry and may pause receiving. Check the firewall, the private endpoint, the managed identity\'s login: ${runbookUrl}#sql-connections-failed'
+    description: 'Connections to Azure SQL failed on the service side (connection_failed counts system errors only, not user errors or firewall blocks): the workers retry and may pause receiving. Check the database\'s resource health: ${runbookUrl}#sql-connections-failed'
     severity: 2
     scope: sqlDatabaseResourceId
     namespace: 'Microsoft.Sql/servers/databases'
