@@ -1,6 +1,7 @@
 /**
  * The first error in `error`'s chain (itself, then its `cause` and an AggregateError's `errors`, breadth first)
- * that the store's own driver raised, or undefined. Handlers often wrap what their statement threw
+ * for which `isDriverError` holds (the store's own driver raised it; also used for any mark an error carries), or
+ * undefined. Handlers often wrap what their statement threw
  * (`new Error(msg, { cause })`, `AggregateError`): an outage on the store's connection must stay an outage
  * however deep the handler put it, while the same codes on an error the handler built stay the handler's.
  */

@@ -1,3 +1,5 @@
+import { driverErrorInChain } from "./error-links.ts";
+
 /**
  * Which of a handler's statements an error is the database's answer to, so that the failure can name it (the log
  * line, the dead-letter description): the paths that send a handler's statements note each failure here, and the
@@ -28,21 +30,8 @@ export function statementsText(statements: readonly { readonly sql: string }[]):
  * (breadth first, a few links deep, as handlers wrap).
  */
 export function failedStatement(error: unknown): string | undefined {
-  const seen = new Set<object>();
-  let level: unknown[] = [error];
-  for (let depth = 0; depth < 8 && level.length > 0; depth += 1) {
-    const next: unknown[] = [];
-    for (const e of level) {
-      if (typeof e !== "object" || e === null || seen.has(e)) continue;
-      seen.add(e);
-      const sql = statements.get(e);
-      if (sql !== undefined) return sql;
-      next.push((e as { cause?: unknown }).cause);
-      if (e instanceof AggregateError) next.push(...(e.errors as unknown[]));
-    }
-    level = next;
-  }
-  return undefined;
+  const failed = driverErrorInChain(error, (e) => statements.has(e));
+  return failed === undefined ? undefined : statements.get(failed);
 }
 
 /** A statement's text on one line and at most `max` characters: for a log line or a dead-letter description. */

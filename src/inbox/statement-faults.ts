@@ -1,4 +1,5 @@
 import type { Dialect } from "../domain/sql.ts";
+import { driverErrorInChain } from "./error-links.ts";
 import { sqlServerErrorNumbers } from "./sqlserver/error-chain.ts";
 
 /**
@@ -208,19 +209,9 @@ function codesOf(dialect: Dialect): ReadonlySet<string> {
 export function awaitsMigration(dialect: Dialect, error: unknown): boolean {
   const codes = MIGRATION_CODES[dialect];
   if (dialect === "sqlserver") return sqlServerErrorNumbers(error).some((n) => codes.has(String(n)));
-  const seen = new Set<object>();
-  let level: unknown[] = [error];
-  for (let depth = 0; depth < 8 && level.length > 0; depth += 1) {
-    const next: unknown[] = [];
-    for (const e of level) {
-      if (typeof e !== "object" || e === null || seen.has(e)) continue;
-      seen.add(e);
-      const { code, severity, cause } = e as { code?: unknown; severity?: unknown; cause?: unknown };
-      if (typeof code === "string" && typeof severity === "string" && codes.has(code)) return true;
-      next.push(cause);
-      if (e instanceof AggregateError) next.push(...(e.errors as unknown[]));
-    }
-    level = next;
-  }
-  return false;
+  const awaiting = driverErrorInChain(error, (e) => {
+    const { code, severity } = e as { code?: unknown; severity?: unknown };
+    return typeof code === "string" && typeof severity === "string" && codes.has(code);
+  });
+  return awaiting !== undefined;
 }
