@@ -1,17 +1,18 @@
-import { context, ROOT_CONTEXT, type Context } from "@opentelemetry/api";
+import type { Context } from "@opentelemetry/api";
 import { HandlerRegistry, type IncomingMessage } from "../domain/envelope.ts";
 import { within } from "../domain/within.ts";
 import { QueueReceiver, type QueueReceiverOptions } from "../servicebus/receiver.ts";
 import { SessionQueueReceiver } from "../servicebus/session-receiver.ts";
 import { entityAnswer } from "../servicebus/entity-check.ts";
-import { workerMetrics } from "../telemetry/metrics.ts";
-import { silentLogger } from "../telemetry/logger.ts";
+import { workerMetrics, type WorkerMetrics } from "../telemetry/metrics.ts";
+import { silentLogger, type Logger } from "../telemetry/logger.ts";
 import { errorType } from "../servicebus/tracing.ts";
 import { Batcher, joinsWherePays, type BatchOutcome } from "./batcher.ts";
 import { refuseSubscription } from "../domain/entity.ts";
 import { createMessageLoop } from "./message-loop.ts";
 import { defaultRetryPolicy } from "./retry-policy.ts";
 import { ProgressMonitor } from "./progress.ts";
+import { OutagePause } from "./outage.ts";
 import { createLinkProbe } from "../servicebus/link-probe.ts";
 import type { Readiness, Worker, WorkerOptions, WorkerStats } from "./worker-types.ts";
 
@@ -20,8 +21,8 @@ export type { Readiness, Worker, WorkerOptions, WorkerStats } from "./worker-typ
 
 /**
  * The worker: a peek-lock receiver whose every message goes through the inbox. On a database outage it stops
- * taking messages, probes the database with backoff, and resumes when it answers, so healthy messages are not
- * burned into the dead-letter queue by repeated abandons.
+ * taking messages, probes the database with backoff, and resumes when it answers (OutagePause), so healthy
+ * messages are not burned into the dead-letter queue by repeated abandons.
  */
 export function createWorker(options: WorkerOptions): Worker {
   refuseSubscription(options.queue, "the worker");
@@ -30,37 +31,11 @@ export function createWorker(options: WorkerOptions): Worker {
     options.handlers instanceof HandlerRegistry ? options.handlers : new HandlerRegistry(options.handlers);
   const store = options.store;
   const gracePeriodMs = options.gracePeriodMs ?? 20_000;
-  const backoffMin = options.outageBackoffMinMs ?? 250;
-  const backoffMax = options.outageBackoffMaxMs ?? 15_000;
   const probeTimeoutMs = options.probeTimeoutMs ?? 2_000;
-  const stats: WorkerStats = {
-    committed: 0,
-    duplicate: 0,
-    poison: 0,
-    failed: 0,
-    settled: 0,
-    settlementFailures: 0,
-    outages: 0,
-    held: 0,
-    retriesWaited: 0,
-    retriesScheduled: 0,
-    retriesExhausted: 0,
-  };
-  const policy = options.retryPolicy ?? defaultRetryPolicy;
+  const stats = emptyStats();
   const maxAutoLockRenewalMs = options.maxAutoLockRenewalMs ?? 300_000;
   const telemetry = workerMetrics();
-  let stopObservingClaims: (() => void) | undefined;
   const batcher = createBatcher(options, (size, outcome) => telemetry.recordBatch(size, outcome));
-
-  let started = false;
-  let stopping = false;
-  let paused = false;
-  let outageLoop: Promise<void> | undefined;
-  let wakeOutage: (() => void) | undefined;
-  // Settles with true when the current outage is over, false when the worker stops first.
-  let recovery: Promise<boolean> = Promise.resolve(true);
-  let endRecovery: (recovered: boolean) => void = () => undefined;
-  const timers: NodeJS.Timeout[] = [];
   const progress = new ProgressMonitor({
     ...options.progress,
     probe: createLinkProbe(options.client, options.queue),
@@ -68,6 +43,20 @@ export function createWorker(options: WorkerOptions): Worker {
     queue: options.queue,
   });
 
+  let started = false;
+  let stopping = false;
+  const probeDatabase = () => probeWithin(store, probeTimeoutMs);
+  const outage = new OutagePause({
+    receiver: () => receiver,
+    probe: probeDatabase,
+    isStopping: () => stopping,
+    logger,
+    stats,
+    telemetry,
+    backoffMinMs: options.outageBackoffMinMs ?? 250,
+    backoffMaxMs: options.outageBackoffMaxMs ?? 15_000,
+    gracePeriodMs,
+  });
   const loop = createMessageLoop({
     options,
     store,
@@ -76,14 +65,13 @@ export function createWorker(options: WorkerOptions): Worker {
     stats,
     telemetry,
     batcher,
-    policy,
+    policy: options.retryPolicy ?? defaultRetryPolicy,
     maxAutoLockRenewalMs,
     isStopping: () => stopping,
-    enterOutage,
-    recovery: () => recovery,
+    enterOutage: () => outage.enter(),
+    recovery: () => outage.recovery,
   });
-
-  const receiverOptions: QueueReceiverOptions = {
+  const receiver = createReceiver(options, {
     client: options.client,
     queue: options.queue,
     maxConcurrentCalls: options.maxConcurrentCalls ?? DEFAULT_MAX_CONCURRENT_CALLS,
@@ -93,111 +81,15 @@ export function createWorker(options: WorkerOptions): Worker {
     handle: (message: IncomingMessage, ctx: Context, held?: AbortSignal) => loop.handle(message, ctx, held),
     beforeSettle: options.beforeSettle,
     beforeComplete: options.beforeComplete,
-    onReceiveError: (error, linkOpen) => progress.receiveError(error, linkOpen),
-    onReceived: () => {
-      progress.received();
-      telemetry.recordConsumed(options.queue);
-    },
-    onSettled: (decision, result) => {
-      progress.settled(result);
-      if (result.settled) stats.settled += 1;
-      else stats.settlementFailures += 1;
-      telemetry.recordSettlement({
-        queue: options.queue,
-        disposition: result.disposition,
-        errorType: result.settled ? undefined : errorType(result.error),
-      });
-      telemetry.recordProcessed({
-        queue: options.queue,
-        outcome: decision.outcome,
-        durationMs: result.durationMs,
-        errorType:
-          decision.disposition === "dead_letter"
-            ? decision.reason
-            : decision.disposition === "abandon" || decision.disposition === "reschedule"
-              ? decision.errorClass
-              : undefined,
-      });
-    },
-  };
-  const sessions = options.sessions;
-  const receiver = sessions
-    ? new SessionQueueReceiver({
-        ...receiverOptions,
-        maxSessions: sessions.maxSessions,
-        sessionIdleMs: sessions.idleMs,
-      })
-    : new QueueReceiver(receiverOptions);
-
-  function enterOutage(): void {
-    if (paused || stopping) return;
-    paused = true;
-    recovery = new Promise<boolean>((resolve) => (endRecovery = resolve));
-    stats.outages += 1;
-    logger.warn("database unreachable: receiving paused until it answers");
-    // Outside the message's span that noticed the outage: the pause outlives it, and its probes are their own.
-    outageLoop = context
-      .with(ROOT_CONTEXT, () => runOutage())
-      .catch((error: unknown) => logger.error("outage loop failed", { error }));
-  }
-
-  async function runOutage(): Promise<void> {
-    const began = Date.now();
-    // Stop taking messages; the link stays, so messages waiting for the database keep their locks.
-    await receiver.pause();
-    let wait = backoffMin;
-    while (!stopping) {
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, wait);
-        wakeOutage = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-      wakeOutage = undefined;
-      if (stopping) break;
-      try {
-        await probeDatabase();
-        break;
-      } catch (error) {
-        logger.info("database still unreachable", { nextProbeMs: Math.min(wait * 2, backoffMax), error });
-        wait = Math.min(wait * 2, backoffMax);
-      }
-    }
-    endRecovery(!stopping);
-    if (stopping) return;
-    // The waiting messages retry and settle on the old link; then it closes and a new subscription starts.
-    await receiver.detach(gracePeriodMs);
-    telemetry.recordOutagePause(Date.now() - began);
-    logger.info("database answers again: receiving resumed", { pausedMs: Date.now() - began });
-    paused = false;
-    if (!stopping) receiver.start();
-  }
-
-  /** One database probe, bounded: a database that does not answer within probeTimeoutMs fails it. */
-  async function probeDatabase(): Promise<void> {
-    if (!(await within(store.ping(), probeTimeoutMs)))
-      throw new Error(`database probe timed out after ${probeTimeoutMs} ms`);
-  }
-
-  function every(intervalMs: number | undefined, name: string, task: () => Promise<unknown>): void {
-    if (!intervalMs) return;
-    let running = false;
-    const timer = setInterval(() => {
-      if (running || paused) return;
-      running = true;
-      task()
-        .catch((error: unknown) => logger.warn(`${name} failed`, { error }))
-        .finally(() => (running = false));
-    }, intervalMs);
-    timer.unref();
-    timers.push(timer);
-  }
+    ...receiverHooks(options.queue, progress, stats, telemetry),
+  });
+  const chores = new Chores(logger, () => outage.paused);
+  let stopObservingClaims: (() => void) | undefined;
 
   return {
     stats,
     get paused() {
-      return paused;
+      return outage.paused;
     },
     get inFlight() {
       return receiver.stats.inFlight;
@@ -215,18 +107,7 @@ export function createWorker(options: WorkerOptions): Worker {
       receiver.start();
       progress.start();
       stopObservingClaims = telemetry.observeOpenClaims(() => store.countOpenClaims());
-      const claimTimeoutMs = options.claimTimeoutMs ?? 300_000;
-      every(options.sweepIntervalMs ?? 60_000, "claim sweep", async () => {
-        const swept = await store.sweepStaleClaims(claimTimeoutMs);
-        if (swept > 0) logger.info("stale two-phase claims made retryable", { swept });
-      });
-      const retentionMs = options.retentionMs;
-      if (retentionMs !== undefined) {
-        every(options.cleanupIntervalMs, "inbox cleanup", async () => {
-          const deleted = await store.cleanup(retentionMs);
-          if (deleted > 0) logger.info("old inbox rows deleted", { deleted });
-        });
-      }
+      scheduleChores(chores, options, logger);
       logger.info("worker started", {
         queue: options.queue,
         consumer: options.consumer,
@@ -236,12 +117,11 @@ export function createWorker(options: WorkerOptions): Worker {
     async stop() {
       if (stopping) return;
       stopping = true;
-      for (const timer of timers) clearInterval(timer);
+      chores.stop();
       stopObservingClaims?.();
       loop.wakeRetryWaits();
       batcher?.flush();
-      wakeOutage?.();
-      await outageLoop;
+      await outage.stop();
       await receiver.detach(gracePeriodMs);
       await progress.stop();
       stats.held = receiver.stats.held;
@@ -258,13 +138,130 @@ export function createWorker(options: WorkerOptions): Worker {
       const serviceBus = progress.state;
       return {
         ready: attached && database === "ok" && serviceBus === "ok" && !stopping,
-        status: stopping ? "stopping" : paused ? "paused" : "running",
+        status: stopping ? "stopping" : outage.paused ? "paused" : "running",
         receiver: attached ? "attached" : "detached",
         database,
         serviceBus,
       };
     },
   };
+}
+
+function emptyStats(): WorkerStats {
+  return {
+    committed: 0,
+    duplicate: 0,
+    poison: 0,
+    failed: 0,
+    settled: 0,
+    settlementFailures: 0,
+    outages: 0,
+    held: 0,
+    retriesWaited: 0,
+    retriesScheduled: 0,
+    retriesExhausted: 0,
+  };
+}
+
+/** One database probe, bounded: a database that does not answer within timeoutMs fails it. */
+async function probeWithin(store: WorkerOptions["store"], timeoutMs: number): Promise<void> {
+  if (!(await within(store.ping(), timeoutMs)))
+    throw new Error(`database probe timed out after ${timeoutMs} ms`);
+}
+
+function createReceiver(options: WorkerOptions, receiverOptions: QueueReceiverOptions): QueueReceiver {
+  const sessions = options.sessions;
+  return sessions
+    ? new SessionQueueReceiver({
+        ...receiverOptions,
+        maxSessions: sessions.maxSessions,
+        sessionIdleMs: sessions.idleMs,
+      })
+    : new QueueReceiver(receiverOptions);
+}
+
+/** What the receiver reports back: the link monitor hears of receives, and each settlement is counted. */
+function receiverHooks(
+  queue: string,
+  progress: ProgressMonitor,
+  stats: WorkerStats,
+  telemetry: WorkerMetrics,
+): Pick<QueueReceiverOptions, "onReceiveError" | "onReceived" | "onSettled"> {
+  return {
+    onReceiveError: (error, linkOpen) => progress.receiveError(error, linkOpen),
+    onReceived: () => {
+      progress.received();
+      telemetry.recordConsumed(queue);
+    },
+    onSettled: (decision, result) => {
+      progress.settled(result);
+      if (result.settled) stats.settled += 1;
+      else stats.settlementFailures += 1;
+      telemetry.recordSettlement({
+        queue,
+        disposition: result.disposition,
+        errorType: result.settled ? undefined : errorType(result.error),
+      });
+      telemetry.recordProcessed({
+        queue,
+        outcome: decision.outcome,
+        durationMs: result.durationMs,
+        errorType:
+          decision.disposition === "dead_letter"
+            ? decision.reason
+            : decision.disposition === "abandon" || decision.disposition === "reschedule"
+              ? decision.errorClass
+              : undefined,
+      });
+    },
+  };
+}
+
+/** The inbox's periodic chores: the two-phase claim sweep and retention cleanup. */
+function scheduleChores(chores: Chores, options: WorkerOptions, logger: Logger): void {
+  const store = options.store;
+  const claimTimeoutMs = options.claimTimeoutMs ?? 300_000;
+  chores.every(options.sweepIntervalMs ?? 60_000, "claim sweep", async () => {
+    const swept = await store.sweepStaleClaims(claimTimeoutMs);
+    if (swept > 0) logger.info("stale two-phase claims made retryable", { swept });
+  });
+  const retentionMs = options.retentionMs;
+  if (retentionMs === undefined) return;
+  chores.every(options.cleanupIntervalMs, "inbox cleanup", async () => {
+    const deleted = await store.cleanup(retentionMs);
+    if (deleted > 0) logger.info("old inbox rows deleted", { deleted });
+  });
+}
+
+/** Interval tasks that never overlap themselves and skip their turn while the database is paused. */
+class Chores {
+  private readonly timers: NodeJS.Timeout[] = [];
+
+  private readonly logger: Logger;
+  private readonly paused: () => boolean;
+
+  constructor(logger: Logger, paused: () => boolean) {
+    this.logger = logger;
+    this.paused = paused;
+  }
+
+  every(intervalMs: number | undefined, name: string, task: () => Promise<unknown>): void {
+    if (!intervalMs) return;
+    let running = false;
+    const timer = setInterval(() => {
+      if (running || this.paused()) return;
+      running = true;
+      task()
+        .catch((error: unknown) => this.logger.warn(`${name} failed`, { error }))
+        .finally(() => (running = false));
+    }, intervalMs);
+    timer.unref();
+    this.timers.push(timer);
+  }
+
+  stop(): void {
+    for (const timer of this.timers) clearInterval(timer);
+  }
 }
 
 /** The batcher when batches are on (batchSize above 1 and a store that can run them). */
