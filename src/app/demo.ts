@@ -1,10 +1,16 @@
 import { deriveMessageId } from "../servicebus/message-id.ts";
 import { demoEvent } from "../example/demo-events.ts";
 import { balancesMatch, tally } from "./demo-checks.ts";
-import { runDemoHarness, type DemoOptions, type DemoResult } from "./demo-harness.ts";
+import {
+  runDemoHarness,
+  type Alongside,
+  type DemoOptions,
+  type DemoResult,
+  type DemoRun,
+} from "./demo-harness.ts";
 import { startUpstream, type Upstream } from "./demo-upstream.ts";
 import { withoutSbinboxSettings } from "./demo-workers.ts";
-import { localWorkerEnv, startLocalStack } from "./local-stack.ts";
+import { localWorkerEnv, startLocalStack, type LocalStack } from "./local-stack.ts";
 
 const QUEUE = "sbinbox";
 const CONSUMER = "sbinbox-demo";
@@ -34,13 +40,7 @@ export function runDemo(options: DemoOptions): Promise<DemoResult> {
     const dropped = new Map<string, number>();
     broker.onDuplicateDropped(QUEUE, (id) => dropped.set(id, (dropped.get(id) ?? 0) + 1));
     out(`migrated: ${migrated.applied.join(", ") || "nothing pending"}; example tables ready`);
-
-    // The upstream half: its own database, transfers and outbox rows in one transaction, a relay process that is
-    // killed (SIGKILL) half-way and replaced.
-    let upstream: Upstream | undefined;
-    let upstreamRun: Promise<void> | undefined;
-    let outcome: Awaited<ReturnType<Upstream["outcome"]>> | undefined;
-    const upstreamCount = Math.max(20, Math.floor(options.count / 4));
+    const upstream = upstreamHalf(stack, Math.max(20, Math.floor(options.count / 4)), cleanups, out);
     return {
       broker,
       target: QUEUE,
@@ -55,112 +55,170 @@ export function runDemo(options: DemoOptions): Promise<DemoResult> {
         },
       ],
       event: demoEvent,
-      alongside: {
-        async start(runId) {
-          const up = await startUpstream(stack, {
-            runId,
-            rollbackEvery: ROLLBACK_EVERY,
-            env: withoutSbinboxSettings(process.env),
-          });
-          upstream = up;
-          cleanups.push(() => up.close());
-          await up.startRelay();
-          upstreamRun = (async () => {
-            await up.run(Math.floor(upstreamCount / 2));
-            up.relays[0]!.kill("SIGKILL");
-            await up.startRelay();
-            await up.run(upstreamCount - Math.floor(upstreamCount / 2));
-          })();
-        },
-        async finish() {
-          await upstreamRun;
-          outcome = await upstream!.outcome();
-          out(
-            `upstream: ${outcome.committed.length} transactions committed and ${outcome.rolledBack} rolled back, ` +
-              `each with its event in the outbox; the relay was killed once and replaced`,
-          );
-          return outcome.committed;
-        },
-        async settled() {
-          return (await upstream!.unsent()) === 0;
-        },
-      },
+      alongside: upstream,
       async report(run) {
-        const { events, resent, poison, expected, killed } = run;
-        const upstreamOutcome = outcome!;
-        // The flaky event's failure is retried under the lock (in place) or, by a worker stopping meanwhile, by a
-        // scheduled copy; none is abandoned (`failed` counts a session's unsettled messages only).
-        const { duplicate: duplicates, retriesWaited, retriesScheduled } = run.stats.get(CONSUMER)!;
-        const retries = retriesWaited + retriesScheduled;
-        const { perMessage, effects, lost, doubled, unexpected } = await tally(db.sql, expected);
-        const balances = await balancesMatch(db.sql, [...events, ...upstreamOutcome.committed]);
-        const upstreamIds = upstreamOutcome.committed.map((e) => deriveMessageId(e.type, e.key));
-        const upstreamEffects = upstreamIds.reduce((sum, id) => sum + (perMessage.get(id) ?? 0), 0);
-        const rolledBackApplied = upstreamOutcome.notCommitted.filter((e) =>
-          perMessage.has(deriveMessageId(e.type, e.key)),
-        ).length;
-        const transfers = upstreamOutcome.committed.length;
-        // The RESULT line's `effects` stays what it was: the effects of the published events; upstream ones follow.
-        const publishedEffects = events.reduce(
-          (sum, e) => sum + (perMessage.get(deriveMessageId(e.type, e.key)) ?? 0),
-          0,
-        );
-        const counts = broker.counts(QUEUE);
-        const deadLettered = counts.deadLettered;
-        const resends = resent.length;
-        // Every resend must be dropped; one dropped twice (the publisher's own resend of it) counts twice.
-        const resendsDropped = resent.reduce((sum, id) => sum + (dropped.get(id) ?? 0), 0);
-        const upstreamIdSet = new Set(upstreamIds);
-        let upstreamDropped = 0;
-        for (const [id, n] of dropped) if (upstreamIdSet.has(id)) upstreamDropped += n;
-
-        out(
-          `  events published          ${events.length} distinct, ${resends} resent, ${poison.length} poison`,
-        );
-        out(`  resends dropped by broker ${resendsDropped} (duplicate detection on the derived MessageId)`);
-        out(
-          `  relay copies dropped      ${upstreamDropped} (resent by the replacement relay; ` +
-            `${counts.duplicatesDropped} dropped on the queue in all)`,
-        );
-        out(`  worker killed after commit ${killed} (its message redelivered and absorbed by the inbox)`);
-        out(
-          `  duplicates in the inbox   ${duplicates} (redeliveries found already done, completed without effect)`,
-        );
-        out(
-          `  transient failures        ${retries} retried (${retriesWaited} in place on the same delivery, ` +
-            `${retriesScheduled} by a scheduled copy), then applied`,
-        );
-        out(`  dead-lettered             ${deadLettered} (poison, at once, with a reason)`);
-        out(
-          `  effects                   ${effects} credit rows; lost ${lost}, doubled ${doubled}, unexpected ${unexpected}`,
-        );
-        out(
-          `  upstream                  ${transfers} transfers committed, ${upstreamOutcome.rolledBack} rolled back; ` +
-            `${upstreamEffects} downstream effects for them, ${rolledBackApplied} for rolled-back ones`,
-        );
-        out(`  account balances          ${balances ? "match the events" : "DO NOT match the events"}`);
-        const ok =
-          lost === 0 &&
-          doubled === 0 &&
-          unexpected === 0 &&
-          effects === expected.size &&
-          upstreamOutcome.notCommitted.length === upstreamOutcome.rolledBack &&
-          upstreamEffects === transfers &&
-          rolledBackApplied === 0 &&
-          deadLettered === poison.length &&
-          resendsDropped === resends &&
-          resent.every((id) => dropped.has(id)) &&
-          killed >= 1 &&
-          balances;
+        const figures = await demoFigures(run, stack, upstream.outcome(), dropped);
+        printFigures(figures, out);
+        const ok = holds(figures);
         out(ok ? "  verdict                   exactly once: it holds" : "  verdict                   FAILED");
-        const result =
-          `RESULT distinct=${events.length} effects=${publishedEffects} resends=${resends} ` +
-          `dropped_by_broker=${resendsDropped} duplicates_in_inbox=${duplicates} retries=${retries} poison=${poison.length} ` +
-          `deadlettered=${deadLettered} lost=${lost} doubled=${doubled} ` +
-          `upstream=${transfers} upstream_effects=${upstreamEffects} upstream_rolled_back=${upstreamOutcome.rolledBack} ` +
-          `rolled_back_effects=${rolledBackApplied} upstream_dropped_by_broker=${upstreamDropped}`;
-        return { ok, result };
+        return { ok, result: resultLine(figures) };
       },
     };
   });
+}
+
+type UpstreamOutcome = Awaited<ReturnType<Upstream["outcome"]>>;
+
+/**
+ * The upstream half: its own database, transfers and outbox rows in one transaction, a relay process that is
+ * killed (SIGKILL) half-way and replaced.
+ */
+function upstreamHalf(
+  stack: LocalStack,
+  count: number,
+  cleanups: (() => Promise<void>)[],
+  out: (line: string) => void,
+): Alongside & { outcome(): UpstreamOutcome } {
+  let upstream: Upstream | undefined;
+  let run: Promise<void> | undefined;
+  let outcome: UpstreamOutcome | undefined;
+  return {
+    async start(runId) {
+      const up = await startUpstream(stack, {
+        runId,
+        rollbackEvery: ROLLBACK_EVERY,
+        env: withoutSbinboxSettings(process.env),
+      });
+      upstream = up;
+      cleanups.push(() => up.close());
+      await up.startRelay();
+      run = (async () => {
+        await up.run(Math.floor(count / 2));
+        up.relays[0]!.kill("SIGKILL");
+        await up.startRelay();
+        await up.run(count - Math.floor(count / 2));
+      })();
+    },
+    async finish() {
+      await run;
+      outcome = await upstream!.outcome();
+      out(
+        `upstream: ${outcome.committed.length} transactions committed and ${outcome.rolledBack} rolled back, ` +
+          `each with its event in the outbox; the relay was killed once and replaced`,
+      );
+      return outcome.committed;
+    },
+    async settled() {
+      return (await upstream!.unsent()) === 0;
+    },
+    outcome: () => outcome!,
+  };
+}
+
+/** What the report counts: the run's, the database's, the broker's and the upstream's figures. */
+async function demoFigures(
+  run: DemoRun,
+  stack: LocalStack,
+  upstreamOutcome: UpstreamOutcome,
+  dropped: ReadonlyMap<string, number>,
+) {
+  const { events, resent, poison, expected, killed } = run;
+  const sql = stack.db.sql;
+  // The flaky event's failure is retried under the lock (in place) or, by a worker stopping meanwhile, by a
+  // scheduled copy; none is abandoned (`failed` counts a session's unsettled messages only).
+  const { duplicate: duplicates, retriesWaited, retriesScheduled } = run.stats.get(CONSUMER)!;
+  const { perMessage, effects, lost, doubled, unexpected } = await tally(sql, expected);
+  const effectsOf = (e: { type: string; key: string }) => perMessage.get(deriveMessageId(e.type, e.key)) ?? 0;
+  const upstreamIds = new Set(upstreamOutcome.committed.map((e) => deriveMessageId(e.type, e.key)));
+  const counts = stack.broker.counts(QUEUE);
+  let upstreamDropped = 0;
+  for (const [id, n] of dropped) if (upstreamIds.has(id)) upstreamDropped += n;
+  return {
+    events: events.length,
+    resent,
+    resends: resent.length,
+    // Every resend must be dropped; one dropped twice (the publisher's own resend of it) counts twice.
+    resendsDropped: resent.reduce((sum, id) => sum + (dropped.get(id) ?? 0), 0),
+    everyResendDropped: resent.every((id) => dropped.has(id)),
+    poison: poison.length,
+    killed,
+    duplicates,
+    retriesWaited,
+    retriesScheduled,
+    retries: retriesWaited + retriesScheduled,
+    effects,
+    expected: expected.size,
+    lost,
+    doubled,
+    unexpected,
+    // The RESULT line's `effects` stays what it was: the effects of the published events; upstream ones follow.
+    publishedEffects: events.reduce((sum, e) => sum + effectsOf(e), 0),
+    balances: await balancesMatch(sql, [...events, ...upstreamOutcome.committed]),
+    deadLettered: counts.deadLettered,
+    duplicatesDroppedOnQueue: counts.duplicatesDropped,
+    transfers: upstreamOutcome.committed.length,
+    upstreamRolledBack: upstreamOutcome.rolledBack,
+    upstreamNotCommitted: upstreamOutcome.notCommitted.length,
+    upstreamEffects: upstreamOutcome.committed.reduce((sum, e) => sum + effectsOf(e), 0),
+    rolledBackApplied: upstreamOutcome.notCommitted.filter((e) =>
+      perMessage.has(deriveMessageId(e.type, e.key)),
+    ).length,
+    upstreamDropped,
+  };
+}
+
+type DemoFigures = Awaited<ReturnType<typeof demoFigures>>;
+
+function printFigures(f: DemoFigures, out: (line: string) => void): void {
+  out(`  events published          ${f.events} distinct, ${f.resends} resent, ${f.poison} poison`);
+  out(`  resends dropped by broker ${f.resendsDropped} (duplicate detection on the derived MessageId)`);
+  out(
+    `  relay copies dropped      ${f.upstreamDropped} (resent by the replacement relay; ` +
+      `${f.duplicatesDroppedOnQueue} dropped on the queue in all)`,
+  );
+  out(`  worker killed after commit ${f.killed} (its message redelivered and absorbed by the inbox)`);
+  out(
+    `  duplicates in the inbox   ${f.duplicates} (redeliveries found already done, completed without effect)`,
+  );
+  out(
+    `  transient failures        ${f.retries} retried (${f.retriesWaited} in place on the same delivery, ` +
+      `${f.retriesScheduled} by a scheduled copy), then applied`,
+  );
+  out(`  dead-lettered             ${f.deadLettered} (poison, at once, with a reason)`);
+  out(
+    `  effects                   ${f.effects} credit rows; lost ${f.lost}, doubled ${f.doubled}, unexpected ${f.unexpected}`,
+  );
+  out(
+    `  upstream                  ${f.transfers} transfers committed, ${f.upstreamRolledBack} rolled back; ` +
+      `${f.upstreamEffects} downstream effects for them, ${f.rolledBackApplied} for rolled-back ones`,
+  );
+  out(`  account balances          ${f.balances ? "match the events" : "DO NOT match the events"}`);
+}
+
+/** Exactly once, end to end: nothing lost, doubled or invented, every resend dropped, the poison dead-lettered. */
+function holds(f: DemoFigures): boolean {
+  return (
+    f.lost === 0 &&
+    f.doubled === 0 &&
+    f.unexpected === 0 &&
+    f.effects === f.expected &&
+    f.upstreamNotCommitted === f.upstreamRolledBack &&
+    f.upstreamEffects === f.transfers &&
+    f.rolledBackApplied === 0 &&
+    f.deadLettered === f.poison &&
+    f.resendsDropped === f.resends &&
+    f.everyResendDropped &&
+    f.killed >= 1 &&
+    f.balances
+  );
+}
+
+function resultLine(f: DemoFigures): string {
+  return (
+    `RESULT distinct=${f.events} effects=${f.publishedEffects} resends=${f.resends} ` +
+    `dropped_by_broker=${f.resendsDropped} duplicates_in_inbox=${f.duplicates} retries=${f.retries} poison=${f.poison} ` +
+    `deadlettered=${f.deadLettered} lost=${f.lost} doubled=${f.doubled} ` +
+    `upstream=${f.transfers} upstream_effects=${f.upstreamEffects} upstream_rolled_back=${f.upstreamRolledBack} ` +
+    `rolled_back_effects=${f.rolledBackApplied} upstream_dropped_by_broker=${f.upstreamDropped}`
+  );
 }
