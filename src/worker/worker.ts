@@ -5,6 +5,7 @@ import { QueueReceiver, type QueueReceiverOptions } from "../servicebus/receiver
 import { SessionQueueReceiver } from "../servicebus/session-receiver.ts";
 import { entityAnswer } from "../servicebus/entity-check.ts";
 import { workerMetrics } from "../telemetry/metrics.ts";
+import { cleanupPass } from "./cleanup-pass.ts";
 import { silentLogger } from "../telemetry/logger.ts";
 import { errorType } from "../servicebus/tracing.ts";
 import { Batcher, joinsWherePays, type BatchOutcome } from "./batcher.ts";
@@ -222,10 +223,7 @@ export function createWorker(options: WorkerOptions): Worker {
       });
       const retentionMs = options.retentionMs;
       if (retentionMs !== undefined) {
-        every(options.cleanupIntervalMs, "inbox cleanup", async () => {
-          const deleted = await store.cleanup(retentionMs);
-          if (deleted > 0) logger.info("old inbox rows deleted", { deleted });
-        });
+        every(options.cleanupIntervalMs, "inbox cleanup", () => cleanupPass(store, retentionMs, logger));
       }
       logger.info("worker started", {
         queue: options.queue,

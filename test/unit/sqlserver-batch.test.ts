@@ -3,7 +3,8 @@ import mssql from "mssql";
 import type { SqlResult } from "../../src/domain/sql.ts";
 import { InboxCore, type InboxDriver, type InboxTransaction } from "../../src/inbox/core.ts";
 import { classifySqlServerError } from "../../src/inbox/sqlserver/classify.ts";
-import { batchStatements, statements } from "../../src/inbox/sqlserver/statements.ts";
+import { batchStatements, legacy, statements } from "../../src/inbox/sqlserver/statements.ts";
+import { messageKey } from "../../src/inbox/message-key.ts";
 
 /** A 2627 as mssql raises it: what the multi-row marker insert meets when one of its keys exists. */
 function uniqueViolation(): mssql.RequestError {
@@ -39,9 +40,16 @@ function store(insertFails: boolean, found: string[] = []) {
     dialect: "sqlserver",
     statements,
     batchStatements,
+    legacy,
     query: <R>(sql: string, params: readonly unknown[] = []) => {
+      // Registering the consumer, and asking for the legacy table (there is none), are not the batch's own.
+      if (sql === statements.registerConsumer || sql === legacy.exists)
+        return Promise.resolve({ rows: [] as R[], rowCount: 0 });
       log.push({ sql, params });
-      return Promise.resolve({ rows: found.map((id) => ({ id })) as R[], rowCount: found.length });
+      return Promise.resolve({
+        rows: found.map((id) => ({ mkey: messageKey(id) })) as R[],
+        rowCount: found.length,
+      });
     },
     begin: () => Promise.resolve(tx),
     classify: classifySqlServerError,

@@ -174,6 +174,7 @@ export class SqlServerDriver implements InboxDriver {
   readonly dialect = "sqlserver" as const;
   readonly statements: ReturnType<typeof sqlServerSql>["statements"];
   readonly batchStatements: ReturnType<typeof sqlServerSql>["batchStatements"];
+  readonly legacy: ReturnType<typeof sqlServerSql>["legacy"];
   readonly statementRequests: ReturnType<typeof sqlServerStatementRequests>;
   /** One request at a time on a connection (mssql refuses a second one on a transaction): handlers in turn. */
   readonly concurrentStatements = false;
@@ -190,6 +191,7 @@ export class SqlServerDriver implements InboxDriver {
     this.sql = sqlServerSql(this.schema);
     this.statements = this.sql.statements;
     this.batchStatements = this.sql.batchStatements;
+    this.legacy = this.sql.legacy;
     this.statementRequests = sqlServerStatementRequests((rows) => this.batchStatements.insertMarkers(rows));
     if (options.pool) {
       this.pool = options.pool;
