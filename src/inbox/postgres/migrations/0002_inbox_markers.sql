@@ -34,6 +34,22 @@ CREATE UNIQUE INDEX "IX_Inbox_MessageKey_ConsumerId" ON "Inbox" ("MessageKey", "
 -- Open two-phase claims only: the sweeper and the open-claims gauge read it. Retention walks the primary key.
 CREATE INDEX "IX_Inbox_ClaimedUtc" ON "Inbox" ("ClaimedUtc") WHERE "ClaimedUtc" IS NOT NULL;
 
+-- The markers as people read them: the MessageId and consumer name back from their keys, the time as a time. For
+-- operators and tests; the worker never reads it (a MessageId in a WHERE on it cannot use the unique index:
+-- docs/inbox.md shows the query by key). A lone-surrogate key (0xFE, UTF-16) shows as its hex.
+CREATE VIEW "InboxMarkers" AS
+SELECT i."Id",
+  CASE
+    WHEN octet_length(i."MessageKey") = 16 THEN encode(i."MessageKey", 'hex')::uuid::text
+    WHEN get_byte(i."MessageKey", 0) = 254 THEN '\x' || encode(i."MessageKey", 'hex')
+    ELSE convert_from(rtrim(i."MessageKey", '\xff'::bytea), 'UTF8')
+  END AS "MessageId",
+  c."Name" AS "Consumer",
+  to_timestamp(i."ReceivedSec" + 1577836800) AS "ReceivedUtc",
+  i."ClaimedUtc",
+  i."ClaimedUtc" IS NULL AS "Processed"
+FROM "Inbox" AS i JOIN "InboxConsumer" AS c ON c."Id" = i."ConsumerId";
+
 -- A new inbox (nothing was ever received) needs no legacy table; no worker writes it after the rename.
 DO $$
 BEGIN
