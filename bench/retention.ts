@@ -45,7 +45,9 @@ async function postgresTarget(): Promise<Target> {
   const pg = (await import("pg")).default;
   const admin = new pg.Pool({ connectionString: url, max: 2 });
   const exec = async (sql: string, params?: unknown[]) => void (await admin.query(sql, params));
-  await exec(`CREATE TABLE "Effects" ("Id" bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "MessageId" text)`);
+  await exec(
+    `CREATE TABLE "Effects" ("Id" bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "MessageId" text)`,
+  );
   return {
     name: "PostgreSQL (embedded)",
     store,
@@ -141,7 +143,12 @@ interface PhaseResult {
 }
 
 /** The worker: RATE messages a second, started on schedule whatever the earlier ones are doing. */
-async function phase(target: Target, name: string, withCleanup: boolean, ids: { next: number }): Promise<PhaseResult> {
+async function phase(
+  target: Target,
+  name: string,
+  withCleanup: boolean,
+  ids: { next: number },
+): Promise<PhaseResult> {
   const latencies: number[] = [];
   const busyLatencies: number[] = [];
   let busyUntil = withCleanup ? Infinity : 0;
@@ -225,7 +232,9 @@ async function main(): Promise<void> {
   const mssqlUrl = process.env.SBINBOX_BENCH_MSSQL;
   const target = mssqlUrl ? await sqlServerTarget(mssqlUrl) : await postgresTarget();
   try {
-    console.log(`bench:retention on ${target.name}: ${availableParallelism()} cores, load ${loadavg()[0]!.toFixed(2)}`);
+    console.log(
+      `bench:retention on ${target.name}: ${availableParallelism()} cores, load ${loadavg()[0]!.toFixed(2)}`,
+    );
     console.log(
       `worker paced at ${RATE} msg/s (${BATCH === 1 ? "one transaction a message" : `batches of ${BATCH}`}), ` +
         `phases of ${PHASE_MS / 1000} s, a backlog of ${BACKLOG} markers 400 h old, cleanup batches of ${CLEANUP_BATCH}`,

@@ -214,7 +214,10 @@ export class InboxCore implements InboxStore {
     };
   }
 
-  private async processNewBatch(consumer: string, items: readonly InboxBatchItem[]): Promise<InboxBatchResult> {
+  private async processNewBatch(
+    consumer: string,
+    items: readonly InboxBatchItem[],
+  ): Promise<InboxBatchResult> {
     const result = this.statementsBatch(items)
       ? await processStatementsBatch(this.driver, consumer, items, (item) => this.batchPreChecks(item))
       : await processMarkersBatch(

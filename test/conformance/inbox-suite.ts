@@ -7,6 +7,11 @@ import type { InboxKey, InboxStore } from "../../src/inbox/store.ts";
 import { keyLocked, scalar, type Backend, type BackendDatabase } from "./backends.ts";
 import { disposingAfter, gateKeeper, skipFor } from "./guards.ts";
 import { probeServer } from "./server-features.ts";
+import { loadMigrations } from "../../src/inbox/migrations.ts";
+import { POSTGRES_MIGRATIONS_DIR } from "../../src/inbox/postgres/adapter.ts";
+import { postgresSql as postgresStatements } from "../../src/inbox/postgres/statements.ts";
+import { SQLSERVER_MIGRATIONS_DIR } from "../../src/inbox/sqlserver/adapter.ts";
+import { CREATE_SCHEMA, sqlServerSql as sqlServerStatements } from "../../src/inbox/sqlserver/statements.ts";
 
 /** Polls a condition on the database (not a sleep: it returns as soon as the condition holds). */
 async function waitUntil(what: string, condition: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
@@ -173,6 +178,41 @@ export function inboxConformance(backend: Backend): void {
           const again = await a.migrate();
           assert.deepEqual(again.applied, []);
           assert.equal(await scalar(fresh.raw, fresh.sql.countVersions), 2);
+        });
+      });
+    });
+
+    describe("migration 0002 on an inbox with markers", function () {
+      it("the markers written before the move still stop their redeliveries, alone, in a batch and as claims", async function () {
+        const fresh = await backend.database(`move_${backend.dialect}`);
+        await disposingAfter(fresh, async () => {
+          await atVersionOne(backend.dialect, fresh);
+          await fresh.raw.query(fresh.sql.insertLegacyMarker, ["before-move", "orders"]);
+          await fresh.raw.query(fresh.sql.insertLegacyMarker, ["BEFORE-MOVE", "orders"]);
+          const moved = fresh.createStore({ preCheck: false });
+          assert.deepEqual((await moved.migrate()).applied, ["0002_inbox_markers"]);
+          await fresh.raw.query(fresh.sql.createEffects);
+          const effectIn = (k: InboxKey) => (tx: SqlExecutor) =>
+            tx.query(fresh.sql.insertEffect, [k.messageId, k.consumer]).then(() => undefined);
+          const old: InboxKey = { messageId: "before-move", consumer: "orders" };
+          assert.deepEqual(await moved.process(old, effectIn(old)), { kind: "duplicate" });
+          const fresher: InboxKey = { messageId: "after-move", consumer: "orders" };
+          const batch = await moved.processBatch!("orders", [
+            { messageId: "BEFORE-MOVE", work: effectIn({ messageId: "BEFORE-MOVE", consumer: "orders" }) },
+            { messageId: fresher.messageId, work: effectIn(fresher) },
+          ]);
+          assert.deepEqual(
+            batch.outcomes.map((o) => o.kind),
+            ["duplicate", "committed"],
+          );
+          assert.equal((await moved.claim(old)).kind, "duplicate");
+          assert.equal(await scalar(fresh.raw, fresh.sql.countEffects, [old.messageId]), 0);
+          assert.equal(await scalar(fresh.raw, fresh.sql.countEffects, ["BEFORE-MOVE"]), 0);
+          assert.equal(await scalar(fresh.raw, fresh.sql.countEffects, [fresher.messageId]), 1);
+          // Exactly: another case of the same letters is another message. (Counted last: the test's Effects
+          // table takes the database's collation, case-insensitive on SQL Server.)
+          const other: InboxKey = { messageId: "Before-Move", consumer: "orders" };
+          assert.equal((await moved.process(other, effectIn(other))).kind, "committed");
         });
       });
     });
@@ -747,7 +787,9 @@ export function inboxConformance(backend: Backend): void {
         })();
         const batches: number[] = [];
         try {
-          await waitUntil("the writer has inserted past the first ranges", () => Promise.resolve(inserted >= 10));
+          await waitUntil("the writer has inserted past the first ranges", () =>
+            Promise.resolve(inserted >= 10),
+          );
           const deleted = await own.cleanup(3_600_000, 10, { onBatch: (n) => batches.push(n) });
           assert.equal(deleted, 25);
         } finally {
@@ -771,12 +813,36 @@ export function inboxConformance(backend: Backend): void {
       const k = key();
       assert.equal((await store.process(k, effect(k))).kind, "committed");
       // The inbox index's own violation, but raised by some other statement: not the duplicate signal.
-      const error = await db.raw.query(db.sql.insertAgedMarker, [messageKey(k.messageId), k.consumer, 1]).then(
-        () => undefined,
-        (e: unknown) => e,
-      );
+      const error = await db.raw
+        .query(db.sql.insertAgedMarker, [messageKey(k.messageId), k.consumer, 1])
+        .then(
+          () => undefined,
+          (e: unknown) => e,
+        );
       assert.ok(error instanceof Error, "the second marker must be refused by the unique index");
       assert.equal(store.classify(error), "permanent");
     });
   });
+}
+
+/** An inbox at version 1, as `sbinbox migrate` left it before migration 0002 existed. */
+async function atVersionOne(dialect: Backend["dialect"], db: BackendDatabase): Promise<void> {
+  if (dialect === "postgres") {
+    const sql = postgresStatements(db.schema ?? "public");
+    const [first] = await loadMigrations(POSTGRES_MIGRATIONS_DIR);
+    await db.raw.query(sql.CREATE_SCHEMA);
+    await db.raw.query(sql.CREATE_VERSION_TABLE);
+    const tx = await db.raw.begin();
+    await tx.query(sql.SET_MIGRATION_SEARCH_PATH);
+    await tx.query(first!.sql);
+    await tx.query(sql.RECORD_VERSION, [1, first!.name]);
+    await tx.commit();
+    return;
+  }
+  const sql = sqlServerStatements(db.schema ?? "dbo");
+  const [first] = await loadMigrations(SQLSERVER_MIGRATIONS_DIR);
+  await db.raw.query(CREATE_SCHEMA, [db.schema ?? "dbo"]);
+  await db.raw.query(sql.CREATE_VERSION_TABLE);
+  await db.raw.query(sql.migrationInSchema(first!.sql));
+  await db.raw.query(sql.RECORD_VERSION, [1, first!.name]);
 }

@@ -9,7 +9,12 @@ interface Queries {
  * A marker written as another instance writes it (PostgreSQL, default schema): the consumer registered, the key
  * from the MessageId; `open` leaves it a two-phase claim not yet processed.
  */
-export async function insertMarker(db: Queries, messageId: string, consumer: string, open = false): Promise<void> {
+export async function insertMarker(
+  db: Queries,
+  messageId: string,
+  consumer: string,
+  open = false,
+): Promise<void> {
   await db.query(
     `INSERT INTO "InboxConsumer" ("Name") SELECT $1::varchar
 WHERE NOT EXISTS (SELECT 1 FROM "InboxConsumer" WHERE "Name" = $1::varchar) ON CONFLICT DO NOTHING`,

@@ -45,7 +45,7 @@ describe("the inbox's schema (SBINBOX_INBOX_SCHEMA)", function () {
       "public.example_credits",
       "sales_inbox.Inbox",
       "sales_inbox.InboxConsumer",
-        "sales_inbox.InboxMarkers",
+      "sales_inbox.InboxMarkers",
       "sales_inbox.SbInboxModuleVersion",
       "sales_inbox.SbInboxSchemaVersion",
     ]);

@@ -25,7 +25,8 @@ export const SCHEMA_EXISTS = "SELECT 1 AS found FROM pg_namespace WHERE nspname 
 export function postgresSql(schema: string = DEFAULT_INBOX_SCHEMA.postgres) {
   const s = `"${checkSchemaName(schema)}"`;
   // The markers carry the consumer's 2-byte Id; every statement finds it by name, from the parameter given.
-  const consumer = (name: string): string => `(SELECT "Id" FROM ${s}."InboxConsumer" WHERE "Name" = ${name}::varchar)`;
+  const consumer = (name: string): string =>
+    `(SELECT "Id" FROM ${s}."InboxConsumer" WHERE "Name" = ${name}::varchar)`;
   return {
     CREATE_SCHEMA: `CREATE SCHEMA IF NOT EXISTS ${s}`,
     // LOCAL: for the migration transaction only; the pool's other connections keep their own path.
@@ -142,5 +143,11 @@ SELECT ${consumer("$2")}, k FROM unnest($1::bytea[]) AS k ORDER BY k`,
   };
 }
 
-export const { CREATE_VERSION_TABLE, SELECT_APPLIED_VERSIONS, RECORD_VERSION, statements, batchStatements, legacy } =
-  postgresSql();
+export const {
+  CREATE_VERSION_TABLE,
+  SELECT_APPLIED_VERSIONS,
+  RECORD_VERSION,
+  statements,
+  batchStatements,
+  legacy,
+} = postgresSql();

@@ -156,7 +156,8 @@ function sqlTypeOf(value: unknown): mssql.ISqlType {
   if (typeof value === "boolean") return mssql.Bit();
   if (value instanceof Date) return mssql.DateTime2(3);
   // As strings: one length for every key (plans reused), MAX only past what a varbinary(n) can hold.
-  if (Buffer.isBuffer(value)) return value.length <= 8000 ? mssql.VarBinary(8000) : mssql.VarBinary(mssql.MAX);
+  if (Buffer.isBuffer(value))
+    return value.length <= 8000 ? mssql.VarBinary(8000) : mssql.VarBinary(mssql.MAX);
   return mssql.NVarChar(4000); // null or undefined: a typed NULL
 }
 

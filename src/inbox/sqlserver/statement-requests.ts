@@ -12,7 +12,10 @@ import { messageKey } from "../message-key.ts";
 export function sqlServerStatementRequests(insertMarkers: (rows: number) => string): StatementRequests {
   return {
     compose: (consumer, ids, messages) =>
-      composeTransaction({ sql: insertMarkers(ids.length), params: [consumer, ...ids.map(messageKey)] }, messages),
+      composeTransaction(
+        { sql: insertMarkers(ids.length), params: [consumer, ...ids.map(messageKey)] },
+        messages,
+      ),
     markerExists: (error) =>
       sqlServerErrorNumbers(error).includes(MARKER_EXISTS.number) && stateOf(error) === MARKER_EXISTS.state,
   };

@@ -5,7 +5,10 @@
 -- read InboxLegacy's processed markers while it has any, and retention empties it.
 -- One batch, no GO: the migration runner sends the file as it is, inside its transaction.
 -- The legacy table keeps its constraints' and indexes' names (Babelfish renames neither), so the new ones differ.
-EXEC sp_rename N'dbo.Inbox', N'InboxLegacy', N'OBJECT';
+-- sp_rename takes the name as schema.name without brackets (Babelfish refuses them); the runner's schema is a
+-- plain identifier (src/inbox/schema-name.ts).
+DECLARE @legacy nvarchar(300) = OBJECT_SCHEMA_NAME(OBJECT_ID(N'dbo.Inbox')) + N'.Inbox';
+EXEC sp_rename @legacy, N'InboxLegacy', N'OBJECT';
 
 CREATE TABLE dbo.InboxConsumer (
   Id smallint IDENTITY(1, 1) NOT NULL CONSTRAINT PK_InboxConsumer PRIMARY KEY CLUSTERED,
