@@ -84,7 +84,8 @@ async function after0002(url: string): Promise<void> {
         firstDelivery: true,
       }));
       const result = await store.processBatch(CONSUMER, items);
-      if (result.failure !== undefined) throw result.failure;
+      if (result.failure !== undefined)
+        throw new Error("bench:inbox-size: a batch failed", { cause: result.failure });
     }
   } finally {
     await store.close();

@@ -67,7 +67,7 @@ FROM generate_series(1, $3::integer) AS g`,
       await exec(`VACUUM ANALYZE "Inbox"`);
     },
     async countMarkers() {
-      return Number((await admin.query(`SELECT count(*)::int AS n FROM "Inbox"`)).rows[0].n);
+      return Number((await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM "Inbox"`)).rows[0]!.n);
     },
     async close() {
       await store.close();

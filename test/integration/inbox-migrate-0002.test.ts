@@ -49,15 +49,16 @@ describe("inbox migration 0002 (smaller markers) on an inbox with markers", func
   };
   const effects = async (id: string) =>
     Number(
-      (await admin.query(`SELECT count(*)::int AS n FROM effects WHERE message_id = $1`, [id])).rows[0].n,
+      (await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM effects WHERE message_id = $1`, [id]))
+        .rows[0]!.n,
     );
 
   it("applies 0002 alone, keeps the old table as InboxLegacy with its markers", async function () {
     const result = await store.migrate();
     assert.deepEqual(result.applied, ["0002_inbox_markers"]);
-    const legacy = await admin.query(`SELECT count(*)::int AS n FROM "InboxLegacy"`);
-    assert.equal(legacy.rows[0].n, 4);
-    assert.equal((await admin.query(`SELECT count(*)::int AS n FROM "Inbox"`)).rows[0].n, 0);
+    const legacy = await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM "InboxLegacy"`);
+    assert.equal(legacy.rows[0]!.n, 4);
+    assert.equal((await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM "Inbox"`)).rows[0]!.n, 0);
   });
 
   it("a redelivery of a message marked before the move is a duplicate, alone and in a batch", async function () {
@@ -108,7 +109,7 @@ describe("inbox migration 0002 (smaller markers) on an inbox with markers", func
   it("retention empties the legacy table too; its markers past retention go, the others stay", async function () {
     const deleted = await store.cleanup(360 * 3_600_000);
     assert.equal(deleted, 1);
-    const left = await admin.query(`SELECT "MessageId" AS id FROM "InboxLegacy" ORDER BY 1`);
+    const left = await admin.query<{ id: string }>(`SELECT "MessageId" AS id FROM "InboxLegacy" ORDER BY 1`);
     assert.deepEqual(
       left.rows.map((r) => r.id),
       ["OLD-UPPER-0F8FAD5B-D9CB-469F-A165-70867728950E", "old-done", "old-open"],
@@ -128,8 +129,10 @@ describe("inbox migration 0002 (smaller markers) on an inbox with markers", func
       const client = new pg.Client({ connectionString: fresh });
       await client.connect();
       try {
-        const found = await client.query(`SELECT to_regclass('"InboxLegacy"') IS NOT NULL AS found`);
-        assert.equal(found.rows[0].found, false);
+        const found = await client.query<{ found: boolean }>(
+          `SELECT to_regclass('"InboxLegacy"') IS NOT NULL AS found`,
+        );
+        assert.equal(found.rows[0]!.found, false);
       } finally {
         await client.end();
       }
