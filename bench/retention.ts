@@ -20,6 +20,7 @@ const BATCH = Number(process.env.SBINBOX_BENCH_BATCH ?? 1);
 const PHASE_MS = Number(process.env.SBINBOX_BENCH_PHASE_MS ?? 15_000);
 const BACKLOG = Number(process.env.SBINBOX_BENCH_BACKLOG ?? 400_000);
 const CLEANUP_BATCH = Number(process.env.SBINBOX_BENCH_CLEANUP_BATCH ?? 2000);
+const CLEANUP_PAUSE_MS = Number(process.env.SBINBOX_BENCH_CLEANUP_PAUSE_MS ?? 0);
 const RETENTION_MS = 360 * 3_600_000;
 const CONSUMER = "bench";
 /** How often the pacer starts the messages due (10 ms: 10 a tick at 1,000/s). */
@@ -162,7 +163,7 @@ async function phase(
   let passes = 0;
   const cleanup = (async () => {
     while (cleaning) {
-      const n = await target.store.cleanup(RETENTION_MS, CLEANUP_BATCH);
+      const n = await target.store.cleanup(RETENTION_MS, CLEANUP_BATCH, { pauseMs: CLEANUP_PAUSE_MS });
       deleted += n;
       passes += 1;
       if (n === 0) {
@@ -237,7 +238,8 @@ async function main(): Promise<void> {
     );
     console.log(
       `worker paced at ${RATE} msg/s (${BATCH === 1 ? "one transaction a message" : `batches of ${BATCH}`}), ` +
-        `phases of ${PHASE_MS / 1000} s, a backlog of ${BACKLOG} markers 400 h old, cleanup batches of ${CLEANUP_BATCH}`,
+        `phases of ${PHASE_MS / 1000} s, a backlog of ${BACKLOG} markers 400 h old, cleanup batches of ${CLEANUP_BATCH}` +
+        (CLEANUP_PAUSE_MS > 0 ? `, ${CLEANUP_PAUSE_MS} ms apart` : ""),
     );
     const ids = { next: 0 };
     await target.backlog(BACKLOG, 400);

@@ -28,6 +28,7 @@ export async function cleanupRanges(
     readonly batchSize: number;
     readonly cutoffSec: number;
     readonly onBatch?: (deleted: number) => void;
+    readonly pauseMs?: number;
   },
 ): Promise<CleanupRun> {
   let after = run.afterId;
@@ -47,5 +48,6 @@ export async function cleanupRanges(
       return { deleted, resumeAfterId: firstKept ?? (first ? "0" : after) };
     if (Number(row?.old ?? 0) === 0) return { deleted, resumeAfterId: firstKept ?? after };
     after = String(last);
+    if (run.pauseMs !== undefined && run.pauseMs > 0) await new Promise((r) => setTimeout(r, run.pauseMs));
   }
 }

@@ -361,6 +361,7 @@ export class InboxCore implements InboxStore {
       batchSize,
       cutoffSec: cutoffSec!,
       onBatch: options.onBatch,
+      pauseMs: options.pauseMs,
     });
     this.cleanupAfterId = run.resumeAfterId;
     const legacy = await this.legacy.cleanup(cutoff, batchSize, options.onBatch);
