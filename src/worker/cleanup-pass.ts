@@ -6,10 +6,15 @@ import { recordCleanupPass } from "../telemetry/cleanup-metrics.ts";
  * One retention pass, reported in the log and the metrics (sbinbox.inbox.cleanup.deleted and .duration) whatever
  * it deleted, so a pass that deletes nothing, or falls behind, shows as plainly as one that keeps up.
  */
-export async function cleanupPass(store: InboxStore, retentionMs: number, logger: Logger): Promise<number> {
+export async function cleanupPass(
+  store: InboxStore,
+  retentionMs: number,
+  logger: Logger,
+  pauseMs?: number,
+): Promise<number> {
   const began = performance.now();
   let batches = 0;
-  const deleted = await store.cleanup(retentionMs, undefined, { onBatch: () => (batches += 1) });
+  const deleted = await store.cleanup(retentionMs, undefined, { onBatch: () => (batches += 1), pauseMs });
   const durationMs = performance.now() - began;
   recordCleanupPass({ deleted, batches, durationMs });
   const perSecond = durationMs > 0 ? Math.round((deleted * 1000) / durationMs) : 0;

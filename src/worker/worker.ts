@@ -223,7 +223,9 @@ export function createWorker(options: WorkerOptions): Worker {
       });
       const retentionMs = options.retentionMs;
       if (retentionMs !== undefined) {
-        every(options.cleanupIntervalMs, "inbox cleanup", () => cleanupPass(store, retentionMs, logger));
+        every(options.cleanupIntervalMs, "inbox cleanup", () =>
+          cleanupPass(store, retentionMs, logger, options.cleanupPauseMs),
+        );
       }
       logger.info("worker started", {
         queue: options.queue,
