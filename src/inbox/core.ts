@@ -274,7 +274,8 @@ export class InboxCore implements InboxStore {
   async claim(key: InboxKey, reenter?: string): Promise<InboxClaimOutcome> {
     try {
       await this.consumers.register(key.consumer);
-      // A legacy claim still open (its holder stopped at the migration) is taken over, as a swept one is.
+      // A processed marker in the legacy table decides it. A claim left open there (its holder stopped at the
+      // migration) is not looked at: the claim is taken afresh below, as after a sweep.
       if ((await this.legacy.processed(key.consumer, [key.messageId])).size > 0) return { kind: "duplicate" };
     } catch (error) {
       return this.failed(error, "other");
