@@ -17,10 +17,11 @@ import { formatTable } from "./common.ts";
 
 const RATE = Number(process.env.SBINBOX_BENCH_RATE ?? 1000);
 const BATCH = Number(process.env.SBINBOX_BENCH_BATCH ?? 1);
-const PHASE_MS = Number(process.env.SBINBOX_BENCH_PHASE_MS ?? 15_000);
-const BACKLOG = Number(process.env.SBINBOX_BENCH_BACKLOG ?? 400_000);
+const PHASE_MS = Number(process.env.SBINBOX_BENCH_PHASE_MS ?? 12_000);
+const BACKLOG = Number(process.env.SBINBOX_BENCH_BACKLOG ?? 1_500_000);
 const CLEANUP_BATCH = Number(process.env.SBINBOX_BENCH_CLEANUP_BATCH ?? 2000);
-const CLEANUP_PAUSE_MS = Number(process.env.SBINBOX_BENCH_CLEANUP_PAUSE_MS ?? 0);
+/** The cleanup's pauses between batches to measure, one "with cleanup" phase each (SBINBOX_CLEANUP_PAUSE_MS). */
+const CLEANUP_PAUSES_MS = (process.env.SBINBOX_BENCH_CLEANUP_PAUSES_MS ?? "20,0").split(",").map(Number);
 const RETENTION_MS = 360 * 3_600_000;
 const CONSUMER = "bench";
 /** How often the pacer starts the messages due (10 ms: 10 a tick at 1,000/s). */
@@ -149,6 +150,7 @@ async function phase(
   name: string,
   withCleanup: boolean,
   ids: { next: number },
+  pauseMs = 0,
 ): Promise<PhaseResult> {
   const latencies: number[] = [];
   const busyLatencies: number[] = [];
@@ -163,7 +165,7 @@ async function phase(
   let passes = 0;
   const cleanup = (async () => {
     while (cleaning) {
-      const n = await target.store.cleanup(RETENTION_MS, CLEANUP_BATCH, { pauseMs: CLEANUP_PAUSE_MS });
+      const n = await target.store.cleanup(RETENTION_MS, CLEANUP_BATCH, { pauseMs });
       deleted += n;
       passes += 1;
       if (n === 0) {
@@ -238,18 +240,19 @@ async function main(): Promise<void> {
     );
     console.log(
       `worker paced at ${RATE} msg/s (${BATCH === 1 ? "one transaction a message" : `batches of ${BATCH}`}), ` +
-        `phases of ${PHASE_MS / 1000} s, a backlog of ${BACKLOG} markers 400 h old, cleanup batches of ${CLEANUP_BATCH}` +
-        (CLEANUP_PAUSE_MS > 0 ? `, ${CLEANUP_PAUSE_MS} ms apart` : ""),
+        `phases of ${PHASE_MS / 1000} s, a backlog of ${BACKLOG} markers 400 h old, cleanup batches of ${CLEANUP_BATCH}, ` +
+        `pauses between them of ${CLEANUP_PAUSES_MS.join(", ")} ms`,
     );
     const ids = { next: 0 };
     await target.backlog(BACKLOG, 400);
     // A warm-up: the consumer registered, the pools full, the plans made.
     await phase(target, "warm-up", false, ids);
-    const results = [
-      await phase(target, "without cleanup", false, ids),
-      await phase(target, "with cleanup", true, ids),
-      await phase(target, "without cleanup", false, ids),
-    ];
+    // Alternated: without, with (one pause), without, with (the next pause), ..., without.
+    const results: PhaseResult[] = [await phase(target, "without cleanup", false, ids)];
+    for (const pauseMs of CLEANUP_PAUSES_MS) {
+      results.push(await phase(target, `with cleanup, pause ${pauseMs} ms`, true, ids, pauseMs));
+      results.push(await phase(target, "without cleanup", false, ids));
+    }
     const rows = results.map((r) => [
       r.name,
       (r.messages / r.seconds).toFixed(0),
@@ -265,23 +268,25 @@ async function main(): Promise<void> {
       rows,
     ))
       console.log(line);
-    const without = [...results[0]!.latenciesMs, ...results[2]!.latenciesMs];
-    const during = results[1]!;
-    const insertRate = during.messages / during.seconds;
-    // While it had old markers to delete: a backlog gone before the phase ended leaves an idle tail.
-    const deleteRate = during.deleted / during.busySeconds;
-    const p99Ratio = quantile(during.busyLatenciesMs, 0.99) / quantile(without, 0.99);
-    console.log(
-      `cleanup deleted for ${during.busySeconds.toFixed(1)} s of the ${during.seconds.toFixed(1)} s phase; ` +
-        `p99 of the ${during.busyLatenciesMs.length} messages started meanwhile: ${quantile(during.busyLatenciesMs, 0.99).toFixed(1)} ms`,
-    );
-    console.log(
-      `deletes/s / insert rate: ${(deleteRate / insertRate).toFixed(2)} (target >= 3; ${deleteRate.toFixed(0)} against ${insertRate.toFixed(0)})`,
-    );
-    console.log(`p99 with cleanup / without: ${p99Ratio.toFixed(2)} (target <= 1.2)`);
+    const without = results.filter((r) => r.busySeconds === 0).flatMap((r) => r.latenciesMs);
+    let deletedTotal = 0;
+    for (const during of results.filter((r) => r.busySeconds > 0)) {
+      deletedTotal += during.deleted;
+      const insertRate = during.messages / during.seconds;
+      // While it had old markers to delete: a backlog gone before the phase ended leaves an idle tail.
+      const deleteRate = during.deleted / during.busySeconds;
+      const p99Ratio = quantile(during.busyLatenciesMs, 0.99) / quantile(without, 0.99);
+      console.log(
+        `${during.name}: deleted for ${during.busySeconds.toFixed(1)} s of ${during.seconds.toFixed(1)} s; ` +
+          `deletes/s / insert rate ${(deleteRate / insertRate).toFixed(2)} (target >= 3; ` +
+          `${deleteRate.toFixed(0)} against ${insertRate.toFixed(0)}); p99 of the ${during.busyLatenciesMs.length} ` +
+          `messages started meanwhile / p99 without cleanup: ${quantile(during.busyLatenciesMs, 0.99).toFixed(1)} / ` +
+          `${quantile(without, 0.99).toFixed(1)} = ${p99Ratio.toFixed(2)} (target <= 1.2)`,
+      );
+    }
     const left = await target.countMarkers();
     console.log(
-      `markers left: ${left} (backlog ${BACKLOG}, the worker wrote ${ids.next}; the backlog was ${during.deleted >= BACKLOG ? "all" : "not all"} deleted)`,
+      `markers left: ${left} (backlog ${BACKLOG}, the worker wrote ${ids.next}; ${deletedTotal} deleted)`,
     );
   } finally {
     await target.close();
