@@ -21,7 +21,7 @@ const PHASE_MS = Number(process.env.SBINBOX_BENCH_PHASE_MS ?? 12_000);
 const BACKLOG = Number(process.env.SBINBOX_BENCH_BACKLOG ?? 1_500_000);
 const CLEANUP_BATCH = Number(process.env.SBINBOX_BENCH_CLEANUP_BATCH ?? 2000);
 /** The cleanup's pauses between batches to measure, one "with cleanup" phase each (SBINBOX_CLEANUP_PAUSE_MS). */
-const CLEANUP_PAUSES_MS = (process.env.SBINBOX_BENCH_CLEANUP_PAUSES_MS ?? "20,0").split(",").map(Number);
+const CLEANUP_PAUSES_MS = (process.env.SBINBOX_BENCH_CLEANUP_PAUSES_MS ?? "250,0").split(",").map(Number);
 const RETENTION_MS = 360 * 3_600_000;
 const CONSUMER = "bench";
 /** How often the pacer starts the messages due (10 ms: 10 a tick at 1,000/s). */
