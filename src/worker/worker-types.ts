@@ -48,7 +48,7 @@ export interface WorkerOptions {
   readonly sweepIntervalMs?: number;
   readonly retentionMs?: number;
   readonly cleanupIntervalMs?: number;
-  /** A pause between retention batches (SBINBOX_CLEANUP_PAUSE_MS; default none). */
+  /** A pause between retention batches (SBINBOX_CLEANUP_PAUSE_MS; none when absent, 250 ms from the config). */
   readonly cleanupPauseMs?: number;
   readonly outageBackoffMinMs?: number;
   readonly outageBackoffMaxMs?: number;
