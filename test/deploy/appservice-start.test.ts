@@ -377,7 +377,9 @@ describe("the deployed worker, started as App Service starts it", function () {
           30_000,
         );
         assert.deepEqual(rows, [{ text: "first deployment" }]);
-        const inbox = await db.query<{ consumer: string }>(`SELECT "Consumer" AS consumer FROM "InboxMarkers"`);
+        const inbox = await db.query<{ consumer: string }>(
+          `SELECT "Consumer" AS consumer FROM "InboxMarkers"`,
+        );
         assert.deepEqual(inbox.rows, [{ consumer: settings.SBINBOX_CONSUMER }]);
       } finally {
         await db.end();
