@@ -163,10 +163,15 @@ async function phase(
   let cleaning = withCleanup;
   let deleted = 0;
   let passes = 0;
+  // The pass under way ends with the phase: only what was deleted meanwhile counts.
+  const phaseOver = new AbortController();
   const cleanup = (async () => {
     while (cleaning) {
-      const n = await target.store.cleanup(RETENTION_MS, CLEANUP_BATCH, { pauseMs });
-      deleted += n;
+      const n = await target.store.cleanup(RETENTION_MS, CLEANUP_BATCH, {
+        pauseMs,
+        signal: phaseOver.signal,
+        onBatch: (batch) => (deleted += batch),
+      });
       passes += 1;
       if (n === 0) {
         busyUntil = Math.min(busyUntil, performance.now());
@@ -210,6 +215,7 @@ async function phase(
   await Promise.all(inFlight);
   const seconds = (performance.now() - began) / 1000;
   cleaning = false;
+  phaseOver.abort();
   await cleanup;
   const busySeconds = withCleanup ? (Math.min(busyUntil, began + seconds * 1000) - began) / 1000 : 0;
   return {

@@ -29,6 +29,7 @@ export async function cleanupRanges(
     readonly cutoffSec: number;
     readonly onBatch?: (deleted: number) => void;
     readonly pauseMs?: number;
+    readonly signal?: AbortSignal;
   },
 ): Promise<CleanupRun> {
   let after = run.afterId;
@@ -49,5 +50,6 @@ export async function cleanupRanges(
     if (Number(row?.old ?? 0) === 0) return { deleted, resumeAfterId: firstKept ?? after };
     after = String(last);
     if (run.pauseMs !== undefined && run.pauseMs > 0) await new Promise((r) => setTimeout(r, run.pauseMs));
+    if (run.signal?.aborted === true) return { deleted, resumeAfterId: firstKept ?? after };
   }
 }

@@ -363,6 +363,7 @@ export class InboxCore implements InboxStore {
       cutoffSec: cutoffSec!,
       onBatch: options.onBatch,
       pauseMs: options.pauseMs,
+      signal: options.signal,
     });
     this.cleanupAfterId = run.resumeAfterId;
     const legacy = await this.legacy.cleanup(cutoff, batchSize, options.onBatch);

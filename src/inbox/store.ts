@@ -92,6 +92,8 @@ export interface CleanupOptions {
    * between them, at the cost of a longer pass (docs/inbox.md, "Retention").
    */
   pauseMs?: number;
+  /** Ends the pass after the batch under way (a stopping worker, a benchmark's phase); what it deleted stays. */
+  signal?: AbortSignal;
 }
 
 /** What the caller knows of a message before its transaction: for the pre-check (`InboxStoreOptions`), its keys. */
