@@ -11,10 +11,15 @@ export async function cleanupPass(
   retentionMs: number,
   logger: Logger,
   pauseMs?: number,
+  signal?: AbortSignal,
 ): Promise<number> {
   const began = performance.now();
   let batches = 0;
-  const deleted = await store.cleanup(retentionMs, undefined, { onBatch: () => (batches += 1), pauseMs });
+  const deleted = await store.cleanup(retentionMs, undefined, {
+    onBatch: () => (batches += 1),
+    pauseMs,
+    signal,
+  });
   const durationMs = performance.now() - began;
   recordCleanupPass({ deleted, batches, durationMs });
   const perSecond = durationMs > 0 ? Math.round((deleted * 1000) / durationMs) : 0;

@@ -62,6 +62,8 @@ export function createWorker(options: WorkerOptions): Worker {
   let recovery: Promise<boolean> = Promise.resolve(true);
   let endRecovery: (recovered: boolean) => void = () => undefined;
   const timers: NodeJS.Timeout[] = [];
+  // A retention pass, paused between its batches, can run for minutes: a stop ends it after its batch.
+  const stopCleanup = new AbortController();
   const progress = new ProgressMonitor({
     ...options.progress,
     probe: createLinkProbe(options.client, options.queue),
@@ -224,7 +226,7 @@ export function createWorker(options: WorkerOptions): Worker {
       const retentionMs = options.retentionMs;
       if (retentionMs !== undefined) {
         every(options.cleanupIntervalMs, "inbox cleanup", () =>
-          cleanupPass(store, retentionMs, logger, options.cleanupPauseMs),
+          cleanupPass(store, retentionMs, logger, options.cleanupPauseMs, stopCleanup.signal),
         );
       }
       logger.info("worker started", {
@@ -236,6 +238,7 @@ export function createWorker(options: WorkerOptions): Worker {
     async stop() {
       if (stopping) return;
       stopping = true;
+      stopCleanup.abort();
       for (const timer of timers) clearInterval(timer);
       stopObservingClaims?.();
       loop.wakeRetryWaits();
