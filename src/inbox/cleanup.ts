@@ -49,7 +49,21 @@ export async function cleanupRanges(
       return { deleted, resumeAfterId: firstKept ?? (first ? "0" : after) };
     if (Number(row?.old ?? 0) === 0) return { deleted, resumeAfterId: firstKept ?? after };
     after = String(last);
-    if (run.pauseMs !== undefined && run.pauseMs > 0) await new Promise((r) => setTimeout(r, run.pauseMs));
+    if (run.pauseMs !== undefined && run.pauseMs > 0) await pause(run.pauseMs, run.signal);
     if (run.signal?.aborted === true) return { deleted, resumeAfterId: firstKept ?? after };
   }
+}
+
+/** Waits `ms`, or less when `signal` aborts meanwhile (a stopping worker does not wait out a pause). */
+function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  if (signal?.aborted === true) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
+  });
 }
