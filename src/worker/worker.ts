@@ -12,6 +12,7 @@ import { refuseSubscription } from "../domain/entity.ts";
 import { createMessageLoop } from "./message-loop.ts";
 import { defaultRetryPolicy } from "./retry-policy.ts";
 import { ProgressMonitor } from "./progress.ts";
+import { cleanupPass } from "./cleanup-pass.ts";
 import { OutagePause } from "./outage.ts";
 import { createLinkProbe } from "../servicebus/link-probe.ts";
 import type { Readiness, Worker, WorkerOptions, WorkerStats } from "./worker-types.ts";
@@ -227,15 +228,16 @@ function scheduleChores(chores: Chores, options: WorkerOptions, logger: Logger):
   });
   const retentionMs = options.retentionMs;
   if (retentionMs === undefined) return;
-  chores.every(options.cleanupIntervalMs, "inbox cleanup", async () => {
-    const deleted = await store.cleanup(retentionMs);
-    if (deleted > 0) logger.info("old inbox rows deleted", { deleted });
-  });
+  chores.every(options.cleanupIntervalMs, "inbox cleanup", () =>
+    cleanupPass(store, retentionMs, logger, options.cleanupPauseMs, chores.stopped),
+  );
 }
 
 /** Interval tasks that never overlap themselves and skip their turn while the database is paused. */
 class Chores {
   private readonly timers: NodeJS.Timeout[] = [];
+  // A retention pass, paused between its batches, can run for minutes: a stop ends it after its batch.
+  private readonly stopController = new AbortController();
 
   private readonly logger: Logger;
   private readonly paused: () => boolean;
@@ -259,7 +261,13 @@ class Chores {
     this.timers.push(timer);
   }
 
+  /** Aborted on stop: a long chore ends after the step in hand. */
+  get stopped(): AbortSignal {
+    return this.stopController.signal;
+  }
+
   stop(): void {
+    this.stopController.abort();
     for (const timer of this.timers) clearInterval(timer);
   }
 }
