@@ -5,7 +5,8 @@
 // the same with the database a 1 ms round trip away (bench/e2e/remote.ts); every database connection through a
 // proxy that counts round trips and commits (bench/e2e/proxy.ts). Then `sbinbox worker` processes: CPU per message
 // against the floor, and resident memory draining a 50,000-message backlog (bench/e2e/worker-process.ts); and the
-// outbox relay (bench/relay.ts). A benchmark, not a test: it prints tables, the ratios and the targets.
+// outbox relay (bench/relay.ts); with `--only ledger`, the worker's CPU by subtraction (bench/e2e/ledger.ts).
+// A benchmark, not a test: it prints tables, the ratios and the targets.
 import { fork } from "node:child_process";
 import { loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
@@ -42,6 +43,7 @@ import {
   serveBroker,
   type Harness,
 } from "./e2e/harness.ts";
+import { ledger } from "./e2e/ledger.ts";
 import { batchedTable, loopbackRows, singleTable, type LoopbackRow } from "./e2e/loopback.ts";
 import { DelayProxy } from "./e2e/proxy.ts";
 import { remoteRows, remoteTable, type RemoteRow } from "./e2e/remote.ts";
@@ -284,6 +286,13 @@ async function main(): Promise<void> {
           (x) => x <= 1.0,
         ),
       );
+    }
+
+    // The ledger by subtraction (issue 41): long (about 15 minutes), so only when asked for by name.
+    if (ONLY === "ledger") {
+      const result = await ledger(h);
+      lines.push(...result.lines);
+      targets.push(...result.targets);
     }
 
     // The outbox relay beside the publisher (bench/relay.ts), on the same embedded server.

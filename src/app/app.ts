@@ -245,6 +245,17 @@ function createAppWorker(
 ): Worker {
   const { client, db, handlers, logger } = parts;
   const kill = options.kill ?? (() => process.kill(process.pid, "SIGKILL"));
+  if (config.benchLayersOff.length > 0) {
+    logger.warn(
+      "SBINBOX_BENCH_LAYERS_OFF is set: worker layers are switched off for a benchmark; never set it in production",
+      {
+        off: config.benchLayersOff,
+        consequence:
+          "without the progress monitor a silent link is not noticed (/readyz stays ok); without the settlement " +
+          "guard a settlement after a connection drop waits the SDK's 330 s",
+      },
+    );
+  }
   return createWorker({
     client,
     store: db.store,
@@ -270,6 +281,7 @@ function createAppWorker(
     probeTimeoutMs: config.databaseTimeouts.probeMs,
     retryPolicy: { ...defaultRetryPolicy, ...config.retry },
     logger,
+    ...(config.benchLayersOff.length > 0 ? { benchLayersOff: config.benchLayersOff } : {}),
     beforeSettle: config.faultKillAfterCommit
       ? (message, decision) => {
           if (message.messageId === config.faultKillAfterCommit && decision.outcome === "committed") {

@@ -61,6 +61,8 @@ export function createWorker(options: WorkerOptions): Worker {
   let recovery: Promise<boolean> = Promise.resolve(true);
   let endRecovery: (recovered: boolean) => void = () => undefined;
   const timers: NodeJS.Timeout[] = [];
+  const benchOff = options.benchLayersOff ?? [];
+  const progressOn = !benchOff.includes("progress");
   const progress = new ProgressMonitor({
     ...options.progress,
     probe: createLinkProbe(options.client, options.queue),
@@ -94,12 +96,13 @@ export function createWorker(options: WorkerOptions): Worker {
     beforeSettle: options.beforeSettle,
     beforeComplete: options.beforeComplete,
     onReceiveError: (error, linkOpen) => progress.receiveError(error, linkOpen),
+    settlementGuard: !benchOff.includes("settlement-guard"),
     onReceived: () => {
-      progress.received();
+      if (progressOn) progress.received();
       telemetry.recordConsumed(options.queue);
     },
     onSettled: (decision, result) => {
-      progress.settled(result);
+      if (progressOn) progress.settled(result);
       if (result.settled) stats.settled += 1;
       else stats.settlementFailures += 1;
       telemetry.recordSettlement({
@@ -213,7 +216,7 @@ export function createWorker(options: WorkerOptions): Worker {
       if (started) return;
       started = true;
       receiver.start();
-      progress.start();
+      if (progressOn) progress.start();
       stopObservingClaims = telemetry.observeOpenClaims(() => store.countOpenClaims());
       const claimTimeoutMs = options.claimTimeoutMs ?? 300_000;
       every(options.sweepIntervalMs ?? 60_000, "claim sweep", async () => {
