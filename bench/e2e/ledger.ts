@@ -25,6 +25,10 @@ const MODES = (env.SBINBOX_BENCH_LEDGER_MODES ?? "single,auto").split(",").map((
 
 interface Variant {
   readonly name: string;
+  /** Run in the batched mode too (the single mode runs every variant). */
+  readonly batched?: boolean;
+  /** Run this entry instead of the checkout's (the "before" rows). */
+  readonly bin?: string;
   /** What is switched off, and by which setting. */
   readonly setting: string;
   readonly env: (sink: OtlpSink) => Record<string, string>;
@@ -37,10 +41,33 @@ const exported = (sink: OtlpSink): Record<string, string> => ({
   SBINBOX_LOG_LEVEL: "info",
 });
 const NO_TELEMETRY = { OTEL_SDK_DISABLED: "true" };
+/** The root sampling ratio of the sampled row (OpenTelemetry's ParentBased(TraceIdRatio), by its own settings). */
+const SAMPLE_RATIO = env.SBINBOX_BENCH_LEDGER_SAMPLE_RATIO ?? "0.1";
+/** bin/sbinbox.js of a copy of the code before a change: adds its "all on" row beside this code's, alternated. */
+const BEFORE_BIN = env.SBINBOX_BENCH_LEDGER_BEFORE_BIN;
+export const SAMPLED = `sampled ${SAMPLE_RATIO}`;
 
 /** Every layer on, then each off in turn (the batcher's row is the single mode's own), then all of them off. */
 const VARIANTS: readonly Variant[] = [
-  { name: "all on", setting: "spans and metrics exported (OTLP/HTTP), info logs", env: exported },
+  {
+    name: "all on",
+    setting: "spans and metrics exported (OTLP/HTTP), info logs",
+    env: exported,
+    batched: true,
+  },
+  ...(BEFORE_BIN
+    ? [{ name: "all on, before", setting: `the same, running ${BEFORE_BIN}`, env: exported, bin: BEFORE_BIN }]
+    : []),
+  {
+    name: SAMPLED,
+    batched: true,
+    setting: `OTEL_TRACES_SAMPLER=parentbased_traceidratio, OTEL_TRACES_SAMPLER_ARG=${SAMPLE_RATIO}`,
+    env: (s) => ({
+      ...exported(s),
+      OTEL_TRACES_SAMPLER: "parentbased_traceidratio",
+      OTEL_TRACES_SAMPLER_ARG: SAMPLE_RATIO,
+    }),
+  },
   {
     name: "- spans",
     setting: "OTEL_TRACES_EXPORTER=none",
@@ -53,6 +80,7 @@ const VARIANTS: readonly Variant[] = [
   },
   {
     name: "- telemetry",
+    batched: true,
     setting: "OTEL_SDK_DISABLED=true (as with nothing configured)",
     env: () => ({ ...NO_TELEMETRY, SBINBOX_LOG_LEVEL: "info" }),
   },
@@ -78,6 +106,7 @@ const VARIANTS: readonly Variant[] = [
   },
   {
     name: "all off",
+    batched: true,
     setting: "all of the above at once",
     env: () => ({
       ...NO_TELEMETRY,
@@ -113,6 +142,7 @@ export async function ledger(h: Harness): Promise<{ lines: string[]; targets: Ta
       floors.push((await floor(h, CPU_MESSAGES, LEDGER_CONCURRENCY)).totalUs);
       for (const batchSize of modes) {
         for (const v of variants) {
+          if (batchSize === "auto" && v.batched !== true) continue;
           const before = sink.snapshot();
           const run = await runWorkerProcess(h, {
             messages: CPU_MESSAGES,
@@ -120,6 +150,7 @@ export async function ledger(h: Harness): Promise<{ lines: string[]; targets: Ta
             nodeOptions: CPU_NODE_OPTIONS,
             concurrency: LEDGER_CONCURRENCY,
             env: v.env(sink),
+            ...(v.bin ? { bin: v.bin } : {}),
           });
           const key = `${String(batchSize)}|${v.name}`;
           const cell = cells.get(key) ?? { runs: [], traceKb: [] };
@@ -152,20 +183,23 @@ export async function ledger(h: Harness): Promise<{ lines: string[]; targets: Ta
   const targets: Target[] = [];
   for (const mode of modes) {
     const base = cpu(mode, "all on");
-    const rows = variants.map((v) => {
-      const cell = cells.get(`${String(mode)}|${v.name}`)!;
+    const rows = variants.flatMap((v) => {
+      const cell = cells.get(`${String(mode)}|${v.name}`);
+      if (cell === undefined) return [];
       const us = cell.runs.map((r) => r.cpuUs);
       const m = median(us);
       return [
-        v.name,
-        v.setting,
-        m.toFixed(0),
-        `${Math.min(...us).toFixed(0)}-${Math.max(...us).toFixed(0)}`,
-        base === undefined || v.name === "all on" ? "" : (base - m).toFixed(0),
-        (m / floorUs).toFixed(2),
-        median(cell.runs.map((r) => r.rate)).toFixed(0),
-        median(cell.runs.map((r) => r.writes)).toFixed(2),
-        median(cell.traceKb).toFixed(0),
+        [
+          v.name,
+          v.setting,
+          m.toFixed(0),
+          `${Math.min(...us).toFixed(0)}-${Math.max(...us).toFixed(0)}`,
+          base === undefined || v.name === "all on" ? "" : (base - m).toFixed(0),
+          (m / floorUs).toFixed(2),
+          median(cell.runs.map((r) => r.rate)).toFixed(0),
+          median(cell.runs.map((r) => r.writes)).toFixed(2),
+          median(cell.traceKb).toFixed(0),
+        ],
       ];
     });
     if (mode === "auto" && base !== undefined) {
@@ -204,14 +238,13 @@ export async function ledger(h: Harness): Promise<{ lines: string[]; targets: Ta
     );
     const label = mode === 1 ? "single" : "batched";
     const off = cpu(mode, "- telemetry");
-    if (base !== undefined && off !== undefined)
-      targets.push(
-        target(
-          `telemetry <= 40 us a message, spans exported, ${label}`,
-          [["us", base - off]],
-          (x) => x <= 40,
-        ),
-      );
+    const sampled = cpu(mode, SAMPLED);
+    if (off !== undefined) {
+      const pairs: [string, number][] = [];
+      if (base !== undefined) pairs.push(["us, every span", base - off]);
+      if (sampled !== undefined) pairs.push([`us, ${SAMPLED}`, sampled - off]);
+      targets.push(target(`telemetry <= 40 us a message, spans exported, ${label}`, pairs, (x) => x <= 40));
+    }
     const limit = mode === 1 ? 1.5 : 1.2;
     for (const name of ["- telemetry", "all on"]) {
       const us = cpu(mode, name);

@@ -76,12 +76,14 @@ export async function runWorkerProcess(
     concurrency?: number;
     /** Further settings for the process (the ledger's switches, OTEL_*); they win over the bench's own. */
     env?: Readonly<Record<string, string>>;
+    /** Another entry than BIN, e.g. bin/sbinbox.js of a copy of the code before a change. */
+    bin?: string;
   },
 ): Promise<WorkerRun> {
   const { messages } = options;
   await prefill(h, freshEvents(messages), RSS_QUEUE);
   const before = await h.proxy.counts();
-  const child = spawn(process.execPath, [BIN, "worker"], {
+  const child = spawn(process.execPath, [options.bin ?? BIN, "worker"], {
     env: {
       ...Object.fromEntries(
         Object.entries(process.env).filter(([k]) => !k.startsWith("SBINBOX_") && !k.startsWith("OTEL_")),
