@@ -24,7 +24,7 @@ export function traceInboxStore<S extends InboxStore>(store: S): S {
   };
   const traced: Partial<InboxStore> = {
     process: (key, work, hint) =>
-      inSpan(SpanName.inboxTransaction, undefined, async (span) => {
+      inSpan(SpanName.inboxTransaction, async (span) => {
         base(span, key);
         const outcome = await store.process(key, work, hint);
         span.setAttribute(Attr.outcome, outcome.kind);
@@ -32,7 +32,7 @@ export function traceInboxStore<S extends InboxStore>(store: S): S {
         return outcome;
       }),
     claim: (key, reenter) =>
-      inSpan(SpanName.inboxClaim, undefined, async (span) => {
+      inSpan(SpanName.inboxClaim, async (span) => {
         base(span, key);
         const outcome = await store.claim(key, reenter);
         span.setAttribute(Attr.outcome, outcome.kind);
@@ -40,7 +40,7 @@ export function traceInboxStore<S extends InboxStore>(store: S): S {
         return outcome;
       }),
     markProcessed: (key, claimId) =>
-      inSpan(SpanName.inboxMarkProcessed, undefined, async (span) => {
+      inSpan(SpanName.inboxMarkProcessed, async (span) => {
         base(span, key);
         try {
           await store.markProcessed(key, claimId);
@@ -157,13 +157,12 @@ function recordDbError(span: Span, dialect: Dialect, error: unknown): void {
 /** How many distinct statement texts a driver keeps the span description of. */
 const DESCRIBED_TEXTS = 512;
 
-/** An active INTERNAL span around `run` (its children nest under it); ended however `run` ends. */
-async function inSpan<T>(
-  name: string,
-  attributes: Attributes | undefined,
-  run: (span: Span) => Promise<T>,
-): Promise<T> {
-  return tracer().startActiveSpan(name, attributes ? { attributes } : {}, async (span) => {
+/**
+ * An active INTERNAL span around `run` (its children nest under it); ended however `run` ends. Its attributes are
+ * set by `run`, once the span is known to record.
+ */
+async function inSpan<T>(name: string, run: (span: Span) => Promise<T>): Promise<T> {
+  return tracer().startActiveSpan(name, async (span) => {
     try {
       return await run(span);
     } catch (error) {
