@@ -74,15 +74,20 @@ export interface ProcessSpanInput {
 export function startProcessSpan(input: ProcessSpanInput): { span: Span; ctx: Context } {
   const producer = producerContext(input.applicationProperties);
   const parent = producer ? trace.setSpanContext(context.active(), producer) : context.active();
+  // The attributes fixed by the entity go in at creation, where a sampler can read them (the semantic conventions
+  // ask for them there); they are one frozen object per entity, so this builds nothing per message.
   const span = tracer().startSpan(
     processName(input.queue),
-    { kind: SpanKind.CONSUMER, links: producer ? [{ context: producer }] : [] },
+    {
+      kind: SpanKind.CONSUMER,
+      attributes: processAttributes(input.queue),
+      links: producer ? [{ context: producer }] : [],
+    },
     parent,
   );
-  // The sampler has decided by now (the configured ones read the parent and the trace id, not attributes): a
-  // sampled-out message builds none of them (docs/telemetry.md, "Sampling").
+  // The per-message attributes wait for the sampler's decision: a sampled-out message builds none of them
+  // (docs/telemetry.md, "Sampling").
   if (span.isRecording()) {
-    span.setAttributes(processAttributes(input.queue));
     span.setAttribute(Attr.messageId, input.messageId);
     // The convention counts attempts, this one included (as the .NET SDK reports it); @azure/service-bus
     // passes on the AMQP header, which counts earlier attempts only (0 on the first delivery).

@@ -15,16 +15,17 @@ const tracer = () => trace.getTracer(TRACER_NAME);
 /** The store with a span around `process`, `claim` and `markProcessed`, children of the active span. */
 export function traceInboxStore<S extends InboxStore>(store: S): S {
   const system = DbSystem[store.dialect];
-  // Set once the span is known to record: a sampled-out message builds no attributes (docs/telemetry.md).
+  // db.system.name is fixed by the store and goes in at creation, where a sampler can read it; the message's key
+  // waits until the span is known to record, so a sampled-out message builds no attributes (docs/telemetry.md).
+  const fixed: Attributes = Object.freeze({ [Attr.dbSystem]: system });
   const base = (span: Span, key: { messageId: string; consumer: string }): void => {
     if (!span.isRecording()) return;
-    span.setAttribute(Attr.dbSystem, system);
     span.setAttribute(Attr.messageId, key.messageId);
     span.setAttribute(Attr.consumer, key.consumer);
   };
   const traced: Partial<InboxStore> = {
     process: (key, work, hint) =>
-      inSpan(SpanName.inboxTransaction, async (span) => {
+      inSpan(SpanName.inboxTransaction, fixed, async (span) => {
         base(span, key);
         const outcome = await store.process(key, work, hint);
         span.setAttribute(Attr.outcome, outcome.kind);
@@ -32,7 +33,7 @@ export function traceInboxStore<S extends InboxStore>(store: S): S {
         return outcome;
       }),
     claim: (key, reenter) =>
-      inSpan(SpanName.inboxClaim, async (span) => {
+      inSpan(SpanName.inboxClaim, fixed, async (span) => {
         base(span, key);
         const outcome = await store.claim(key, reenter);
         span.setAttribute(Attr.outcome, outcome.kind);
@@ -40,7 +41,7 @@ export function traceInboxStore<S extends InboxStore>(store: S): S {
         return outcome;
       }),
     markProcessed: (key, claimId) =>
-      inSpan(SpanName.inboxMarkProcessed, async (span) => {
+      inSpan(SpanName.inboxMarkProcessed, fixed, async (span) => {
         base(span, key);
         try {
           await store.markProcessed(key, claimId);
@@ -158,11 +159,11 @@ function recordDbError(span: Span, dialect: Dialect, error: unknown): void {
 const DESCRIBED_TEXTS = 512;
 
 /**
- * An active INTERNAL span around `run` (its children nest under it); ended however `run` ends. Its attributes are
- * set by `run`, once the span is known to record.
+ * An active INTERNAL span around `run` (its children nest under it); ended however `run` ends. It starts with the
+ * fixed `attributes`; `run` adds the per-message ones once the span is known to record.
  */
-async function inSpan<T>(name: string, run: (span: Span) => Promise<T>): Promise<T> {
-  return tracer().startActiveSpan(name, async (span) => {
+async function inSpan<T>(name: string, attributes: Attributes, run: (span: Span) => Promise<T>): Promise<T> {
+  return tracer().startActiveSpan(name, { attributes }, async (span) => {
     try {
       return await run(span);
     } catch (error) {

@@ -1,6 +1,12 @@
 import assert from "node:assert/strict";
 import { context, trace } from "@opentelemetry/api";
-import { ParentBasedSampler, TraceIdRatioBasedSampler } from "@opentelemetry/sdk-trace";
+import { type Attributes } from "@opentelemetry/api";
+import {
+  ParentBasedSampler,
+  SamplingDecision,
+  TraceIdRatioBasedSampler,
+  type Sampler,
+} from "@opentelemetry/sdk-trace";
 import { createPostgresInboxStore } from "../../src/inbox/postgres/adapter.ts";
 import type { InboxStore } from "../../src/inbox/store.ts";
 import { endProcessSpan, startProcessSpan } from "../../src/servicebus/tracing.ts";
@@ -34,9 +40,12 @@ describe("telemetry: a sampled-out message", function () {
   });
 
   /** One message's process span, its inbox transaction, a log line inside and its metrics, as the worker does. */
-  async function processOne(ratio: number, messageId: string): Promise<{ lines: string[] }> {
+  async function processOne(ratio: number | Sampler, messageId: string): Promise<{ lines: string[] }> {
     capture = installTelemetryCapture({
-      sampler: new ParentBasedSampler({ root: new TraceIdRatioBasedSampler(ratio) }),
+      sampler:
+        typeof ratio === "number"
+          ? new ParentBasedSampler({ root: new TraceIdRatioBasedSampler(ratio) })
+          : ratio,
     });
     store = createPostgresInboxStore({ url, maxConnections: 2 });
     await store.migrate();
@@ -92,5 +101,28 @@ describe("telemetry: a sampled-out message", function () {
     assert.equal(tx?.parentSpanContext?.spanId, process.spanContext().spanId);
     const select = spans.find((s) => s.attributes[Attr.dbQueryText] === "SELECT 1");
     assert.equal(select?.parentSpanContext?.spanId, tx?.spanContext().spanId);
+  });
+
+  it("a sampler sees the fixed attributes at span creation: entity, operation, system (the conventions ask it)", async () => {
+    const seen = new Map<string, Attributes>();
+    const sampler: Sampler = {
+      shouldSample: (_ctx, _traceId, name, _kind, attributes) => {
+        seen.set(name, { ...attributes });
+        return { decision: SamplingDecision.RECORD_AND_SAMPLED };
+      },
+      toString: () => "recording what it is shown",
+    };
+    await processOne(sampler, "m-custom-sampler");
+    assert.deepEqual(seen.get("process orders"), {
+      [Attr.messagingSystem]: "servicebus",
+      [Attr.operationName]: "process",
+      [Attr.operationType]: "process",
+      [Attr.destinationName]: "orders",
+    });
+    assert.deepEqual(seen.get("inbox.transaction"), { [Attr.dbSystem]: "postgresql" });
+    // The per-message ones come after the decision, so the sampler was not shown them.
+    assert.equal(seen.get("process orders")?.[Attr.messageId], undefined);
+    const select = [...seen.entries()].find(([, attributes]) => attributes[Attr.dbQueryText] === "SELECT 1");
+    assert.equal(select?.[1][Attr.dbSystem], "postgresql");
   });
 });
