@@ -95,7 +95,10 @@ export function createWorker(options: WorkerOptions): Worker {
     handle: (message: IncomingMessage, ctx: Context, held?: AbortSignal) => loop.handle(message, ctx, held),
     beforeSettle: options.beforeSettle,
     beforeComplete: options.beforeComplete,
-    onReceiveError: (error, linkOpen) => progress.receiveError(error, linkOpen),
+    // Gated with received(): a monitor told of errors but not of deliveries would stay "refused" for good.
+    onReceiveError: (error, linkOpen) => {
+      if (progressOn) progress.receiveError(error, linkOpen);
+    },
     settlementGuard: !benchOff.includes("settlement-guard"),
     onReceived: () => {
       if (progressOn) progress.received();
