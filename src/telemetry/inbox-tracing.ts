@@ -78,6 +78,7 @@ export function traceInboxDriver<D extends InboxDriver>(driver: D): D {
   // A statement's span name and attributes depend on its text alone: worked out once per text (the inbox's
   // statements and a handler's are a few fixed texts), not per statement sent.
   const described = new Map<string, { name: string; attributes: Attributes }>();
+  let describedChars = 0;
   const describe = (sql: string): { name: string; attributes: Attributes } => {
     const known = described.get(sql);
     if (known !== undefined) return known;
@@ -95,8 +96,16 @@ export function traceInboxDriver<D extends InboxDriver>(driver: D): D {
         ...(role ? { [Attr.inboxStatement]: role } : {}),
       }),
     };
-    // Bounded, for a handler that builds its SQL text per message (it should not: parameters, not literals).
-    if (described.size < DESCRIBED_TEXTS) described.set(sql, description);
+    // Bounded by count and by characters, for a handler that builds its SQL text per message (it should not:
+    // parameters, not literals); a long text (a multi-row INSERT with literals) is described anew each time.
+    if (
+      sql.length <= DESCRIBED_TEXT_MAX &&
+      described.size < DESCRIBED_TEXTS &&
+      describedChars + sql.length <= DESCRIBED_CHARS
+    ) {
+      described.set(sql, description);
+      describedChars += sql.length;
+    }
     return description;
   };
   const statement = <T>(sql: string, run: () => Promise<T>): Promise<T> => {
@@ -155,8 +164,13 @@ function recordDbError(span: Span, dialect: Dialect, error: unknown): void {
   span.setStatus({ code: SpanStatusCode.ERROR, message: error instanceof Error ? error.message : undefined });
 }
 
-/** How many distinct statement texts a driver keeps the span description of. */
+/**
+ * How many distinct statement texts a driver keeps the span description of, the longest text it keeps and the
+ * characters it keeps in all (each description holds its text once more as `db.query.text`): at most about 1 MB.
+ */
 const DESCRIBED_TEXTS = 512;
+const DESCRIBED_TEXT_MAX = 4096;
+const DESCRIBED_CHARS = 256 * 1024;
 
 /**
  * An active INTERNAL span around `run` (its children nest under it); ended however `run` ends. It starts with the
