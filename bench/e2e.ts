@@ -43,7 +43,7 @@ import {
   serveBroker,
   type Harness,
 } from "./e2e/harness.ts";
-import { ledger } from "./e2e/ledger.ts";
+import { LEDGER_CONCURRENCY, LEDGER_ROUNDS, ledger } from "./e2e/ledger.ts";
 import { batchedTable, loopbackRows, singleTable, type LoopbackRow } from "./e2e/loopback.ts";
 import { DelayProxy } from "./e2e/proxy.ts";
 import { remoteRows, remoteTable, type RemoteRow } from "./e2e/remote.ts";
@@ -77,9 +77,13 @@ const load = () =>
 
 async function main(): Promise<void> {
   process.stdout.write(
-    `e2e benchmark: node ${process.version}, ${MESSAGES} messages per cell, ${ROUNDS} rounds, handler ` +
-      `${HANDLER_KIND}, batch in flight ${BATCH_IN_FLIGHT ?? "(worker's default)"}, ` +
-      `${new Date().toISOString()}, load average ${load()}\n`,
+    ONLY === "ledger"
+      ? `e2e benchmark, the ledger: node ${process.version}, sbinbox worker draining ${CPU_MESSAGES} a run at ` +
+          `concurrency ${LEDGER_CONCURRENCY}, ${LEDGER_ROUNDS} alternated rounds, ` +
+          `${new Date().toISOString()}, load average ${load()}\n`
+      : `e2e benchmark: node ${process.version}, ${MESSAGES} messages per cell, ${ROUNDS} rounds, handler ` +
+          `${HANDLER_KIND}, batch in flight ${BATCH_IN_FLIGHT ?? "(worker's default)"}, ` +
+          `${new Date().toISOString()}, load average ${load()}\n`,
   );
   const started = performance.now();
   // The publisher's rows first, in processes of their own, before PostgreSQL and the worker load the machine.
@@ -315,7 +319,7 @@ async function main(): Promise<void> {
       [
         "",
         ...lines,
-        ...(targets.length > 0 ? targetLines(targets) : []),
+        ...(targets.length > 0 ? targetLines(targets, ONLY === "ledger" ? "issue 41" : "issue 29") : []),
         `load average at the end ${load()}; ${((performance.now() - started) / 60_000).toFixed(1)} minutes`,
         "",
       ].join("\n"),

@@ -17,7 +17,7 @@ import { CPU_NODE_OPTIONS, runWorkerProcess, type WorkerRun } from "./worker-pro
 const env = process.env;
 /** maxConcurrentCalls of the ledger's workers and of the floor's loops (the issue's 32). */
 export const LEDGER_CONCURRENCY = Number(env.SBINBOX_BENCH_LEDGER_CONCURRENCY ?? 32);
-const ROUNDS = Number(env.SBINBOX_BENCH_LEDGER_ROUNDS ?? 3);
+export const LEDGER_ROUNDS = Number(env.SBINBOX_BENCH_LEDGER_ROUNDS ?? 3);
 /** Only these variants (their names, comma-separated), e.g. `all on,no telemetry`; unset: all. */
 const PICK = env.SBINBOX_BENCH_LEDGER_VARIANTS?.split(",").map((v) => v.trim());
 /** `single`, `auto` or both (default). */
@@ -136,9 +136,9 @@ export async function ledger(h: Harness): Promise<{ lines: string[]; targets: Ta
   const floors: number[] = [];
   const loads: string[] = [];
   try {
-    for (let round = 0; round < ROUNDS; round += 1) {
+    for (let round = 0; round < LEDGER_ROUNDS; round += 1) {
       loads.push(load());
-      process.stdout.write(`ledger round ${round + 1} of ${ROUNDS}, load average ${load()}\n`);
+      process.stdout.write(`ledger round ${round + 1} of ${LEDGER_ROUNDS}, load average ${load()}\n`);
       floors.push((await floor(h, CPU_MESSAGES, LEDGER_CONCURRENCY)).totalUs);
       for (const batchSize of modes) {
         for (const v of variants) {
@@ -175,7 +175,7 @@ export async function ledger(h: Harness): Promise<{ lines: string[]; targets: Ta
   };
   const lines = [
     `ledger: sbinbox worker processes (maxConcurrentCalls ${LEDGER_CONCURRENCY}) draining ${CPU_MESSAGES} each, ` +
-      `${ROUNDS} alternated rounds, medians (min-max); CPU a message from /proc between the first and last ` +
+      `${LEDGER_ROUNDS} alternated rounds, medians (min-max); CPU a message from /proc between the first and last ` +
       `sample with messages done; floor ${floorUs.toFixed(0)} us (a bare receive-and-complete loop plus a bare pg ` +
       `loop of the same four statements at ${LEDGER_CONCURRENCY}; rounds ${floors.map((f) => f.toFixed(0)).join(", ")}); ` +
       `load average at each round's start and the end: ${loads.join(" | ")}`,
