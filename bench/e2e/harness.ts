@@ -19,7 +19,7 @@ const env = process.env;
 const onlyFlag = process.argv.indexOf("--only");
 /**
  * One part alone: `--only memory`, `--only cpu` (`sbinbox worker` processes and the floor), `--only publisher`,
- * `--only relay`, `--only remote` (the 1 ms rows), `--only worker` (the worker's tables, CPU and memory, without the
+ * `--only relay`, `--only remote` (the 1 ms rows), `--only ledger` (bench/e2e/ledger.ts), `--only worker` (the worker's tables, CPU and memory, without the
  * publisher and relay parts), or `--only e2e8` / `--only batch8` for a profile (also SBINBOX_BENCH_ONLY).
  */
 export const ONLY = env.SBINBOX_BENCH_ONLY ?? (onlyFlag >= 0 ? process.argv[onlyFlag + 1] : undefined) ?? "";

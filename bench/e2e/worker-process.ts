@@ -3,6 +3,8 @@
 // both read from /proc, and its database round trips through the bench's proxy.
 import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
+import { createInterface } from "node:readline";
+import type { Readable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { freePort } from "../../src/embedded/free-port.ts";
 import { ask, freshEvents, prefill, sleep, RSS_QUEUE, type Counts, type Harness } from "./harness.ts";
@@ -15,6 +17,12 @@ export const BIN =
 const HANDLERS = process.env.SBINBOX_BENCH_WORKER_HANDLERS;
 /** NODE_OPTIONS added to the CPU runs, e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof` for a profile of each. */
 export const CPU_NODE_OPTIONS = process.env.SBINBOX_BENCH_CPU_NODE_OPTIONS ?? "";
+
+function passWarnings(stream: Readable): void {
+  createInterface({ input: stream }).on("line", (line) => {
+    if (!/^\{"level":"(info|debug)"/.test(line)) process.stderr.write(`${line}\n`);
+  });
+}
 
 function rssMb(pid: number): number {
   const status = readFileSync(`/proc/${pid}/status`, "utf8");
@@ -57,14 +65,29 @@ export interface WorkerRun {
 /** A `sbinbox worker` process draining `messages`; RSS, CPU and progress sampled every `everyMs`. */
 export async function runWorkerProcess(
   h: Harness,
-  options: { messages: number; batchSize: number; nodeOptions: string; everyMs?: number; inFlight?: number },
+  options: {
+    messages: number;
+    /** SBINBOX_BATCH_SIZE: a number, or "auto" (the worker's default). */
+    batchSize: number | "auto";
+    nodeOptions: string;
+    everyMs?: number;
+    inFlight?: number;
+    /** SBINBOX_MAX_CONCURRENT_CALLS; unset: the worker's default (16). */
+    concurrency?: number;
+    /** Further settings for the process (the ledger's switches, OTEL_*); they win over the bench's own. */
+    env?: Readonly<Record<string, string>>;
+    /** Another entry than BIN, e.g. bin/sbinbox.js of a copy of the code before a change. */
+    bin?: string;
+  },
 ): Promise<WorkerRun> {
   const { messages } = options;
   await prefill(h, freshEvents(messages), RSS_QUEUE);
   const before = await h.proxy.counts();
-  const child = spawn(process.execPath, [BIN, "worker"], {
+  const child = spawn(process.execPath, [options.bin ?? BIN, "worker"], {
     env: {
-      ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("SBINBOX_"))),
+      ...Object.fromEntries(
+        Object.entries(process.env).filter(([k]) => !k.startsWith("SBINBOX_") && !k.startsWith("OTEL_")),
+      ),
       SBINBOX_SERVICEBUS_CONNECTION_STRING: h.connectionString,
       SBINBOX_POSTGRES_URL: h.url,
       SBINBOX_QUEUE: RSS_QUEUE,
@@ -76,9 +99,14 @@ export async function runWorkerProcess(
       SBINBOX_HTTP_HOST: "127.0.0.1",
       PORT: String(await freePort()),
       NODE_OPTIONS: options.nodeOptions,
+      ...(options.concurrency ? { SBINBOX_MAX_CONCURRENT_CALLS: String(options.concurrency) } : {}),
+      ...options.env,
     },
-    stdio: ["ignore", "ignore", "inherit"],
+    stdio: ["ignore", "ignore", "pipe"],
   });
+  // The worker's log lines go to a pipe that this process reads (as App Service reads a container's), and only
+  // warnings and errors are passed on: at info each run would print its start and stop lines.
+  passWarnings(child.stderr);
   const samples: Sample[] = [];
   const started = performance.now();
   try {

@@ -73,7 +73,7 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
   const readiness = async (): Promise<ReadinessReport> => {
     if (!worker) return { ready: false, status: "starting", ...startup };
     const { ready, status, receiver, database, serviceBus } = await worker.readiness();
-    return { ready, status, receiver, database, serviceBus };
+    return { ready, status, receiver, database, serviceBus, ...benchLayersOffReport(config) };
   };
   // First: a module that cannot be loaded is a configuration error, said before anything starts (the HTTP listener
   // included, so no /healthz answers 200 from a worker that will never run).
@@ -237,6 +237,13 @@ async function waitUntilReachable(
   );
 }
 
+/** On /readyz while SBINBOX_BENCH_LAYERS_OFF switches layers off, so a probe shows it as well as the log. */
+function benchLayersOffReport(config: Config): { benchLayersOff?: string } {
+  return config.benchLayersOff.length > 0
+    ? { benchLayersOff: [...config.benchLayersOff].sort().join("-") }
+    : {};
+}
+
 /** The worker with the configuration's settings. */
 function createAppWorker(
   config: Config,
@@ -245,6 +252,18 @@ function createAppWorker(
 ): Worker {
   const { client, db, handlers, logger } = parts;
   const kill = options.kill ?? (() => process.kill(process.pid, "SIGKILL"));
+  if (config.benchLayersOff.length > 0) {
+    // At error level, which every SBINBOX_LOG_LEVEL shows: a safety behaviour is off (also on /readyz).
+    logger.error(
+      "SBINBOX_BENCH_LAYERS_OFF is set: worker layers are switched off for a benchmark; never set it in production",
+      {
+        off: config.benchLayersOff,
+        consequence:
+          "without the progress monitor a silent link is not noticed (/readyz stays ok); without the settlement " +
+          "guard a settlement after a connection drop waits the SDK's 330 s",
+      },
+    );
+  }
   return createWorker({
     client,
     store: db.store,
@@ -271,6 +290,7 @@ function createAppWorker(
     probeTimeoutMs: config.databaseTimeouts.probeMs,
     retryPolicy: { ...defaultRetryPolicy, ...config.retry },
     logger,
+    ...(config.benchLayersOff.length > 0 ? { benchLayersOff: config.benchLayersOff } : {}),
     beforeSettle: config.faultKillAfterCommit
       ? (message, decision) => {
           if (message.messageId === config.faultKillAfterCommit && decision.outcome === "committed") {

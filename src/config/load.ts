@@ -2,7 +2,7 @@ import { readFileSync } from "node:fs";
 import { ConfigError } from "../domain/errors.ts";
 import { checkRelaySettings, type RelaySettings } from "../outbox/settings.ts";
 import { checkEntityConflicts } from "./rules.ts";
-import { parsers, settings, type RawSettings, type SettingName } from "./schema.ts";
+import { parsers, settings, type BenchLayer, type RawSettings, type SettingName } from "./schema.ts";
 import type { PreCheckMode } from "../inbox/core.ts";
 
 export type ServiceBusConnection =
@@ -64,6 +64,8 @@ export interface Config {
   readonly logLevel: "debug" | "info" | "warn" | "error";
   readonly faultKillAfterCommit?: string;
   readonly faultKillAfterSend?: string;
+  /** Layers switched off for the CPU benchmark's ledger only (SBINBOX_BENCH_LAYERS_OFF); empty in any real run. */
+  readonly benchLayersOff: readonly BenchLayer[];
   readonly port: number;
   readonly httpHost: string;
   readonly applicationInsightsConnectionString?: string;
@@ -153,6 +155,7 @@ export function loadConfig(options: LoadOptions = {}): Config {
     logLevel: s.SBINBOX_LOG_LEVEL,
     faultKillAfterCommit: s.SBINBOX_FAULT_KILL_AFTER_COMMIT,
     faultKillAfterSend: s.SBINBOX_FAULT_KILL_AFTER_SEND,
+    benchLayersOff: s.SBINBOX_BENCH_LAYERS_OFF,
     port: s.PORT,
     httpHost: s.SBINBOX_HTTP_HOST ?? (serviceBusConnection(s).kind === "embedded" ? "127.0.0.1" : "0.0.0.0"),
     applicationInsightsConnectionString: s.APPLICATIONINSIGHTS_CONNECTION_STRING,

@@ -94,6 +94,8 @@ export const settings = {
     "fault injection for the demo and chaos runs only: SIGKILL the process after this MessageId commits",
   SBINBOX_FAULT_KILL_AFTER_SEND:
     "fault injection for chaos runs only: the relay SIGKILLs itself after sending this MessageId, before marking it sent",
+  SBINBOX_BENCH_LAYERS_OFF:
+    "for the CPU benchmark only: worker layers switched off (progress, settlement-guard), comma-separated; unsafe",
   PORT: "HTTP port of /healthz and /readyz (0 picks a free port)",
   SBINBOX_HTTP_HOST: "address the HTTP listener binds (default 0.0.0.0; 127.0.0.1 on embedded defaults)",
   APPLICATIONINSIGHTS_CONNECTION_STRING: "Application Insights connection string (telemetry export)",
@@ -137,6 +139,19 @@ const batchSize = z
   .transform((v): number | "auto" => (v === "auto" ? v : Number(v)))
   .refine((v) => v === "auto" || v >= 1, "must be at least 1, or auto")
   .refine((v) => v === "auto" || v <= 1000, "must be at most 1000, or auto");
+
+/** The worker layers the CPU benchmark can switch off (docs/benchmark.md, "The ledger"). */
+export const BENCH_LAYERS = ["progress", "settlement-guard"] as const;
+export type BenchLayer = (typeof BENCH_LAYERS)[number];
+const benchLayers = z
+  .string()
+  .trim()
+  .transform((v) => [...new Set(v.split(",").map((name) => name.trim().toLowerCase()))].filter(Boolean))
+  .refine(
+    (names) => names.every((name) => (BENCH_LAYERS as readonly string[]).includes(name)),
+    `must name only ${BENCH_LAYERS.join(", ")}, comma-separated`,
+  )
+  .transform((names) => names as BenchLayer[]);
 
 const DAY_MS = 24 * 3_600_000;
 const delayList = z
@@ -258,6 +273,7 @@ export const parsers = {
     .default("info"),
   SBINBOX_FAULT_KILL_AFTER_COMMIT: text.optional(),
   SBINBOX_FAULT_KILL_AFTER_SEND: text.optional(),
+  SBINBOX_BENCH_LAYERS_OFF: benchLayers.default([]),
   PORT: int(0, 65535).default(8080),
   SBINBOX_HTTP_HOST: text.optional(),
   APPLICATIONINSIGHTS_CONNECTION_STRING: text.optional(),

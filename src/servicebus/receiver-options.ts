@@ -26,6 +26,11 @@ export interface QueueReceiverOptions {
   ) => Promise<Decision & { messageType?: string; unsettled?: boolean }>;
   readonly logger: Logger;
   readonly scheduler?: SettlementScheduler;
+  /**
+   * False sends each settlement without SettlementGuard's bound (the SDK then waits up to 330 s for one that cannot
+   * succeed after a connection drop): for the CPU benchmark's ledger only. Default true.
+   */
+  readonly settlementGuard?: boolean;
   /** Awaited after the decision, before settlement (the demo's kill-between-commit-and-complete switch; tests). */
   readonly beforeSettle?: (message: IncomingMessage, decision: Decision) => void | Promise<void>;
   /** Awaited after a retry's copy is scheduled, before the original is completed (fault injection; tests). */

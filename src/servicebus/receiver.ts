@@ -372,7 +372,10 @@ export class QueueReceiver {
           });
       }
     };
-    const issue = (): Promise<void> => this.guard.settle(message, () => sdkSettle(message), receiver);
+    const issue = (): Promise<void> =>
+      this.options.settlementGuard === false
+        ? sdkSettle(message)
+        : this.guard.settle(message, () => sdkSettle(message), receiver);
     try {
       await traceSettlement(disposition, queue, ctx, async () => {
         try {

@@ -6,6 +6,7 @@ import {
   SpanStatusCode,
   trace,
   TraceFlags,
+  type Attributes,
   type Context,
   type Link,
   type Span,
@@ -71,31 +72,74 @@ export interface ProcessSpanInput {
  * in one trace (docs/telemetry.md); a message without trace context starts a new trace.
  */
 export function startProcessSpan(input: ProcessSpanInput): { span: Span; ctx: Context } {
-  const links: Link[] = [];
   const producer = producerContext(input.applicationProperties);
-  if (producer) links.push({ context: producer });
   const parent = producer ? trace.setSpanContext(context.active(), producer) : context.active();
+  // The attributes fixed by the entity go in at creation, where a sampler can read them (the semantic conventions
+  // ask for them there); they are one frozen object per entity, so this builds nothing per message.
   const span = tracer().startSpan(
-    SpanName.process(input.queue),
+    processName(input.queue),
     {
       kind: SpanKind.CONSUMER,
-      links,
-      attributes: {
-        [Attr.messagingSystem]: MESSAGING_SYSTEM,
-        [Attr.operationName]: "process",
-        [Attr.operationType]: "process",
-        ...destinationAttributes(input.queue),
-        [Attr.messageId]: input.messageId,
-        // The convention counts attempts, this one included (as the .NET SDK reports it); @azure/service-bus
-        // passes on the AMQP header, which counts earlier attempts only (0 on the first delivery).
-        [Attr.deliveryCount]: input.deliveryCount + 1,
-        ...(input.correlationId !== undefined ? { [Attr.conversationId]: input.correlationId } : {}),
-        ...(input.sessionId !== undefined ? { [Attr.sessionId]: input.sessionId } : {}),
-      },
+      attributes: processAttributes(input.queue),
+      links: producer ? [{ context: producer }] : [],
     },
     parent,
   );
+  // The per-message attributes wait for the sampler's decision: a sampled-out message builds none of them
+  // (docs/telemetry.md, "Sampling").
+  if (span.isRecording()) {
+    span.setAttribute(Attr.messageId, input.messageId);
+    // The convention counts attempts, this one included (as the .NET SDK reports it); @azure/service-bus
+    // passes on the AMQP header, which counts earlier attempts only (0 on the first delivery).
+    span.setAttribute(Attr.deliveryCount, input.deliveryCount + 1);
+    if (input.correlationId !== undefined) span.setAttribute(Attr.conversationId, input.correlationId);
+    if (input.sessionId !== undefined) span.setAttribute(Attr.sessionId, input.sessionId);
+  }
   return { span, ctx: trace.setSpan(parent, span) };
+}
+
+/** The process span's name and its attributes that depend on its entity alone, built once per entity. */
+const processName = perKey((queue) => SpanName.process(queue));
+const processAttributes = perKey((queue): Attributes =>
+  Object.freeze({
+    [Attr.messagingSystem]: MESSAGING_SYSTEM,
+    [Attr.operationName]: "process",
+    [Attr.operationType]: "process",
+    ...destinationAttributes(queue),
+  }),
+);
+
+/** A settlement span's name and attributes, built once per disposition and entity. */
+type SpanShape = { readonly name: string; readonly attributes: Attributes };
+const settleShape =
+  (disposition: Disposition) =>
+  (queue: string): SpanShape => ({
+    name: SpanName.settle(disposition, queue),
+    attributes: Object.freeze({
+      [Attr.messagingSystem]: MESSAGING_SYSTEM,
+      [Attr.operationName]: disposition,
+      [Attr.operationType]: "settle",
+      ...destinationAttributes(queue),
+      [Attr.dispositionStatus]: disposition,
+    }),
+  });
+const settleSpans: Record<Disposition, (queue: string) => SpanShape> = {
+  complete: perKey(settleShape("complete")),
+  abandon: perKey(settleShape("abandon")),
+  dead_letter: perKey(settleShape("dead_letter")),
+};
+
+/** `build(key)` kept per key (an entity path), for what every message's spans would otherwise build anew. */
+function perKey<T>(build: (key: string) => T): (key: string) => T {
+  const built = new Map<string, T>();
+  return (key) => {
+    let value = built.get(key);
+    if (value === undefined) {
+      value = build(key);
+      if (built.size < 64) built.set(key, value);
+    }
+    return value;
+  };
 }
 
 /** The attempt now running, on the message's process span (set again by each retry in place). */
@@ -176,20 +220,8 @@ export async function traceSettlement<T>(
   parent: Context,
   fn: () => Promise<T>,
 ): Promise<T> {
-  const span = tracer().startSpan(
-    SpanName.settle(disposition, queue),
-    {
-      kind: SpanKind.CLIENT,
-      attributes: {
-        [Attr.messagingSystem]: MESSAGING_SYSTEM,
-        [Attr.operationName]: disposition,
-        [Attr.operationType]: "settle",
-        ...destinationAttributes(queue),
-        [Attr.dispositionStatus]: disposition,
-      },
-    },
-    parent,
-  );
+  const { name, attributes } = settleSpans[disposition](queue);
+  const span = tracer().startSpan(name, { kind: SpanKind.CLIENT, attributes }, parent);
   return await endedAfter(span, fn);
 }
 

@@ -15,28 +15,34 @@ const tracer = () => trace.getTracer(TRACER_NAME);
 /** The store with a span around `process`, `claim` and `markProcessed`, children of the active span. */
 export function traceInboxStore<S extends InboxStore>(store: S): S {
   const system = DbSystem[store.dialect];
-  const base = (key: { messageId: string; consumer: string }): Attributes => ({
-    [Attr.dbSystem]: system,
-    [Attr.messageId]: key.messageId,
-    [Attr.consumer]: key.consumer,
-  });
+  // db.system.name is fixed by the store and goes in at creation, where a sampler can read it; the message's key
+  // waits until the span is known to record, so a sampled-out message builds no attributes (docs/telemetry.md).
+  const fixed: Attributes = Object.freeze({ [Attr.dbSystem]: system });
+  const base = (span: Span, key: { messageId: string; consumer: string }): void => {
+    if (!span.isRecording()) return;
+    span.setAttribute(Attr.messageId, key.messageId);
+    span.setAttribute(Attr.consumer, key.consumer);
+  };
   const traced: Partial<InboxStore> = {
     process: (key, work, hint) =>
-      inSpan(SpanName.inboxTransaction, base(key), async (span) => {
+      inSpan(SpanName.inboxTransaction, fixed, async (span) => {
+        base(span, key);
         const outcome = await store.process(key, work, hint);
         span.setAttribute(Attr.outcome, outcome.kind);
         if (outcome.kind === "failed") recordDbError(span, store.dialect, outcome.error);
         return outcome;
       }),
     claim: (key, reenter) =>
-      inSpan(SpanName.inboxClaim, base(key), async (span) => {
+      inSpan(SpanName.inboxClaim, fixed, async (span) => {
+        base(span, key);
         const outcome = await store.claim(key, reenter);
         span.setAttribute(Attr.outcome, outcome.kind);
         if (outcome.kind === "failed") recordDbError(span, store.dialect, outcome.error);
         return outcome;
       }),
     markProcessed: (key, claimId) =>
-      inSpan(SpanName.inboxMarkProcessed, base(key), async (span) => {
+      inSpan(SpanName.inboxMarkProcessed, fixed, async (span) => {
+        base(span, key);
         try {
           await store.markProcessed(key, claimId);
         } catch (error) {
@@ -69,34 +75,51 @@ export function traceInboxDriver<D extends InboxDriver>(driver: D): D {
     if (sql === batch.isProcessed(rows)) return "batchIsProcessed";
     return undefined;
   };
-  const attributes = (sql: string): { name: string; attributes: Attributes } => {
+  // A statement's span name and attributes depend on its text alone: worked out once per text (the inbox's
+  // statements and a handler's are a few fixed texts), not per statement sent.
+  const described = new Map<string, { name: string; attributes: Attributes }>();
+  let describedChars = 0;
+  const describe = (sql: string): { name: string; attributes: Attributes } => {
+    const known = described.get(sql);
+    if (known !== undefined) return known;
     const operation = firstKeyword(sql);
     const role = roleOf(sql);
     // The inbox's own statements name their table; a ping or a cutoff query touches none.
     const table = role && /\bInbox\b/.test(sql) ? "Inbox" : undefined;
-    return {
+    const description = {
       name: SpanName.dbStatement(operation, table),
-      attributes: {
+      attributes: Object.freeze({
         [Attr.dbSystem]: DbSystem[driver.dialect],
         [Attr.dbOperation]: operation,
         [Attr.dbQueryText]: sql,
         ...(table ? { [Attr.dbCollection]: table } : {}),
         ...(role ? { [Attr.inboxStatement]: role } : {}),
-      },
+      }),
     };
+    // Bounded by count and by characters, for a handler that builds its SQL text per message (it should not:
+    // parameters, not literals); a long text (a multi-row INSERT with literals) is described anew each time.
+    if (
+      sql.length <= DESCRIBED_TEXT_MAX &&
+      described.size < DESCRIBED_TEXTS &&
+      describedChars + sql.length <= DESCRIBED_CHARS
+    ) {
+      described.set(sql, description);
+      describedChars += sql.length;
+    }
+    return description;
   };
   const statement = <T>(sql: string, run: () => Promise<T>): Promise<T> => {
-    const { name, attributes: attrs } = attributes(sql);
-    return inSpan(name, attrs, run, driver.dialect, SpanKind.CLIENT);
+    const { name, attributes } = describe(sql);
+    return inLeafSpan(name, attributes, run, driver.dialect);
   };
-  const control = <T>(operation: string, run: () => Promise<T>): Promise<T> =>
-    inSpan(
+  const controls = new Map(
+    ["BEGIN", "COMMIT", "ROLLBACK"].map((operation) => [
       operation,
-      { [Attr.dbSystem]: DbSystem[driver.dialect], [Attr.dbOperation]: operation },
-      run,
-      driver.dialect,
-      SpanKind.CLIENT,
-    );
+      Object.freeze({ [Attr.dbSystem]: DbSystem[driver.dialect], [Attr.dbOperation]: operation }),
+    ]),
+  );
+  const control = <T>(operation: "BEGIN" | "COMMIT" | "ROLLBACK", run: () => Promise<T>): Promise<T> =>
+    inLeafSpan(operation, controls.get(operation)!, run, driver.dialect);
   const traceTx = (tx: InboxTransaction): InboxTransaction => ({
     query: <R>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>> =>
       statement(sql, () => tx.query<R>(sql, params)),
@@ -141,24 +164,50 @@ function recordDbError(span: Span, dialect: Dialect, error: unknown): void {
   span.setStatus({ code: SpanStatusCode.ERROR, message: error instanceof Error ? error.message : undefined });
 }
 
-async function inSpan<T>(
-  name: string,
-  attributes: Attributes,
-  run: (span: Span) => Promise<T>,
-  dialect?: Dialect,
-  kind: SpanKind = SpanKind.INTERNAL,
-): Promise<T> {
-  return tracer().startActiveSpan(name, { kind, attributes }, async (span) => {
+/**
+ * How many distinct statement texts a driver keeps the span description of, the longest text it keeps and the
+ * characters it keeps in all (each description holds its text once more as `db.query.text`): at most about 1 MB.
+ */
+const DESCRIBED_TEXTS = 512;
+const DESCRIBED_TEXT_MAX = 4096;
+const DESCRIBED_CHARS = 256 * 1024;
+
+/**
+ * An active INTERNAL span around `run` (its children nest under it); ended however `run` ends. It starts with the
+ * fixed `attributes`; `run` adds the per-message ones once the span is known to record.
+ */
+async function inSpan<T>(name: string, attributes: Attributes, run: (span: Span) => Promise<T>): Promise<T> {
+  return tracer().startActiveSpan(name, { attributes }, async (span) => {
     try {
       return await run(span);
     } catch (error) {
-      if (dialect) recordDbError(span, dialect, error);
-      else span.setStatus({ code: SpanStatusCode.ERROR });
+      span.setStatus({ code: SpanStatusCode.ERROR });
       throw error;
     } finally {
       span.end();
     }
   });
+}
+
+/**
+ * A CLIENT span around one statement: a leaf (nothing runs inside it that takes a span), so it is started as a
+ * child of the active span without becoming active itself, which spares a context switch per statement.
+ */
+async function inLeafSpan<T>(
+  name: string,
+  attributes: Attributes,
+  run: () => Promise<T>,
+  dialect: Dialect,
+): Promise<T> {
+  const span = tracer().startSpan(name, { kind: SpanKind.CLIENT, attributes });
+  try {
+    return await run();
+  } catch (error) {
+    if (span.isRecording()) recordDbError(span, dialect, error);
+    throw error;
+  } finally {
+    span.end();
+  }
 }
 
 function statementRoles(statements: InboxStatements): Map<string, string> {

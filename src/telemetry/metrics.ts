@@ -152,24 +152,63 @@ function destination(queue: string): Attributes {
   return { [Attr.messagingSystem]: MESSAGING_SYSTEM, ...destinationAttributes(queue) };
 }
 
+/**
+ * The attribute sets every message records with, built once per entity and reused: the metrics API has no bound
+ * instruments, so this spares each record only the building, not the SDK's own look-up of the set.
+ */
+interface QueueAttributes {
+  readonly destination: Attributes;
+  readonly consumed: Attributes;
+  readonly processed: Attributes;
+  readonly outcomes: Readonly<Record<Outcome, Attributes>>;
+  readonly dispositions: Readonly<Record<Disposition, Attributes>>;
+}
+const queueAttributes = new Map<string, QueueAttributes>();
+
+function attributesOf(queue: string): QueueAttributes {
+  const known = queueAttributes.get(queue);
+  if (known !== undefined) return known;
+  const base = Object.freeze(destination(queue));
+  const outcome = (o: Outcome) => Object.freeze({ ...base, [Attr.outcome]: o });
+  const disposition = (d: Disposition) => Object.freeze({ ...base, [Attr.dispositionStatus]: d });
+  const built: QueueAttributes = {
+    destination: base,
+    consumed: Object.freeze({ ...base, [Attr.operationName]: "receive" }),
+    processed: Object.freeze({ ...base, [Attr.operationName]: "process" }),
+    outcomes: {
+      committed: outcome("committed"),
+      duplicate: outcome("duplicate"),
+      poison: outcome("poison"),
+      failed: outcome("failed"),
+    },
+    dispositions: {
+      complete: disposition("complete"),
+      abandon: disposition("abandon"),
+      dead_letter: disposition("dead_letter"),
+    },
+  };
+  if (queueAttributes.size < 64) queueAttributes.set(queue, built);
+  return built;
+}
+
 const api: WorkerMetrics = {
   recordConsumed(queue, count = 1) {
-    instruments().consumed.add(count, { ...destination(queue), [Attr.operationName]: "receive" });
+    instruments().consumed.add(count, attributesOf(queue).consumed);
   },
   recordProcessed({ queue, outcome, durationMs, errorType }) {
     const m = instruments();
+    const a = attributesOf(queue);
     const error = errorType !== undefined && (outcome === "failed" || outcome === "poison");
-    m.processDuration.record(durationMs / 1000, {
-      ...destination(queue),
-      [Attr.operationName]: "process",
-      ...(error ? { [Attr.errorType]: errorType } : {}),
-    });
-    m.outcomes.add(1, { ...destination(queue), [Attr.outcome]: outcome });
-    if (outcome === "duplicate") m.duplicates.add(1, destination(queue));
+    m.processDuration.record(
+      durationMs / 1000,
+      error ? { ...a.processed, [Attr.errorType]: errorType } : a.processed,
+    );
+    m.outcomes.add(1, a.outcomes[outcome]);
+    if (outcome === "duplicate") m.duplicates.add(1, a.destination);
   },
   recordSettlement({ queue, disposition, errorType }) {
     const m = instruments();
-    const attributes = { ...destination(queue), [Attr.dispositionStatus]: disposition };
+    const attributes = attributesOf(queue).dispositions[disposition];
     if (errorType === undefined) m.dispositions.add(1, attributes);
     else m.settlementFailures.add(1, { ...attributes, [Attr.errorType]: errorType });
   },

@@ -120,12 +120,20 @@ export const Metric = {
  * The destination attributes of an entity path: a queue's name, or a subscription's topic and subscription names
  * (the messaging conventions name the topic as the destination and the subscription apart).
  */
-export function destinationAttributes(path: string): Record<string, string> {
+export function destinationAttributes(path: string): Readonly<Record<string, string>> {
+  // Asked for on every message's spans and metrics, for the one or two entities a process serves: parsed once.
+  const known = destinations.get(path);
+  if (known !== undefined) return known;
   const entity = parseEntity(path);
-  return entity.kind === "queue"
-    ? { [Attr.destinationName]: entity.queue }
-    : { [Attr.destinationName]: entity.topic, [Attr.subscriptionName]: entity.subscription };
+  const attributes: Record<string, string> =
+    entity.kind === "queue"
+      ? { [Attr.destinationName]: entity.queue }
+      : { [Attr.destinationName]: entity.topic, [Attr.subscriptionName]: entity.subscription };
+  Object.freeze(attributes);
+  if (destinations.size < 64) destinations.set(path, attributes);
+  return attributes;
 }
+const destinations = new Map<string, Readonly<Record<string, string>>>();
 
 /** The `error.type` attribute's value: the error's code (a driver's or the SDK's), else its name, else "Error". */
 export function errorType(error: unknown): string {

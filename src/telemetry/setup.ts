@@ -1,6 +1,6 @@
 import type { AzureMonitorExporterOptions } from "@azure/monitor-opentelemetry-exporter";
 import type { IMetricReader, PushMetricExporter } from "@opentelemetry/sdk-metrics";
-import type { SpanExporter, SpanProcessor } from "@opentelemetry/sdk-trace";
+import type { Sampler, SpanExporter, SpanProcessor } from "@opentelemetry/sdk-trace";
 import { ConfigError } from "../domain/errors.ts";
 
 export type TraceExporterName = "otlp" | "console" | "azuremonitor";
@@ -14,6 +14,8 @@ export interface TelemetryPlan {
   readonly tracesProtocol: OtlpProtocol;
   readonly metricsProtocol: OtlpProtocol;
   readonly metricExportIntervalMs: number;
+  /** OTEL_TRACES_SAMPLER and its OTEL_TRACES_SAMPLER_ARG, checked; absent for the SDK's default. */
+  readonly sampler?: SamplerPlan;
   readonly azureMonitor?: {
     readonly connectionString: string;
     /** Entra ID authentication (Application Insights with local authentication disabled). */
@@ -35,6 +37,37 @@ export interface Telemetry {
   /** Flushes what is buffered and stops the exporters. */
   shutdown(): Promise<void>;
 }
+
+/**
+ * The samplers OTEL_TRACES_SAMPLER names: OpenTelemetry's six, and Azure Monitor's two under the names its
+ * distribution reads (they set `microsoft.sample_rate`, from which Application Insights counts what a kept span
+ * stands for; docs/telemetry.md, "Sampling").
+ */
+export type SamplerName =
+  | "always_on"
+  | "always_off"
+  | "traceidratio"
+  | "parentbased_always_on"
+  | "parentbased_always_off"
+  | "parentbased_traceidratio"
+  | "microsoft.fixed_percentage"
+  | "microsoft.rate_limited";
+export interface SamplerPlan {
+  readonly name: SamplerName;
+  /** The ratio (0 to 1) of the ratio samplers, or the traces a second of `microsoft.rate_limited`. */
+  readonly arg?: number;
+}
+const RATIO_SAMPLERS = ["traceidratio", "parentbased_traceidratio", "microsoft.fixed_percentage"];
+const SAMPLERS: readonly SamplerName[] = [
+  "always_on",
+  "always_off",
+  "traceidratio",
+  "parentbased_always_on",
+  "parentbased_always_off",
+  "parentbased_traceidratio",
+  "microsoft.fixed_percentage",
+  "microsoft.rate_limited",
+];
 
 const TRACE_EXPORTERS = ["otlp", "console", "none"] as const;
 const METRIC_EXPORTERS = ["otlp", "console", "none"] as const;
@@ -70,6 +103,7 @@ export function planTelemetry(
     tracesProtocol: protocol(env, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"),
     metricsProtocol: protocol(env, "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"),
     metricExportIntervalMs: positiveInt(env, "OTEL_METRIC_EXPORT_INTERVAL", 60_000),
+    ...(disabled ? {} : samplerPlan(env, azureMonitor !== undefined)),
     ...(azureMonitor ? { azureMonitor } : {}),
   };
 }
@@ -93,6 +127,8 @@ export async function startTelemetry(options: TelemetryOptions = {}): Promise<Te
     Boolean(env.OTEL_SERVICE_NAME?.trim()) ||
     /(^|,)\s*service\.name\s*=/.test(env.OTEL_RESOURCE_ATTRIBUTES ?? "");
   const sdk = new NodeSDK({
+    // Always ours: the SDK would read OTEL_TRACES_SAMPLER itself and keep every span on a value it does not know.
+    sampler: await createSampler(plan.sampler),
     spanProcessors,
     metricReaders,
     // Logs go to stdout/stderr as JSON lines (logger.ts), where App Service collects them; no OTLP log export.
@@ -106,6 +142,30 @@ export async function startTelemetry(options: TelemetryOptions = {}): Promise<Te
     active: true,
     shutdown: () => (stopped ??= sdk.shutdown()),
   };
+}
+
+/** The sampler the plan names; the SDK's default, ParentBased(AlwaysOn), when it names none. */
+export async function createSampler(plan: SamplerPlan | undefined): Promise<Sampler> {
+  const otel = await import("@opentelemetry/sdk-trace");
+  const arg = plan?.arg ?? 1;
+  switch (plan?.name ?? "parentbased_always_on") {
+    case "always_on":
+      return new otel.AlwaysOnSampler();
+    case "always_off":
+      return new otel.AlwaysOffSampler();
+    case "traceidratio":
+      return new otel.TraceIdRatioBasedSampler(arg);
+    case "parentbased_always_off":
+      return new otel.ParentBasedSampler({ root: new otel.AlwaysOffSampler() });
+    case "parentbased_traceidratio":
+      return new otel.ParentBasedSampler({ root: new otel.TraceIdRatioBasedSampler(arg) });
+    case "microsoft.fixed_percentage":
+      return new (await import("@azure/monitor-opentelemetry-exporter")).ApplicationInsightsSampler(arg);
+    case "microsoft.rate_limited":
+      return new (await import("@azure/monitor-opentelemetry-exporter")).RateLimitedSampler(arg);
+    default:
+      return new otel.ParentBasedSampler({ root: new otel.AlwaysOnSampler() });
+  }
 }
 
 async function createSpanProcessors(plan: TelemetryPlan): Promise<SpanProcessor[]> {
@@ -204,6 +264,47 @@ function azureMonitorPlan(
   }
   const clientId = fields.get("clientid");
   return { connectionString, entraId: clientId ? { managedIdentityClientId: clientId } : {} };
+}
+
+/**
+ * OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG, checked here: the SDK logs a wrong value to a diagnostic
+ * logger nobody has installed and then keeps every span, so a typo would silently cost what sampling saves.
+ */
+function samplerPlan(
+  env: Readonly<Record<string, string | undefined>>,
+  azureMonitor: boolean,
+): { sampler?: SamplerPlan } {
+  const raw = env.OTEL_TRACES_SAMPLER?.trim();
+  if (!raw) return {};
+  const name = raw.toLowerCase() as SamplerName;
+  if (!SAMPLERS.includes(name)) {
+    throw new ConfigError("OTEL_TRACES_SAMPLER", `unknown sampler "${raw}"; use ${SAMPLERS.join(", ")}`);
+  }
+  if (name.startsWith("microsoft.") && !azureMonitor) {
+    throw new ConfigError(
+      "OTEL_TRACES_SAMPLER",
+      `"${name}" is Azure Monitor's sampler and needs APPLICATIONINSIGHTS_CONNECTION_STRING; ` +
+        "use parentbased_traceidratio for other exporters",
+    );
+  }
+  const argRaw = env.OTEL_TRACES_SAMPLER_ARG?.trim();
+  const ratio = RATIO_SAMPLERS.includes(name);
+  if (name === "microsoft.rate_limited" || (ratio && argRaw)) {
+    if (!argRaw) {
+      throw new ConfigError("OTEL_TRACES_SAMPLER_ARG", `"${name}" needs the traces a second, e.g. 5`);
+    }
+    const arg = Number(argRaw);
+    const valid = ratio ? arg >= 0 && arg <= 1 : arg >= 0 && Number.isFinite(arg);
+    if (!Number.isFinite(arg) || !valid) {
+      const expected = ratio
+        ? "a ratio from 0 to 1 (0.1 keeps one trace in ten)"
+        : "traces a second, 0 or more";
+      throw new ConfigError("OTEL_TRACES_SAMPLER_ARG", `expected ${expected} for "${name}", got "${argRaw}"`);
+    }
+    return { sampler: { name, arg } };
+  }
+  // A ratio sampler without its argument keeps every trace, as the OpenTelemetry specification defines it (1.0).
+  return { sampler: { name } };
 }
 
 function exporterList<T extends string>(

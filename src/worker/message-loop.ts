@@ -43,6 +43,26 @@ export interface MessageLoop {
   wakeRetryWaits(): void;
 }
 
+/** What one delivery carries through its attempts, retries in place and outage waits. */
+interface Delivery {
+  readonly message: IncomingMessage;
+  readonly ctx: Context;
+  readonly held: AbortSignal | undefined;
+  /** In session mode every line about the message names its session. */
+  readonly log: Logger;
+  readonly receivedAt: number;
+  readonly attempt: Attempt;
+  /** How long the latest attempt ran: a retry in place must fit under the lock again. */
+  attemptMs: number;
+  tried: boolean;
+}
+
+type LoopDecision = Decision & { messageType?: string; unsettled?: boolean };
+/** A failed attempt the retry policy judges: an abandon for anything but an outage. */
+type Failure = Extract<Decision, { disposition: "abandon" }> & { messageType?: string };
+/** What follows a failed attempt: another attempt's decision, the final decision, or the message left unsettled. */
+type AfterFailure = { readonly next: "again" | "done" | "unsettled"; readonly decision: LoopDecision };
+
 /**
  * The worker's message loop: each message through the inbox, its failures retried in place under the lock or by a
  * scheduled copy, a message that met an outage waiting for the database (the lifecycle, worker.ts, pauses
@@ -55,121 +75,176 @@ export function createMessageLoop(loop: MessageLoopContext): MessageLoop {
   const waits = new Set<() => void>();
   const hintPlainError = plainErrorHint(logger);
 
-  async function handle(
-    message: IncomingMessage,
-    ctx: Context,
-    held?: AbortSignal,
-  ): Promise<Decision & { messageType?: string; unsettled?: boolean }> {
-    // In session mode every line about the message names its session.
-    const log = message.sessionId === undefined ? logger : logger.child({ sessionId: message.sessionId });
-    const receivedAt = Date.now();
-    const attempt = firstAttempt();
-    /** How long the latest attempt ran: a retry in place must fit under the lock again. */
-    let attemptMs = 0;
-    let tried = false;
-    const decide = async () => {
-      const started = Date.now();
-      // Only a delivery's first attempt joins a batch: a retry in place or after an outage goes alone, as today.
-      const first = !tried;
-      tried = true;
-      const decided = await processMessage(
-        message,
-        {
-          store,
-          registry,
-          consumer: options.consumer,
-          maxMessageBytes: options.maxMessageBytes ?? 262_144,
-          process: first && batcher ? (key, work, hint) => batcher.process(key, work, hint) : undefined,
-        },
-        attempt,
-      );
-      attemptMs = Date.now() - started;
-      recordAttempt(ctx, attempt.attempt);
-      return decided;
+  async function handle(message: IncomingMessage, ctx: Context, held?: AbortSignal): Promise<LoopDecision> {
+    const d: Delivery = {
+      message,
+      ctx,
+      held,
+      log: message.sessionId === undefined ? logger : logger.child({ sessionId: message.sessionId }),
+      receivedAt: Date.now(),
+      attempt: firstAttempt(),
+      attemptMs: 0,
+      tried: false,
     };
-    let decision = await decide();
+    let decision: LoopDecision = await attemptOnce(d);
     for (;;) {
-      // A message that met an outage keeps its lock (renewed by the SDK) and waits for the database instead of
-      // being abandoned: an abandon would spend one of its deliveries on every outage. Bounded, so a database that
-      // flaps cannot hold it forever; after that, and on stop, it is abandoned as any other failure.
-      for (let retry = 0; retry < OUTAGE_RETRIES && isOutage(decision) && !loop.isStopping(); retry += 1) {
-        loop.enterOutage();
-        if (!(await loop.recovery())) break;
-        decision = await decide();
-      }
+      decision = await waitOutOutages(d, decision);
       if (sessions && isOutage(decision) && (loop.isStopping() || held?.aborted)) {
         stats.failed += 1;
-        return { ...decision, unsettled: true }; // as a cut-short retry wait below: no delivery spent
+        return { ...decision, unsettled: true }; // as a cut-short retry wait: no delivery spent
       }
       if (decision.disposition !== "abandon" || decision.errorClass === "unavailable") break;
-      const errorClass = retryClass(decision.error, decision.errorClass);
-      if (errorClass === "transient") hintPlainError(decision.messageType, decision.error);
-      const verdict = decideRetry(policy, {
-        attempt: attempt.attempt,
-        errorClass,
-        error: decision.error,
-        awaitsMigration: errorClass === "permanent" && awaitsMigration(store.dialect, decision.error),
-        ...(decision.source ? { source: decision.source } : {}),
-        lockRemainingMs: lockRemaining(message, receivedAt),
-        attemptDurationMs: attemptMs,
-        random: Math.random(),
-      });
-      if (verdict.action === "dead_letter") {
-        decision = await giveUp(verdict, errorClass, attempt, decision.messageType);
-        break;
-      }
-      let delayMs = verdict.delayMs;
-      // With sessions a scheduled copy would land behind the session's later messages: every retry waits in place,
-      // the session held (and its lock renewed) meanwhile; the session's other messages wait behind it.
-      if ((verdict.action === "wait" || sessions) && !loop.isStopping()) {
-        log.info("attempt failed; retrying under the lock", {
-          messageId: message.messageId,
-          attempt: attempt.attempt,
-          delayMs,
-          errorClass,
-          error: decision.error,
-          ...sourceFields(decision.source),
-        });
-        options.onRetry?.(message, { attempt: attempt.attempt, delayMs, errorClass, error: decision.error });
-        recordRetryWait(ctx, verdict.attempt, delayMs, decision.error);
-        const began = Date.now();
-        if (await pauseFor(delayMs, waits, loop.isStopping(), held)) {
-          stats.retriesWaited += 1;
-          telemetry.recordRetry(options.queue, "waited", errorClass);
-          attempt.attempt = verdict.attempt;
-          decision = await decide();
-          continue;
-        }
-        // Stopping: the rest of the wait becomes a scheduled copy, so the stop spends no delivery.
-        delayMs = Math.max(0, delayMs - (Date.now() - began));
-      }
-      if (sessions) {
-        // Stopping, or the session given up (its lock lost): the message is left unsettled. Closing the session
-        // returns it at its session's head with its delivery count unchanged (an abandon would spend one); after a
-        // lost lock, settling is no longer this worker's to do.
-        log.info("retry wait ended with the session given up; the message is left unsettled", {
-          messageId: message.messageId,
-          attempt: attempt.attempt,
-          reason: held?.aborted ? "session given up" : "stopping",
-        });
-        stats.failed += 1;
-        return { ...decision, errorClass, unsettled: true };
-      }
-      stats.retriesScheduled += 1;
-      telemetry.recordRetry(options.queue, "scheduled", errorClass);
-      decision = {
-        disposition: "reschedule",
-        outcome: "failed",
-        error: decision.error,
-        errorClass,
-        copy: scheduledCopy(attempt, verdict.attempt, delayMs),
-        messageType: decision.messageType,
-        ...(decision.source ? { source: decision.source } : {}),
-      };
-      break;
+      const after = await afterFailure(d, decision, decision.errorClass);
+      decision = after.decision;
+      if (after.next === "unsettled") return decision;
+      if (after.next === "done") break;
     }
+    return finish(d, decision);
+  }
+
+  /** One attempt through the inbox; only a delivery's first attempt may join a batch. */
+  async function attemptOnce(d: Delivery): Promise<LoopDecision> {
+    const started = Date.now();
+    // A retry in place or after an outage goes alone, as without batches.
+    const first = !d.tried;
+    d.tried = true;
+    const decided = await processMessage(
+      d.message,
+      {
+        store,
+        registry,
+        consumer: options.consumer,
+        maxMessageBytes: options.maxMessageBytes ?? 262_144,
+        process: first && batcher ? (key, work, hint) => batcher.process(key, work, hint) : undefined,
+      },
+      d.attempt,
+    );
+    d.attemptMs = Date.now() - started;
+    recordAttempt(d.ctx, d.attempt.attempt);
+    return decided;
+  }
+
+  /**
+   * A message that met an outage keeps its lock (renewed by the SDK) and waits for the database instead of being
+   * abandoned: an abandon would spend one of its deliveries on every outage. Bounded, so a database that flaps
+   * cannot hold it forever; after that, and on stop, it is abandoned as any other failure.
+   */
+  async function waitOutOutages(d: Delivery, decided: LoopDecision): Promise<LoopDecision> {
+    let decision = decided;
+    for (let retry = 0; retry < OUTAGE_RETRIES && isOutage(decision) && !loop.isStopping(); retry += 1) {
+      loop.enterOutage();
+      if (!(await loop.recovery())) break;
+      decision = await attemptOnce(d);
+    }
+    return decision;
+  }
+
+  /** A failed attempt: dead-lettered, retried in place, left unsettled (sessions) or retried by a scheduled copy. */
+  async function afterFailure(
+    d: Delivery,
+    decision: Failure,
+    storeClass: "transient" | "permanent",
+  ): Promise<AfterFailure> {
+    const errorClass = retryClass(decision.error, storeClass);
+    if (errorClass === "transient") hintPlainError(decision.messageType, decision.error);
+    const verdict = decideRetry(policy, {
+      attempt: d.attempt.attempt,
+      errorClass,
+      error: decision.error,
+      awaitsMigration: errorClass === "permanent" && awaitsMigration(store.dialect, decision.error),
+      ...(decision.source ? { source: decision.source } : {}),
+      lockRemainingMs: lockRemaining(d.message, d.receivedAt),
+      attemptDurationMs: d.attemptMs,
+      random: Math.random(),
+    });
+    if (verdict.action === "dead_letter") {
+      return { next: "done", decision: await giveUp(verdict, errorClass, d.attempt, decision.messageType) };
+    }
+    let delayMs = verdict.delayMs;
+    // With sessions a scheduled copy would land behind the session's later messages: every retry waits in place,
+    // the session held (and its lock renewed) meanwhile; the session's other messages wait behind it.
+    if ((verdict.action === "wait" || sessions) && !loop.isStopping()) {
+      const waited = await waitInPlace(d, decision, errorClass, verdict);
+      if (waited === "done") return { next: "again", decision: await attemptOnce(d) };
+      // Stopping: the rest of the wait becomes a scheduled copy, so the stop spends no delivery.
+      delayMs = Math.max(0, delayMs - waited.elapsedMs);
+    }
+    if (sessions) return { next: "unsettled", decision: leaveUnsettled(d, decision, errorClass) };
+    return { next: "done", decision: scheduleRetry(d, decision, errorClass, verdict.attempt, delayMs) };
+  }
+
+  /** Waits out a retry's delay under the lock; cut short when the worker stops or the session is given up. */
+  async function waitInPlace(
+    d: Delivery,
+    decision: Failure,
+    errorClass: "transient" | "permanent",
+    verdict: Extract<RetryVerdict, { action: "wait" | "schedule" }>,
+  ): Promise<"done" | { elapsedMs: number }> {
+    const { message, attempt } = d;
+    const delayMs = verdict.delayMs;
+    d.log.info("attempt failed; retrying under the lock", {
+      messageId: message.messageId,
+      attempt: attempt.attempt,
+      delayMs,
+      errorClass,
+      error: decision.error,
+      ...sourceFields(decision.source),
+    });
+    options.onRetry?.(message, { attempt: attempt.attempt, delayMs, errorClass, error: decision.error });
+    recordRetryWait(d.ctx, verdict.attempt, delayMs, decision.error);
+    const began = Date.now();
+    if (!(await pauseFor(delayMs, waits, loop.isStopping(), d.held)))
+      return { elapsedMs: Date.now() - began };
+    stats.retriesWaited += 1;
+    telemetry.recordRetry(options.queue, "waited", errorClass);
+    attempt.attempt = verdict.attempt;
+    return "done";
+  }
+
+  /**
+   * Stopping, or the session given up (its lock lost): the message is left unsettled. Closing the session returns
+   * it at its session's head with its delivery count unchanged (an abandon would spend one); after a lost lock,
+   * settling is no longer this worker's to do.
+   */
+  function leaveUnsettled(
+    d: Delivery,
+    decision: Failure,
+    errorClass: "transient" | "permanent",
+  ): LoopDecision {
+    d.log.info("retry wait ended with the session given up; the message is left unsettled", {
+      messageId: d.message.messageId,
+      attempt: d.attempt.attempt,
+      reason: d.held?.aborted ? "session given up" : "stopping",
+    });
+    stats.failed += 1;
+    return { ...decision, errorClass, unsettled: true };
+  }
+
+  /** A retry that does not fit under the lock (or the worker stops): a copy scheduled for later. */
+  function scheduleRetry(
+    d: Delivery,
+    decision: Failure,
+    errorClass: "transient" | "permanent",
+    nextAttempt: number,
+    delayMs: number,
+  ): LoopDecision {
+    stats.retriesScheduled += 1;
+    telemetry.recordRetry(options.queue, "scheduled", errorClass);
+    return {
+      disposition: "reschedule",
+      outcome: "failed",
+      error: decision.error,
+      errorClass,
+      copy: scheduledCopy(d.attempt, nextAttempt, delayMs),
+      messageType: decision.messageType,
+      ...(decision.source ? { source: decision.source } : {}),
+    };
+  }
+
+  /** The decision counted and logged; an outage it ended in pauses receiving. */
+  function finish(d: Delivery, decision: LoopDecision): LoopDecision {
     stats[decision.outcome] += 1;
-    logDecision(log, message, decision);
+    logDecision(d.log, d.message, decision);
     if (isOutage(decision)) loop.enterOutage();
     return decision;
   }

@@ -59,6 +59,11 @@ export interface WorkerOptions {
   readonly logger?: Logger;
   /** When the worker's connection counts as silent (src/worker/progress.ts; tests shorten it). */
   readonly progress?: ProgressOptions;
+  /**
+   * For the CPU benchmark's ledger only (SBINBOX_BENCH_LAYERS_OFF): the progress monitor not told of messages and
+   * not started, settlements sent without the settlement guard's bound. Both take away a safety behaviour.
+   */
+  readonly benchLayersOff?: readonly ("progress" | "settlement-guard")[];
   /** Runs after a message's decision and before its settlement (fault injection; tests). */
   readonly beforeSettle?: (message: IncomingMessage, decision: Decision) => void | Promise<void>;
   /** Told of each retry in place before its wait (the test harness's outcomes), beside the log line. */

@@ -37,6 +37,8 @@ export function createWorker(options: WorkerOptions): Worker {
   const maxAutoLockRenewalMs = options.maxAutoLockRenewalMs ?? 300_000;
   const telemetry = workerMetrics();
   const batcher = createBatcher(options, (size, outcome) => telemetry.recordBatch(size, outcome));
+  const benchOff = options.benchLayersOff ?? [];
+  const progressOn = !benchOff.includes("progress");
   const progress = new ProgressMonitor({
     ...options.progress,
     probe: createLinkProbe(options.client, options.queue),
@@ -82,7 +84,8 @@ export function createWorker(options: WorkerOptions): Worker {
     handle: (message: IncomingMessage, ctx: Context, held?: AbortSignal) => loop.handle(message, ctx, held),
     beforeSettle: options.beforeSettle,
     beforeComplete: options.beforeComplete,
-    ...receiverHooks(options.queue, progress, stats, telemetry),
+    settlementGuard: !benchOff.includes("settlement-guard"),
+    ...receiverHooks(options.queue, progressOn ? progress : undefined, stats, telemetry),
   });
   const chores = new Chores(logger, () => outage.paused);
   let stopObservingClaims: (() => void) | undefined;
@@ -106,7 +109,7 @@ export function createWorker(options: WorkerOptions): Worker {
       if (started) return;
       started = true;
       receiver.start();
-      progress.start();
+      if (progressOn) progress.start();
       stopObservingClaims = telemetry.observeOpenClaims(() => store.countOpenClaims());
       scheduleChores(chores, options, logger);
       logger.info("worker started", {
@@ -181,21 +184,24 @@ function createReceiver(options: WorkerOptions, receiverOptions: QueueReceiverOp
     : new QueueReceiver(receiverOptions);
 }
 
-/** What the receiver reports back: the link monitor hears of receives, and each settlement is counted. */
+/**
+ * What the receiver reports back: the link monitor hears of receives, and each settlement is counted. Without a
+ * monitor (the bench's switch) it hears of nothing: one told of errors but not of deliveries would stay "refused".
+ */
 function receiverHooks(
   queue: string,
-  progress: ProgressMonitor,
+  progress: ProgressMonitor | undefined,
   stats: WorkerStats,
   telemetry: WorkerMetrics,
 ): Pick<QueueReceiverOptions, "onReceiveError" | "onReceived" | "onSettled"> {
   return {
-    onReceiveError: (error, linkOpen) => progress.receiveError(error, linkOpen),
+    onReceiveError: (error, linkOpen) => progress?.receiveError(error, linkOpen),
     onReceived: () => {
-      progress.received();
+      progress?.received();
       telemetry.recordConsumed(queue);
     },
     onSettled: (decision, result) => {
-      progress.settled(result);
+      progress?.settled(result);
       if (result.settled) stats.settled += 1;
       else stats.settlementFailures += 1;
       telemetry.recordSettlement({

@@ -7,7 +7,12 @@ import {
   type MetricData,
   type ResourceMetrics,
 } from "@opentelemetry/sdk-metrics";
-import { InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from "@opentelemetry/sdk-trace";
+import {
+  InMemorySpanExporter,
+  SimpleSpanProcessor,
+  type ReadableSpan,
+  type Sampler,
+} from "@opentelemetry/sdk-trace";
 
 /** A reader that reports what was recorded since its last collection, so each test sees only its own counts. */
 class DeltaReader extends MetricReader {
@@ -37,12 +42,13 @@ export interface TelemetryCapture {
  * Registers an SDK (context manager, W3C propagator, tracer and meter providers) whose spans and metrics stay in
  * memory, as the process-wide globals. Only one may be installed at a time.
  */
-export function installTelemetryCapture(): TelemetryCapture {
+export function installTelemetryCapture(options: { sampler?: Sampler } = {}): TelemetryCapture {
   disableGlobals();
   const exporter = new InMemorySpanExporter();
   const reader = new DeltaReader();
   const sdk = new NodeSDK({
     autoDetectResources: false,
+    ...(options.sampler ? { sampler: options.sampler } : {}),
     spanProcessors: [new SimpleSpanProcessor({ exporter })],
     metricReaders: [reader],
     logRecordProcessors: [],

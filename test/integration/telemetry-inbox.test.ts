@@ -85,6 +85,25 @@ describe("telemetry: inbox spans on PostgreSQL", function () {
     );
   });
 
+  it("a long statement built with literals (too long to keep its description) is described in full each time", async () => {
+    const rows = Array.from({ length: 300 }, (_, i) => `('long-${i}', ${i})`).join(", ");
+    const sql = `INSERT INTO "Account" ("Id", "Balance") VALUES ${rows}`;
+    assert.ok(sql.length > 4096, `${sql.length} characters`);
+    for (const messageId of ["m-long-1", "m-long-2"]) {
+      const { children } = await underParent(() =>
+        store.process({ messageId, consumer }, async (tx) => {
+          if (messageId === "m-long-2") await tx.query(`DELETE FROM "Account" WHERE "Id" LIKE 'long-%'`);
+          await tx.query(sql);
+        }),
+      );
+      const insert = only(children, (s) => s.attributes[Attr.dbQueryText] === sql, "the long insert");
+      assert.equal(insert.name, "INSERT");
+      assert.equal(insert.attributes[Attr.dbOperation], "INSERT");
+      assert.equal(insert.attributes[Attr.dbSystem], "postgresql");
+      await telemetry().reset();
+    }
+  });
+
   it("by default a first delivery skips the pre-check read and a redelivery keeps it", async () => {
     const statementsOf = async (messageId: string, firstDelivery: boolean): Promise<string[]> => {
       await telemetry().reset();

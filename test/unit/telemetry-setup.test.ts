@@ -9,7 +9,7 @@ import { join, resolve } from "node:path";
 import { gunzipSync } from "node:zlib";
 import { trace } from "@opentelemetry/api";
 import { ConfigError } from "../../src/domain/errors.ts";
-import { planTelemetry, startTelemetry } from "../../src/telemetry/setup.ts";
+import { createSampler, planTelemetry, startTelemetry } from "../../src/telemetry/setup.ts";
 
 const root = resolve(import.meta.dirname, "../..");
 
@@ -34,8 +34,17 @@ interface ChildResult {
   stderr: string;
 }
 
+// Many root spans (each its own trace id), for what a sampler keeps of them.
+const MANY_SPANS_CHILD = `
+import { startProcessTelemetry, shutdownProcessTelemetry } from "./src/telemetry/register.ts";
+if (!(await startProcessTelemetry())) process.exit(2);
+const { trace } = await import("@opentelemetry/api");
+for (let i = 0; i < 400; i++) trace.getTracer("sbinbox").startSpan("complete orders").end();
+if (!(await shutdownProcessTelemetry())) process.exit();
+`;
+
 /** Runs CHILD with only the given telemetry settings (none inherited from the test's own environment). */
-function runChild(env: Record<string, string>): Promise<ChildResult> {
+function runChild(env: Record<string, string>, script = CHILD): Promise<ChildResult> {
   const base = Object.fromEntries(
     Object.entries(process.env).filter(
       ([key]) => !key.startsWith("OTEL_") && !key.startsWith("APPLICATIONINSIGHTS_"),
@@ -44,7 +53,7 @@ function runChild(env: Record<string, string>): Promise<ChildResult> {
   return new Promise((resolvePromise) => {
     execFile(
       process.execPath,
-      ["--input-type=module", "-e", CHILD],
+      ["--input-type=module", "-e", script],
       { cwd: root, env: { ...base, ...env }, timeout: 30_000 },
       (error, stdout, stderr) => {
         const code = error ? (typeof error.code === "number" ? error.code : null) : 0;
@@ -80,6 +89,10 @@ async function listen(server: Server): Promise<number> {
   await new Promise<void>((ready) => server.listen(0, "127.0.0.1", ready));
   return (server.address() as AddressInfo).port;
 }
+
+const azure = {
+  APPLICATIONINSIGHTS_CONNECTION_STRING: "InstrumentationKey=00000000-0000-0000-0000-000000000001",
+};
 
 describe("telemetry set-up", () => {
   describe("planTelemetry", () => {
@@ -120,6 +133,38 @@ describe("telemetry set-up", () => {
       assert.deepEqual(entra.azureMonitor?.entraId, { managedIdentityClientId: "abc" });
     });
 
+    it("takes the sampler OTEL_TRACES_SAMPLER names, with its OTEL_TRACES_SAMPLER_ARG", () => {
+      const plan = (env: Record<string, string>) => planTelemetry(env).sampler;
+      assert.equal(plan({}), undefined);
+      assert.deepEqual(
+        plan({ OTEL_TRACES_SAMPLER: "parentbased_traceidratio", OTEL_TRACES_SAMPLER_ARG: "0.1" }),
+        {
+          name: "parentbased_traceidratio",
+          arg: 0.1,
+        },
+      );
+      // The specification's default ratio is 1.
+      assert.deepEqual(plan({ OTEL_TRACES_SAMPLER: "TraceIdRatio" }), { name: "traceidratio" });
+      assert.deepEqual(
+        plan({ ...azure, OTEL_TRACES_SAMPLER: "microsoft.rate_limited", OTEL_TRACES_SAMPLER_ARG: "5" }),
+        { name: "microsoft.rate_limited", arg: 5 },
+      );
+    });
+
+    it("builds Azure Monitor's samplers from the exporter package for microsoft.* names", async () => {
+      const { ApplicationInsightsSampler, RateLimitedSampler } =
+        await import("@azure/monitor-opentelemetry-exporter");
+      const { ParentBasedSampler } = await import("@opentelemetry/sdk-trace");
+      assert.ok(
+        (await createSampler({ name: "microsoft.fixed_percentage", arg: 0.1 })) instanceof
+          ApplicationInsightsSampler,
+      );
+      assert.ok(
+        (await createSampler({ name: "microsoft.rate_limited", arg: 5 })) instanceof RateLimitedSampler,
+      );
+      assert.ok((await createSampler(undefined)) instanceof ParentBasedSampler);
+    });
+
     it("turns everything off with OTEL_SDK_DISABLED", () => {
       const plan = planTelemetry({ OTEL_SDK_DISABLED: "true", OTEL_TRACES_EXPORTER: "console" });
       assert.deepEqual([plan.traces, plan.metrics], [[], []]);
@@ -132,6 +177,19 @@ describe("telemetry set-up", () => {
         [{ OTEL_EXPORTER_OTLP_PROTOCOL: "thrift" }, "OTEL_EXPORTER_OTLP_PROTOCOL"],
         [{ OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: "udp" }, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"],
         [{ OTEL_METRIC_EXPORT_INTERVAL: "soon" }, "OTEL_METRIC_EXPORT_INTERVAL"],
+        [{ OTEL_TRACES_SAMPLER: "parentbased_traceidratoi" }, "OTEL_TRACES_SAMPLER"],
+        [{ OTEL_TRACES_SAMPLER: "traceidratio", OTEL_TRACES_SAMPLER_ARG: "10%" }, "OTEL_TRACES_SAMPLER_ARG"],
+        [{ OTEL_TRACES_SAMPLER: "traceidratio", OTEL_TRACES_SAMPLER_ARG: "1.5" }, "OTEL_TRACES_SAMPLER_ARG"],
+        // Azure Monitor's samplers only where Application Insights counts what their spans stand for.
+        [
+          { OTEL_TRACES_SAMPLER: "microsoft.fixed_percentage", OTEL_TRACES_SAMPLER_ARG: "0.1" },
+          "OTEL_TRACES_SAMPLER",
+        ],
+        [{ ...azure, OTEL_TRACES_SAMPLER: "microsoft.rate_limited" }, "OTEL_TRACES_SAMPLER_ARG"],
+        [
+          { ...azure, OTEL_TRACES_SAMPLER: "microsoft.rate_limited", OTEL_TRACES_SAMPLER_ARG: "-1" },
+          "OTEL_TRACES_SAMPLER_ARG",
+        ],
         [
           { APPLICATIONINSIGHTS_CONNECTION_STRING: "IngestionEndpoint=https://x/" },
           "APPLICATIONINSIGHTS_CONNECTION_STRING",
@@ -170,6 +228,23 @@ describe("telemetry set-up", () => {
       assert.match(child.stdout, /name: 'complete orders'/);
       assert.match(child.stdout, /'messaging\.servicebus\.disposition_status': 'complete'/);
       assert.match(child.stdout, /'service\.name': 'sbinbox'/);
+    });
+
+    it("samples by OTEL_TRACES_SAMPLER: traceidratio 0 prints no span, and a misspelt sampler exits 2 naming it", async () => {
+      const off = await runChild({
+        OTEL_TRACES_EXPORTER: "console",
+        OTEL_TRACES_SAMPLER: "traceidratio",
+        OTEL_TRACES_SAMPLER_ARG: "0",
+      });
+      assert.equal(off.code, 0, off.stderr);
+      assert.match(off.stdout, /child done/);
+      assert.doesNotMatch(off.stdout, /complete orders/);
+      const typo = await runChild({
+        OTEL_TRACES_EXPORTER: "console",
+        OTEL_TRACES_SAMPLER: "parentbased_traceidratoi",
+      });
+      assert.equal(typo.code, 2);
+      assert.match(typo.stderr, /OTEL_TRACES_SAMPLER/);
     });
 
     it("keeps OTEL_SERVICE_NAME over the default service name", async () => {
@@ -250,6 +325,38 @@ describe("telemetry set-up", () => {
             "messaging.servicebus.disposition_status": "complete",
           });
           assert.match(JSON.stringify(items), /"name":"sbinbox\.test\.count","kind":"Aggregation","value":3/);
+        } finally {
+          server.close();
+        }
+      });
+
+      it("with microsoft.fixed_percentage, keeps about that share and sends its sample rate for itemCount", async () => {
+        const server = createHttpsServer({
+          key: readFileSync(join(dir, "key.pem")),
+          cert: readFileSync(join(dir, "cert.pem")),
+        });
+        const received = collect(server);
+        const port = await listen(server);
+        try {
+          const child = await runChild(
+            {
+              NODE_EXTRA_CA_CERTS: join(dir, "cert.pem"),
+              APPLICATIONINSIGHTS_CONNECTION_STRING: `InstrumentationKey=00000000-0000-0000-0000-000000000001;IngestionEndpoint=https://127.0.0.1:${port}/`,
+              OTEL_TRACES_SAMPLER: "microsoft.fixed_percentage",
+              OTEL_TRACES_SAMPLER_ARG: "0.25",
+              OTEL_METRICS_EXPORTER: "none",
+            },
+            MANY_SPANS_CHILD,
+          );
+          assert.equal(child.code, 0, child.stderr);
+          const spans = received
+            .filter((r) => r.url === "/v2.1/track")
+            .flatMap((r) => JSON.parse(r.body.toString("utf8")) as { name: string; sampleRate?: number }[])
+            .filter((item) => item.name === "Microsoft.ApplicationInsights.RemoteDependency");
+          // 400 trace ids hashed at 25 %: about 100 kept (binomial, so 50 to 150 fails once in billions).
+          assert.ok(spans.length >= 50 && spans.length <= 150, `kept ${spans.length} of 400`);
+          // Application Insights counts each kept span as 100 / sampleRate = 4 items.
+          assert.deepEqual([...new Set(spans.map((span) => span.sampleRate))], [25]);
         } finally {
           server.close();
         }

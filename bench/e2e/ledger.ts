@@ -1,0 +1,263 @@
+// `node bench/e2e.ts --only ledger`: the worker's CPU a message by subtraction (issue 41, item 6). `sbinbox worker`
+// processes as a user starts them drain CPU_MESSAGES each at LEDGER_CONCURRENCY, one transaction a message
+// (SBINBOX_BATCH_SIZE=1) and batched (`auto`, the default), first with every layer on and spans and metrics
+// exported over OTLP/HTTP to a sink in this process, then with one layer switched off at a time. Rounds alternate
+// the variants (A B C ... A B C ...), and each cell is the median of its rounds, beside the floor's (a bare
+// subscribe() + complete loop plus a bare pg loop of the same four statements, in this process, at the same
+// concurrency). CPU from /proc/<pid>/stat of the worker process, not wall time.
+import { loadavg } from "node:os";
+import { formatTable } from "../common.ts";
+import { median } from "../median.ts";
+import { floor } from "./ceilings.ts";
+import { CPU_MESSAGES, type Harness } from "./harness.ts";
+import { OtlpSink } from "./otlp-sink.ts";
+import { target, type Target } from "./targets.ts";
+import { CPU_NODE_OPTIONS, runWorkerProcess, type WorkerRun } from "./worker-process.ts";
+
+const env = process.env;
+/** maxConcurrentCalls of the ledger's workers and of the floor's loops (the issue's 32). */
+export const LEDGER_CONCURRENCY = Number(env.SBINBOX_BENCH_LEDGER_CONCURRENCY ?? 32);
+export const LEDGER_ROUNDS = Number(env.SBINBOX_BENCH_LEDGER_ROUNDS ?? 3);
+/** Only these variants (their names, comma-separated), e.g. `all on,no telemetry`; unset: all. */
+const PICK = env.SBINBOX_BENCH_LEDGER_VARIANTS?.split(",").map((v) => v.trim());
+/** `single`, `auto` or both (default). */
+const MODES = (env.SBINBOX_BENCH_LEDGER_MODES ?? "single,auto").split(",").map((m) => m.trim());
+
+interface Variant {
+  readonly name: string;
+  /** Run in the batched mode too (the single mode runs every variant). */
+  readonly batched?: boolean;
+  /** Run this entry instead of the checkout's (the "before" rows). */
+  readonly bin?: string;
+  /** What is switched off, and by which setting. */
+  readonly setting: string;
+  readonly env: (sink: OtlpSink) => Record<string, string>;
+}
+
+const exported = (sink: OtlpSink): Record<string, string> => ({
+  OTEL_TRACES_EXPORTER: "otlp",
+  OTEL_METRICS_EXPORTER: "otlp",
+  OTEL_EXPORTER_OTLP_ENDPOINT: sink.endpoint,
+  SBINBOX_LOG_LEVEL: "info",
+});
+const NO_TELEMETRY = { OTEL_SDK_DISABLED: "true" };
+/** The root sampling ratio of the sampled row (OpenTelemetry's ParentBased(TraceIdRatio), by its own settings). */
+const SAMPLE_RATIO = env.SBINBOX_BENCH_LEDGER_SAMPLE_RATIO ?? "0.1";
+/** bin/sbinbox.js of a copy of the code before a change: adds its "all on" row beside this code's, alternated. */
+const BEFORE_BIN = env.SBINBOX_BENCH_LEDGER_BEFORE_BIN;
+export const SAMPLED = `sampled ${SAMPLE_RATIO}`;
+
+/** Every layer on, then each off in turn (the batcher's row is the single mode's own), then all of them off. */
+const VARIANTS: readonly Variant[] = [
+  {
+    name: "all on",
+    setting: "spans and metrics exported (OTLP/HTTP), info logs",
+    env: exported,
+    batched: true,
+  },
+  ...(BEFORE_BIN
+    ? [{ name: "all on, before", setting: `the same, running ${BEFORE_BIN}`, env: exported, bin: BEFORE_BIN }]
+    : []),
+  {
+    name: SAMPLED,
+    batched: true,
+    setting: `OTEL_TRACES_SAMPLER=parentbased_traceidratio, OTEL_TRACES_SAMPLER_ARG=${SAMPLE_RATIO}`,
+    env: (s) => ({
+      ...exported(s),
+      OTEL_TRACES_SAMPLER: "parentbased_traceidratio",
+      OTEL_TRACES_SAMPLER_ARG: SAMPLE_RATIO,
+    }),
+  },
+  {
+    name: "- spans",
+    setting: "OTEL_TRACES_EXPORTER=none",
+    env: (s) => ({ ...exported(s), OTEL_TRACES_EXPORTER: "none" }),
+  },
+  {
+    name: "- metrics",
+    setting: "OTEL_METRICS_EXPORTER=none",
+    env: (s) => ({ ...exported(s), OTEL_METRICS_EXPORTER: "none" }),
+  },
+  {
+    name: "- telemetry",
+    batched: true,
+    setting: "OTEL_SDK_DISABLED=true (as with nothing configured)",
+    env: () => ({ ...NO_TELEMETRY, SBINBOX_LOG_LEVEL: "info" }),
+  },
+  {
+    name: "- logging",
+    setting: "SBINBOX_LOG_LEVEL=error",
+    env: (s) => ({ ...exported(s), SBINBOX_LOG_LEVEL: "error" }),
+  },
+  {
+    name: "- progress",
+    setting: "SBINBOX_BENCH_LAYERS_OFF=progress",
+    env: (s) => ({ ...exported(s), SBINBOX_BENCH_LAYERS_OFF: "progress" }),
+  },
+  {
+    name: "- lock renewal",
+    setting: "SBINBOX_MAX_AUTO_LOCK_RENEWAL_MS=0",
+    env: (s) => ({ ...exported(s), SBINBOX_MAX_AUTO_LOCK_RENEWAL_MS: "0" }),
+  },
+  {
+    name: "- settlement guard",
+    setting: "SBINBOX_BENCH_LAYERS_OFF=settlement-guard",
+    env: (s) => ({ ...exported(s), SBINBOX_BENCH_LAYERS_OFF: "settlement-guard" }),
+  },
+  {
+    name: "all off",
+    batched: true,
+    setting: "all of the above at once",
+    env: () => ({
+      ...NO_TELEMETRY,
+      SBINBOX_LOG_LEVEL: "error",
+      SBINBOX_BENCH_LAYERS_OFF: "progress,settlement-guard",
+      SBINBOX_MAX_AUTO_LOCK_RENEWAL_MS: "0",
+    }),
+  },
+];
+
+interface Cell {
+  readonly runs: WorkerRun[];
+  readonly traceKb: number[];
+}
+
+const load = () =>
+  loadavg()
+    .map((l) => l.toFixed(2))
+    .join(" ");
+
+/** The ledger's lines and targets. */
+export async function ledger(h: Harness): Promise<{ lines: string[]; targets: Target[] }> {
+  const sink = await OtlpSink.start();
+  const variants = VARIANTS.filter((v) => PICK === undefined || PICK.includes(v.name));
+  const modes = MODES.map((m) => (m === "auto" ? ("auto" as const) : 1));
+  const cells = new Map<string, Cell>();
+  const floors: number[] = [];
+  const loads: string[] = [];
+  try {
+    for (let round = 0; round < LEDGER_ROUNDS; round += 1) {
+      loads.push(load());
+      process.stdout.write(`ledger round ${round + 1} of ${LEDGER_ROUNDS}, load average ${load()}\n`);
+      floors.push((await floor(h, CPU_MESSAGES, LEDGER_CONCURRENCY)).totalUs);
+      for (const batchSize of modes) {
+        for (const v of variants) {
+          if (batchSize === "auto" && v.batched !== true) continue;
+          const before = sink.snapshot();
+          const run = await runWorkerProcess(h, {
+            messages: CPU_MESSAGES,
+            batchSize,
+            nodeOptions: CPU_NODE_OPTIONS,
+            concurrency: LEDGER_CONCURRENCY,
+            env: v.env(sink),
+            ...(v.bin ? { bin: v.bin } : {}),
+          });
+          const key = `${String(batchSize)}|${v.name}`;
+          const cell = cells.get(key) ?? { runs: [], traceKb: [] };
+          cell.runs.push(run);
+          cell.traceKb.push((sink.snapshot().traceBytes - before.traceBytes) / 1024);
+          cells.set(key, cell);
+          process.stdout.write(
+            `  ${String(batchSize).padEnd(4)} ${v.name.padEnd(20)} ${run.cpuUs.toFixed(0).padStart(5)} us/msg ` +
+              `${run.rate.toFixed(0).padStart(5)} msgs/s, load ${load()}\n`,
+          );
+        }
+      }
+    }
+  } finally {
+    await sink.stop();
+  }
+  loads.push(load());
+  const floorUs = median(floors);
+  const cpu = (mode: number | "auto", name: string): number | undefined => {
+    const cell = cells.get(`${String(mode)}|${name}`);
+    return cell ? median(cell.runs.map((r) => r.cpuUs)) : undefined;
+  };
+  const lines = [
+    `ledger: sbinbox worker processes (maxConcurrentCalls ${LEDGER_CONCURRENCY}) draining ${CPU_MESSAGES} each, ` +
+      `${LEDGER_ROUNDS} alternated rounds, medians (min-max); CPU a message from /proc between the first and last ` +
+      `sample with messages done; floor ${floorUs.toFixed(0)} us (a bare receive-and-complete loop plus a bare pg ` +
+      `loop of the same four statements at ${LEDGER_CONCURRENCY}; rounds ${floors.map((f) => f.toFixed(0)).join(", ")}); ` +
+      `load average at each round's start and the end: ${loads.join(" | ")}`,
+  ];
+  const targets: Target[] = [];
+  for (const mode of modes) {
+    const base = cpu(mode, "all on");
+    const rows = variants.flatMap((v) => {
+      const cell = cells.get(`${String(mode)}|${v.name}`);
+      if (cell === undefined) return [];
+      const us = cell.runs.map((r) => r.cpuUs);
+      const m = median(us);
+      return [
+        [
+          v.name,
+          v.setting,
+          m.toFixed(0),
+          `${Math.min(...us).toFixed(0)}-${Math.max(...us).toFixed(0)}`,
+          base === undefined || v.name === "all on" ? "" : (base - m).toFixed(0),
+          (m / floorUs).toFixed(2),
+          median(cell.runs.map((r) => r.rate)).toFixed(0),
+          median(cell.runs.map((r) => r.writes)).toFixed(2),
+          median(cell.traceKb).toFixed(0),
+        ],
+      ];
+    });
+    if (mode === "auto" && base !== undefined) {
+      const single = cpu(1, "all on");
+      if (single !== undefined)
+        rows.push([
+          "- batcher",
+          "SBINBOX_BATCH_SIZE=1 (the single mode's all on)",
+          single.toFixed(0),
+          "",
+          (base - single).toFixed(0),
+          (single / floorUs).toFixed(2),
+          "",
+          "",
+          "",
+        ]);
+    }
+    lines.push(
+      mode === 1
+        ? "one transaction a message (SBINBOX_BATCH_SIZE=1):"
+        : "batched (SBINBOX_BATCH_SIZE=auto, the default):",
+      ...formatTable(
+        [
+          "variant",
+          "switched off by",
+          "cpu us/msg",
+          "min-max",
+          "saves us",
+          "x floor",
+          "msgs/s",
+          "writes/msg",
+          "spans KB sent",
+        ],
+        rows,
+      ),
+    );
+    const label = mode === 1 ? "single" : "batched";
+    const off = cpu(mode, "- telemetry");
+    const sampled = cpu(mode, SAMPLED);
+    if (off !== undefined) {
+      const pairs: [string, number][] = [];
+      if (base !== undefined) pairs.push(["us, every span", base - off]);
+      if (sampled !== undefined) pairs.push([`us, ${SAMPLED}`, sampled - off]);
+      targets.push(target(`telemetry <= 40 us a message, spans exported, ${label}`, pairs, (x) => x <= 40));
+    }
+    const limit = mode === 1 ? 1.5 : 1.2;
+    for (const name of ["- telemetry", "all on"]) {
+      const us = cpu(mode, name);
+      if (us !== undefined)
+        targets.push(
+          target(
+            `worker CPU <= ${limit} x the floor, ${label}, ${name === "all on" ? "telemetry exported" : "no telemetry configured"}`,
+            [["x floor", us / floorUs]],
+            (x) => x <= limit,
+          ),
+        );
+    }
+  }
+  lines.push("");
+  return { lines, targets };
+}
