@@ -42,45 +42,46 @@ SELECT ${idSql}, '${consumer.replaceAll("'", "''")}', ts, ts ${SERIES}`,
   };
 }
 
-// PROPOSED, not a migration: the compact marker as issue 41 item 3 sketches it (a uuid MessageId in 16 bytes, the
-// consumer as a smallint key, no ReceivedUtc index: retention by Id ranges). Replace with the migration's DDL and the
-// adapter's statements once the compact schema lands (worktree i41s writes it to /work/wt/i41-schema.md).
+// PROPOSED, not yet a migration on this branch: the compact marker of issue 41 item 3 as helper i41s wrote it
+// (its 0002_inbox_markers.sql and statements, copied here; /work/wt/i41-schema.md): the MessageId as a bytea key,
+// 16 raw bytes for a canonical UUID; the consumer as a smallint of InboxConsumer; seconds since 2020 as an integer;
+// no ReceivedUtc index (retention walks the primary key). When 0002 lands, read it from the migrations instead.
 const COMPACT_DDL = [
   `CREATE TABLE "InboxConsumer" (
   "Id" smallint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-  "Name" varchar(200) COLLATE "C" NOT NULL UNIQUE
+  "Name" varchar(200) COLLATE "C" NOT NULL CONSTRAINT "UQ_InboxConsumer_Name" UNIQUE
 )`,
-  `CREATE TABLE "InboxCompact" (
-  "Id" bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-  "MessageKey" uuid NOT NULL,
+  `CREATE TABLE "Inbox" (
+  "Id" bigint GENERATED ALWAYS AS IDENTITY,
+  "ReceivedSec" integer NOT NULL DEFAULT floor(extract(epoch FROM now()) - 1577836800)::integer,
   "ConsumerId" smallint NOT NULL,
-  "ReceivedUtc" timestamptz NOT NULL DEFAULT now(),
-  "ProcessedUtc" timestamptz NULL
+  "MessageKey" bytea NOT NULL CONSTRAINT "CK_Inbox_MessageKey_Length" CHECK (octet_length("MessageKey") <= 386),
+  "ClaimedUtc" timestamptz NULL,
+  CONSTRAINT "Inbox_pkey" PRIMARY KEY ("Id") WITH (fillfactor = 100)
 )`,
-  `CREATE UNIQUE INDEX "IX_InboxCompact_MessageKey_Consumer" ON "InboxCompact" ("MessageKey", "ConsumerId")`,
-  `CREATE INDEX "IX_InboxCompact_OpenClaims" ON "InboxCompact" ("ReceivedUtc") WHERE "ProcessedUtc" IS NULL`,
+  `CREATE UNIQUE INDEX "IX_Inbox_MessageKey_ConsumerId" ON "Inbox" ("MessageKey", "ConsumerId")`,
+  `CREATE INDEX "IX_Inbox_ClaimedUtc" ON "Inbox" ("ClaimedUtc") WHERE "ClaimedUtc" IS NOT NULL`,
 ];
+const CONSUMER_ID = `(SELECT "Id" FROM "public"."InboxConsumer" WHERE "Name" = $2::varchar)`;
 
 function schemaCompact(): SchemaUnderTest {
-  let consumerId = 0;
+  let consumer = "";
   return {
-    name: "compact (proposed DDL embedded in bench/inbox-growth-schema.ts)",
-    table: "InboxCompact",
+    name: "compact (i41s's proposed 0002, embedded in bench/inbox-growth-schema.ts)",
+    table: "Inbox",
     async setup(_url, admin, name) {
+      consumer = name;
       for (const ddl of COMPACT_DDL) await admin.query(ddl);
-      const r = await admin.query<{ id: number }>(
-        `INSERT INTO "InboxConsumer" ("Name") VALUES ($1) RETURNING "Id" AS id`,
-        [name],
-      );
-      consumerId = r.rows[0]!.id;
+      await admin.query(`INSERT INTO "InboxConsumer" ("Name") VALUES ($1)`, [name]);
     },
-    insertSql: `INSERT INTO "InboxCompact" ("MessageKey", "ConsumerId", "ProcessedUtc") VALUES ($1::uuid, $2, now())`,
-    isProcessedSql: `SELECT 1 AS found FROM "InboxCompact" WHERE "MessageKey" = $1::uuid AND "ConsumerId" = $2 AND "ProcessedUtc" IS NOT NULL`,
-    params: (messageId) => [messageId, consumerId],
-    fillSql: (
-      idSql,
-    ) => `INSERT INTO "InboxCompact" ("MessageKey", "ConsumerId", "ReceivedUtc", "ProcessedUtc")
-SELECT (${idSql})::uuid, ${consumerId}, ts, ts ${SERIES}`,
+    insertSql: `INSERT INTO "public"."Inbox" ("ConsumerId", "MessageKey") VALUES (${CONSUMER_ID}, $1)`,
+    isProcessedSql: `SELECT 1 AS found FROM "public"."Inbox"
+WHERE "MessageKey" = $1 AND "ConsumerId" = ${CONSUMER_ID} AND "ClaimedUtc" IS NULL`,
+    // A canonical UUID's key is its 16 bytes (i41s's src/inbox/message-key.ts); the bench's ids all are.
+    params: (messageId) => [Buffer.from(messageId.replaceAll("-", ""), "hex"), consumer],
+    fillSql: (idSql) => `INSERT INTO "Inbox" ("ConsumerId", "MessageKey", "ReceivedSec")
+SELECT (SELECT "Id" FROM "InboxConsumer" WHERE "Name" = '${consumer.replaceAll("'", "''")}'),
+  decode(translate(${idSql}, '-', ''), 'hex'), floor(extract(epoch FROM ts) - 1577836800)::integer ${SERIES}`,
   };
 }
 

@@ -14,6 +14,8 @@
 //   --measure 20000               inserts and duplicate checks measured per size
 //   --concurrency 8               lanes issuing them
 //   --shared-buffers 128MB        PostgreSQL's buffer cache
+//   --server pg|tds               tds: a TDS server instead (name keys, schema 0001), see bench/inbox-growth-tds.ts
+//   --tds <connection string>     for --server tds; default SBINBOX_TEST_MSSQL
 import { createHash } from "node:crypto";
 import { availableParallelism, loadavg } from "node:os";
 import { parseArgs } from "node:util";
@@ -21,6 +23,7 @@ import pg from "pg";
 import { EmbeddedPostgresServer } from "../src/embedded/postgres.ts";
 import { MESSAGE_ID_NAMESPACE, deriveMessageId } from "../src/servicebus/message-id.ts";
 import { formatTable, inBareTransaction } from "./common.ts";
+import { runTds } from "./inbox-growth-tds.ts";
 import { schemaUnderTest, type KeyKind, type SchemaUnderTest } from "./inbox-growth-schema.ts";
 
 const { values: args } = parseArgs({
@@ -31,6 +34,8 @@ const { values: args } = parseArgs({
     measure: { type: "string", default: "20000" },
     concurrency: { type: "string", default: "8" },
     "shared-buffers": { type: "string", default: "128MB" },
+    server: { type: "string", default: "pg" },
+    tds: { type: "string", default: process.env.SBINBOX_TEST_MSSQL ?? "" },
   },
 });
 const SIZES = args.sizes.split(",").map((s) => Number(s.trim()));
@@ -51,6 +56,7 @@ for (const [name, ok] of [
   ["--concurrency", Number.isInteger(CONCURRENCY) && CONCURRENCY > 0],
   ["--keys", args.keys === "name" || args.keys === "time"],
   ["--schema", args.schema === "0001" || args.schema === "compact"],
+  ["--server", args.server === "pg" || (args.server === "tds" && args.tds !== "" && args.keys === "name")],
 ] as const) {
   if (!ok)
     throw new Error(`bench:inbox-growth: bad ${name} (see the comment at the top of bench/inbox-growth.ts)`);
@@ -362,4 +368,19 @@ const HEADER = [
   "load",
 ];
 
-await main();
+if (args.server === "tds") {
+  await runTds({
+    connectionString: args.tds,
+    sizes: SIZES,
+    measure: MEASURE,
+    concurrency: CONCURRENCY,
+    consumer: CONSUMER,
+    messageId,
+    random: seeded(41),
+    rate,
+    log,
+    load,
+  });
+} else {
+  await main();
+}
