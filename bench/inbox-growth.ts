@@ -111,6 +111,8 @@ interface Counts {
   calls: number;
   read: number;
   hit: number;
+  /** Pages this statement dirtied: each is written back later (checkpoint or eviction), a write IOPS costs too. */
+  dirtied: number;
 }
 
 /** A statement text with its parameters and constants as pg_stat_statements shows them ($n), both as "?". */
@@ -118,12 +120,13 @@ const normalized = (text: string) => text.replace(/\$\d+|\b\d+\b/g, "?");
 
 /** pg_stat_statements' shared buffer counts for one statement (its constants normalised) since the last reset. */
 async function statementCounts(admin: pg.Pool, text: string): Promise<Counts> {
-  const r = await admin.query<{ query: string; calls: string; read: string; hit: string }>(
-    `SELECT query, calls, shared_blks_read AS read, shared_blks_hit AS hit FROM pg_stat_statements`,
+  const r = await admin.query<{ query: string; calls: string; read: string; hit: string; dirtied: string }>(
+    `SELECT query, calls, shared_blks_read AS read, shared_blks_hit AS hit, shared_blks_dirtied AS dirtied
+FROM pg_stat_statements`,
   );
   const rows = r.rows.filter((row) => normalized(row.query) === normalized(text));
-  const sum = (k: "calls" | "read" | "hit") => rows.reduce((s, row) => s + Number(row[k]), 0);
-  return { calls: sum("calls"), read: sum("read"), hit: sum("hit") };
+  const sum = (k: "calls" | "read" | "hit" | "dirtied") => rows.reduce((s, row) => s + Number(row[k]), 0);
+  return { calls: sum("calls"), read: sum("read"), hit: sum("hit"), dirtied: sum("dirtied") };
 }
 
 /** Blocks read and hit per relation of the inbox (its heap and each index), as pg_statio counts them. */
@@ -298,6 +301,7 @@ async function main(): Promise<void> {
         grown ? `${(total / (WARMUP + MEASURE)).toFixed(0)} grown` : (total / rows).toFixed(0),
         per(ins.counts.read, MEASURE),
         per(ins.counts.hit, MEASURE),
+        per(ins.counts.dirtied, MEASURE),
         ins.rate.toFixed(0),
         per(dupAny.counts.read, MEASURE),
         per(dupAny.counts.hit, MEASURE),
@@ -359,6 +363,7 @@ const HEADER = [
   "B/marker",
   "ins read",
   "ins hit",
+  "ins dirtied",
   "ins/s",
   "dup read",
   "dup hit",
