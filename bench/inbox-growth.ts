@@ -229,6 +229,94 @@ LATERAL (SELECT md5(g::text) AS r, lpad(to_hex($1::bigint + g), 12, '0') AS h) A
 
 const per = (n: number, d: number) => (d === 0 ? "-" : (n / d).toFixed(2));
 
+interface Run {
+  url: string;
+  admin: pg.Pool;
+  schema: SchemaUnderTest;
+  random: () => number;
+  /** Markers 0 .. next-1 exist. */
+  next: number;
+}
+
+/** The worker's marker insert of marker `g`, in its own transaction. */
+const insertMarker = (run: Run, pool: pg.Pool, g: number) =>
+  inBareTransaction(pool, (c) =>
+    c.query(run.schema.insertSql, run.schema.params(messageId(g))).then(() => undefined),
+  );
+
+/** The worker's duplicate check of marker `g`, which exists. */
+const checkMarker = (run: Run, pool: pg.Pool, g: number) =>
+  pool.query(run.schema.isProcessedSql, run.schema.params(messageId(g))).then((r) => {
+    if (r.rows.length !== 1) throw new Error(`bench: marker ${g} (${messageId(g)}) not found as processed`);
+  });
+
+/** `count` markers picked at random among the last `span` (all of them when `span` is Infinity). */
+function pick(run: Run, count: number, span: number): number[] {
+  const from = Math.max(0, run.next - span);
+  return Array.from({ length: count }, () => from + Math.floor(run.random() * (run.next - from)));
+}
+
+/** Fills to `size`, then measures inserts, any-age checks and recent checks there; returns the table rows. */
+async function measureAt(run: Run, size: number): Promise<{ row: string[]; perRelation: string[][] }> {
+  const { url, admin, schema } = run;
+  log(`size ${size.toLocaleString("en")}: filling from ${run.next.toLocaleString("en")} (load ${load()})`);
+  await bulkFill(admin, schema, run.next, size);
+  run.next = Math.max(run.next, size);
+  const sizes = await relationSizes(admin, schema.table);
+  const rows = run.next;
+  // Warm the plans and the pool's connections; not counted.
+  const warm = run.next;
+  await rate(WARMUP, (i) => insertMarker(run, admin, warm + i));
+  run.next += WARMUP;
+  const base = run.next;
+  const ins = await measured(url, admin, schema, schema.insertSql, MEASURE, (p, i) =>
+    insertMarker(run, p, base + i),
+  );
+  run.next += MEASURE;
+  const anyIds = pick(run, MEASURE, Infinity);
+  const dupAny = await measured(url, admin, schema, schema.isProcessedSql, MEASURE, (p, i) =>
+    checkMarker(run, p, anyIds[i]!),
+  );
+  const recentIds = pick(run, MEASURE, RECENT);
+  const dupRecent = await measured(url, admin, schema, schema.isProcessedSql, MEASURE, (p, i) =>
+    checkMarker(run, p, recentIds[i]!),
+  );
+  // An empty inbox has no bytes per marker; the markers its measured inserts wrote show the worker's own.
+  const grown = size === 0 ? await relationSizes(admin, schema.table) : undefined;
+  const total = (grown ?? sizes).reduce((sum, [, b]) => sum + b, 0);
+  const row = [
+    rows.toLocaleString("en"),
+    grown ? `${(total / (WARMUP + MEASURE)).toFixed(0)} grown` : (total / rows).toFixed(0),
+    per(ins.counts.read, MEASURE),
+    per(ins.counts.hit, MEASURE),
+    per(ins.counts.dirtied, MEASURE),
+    ins.rate.toFixed(0),
+    per(dupAny.counts.read, MEASURE),
+    per(dupAny.counts.hit, MEASURE),
+    dupAny.rate.toFixed(0),
+    per(dupRecent.counts.read, MEASURE),
+    per(dupRecent.counts.hit, MEASURE),
+    load(),
+  ];
+  const perRelation = sizes.map(([name, bytes]) => {
+    const i = ins.perRelation.get(name) ?? { read: 0, hit: 0 };
+    const d = dupAny.perRelation.get(name) ?? { read: 0, hit: 0 };
+    return [
+      rows.toLocaleString("en"),
+      name,
+      (bytes / 2 ** 20).toFixed(0),
+      grown
+        ? `${((grown.find(([n]) => n === name)?.[1] ?? 0) / (WARMUP + MEASURE)).toFixed(1)} grown`
+        : (bytes / rows).toFixed(1),
+      per(i.read, MEASURE),
+      per(i.hit, MEASURE),
+      per(d.read, MEASURE),
+      per(d.hit, MEASURE),
+    ];
+  });
+  return { row, perRelation };
+}
+
 async function main(): Promise<void> {
   const settings = {
     shared_buffers: args["shared-buffers"],
@@ -255,79 +343,14 @@ async function main(): Promise<void> {
       `inbox growth: schema ${schema.name}, ${KEYS} keys, shared_buffers ${settings.shared_buffers}, ` +
         `${MEASURE} measured per size at concurrency ${CONCURRENCY}, ${availableParallelism()} cores, load ${load()}`,
     );
-    const random = seeded(41);
-    let next = 0; // markers 0 .. next-1 exist
-    const insert = (pool: pg.Pool, g: number) =>
-      inBareTransaction(pool, (c) =>
-        c.query(schema.insertSql, schema.params(messageId(g))).then(() => undefined),
-      );
-    const check = (pool: pg.Pool, g: number) =>
-      pool.query(schema.isProcessedSql, schema.params(messageId(g))).then((r) => {
-        if (r.rows.length !== 1)
-          throw new Error(`bench: marker ${g} (${messageId(g)}) not found as processed`);
-      });
+    const run: Run = { url, admin, schema, random: seeded(41), next: 0 };
     for (const size of SIZES) {
-      log(`size ${size.toLocaleString("en")}: filling from ${next.toLocaleString("en")} (load ${load()})`);
-      await bulkFill(admin, schema, next, size);
-      next = Math.max(next, size);
-      const sizes = await relationSizes(admin, schema.table);
-      const rows = next;
-      // Warm the plans and the pool's connections; not counted.
-      const w = next;
-      await rate(WARMUP, (i) => insert(admin, w + i));
-      next += WARMUP;
-      const base = next;
-      const ins = await measured(url, admin, schema, schema.insertSql, MEASURE, (p, i) =>
-        insert(p, base + i),
-      );
-      next += MEASURE;
-      const anyIds = Array.from({ length: MEASURE }, () => Math.floor(random() * next));
-      const dupAny = await measured(url, admin, schema, schema.isProcessedSql, MEASURE, (p, i) =>
-        check(p, anyIds[i]!),
-      );
-      const recentFrom = Math.max(0, next - RECENT);
-      const recentIds = Array.from(
-        { length: MEASURE },
-        () => recentFrom + Math.floor(random() * (next - recentFrom)),
-      );
-      const dupRecent = await measured(url, admin, schema, schema.isProcessedSql, MEASURE, (p, i) =>
-        check(p, recentIds[i]!),
-      );
-      // An empty inbox has no bytes per marker; the markers its measured inserts wrote show the worker's own.
-      const grown = size === 0 ? await relationSizes(admin, schema.table) : undefined;
-      const total = (grown ?? sizes).reduce((s, [, b]) => s + b, 0);
-      results.push([
-        rows.toLocaleString("en"),
-        grown ? `${(total / (WARMUP + MEASURE)).toFixed(0)} grown` : (total / rows).toFixed(0),
-        per(ins.counts.read, MEASURE),
-        per(ins.counts.hit, MEASURE),
-        per(ins.counts.dirtied, MEASURE),
-        ins.rate.toFixed(0),
-        per(dupAny.counts.read, MEASURE),
-        per(dupAny.counts.hit, MEASURE),
-        dupAny.rate.toFixed(0),
-        per(dupRecent.counts.read, MEASURE),
-        per(dupRecent.counts.hit, MEASURE),
-        load(),
-      ]);
-      for (const [name, bytes] of sizes) {
-        const i = ins.perRelation.get(name) ?? { read: 0, hit: 0 };
-        const d = dupAny.perRelation.get(name) ?? { read: 0, hit: 0 };
-        relRows.push([
-          rows.toLocaleString("en"),
-          name,
-          (bytes / 2 ** 20).toFixed(0),
-          grown
-            ? `${((grown.find(([n]) => n === name)?.[1] ?? 0) / (WARMUP + MEASURE)).toFixed(1)} grown`
-            : (bytes / rows).toFixed(1),
-          per(i.read, MEASURE),
-          per(i.hit, MEASURE),
-          per(d.read, MEASURE),
-          per(d.hit, MEASURE),
-        ]);
-      }
-      log(formatTable(HEADER, results.slice(-1)).join("\n"));
+      const { row, perRelation } = await measureAt(run, size);
+      results.push(row);
+      relRows.push(...perRelation);
+      log(formatTable(HEADER, [row]).join("\n"));
     }
+    const next = run.next;
     // The measured inserts grew the table by random (or ordered) inserts: their bytes show an index as the worker
     // grows it, against the bulk-built (packed) index of the fill.
     const grown = await relationSizes(admin, schema.table);
