@@ -4,7 +4,7 @@
 // default SBINBOX_BATCH_MAX_IN_FLIGHT), pools built by postgresPoolConfig (pg pipeline mode on), sized as the
 // worker sizes its pool for SBINBOX_MAX_CONCURRENT_CALLS = 2 x the batch. A benchmark, not a test.
 import { availableParallelism, loadavg } from "node:os";
-import type pg from "pg";
+import pg from "pg";
 import { moduleMigrations } from "../src/app/handler-module.ts";
 import { EmbeddedPostgresServer } from "../src/embedded/postgres.ts";
 import { accountSql } from "../src/example/accounts.ts";
@@ -16,6 +16,9 @@ import { BEGIN, COMMIT, ROLLBACK, statements, batchStatements } from "../src/inb
 import { countingPool } from "../test/helpers/counting-pool.ts";
 import { formatTable } from "./common.ts";
 import { median } from "./median.ts";
+import { messageKey } from "../src/inbox/message-key.ts";
+
+const PgClient = pg.Client;
 
 const SIZES = (process.env.SBINBOX_BENCH_SIZES ?? "4,16,64").split(",").map(Number);
 const MESSAGES = Number(process.env.SBINBOX_BENCH_MESSAGES ?? 640);
@@ -28,7 +31,8 @@ const ADD_TO_BALANCE = accountSql.addToBalance.postgres;
 const SAVEPOINT = "SAVEPOINT s";
 const RELEASE = "RELEASE SAVEPOINT s";
 const ROLLBACK_TO = "ROLLBACK TO SAVEPOINT s";
-const DELETE_MARKER = `DELETE FROM "public"."Inbox" WHERE "MessageId" = $1 AND "Consumer" = $2`;
+const DELETE_MARKER = `DELETE FROM "public"."Inbox"
+WHERE "MessageKey" = $1 AND "ConsumerId" = (SELECT "Id" FROM "public"."InboxConsumer" WHERE "Name" = $2)`;
 
 // The backend's own entry: pg_stat_get_backend_subxact takes the backend's index in pg_stat_get_backend_idset().
 const SUBXACT_STATUS = `SELECT s.subxact_count AS n, s.subxact_overflowed AS overflowed
@@ -36,11 +40,11 @@ FROM pg_stat_get_backend_idset() AS b, pg_stat_get_backend_subxact(b) AS s
 WHERE pg_stat_get_backend_pid(b) = pg_backend_pid()`;
 
 const CHECK_EFFECTS = `SELECT
-  (SELECT count(*)::int FROM "Inbox" WHERE "Consumer" = $1) AS markers,
-  (SELECT count(*)::int FROM "Inbox" i WHERE i."Consumer" = $1
+  (SELECT count(*)::int FROM "InboxMarkers" WHERE "Consumer" = $1) AS markers,
+  (SELECT count(*)::int FROM "InboxMarkers" i WHERE i."Consumer" = $1
      AND NOT EXISTS (SELECT 1 FROM example_credits c WHERE c.message_id = i."MessageId")) AS bare,
   (SELECT count(*)::int FROM example_credits c
-     WHERE NOT EXISTS (SELECT 1 FROM "Inbox" i WHERE i."MessageId" = c.message_id AND i."Consumer" = $1)) AS orphans,
+     WHERE NOT EXISTS (SELECT 1 FROM "InboxMarkers" i WHERE i."MessageId" = c.message_id AND i."Consumer" = $1)) AS orphans,
   (SELECT count(*)::int FROM (SELECT message_id FROM example_credits GROUP BY message_id HAVING count(*) > 1) d)
     AS doubled`;
 
@@ -96,7 +100,7 @@ async function bareBatch(
 ): Promise<"committed" | "rolled back"> {
   const client = await p.connect();
   try {
-    await together(client, [BEGIN], [INSERT_MARKERS, [[...ids].sort(), CONSUMER]]);
+    await together(client, [BEGIN], [INSERT_MARKERS, [[...ids].sort().map(messageKey), CONSUMER]]);
     let open = false; // a savepoint not yet released
     for (let i = 0; i < ids.length; i += 1) {
       const id = ids[i]!;
@@ -118,7 +122,7 @@ async function bareBatch(
           return "rolled back";
         }
         // Its writes undone, its marker gone: the failing message is left to its own transaction.
-        await together(client, [ROLLBACK_TO], [RELEASE], [DELETE_MARKER, [id, CONSUMER]]);
+        await together(client, [ROLLBACK_TO], [RELEASE], [DELETE_MARKER, [messageKey(id), CONSUMER]]);
         open = false;
       }
     }
@@ -137,7 +141,7 @@ async function bareBatch(
 async function bareSingle(p: pg.Pool, id: string, i: number, fails: boolean): Promise<void> {
   const client = await p.connect();
   try {
-    await together(client, [BEGIN], [statements.insertProcessedMarker, [id, CONSUMER]]);
+    await together(client, [BEGIN], [statements.insertProcessedMarker, [messageKey(id), CONSUMER]]);
     await client.query(INSERT_CREDIT, credit(id, i));
     if (fails) {
       await client.query(ROLLBACK);
@@ -261,6 +265,11 @@ async function main(): Promise<void> {
     const url = await server.createDatabase("sbinbox_bench_fallback");
     const setup = createPostgresInboxStore({ url, maxConnections: 2 });
     await setup.migrate(await moduleMigrations(exampleModule, "postgres"));
+    // The raw inserts below name the consumer by its Id: registered as the worker registers it.
+    const registrar = new PgClient({ connectionString: url });
+    await registrar.connect();
+    await registrar.query(statements.registerConsumer, [CONSUMER]);
+    await registrar.end();
     await setup.close();
     const rows: string[][] = [];
     const summary: string[][] = [];

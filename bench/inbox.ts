@@ -8,6 +8,7 @@ import { EmbeddedPostgresServer } from "../src/embedded/postgres.ts";
 import { InboxCore } from "../src/inbox/core.ts";
 import { createPostgresInboxStore, PostgresDriver } from "../src/inbox/postgres/adapter.ts";
 import { statements } from "../src/inbox/postgres/statements.ts";
+import { messageKey } from "../src/inbox/message-key.ts";
 import { formatTable } from "./common.ts";
 import type { SqlExecutor } from "../src/domain/sql.ts";
 import { median } from "./median.ts";
@@ -52,13 +53,21 @@ async function main(): Promise<void> {
     const first = { firstDelivery: true };
     const redelivery = { firstDelivery: false };
 
+    // The markers name the consumer by its Id: each registered once, as the worker does before its first message.
+    const registered = new Set<string>();
+    const register = async (consumer: string) => {
+      if (registered.has(consumer)) return;
+      await bare.query(statements.registerConsumer, [consumer]);
+      registered.add(consumer);
+    };
     /** What the store sends for a first delivery, issued by hand: BEGIN with the marker, effect, COMMIT. */
     const bareFresh = async (id: string, consumer: string) => {
+      await register(consumer);
       const client = await bare.connect();
       try {
         await Promise.all([
           client.query("BEGIN"),
-          client.query(statements.insertProcessedMarker, [id, consumer]),
+          client.query(statements.insertProcessedMarker, [messageKey(id), consumer]),
         ]);
         await client.query(INSERT_EFFECT, [id]);
         await client.query("COMMIT");
@@ -68,7 +77,7 @@ async function main(): Promise<void> {
     };
     /** What the store sends for a redelivery whose marker exists: the pre-check read. */
     const bareDuplicate = async (id: string, consumer: string) => {
-      const seen = await bare.query(statements.isProcessed, [id, consumer]);
+      const seen = await bare.query(statements.isProcessed, [messageKey(id), consumer]);
       if (seen.rows.length === 0) throw new Error("bench: expected a duplicate");
     };
     const expect = (kind: string) => (o: { kind: string }) => {

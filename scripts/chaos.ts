@@ -555,15 +555,16 @@ async function main(o: Options): Promise<number> {
     const nearOutage = (at: number) => outages.some((x) => x.from - 2_000 <= at && x.to + 5_000 >= at);
     const relayCrashes = upstream.exits.filter((e) => e.signal === null && !nearOutage(e.at)).length;
     const inbox = await db.sql.query<{ id: string; done: boolean }>(
-      `SELECT "MessageId" AS id, "ProcessedUtc" IS NOT NULL AS done FROM "Inbox" WHERE "Consumer" = $1`,
+      `SELECT "MessageId" AS id, "Processed" AS done FROM "InboxMarkers" WHERE "Consumer" = $1`,
       [CONSUMER],
     );
     // Batches that committed: markers sharing one transaction id (xmin). Only a batch writes several markers in one
     // transaction, so this shows batching happened (batches rolled back leave no rows to count).
     const batches = await scalar(
       db.sql,
-      `SELECT count(*)::int AS n FROM (SELECT xmin::text FROM "Inbox" WHERE "Consumer" = '${CONSUMER}'
-       AND "ProcessedUtc" IS NOT NULL GROUP BY 1 HAVING count(*) > 1) AS b`,
+      `SELECT count(*)::int AS n FROM (SELECT xmin::text FROM "Inbox"
+       WHERE "ConsumerId" = (SELECT "Id" FROM "InboxConsumer" WHERE "Name" = '${CONSUMER}')
+       AND "ClaimedUtc" IS NULL GROUP BY 1 HAVING count(*) > 1) AS b`,
     );
     const sent = (id: string) => expected.has(id) || mailIds.has(id);
     const inboxDone = inbox.rows.filter((r) => r.done && sent(r.id)).length;

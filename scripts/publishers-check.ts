@@ -379,7 +379,7 @@ async function checkResults({
   );
   const markers = (
     await downstream.query<{ m: string }>(
-      `SELECT "MessageId" AS m FROM "Inbox" WHERE "Consumer" = $1 AND "ProcessedUtc" IS NOT NULL`,
+      `SELECT "MessageId" AS m FROM "InboxMarkers" WHERE "Consumer" = $1 AND "Processed"`,
       [CONSUMER],
     )
   ).rows.map((r) => r.m);

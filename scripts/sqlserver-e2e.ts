@@ -192,7 +192,8 @@ async function main(): Promise<number> {
     const orders = await count("SELECT COUNT(*) AS n FROM dbo.Orders");
     const distinctMessages = await count("SELECT COUNT(DISTINCT MessageId) AS n FROM dbo.Orders");
     const markers = await count(
-      `SELECT COUNT(*) AS n FROM dbo.Inbox WHERE Consumer = N'${CONSUMER}' AND ProcessedUtc IS NOT NULL`,
+      `SELECT COUNT(*) AS n FROM dbo.Inbox
+      WHERE ConsumerId = (SELECT Id FROM dbo.InboxConsumer WHERE Name = N'${CONSUMER}') AND ClaimedUtc IS NULL`,
     );
     const victimOrders = await count("SELECT COUNT(*) AS n FROM dbo.Orders WHERE OrderId = 3");
     const c = broker.counts(QUEUE);

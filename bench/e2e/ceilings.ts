@@ -5,6 +5,7 @@ import type { ServiceBusReceivedMessage } from "@azure/service-bus";
 import pg from "pg";
 import { accountSql } from "../../src/example/accounts.ts";
 import { statements } from "../../src/inbox/postgres/statements.ts";
+import { messageKey } from "../../src/inbox/message-key.ts";
 import { deriveMessageId } from "../../src/servicebus/message-id.ts";
 import type { PublishEvent } from "../../src/servicebus/publisher.ts";
 import { inBareTransaction } from "../common.ts";
@@ -51,15 +52,17 @@ export async function databaseCeiling(
   sixRoundTrips = false,
 ): Promise<Drain> {
   const pool = new pg.Pool({ connectionString: h.url, max: c, pipeline: !sixRoundTrips });
+  // The markers name the consumer by its Id: registered once, as the worker does before its first message.
+  await pool.query(statements.registerConsumer, [CONSUMER]);
   const events = freshEvents(count);
   const one = async (e: PublishEvent): Promise<void> => {
     const id = deriveMessageId(e.type, e.key);
     const body = e.body as { accountId: string; amount: number };
     if (sixRoundTrips) {
-      const seen = await pool.query(statements.isProcessed, [id, CONSUMER]);
+      const seen = await pool.query(statements.isProcessed, [messageKey(id), CONSUMER]);
       if (seen.rows.length > 0) throw new Error("bench: unexpected duplicate");
       await inBareTransaction(pool, async (client) => {
-        await client.query(statements.insertProcessedMarker, [id, CONSUMER]);
+        await client.query(statements.insertProcessedMarker, [messageKey(id), CONSUMER]);
         await client.query(accountSql.insertCredit.postgres, [id, body.accountId, body.amount]);
         await client.query(accountSql.addToBalance.postgres, [body.accountId, body.amount]);
       });
@@ -69,7 +72,7 @@ export async function databaseCeiling(
     try {
       await Promise.all([
         client.query("BEGIN"),
-        client.query(statements.insertProcessedMarker, [id, CONSUMER]),
+        client.query(statements.insertProcessedMarker, [messageKey(id), CONSUMER]),
       ]);
       await client.query(accountSql.insertCredit.postgres, [id, body.accountId, body.amount]);
       await client.query(accountSql.addToBalance.postgres, [body.accountId, body.amount]);

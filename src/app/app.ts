@@ -265,6 +265,7 @@ function createAppWorker(
     sweepIntervalMs: config.sweepIntervalMs,
     retentionMs: config.retentionMs,
     cleanupIntervalMs: config.cleanupIntervalMs,
+    cleanupPauseMs: config.cleanupPauseMs,
     outageBackoffMinMs: config.outageBackoffMinMs,
     outageBackoffMaxMs: config.outageBackoffMaxMs,
     probeTimeoutMs: config.databaseTimeouts.probeMs,

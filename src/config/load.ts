@@ -52,6 +52,8 @@ export interface Config {
   readonly progress: ProgressSettings;
   readonly retentionMs: number;
   readonly cleanupIntervalMs: number;
+  /** SBINBOX_CLEANUP_PAUSE_MS: the pause between retention batches. */
+  readonly cleanupPauseMs: number;
   readonly claimTimeoutMs: number;
   readonly sweepIntervalMs: number;
   readonly outageBackoffMinMs: number;
@@ -128,6 +130,7 @@ export function loadConfig(options: LoadOptions = {}): Config {
     progress: progressSettings(s),
     retentionMs: retention(s),
     cleanupIntervalMs: s.SBINBOX_CLEANUP_INTERVAL_MS,
+    cleanupPauseMs: s.SBINBOX_CLEANUP_PAUSE_MS,
     claimTimeoutMs: s.SBINBOX_CLAIM_TIMEOUT_MS,
     sweepIntervalMs: s.SBINBOX_SWEEP_INTERVAL_MS,
     outageBackoffMinMs: s.SBINBOX_OUTAGE_BACKOFF_MIN_MS,

@@ -47,6 +47,8 @@ export const settings = {
   SBINBOX_PROGRESS_RECOVER_AFTER_MS: "answers heard throughout this long: /readyz says ok again",
   SBINBOX_RETENTION_HOURS: "how long inbox rows are kept",
   SBINBOX_CLEANUP_INTERVAL_MS: "how often old inbox rows are deleted (0 turns cleanup off)",
+  SBINBOX_CLEANUP_PAUSE_MS:
+    "a pause between the cleanup's batches of 2,000 rows, leaving the database to the worker",
   SBINBOX_QUEUE_LOCK_DURATION_MS: "the queue's LockDuration, for the retention check",
   SBINBOX_QUEUE_MAX_DELIVERY_COUNT: "the queue's MaxDeliveryCount, for the retention check",
   SBINBOX_QUEUE_MESSAGE_TTL_HOURS: "the queue's DefaultMessageTimeToLive, for the retention check",
@@ -221,6 +223,7 @@ export const parsers = {
   SBINBOX_PROGRESS_RECOVER_AFTER_MS: ms(100).default(PROGRESS_DEFAULTS.recoverAfterMs),
   SBINBOX_RETENTION_HOURS: hours(1).default(24 * 15),
   SBINBOX_CLEANUP_INTERVAL_MS: ms(0).default(600_000),
+  SBINBOX_CLEANUP_PAUSE_MS: ms(0, 10_000).default(250),
   SBINBOX_QUEUE_LOCK_DURATION_MS: ms(1).default(60_000),
   SBINBOX_QUEUE_MAX_DELIVERY_COUNT: int(1).default(10),
   SBINBOX_QUEUE_MESSAGE_TTL_HOURS: hours(1).default(24 * 14),

@@ -1,6 +1,7 @@
 import { runBatchHandlers } from "./batch-handlers.ts";
 import { failed as failedAlone } from "./batch-statements.ts";
 import { batchFailure, markerParams, preCheckBatch } from "./batch-precheck.ts";
+import { messageIdOfKey } from "./message-key.ts";
 import type { InboxDriver, InboxTransaction } from "./driver.ts";
 import { MarkerExistsError } from "./errors.ts";
 import type { BatchFailureReason, InboxBatchItem, InboxBatchOutcome, InboxBatchResult } from "./store.ts";
@@ -48,12 +49,14 @@ export async function processMarkersBatch(
   // locks in that order and cannot deadlock on them: SQL Server's VALUES rows go in as given, PostgreSQL's
   // statement sorts them again itself (ORDER BY m). The handlers still run in arrival order.
   const markers = tx
-    .query<{ id: string }>(
+    .query<{ mkey: Uint8Array }>(
       batch.insertMarkers(open.length),
       params(open.map((i) => items[i]!.messageId).sort()),
     )
     .then(
-      (inserted) => ({ fresh: batch.returnsInserted ? new Set(inserted.rows.map((r) => r.id)) : undefined }),
+      (inserted) => ({
+        fresh: batch.returnsInserted ? new Set(inserted.rows.map((r) => messageIdOfKey(r.mkey))) : undefined,
+      }),
       (failure: unknown) => ({ failure }),
     );
   const runHandlers = (which: readonly number[]) =>

@@ -2,6 +2,7 @@
 // by what they read of a driver so that driver.ts, which names the statements path's types, is not imported here.
 import type { SqlResult } from "../domain/sql.ts";
 import type { BatchFailureReason, InboxBatchItem, InboxBatchOutcome } from "./store.ts";
+import { messageIdOfKey, messageKey } from "./message-key.ts";
 
 /** What the pre-check needs of a driver (the statements path's driver has no more). */
 export interface MarkerReader {
@@ -25,7 +26,7 @@ export async function preCheckBatch(
   if (checked.length === 0) return { open };
   let found;
   try {
-    found = await driver.query<{ id: string }>(
+    found = await driver.query<{ mkey: Uint8Array }>(
       driver.batchStatements!.isProcessed(checked.length),
       markerParams(
         driver,
@@ -36,7 +37,7 @@ export async function preCheckBatch(
   } catch (failure) {
     return { failure };
   }
-  const done = new Set(found.rows.map((r) => r.id));
+  const done = new Set(found.rows.map((r) => messageIdOfKey(r.mkey)));
   items.forEach((item, i) => {
     if (done.has(item.messageId)) outcomes[i] = DUPLICATE;
   });
@@ -45,7 +46,12 @@ export async function preCheckBatch(
 
 /** The parameters of a batch's marker statements: an array and the consumer, or the consumer and each key. */
 export function markerParams(driver: MarkerReader, consumer: string, ids: readonly string[]): unknown[] {
-  return driver.batchStatements!.arrays ? [ids, consumer] : [consumer, ...ids];
+  return idParams(driver.batchStatements!.arrays, consumer, ids.map(messageKey));
+}
+
+/** [values[], consumer] for a statement that takes arrays, else [consumer, ...values]. */
+export function idParams(arrays: boolean, consumer: string, values: readonly unknown[]): unknown[] {
+  return arrays ? [values, consumer] : [consumer, ...values];
 }
 
 /** A deadlock wherever it happened, else the reason the failing step gives. */

@@ -4,6 +4,7 @@ import { TransactionControlError } from "./errors.ts";
 import { noteFailedStatement, statementsText } from "./failed-statement.ts";
 import { refusedStatement } from "./transaction-guard.ts";
 import { batchFailure, markerParams, preCheckBatch } from "./batch-precheck.ts";
+import { messageKey } from "./message-key.ts";
 import { composeStatements, type ComposedRequest, type ComposedTransaction } from "./sqlserver/compose.ts";
 import type {
   BatchFailureReason,
@@ -133,7 +134,7 @@ export async function processStatements(
     return failed(driver, error);
   }
   const [marker, ...rest] = await givenTogether(tx, [
-    { sql: driver.statements.insertProcessedMarker, params: [key.messageId, key.consumer] },
+    { sql: driver.statements.insertProcessedMarker, params: [messageKey(key.messageId), key.consumer] },
     ...statements,
   ]);
   await tx.rollback();

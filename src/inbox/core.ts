@@ -4,6 +4,9 @@ import { ClaimLostError, UnawaitedStatementError } from "./errors.ts";
 import { processStatements, processStatementsBatch } from "./batch-statements.ts";
 import { processMarkersBatch } from "./batch-markers.ts";
 import { TransactionHandle } from "./transaction-handle.ts";
+import { messageKey } from "./message-key.ts";
+import { ConsumerRegistry, LegacyInbox } from "./legacy.ts";
+import { cleanupRanges } from "./cleanup.ts";
 import type {
   InboxDriver,
   InboxStatements,
@@ -14,6 +17,7 @@ import type {
 import type {
   CleanupOptions,
   InboxBatchItem,
+  InboxBatchOutcome,
   InboxBatchResult,
   InboxClaimOutcome,
   InboxKey,
@@ -29,6 +33,7 @@ export type {
   InboxBatchStatements,
   InboxDriver,
   InboxStatements,
+  LegacyStatements,
   InboxStoreOptions,
   InboxTransaction,
   StatementOrigin,
@@ -67,14 +72,20 @@ export class InboxCore implements InboxStore {
   private readonly sql: InboxStatements;
   private readonly preCheck: PreCheckMode;
   private readonly cleanupBatchSize: number;
+  private readonly consumers: ConsumerRegistry;
+  private readonly legacy: LegacyInbox;
+  /** Where the last cleanup run found the first young marker: the next run starts its ranges there. */
+  private cleanupAfterId = "0";
 
   constructor(driver: InboxDriver, options: InboxStoreOptions = {}) {
     this.driver = driver;
+    this.consumers = new ConsumerRegistry(driver);
+    this.legacy = new LegacyInbox(driver);
     this.dialect = driver.dialect;
     this.handlersSideBySide = driver.concurrentStatements === true;
     this.sql = driver.statements;
     this.preCheck = options.preCheck ?? "redeliveries";
-    this.cleanupBatchSize = options.cleanupBatchSize ?? 500;
+    this.cleanupBatchSize = options.cleanupBatchSize ?? DEFAULT_CLEANUP_BATCH;
   }
 
   migrate(module?: ModuleMigrations): Promise<MigrationResult> {
@@ -122,6 +133,13 @@ export class InboxCore implements InboxStore {
     work: (tx: SqlExecutor) => Promise<void>,
     hint: ProcessHint | undefined,
   ): Promise<ProcessOutcome> {
+    try {
+      await this.consumers.register(key.consumer);
+      if (await this.legacy.processed(key.consumer, [key.messageId]).then((found) => found.size > 0))
+        return { kind: "duplicate" };
+    } catch (error) {
+      return this.failed(error, "other");
+    }
     if (this.preChecks(hint?.firstDelivery)) {
       try {
         if (await this.isProcessed(key)) return { kind: "duplicate" };
@@ -139,7 +157,7 @@ export class InboxCore implements InboxStore {
     }
     // The marker goes first: its key lock makes a concurrent duplicate wait here, before any work is done.
     try {
-      await tx.query(this.sql.insertProcessedMarker, [key.messageId, key.consumer]);
+      await tx.query(this.sql.insertProcessedMarker, keyParams(key));
     } catch (error) {
       await tx.rollback();
       const errorClass = this.driver.classify(error, "marker");
@@ -175,6 +193,31 @@ export class InboxCore implements InboxStore {
    * messages come back as `single`. Keys must be distinct.
    */
   async processBatch(consumer: string, items: readonly InboxBatchItem[]): Promise<InboxBatchResult> {
+    let old: ReadonlySet<string>;
+    try {
+      await this.consumers.register(consumer);
+      old = await this.legacy.processed(
+        consumer,
+        items.map((i) => i.messageId),
+      );
+    } catch (failure) {
+      return { outcomes: items.map(() => SINGLE), failure, reason: "other" };
+    }
+    if (old.size === 0) return this.processNewBatch(consumer, items);
+    // Markers of the table before 0002 decide their messages; the others go on as a batch of their own.
+    const rest = items.filter((i) => !old.has(i.messageId));
+    const inner = rest.length > 0 ? await this.processNewBatch(consumer, rest) : { outcomes: [] };
+    const outcomes = inner.outcomes.values();
+    return {
+      ...inner,
+      outcomes: items.map((i) => (old.has(i.messageId) ? DUPLICATE : outcomes.next().value!)),
+    };
+  }
+
+  private async processNewBatch(
+    consumer: string,
+    items: readonly InboxBatchItem[],
+  ): Promise<InboxBatchResult> {
     const result = this.statementsBatch(items)
       ? await processStatementsBatch(this.driver, consumer, items, (item) => this.batchPreChecks(item))
       : await processMarkersBatch(
@@ -224,17 +267,25 @@ export class InboxCore implements InboxStore {
   }
 
   async isProcessed(key: InboxKey): Promise<boolean> {
-    const result = await this.driver.query(this.sql.isProcessed, [key.messageId, key.consumer]);
+    const result = await this.driver.query(this.sql.isProcessed, keyParams(key));
     return result.rows.length > 0;
   }
 
   async claim(key: InboxKey, reenter?: string): Promise<InboxClaimOutcome> {
     try {
+      await this.consumers.register(key.consumer);
+      // A processed marker in the legacy table decides it. A claim left open there (its holder stopped at the
+      // migration) is not looked at: the claim is taken afresh below, as after a sweep.
+      if ((await this.legacy.processed(key.consumer, [key.messageId])).size > 0) return { kind: "duplicate" };
+    } catch (error) {
+      return this.failed(error, "other");
+    }
+    try {
       // One statement, so its own transaction: the claim is committed when it returns.
-      const result = await this.driver.query<{ id: string | number | null }>(this.sql.insertOpenClaim, [
-        key.messageId,
-        key.consumer,
-      ]);
+      const result = await this.driver.query<{ id: string | number | null }>(
+        this.sql.insertOpenClaim,
+        keyParams(key),
+      );
       const id = result.rows[0]?.id;
       if (id === undefined || id === null) throw new Error("inbox claim insert returned no Id");
       return { kind: "claimed", claimId: String(id) };
@@ -252,8 +303,7 @@ export class InboxCore implements InboxStore {
         // the same id (a scheduled copy redelivered after its lock was lost while the first delivery still
         // performs) finds the id gone and the claim busy, instead of performing alongside it.
         const taken = await this.driver.query<{ id: string | number | null }>(this.sql.reenterClaim, [
-          key.messageId,
-          key.consumer,
+          ...keyParams(key),
           reenter,
         ]);
         const id = taken.rows[0]?.id;
@@ -268,8 +318,8 @@ export class InboxCore implements InboxStore {
   async markProcessed(key: InboxKey, claimId?: string): Promise<void> {
     const result =
       claimId === undefined
-        ? await this.driver.query(this.sql.markProcessed, [key.messageId, key.consumer])
-        : await this.driver.query(this.sql.markProcessedById, [key.messageId, key.consumer, claimId]);
+        ? await this.driver.query(this.sql.markProcessed, keyParams(key))
+        : await this.driver.query(this.sql.markProcessedById, [...keyParams(key), claimId]);
     if (result.rowCount === 1) return;
     // Nothing open to close: fine if this very claim is already processed (a repeated call), lost otherwise.
     const marker = await this.readMarker(key);
@@ -278,7 +328,7 @@ export class InboxCore implements InboxStore {
   }
 
   async releaseClaim(key: InboxKey, claimId: string): Promise<boolean> {
-    const result = await this.driver.query(this.sql.releaseClaim, [key.messageId, key.consumer, claimId]);
+    const result = await this.driver.query(this.sql.releaseClaim, [...keyParams(key), claimId]);
     return result.rowCount === 1;
   }
 
@@ -300,20 +350,24 @@ export class InboxCore implements InboxStore {
     if (!Number.isInteger(batchSize) || batchSize < 1)
       throw new RangeError(`batchSize must be a positive integer`);
     // One cutoff for the whole run, so rows inserted meanwhile never qualify and the loop ends.
-    const cut = await this.driver.query<{ cutoff: Date }>(
+    const cut = await this.driver.query<{ cutoff: Date; cutoffSec: number }>(
       this.sql.cleanupCutoff,
       splitMs(retentionMs, "retentionMs"),
     );
-    const cutoff = cut.rows[0]?.cutoff;
-    if (!(cutoff instanceof Date)) throw new Error("inbox cleanup: the database returned no cutoff");
-    let total = 0;
-    for (;;) {
-      // Each batch is its own short transaction: locks are held for one small batch only.
-      const { rowCount } = await this.driver.query(this.sql.cleanupBatch, [cutoff, batchSize]);
-      total += rowCount;
-      options.onBatch?.(rowCount);
-      if (rowCount < batchSize) return total;
-    }
+    const { cutoff, cutoffSec } = cut.rows[0] ?? {};
+    if (!(cutoff instanceof Date) || !Number.isInteger(cutoffSec))
+      throw new Error("inbox cleanup: the database returned no cutoff");
+    const run = await cleanupRanges(this.driver, this.sql.cleanupBatch, {
+      afterId: this.cleanupAfterId,
+      batchSize,
+      cutoffSec: cutoffSec!,
+      onBatch: options.onBatch,
+      pauseMs: options.pauseMs,
+      signal: options.signal,
+    });
+    this.cleanupAfterId = run.resumeAfterId;
+    const legacy = await this.legacy.cleanup(cutoff, batchSize, options.onBatch);
+    return run.deleted + legacy;
   }
 
   classify(error: unknown): ErrorClass {
@@ -329,10 +383,10 @@ export class InboxCore implements InboxStore {
   }
 
   private async readMarker(key: InboxKey): Promise<{ id: string; processed: boolean } | undefined> {
-    const result = await this.driver.query<{ id: string | number; processed: unknown }>(this.sql.readMarker, [
-      key.messageId,
-      key.consumer,
-    ]);
+    const result = await this.driver.query<{ id: string | number; processed: unknown }>(
+      this.sql.readMarker,
+      keyParams(key),
+    );
     const row = result.rows[0];
     if (!row) return undefined;
     return { id: String(row.id), processed: Number(row.processed) === 1 };
@@ -359,6 +413,11 @@ export class InboxCore implements InboxStore {
   }
 }
 
+/** [messageKey, consumer]: how every single-message statement takes its key. */
+function keyParams(key: InboxKey): [Buffer, string] {
+  return [messageKey(key.messageId), key.consumer];
+}
+
 /** A duration as [whole seconds, remaining milliseconds]: SQL Server's DATEADD takes an int, too small for ms. */
 function splitMs(ms: number, name: string): [number, number] {
   if (!Number.isFinite(ms) || ms < 0)
@@ -366,3 +425,9 @@ function splitMs(ms: number, name: string): [number, number] {
   const whole = Math.floor(ms);
   return [Math.floor(whole / 1000), whole % 1000];
 }
+
+/** Rows per cleanup batch: a range of the key, small enough for SQL Server's row locks (escalation at 5,000). */
+export const DEFAULT_CLEANUP_BATCH = 2000;
+
+const SINGLE: InboxBatchOutcome = { kind: "single" };
+const DUPLICATE: InboxBatchOutcome = { kind: "duplicate" };

@@ -5,9 +5,11 @@ import type { MigrationResult, ModuleMigrations, PreCheckMode } from "./store.ts
 
 /**
  * The statements the store sends, one set per dialect (the dialects' statements.ts). Parameters are positional;
- * each comment gives them in order.
+ * each comment gives them in order. A messageId is bound as its key (`messageKey`, src/inbox/message-key.ts).
  */
 export interface InboxStatements {
+  /** [consumer]: adds the consumer's name to InboxConsumer unless it is there; safe when two run at once. */
+  readonly registerConsumer: string;
   /** [messageId, consumer]: the marker of a transactional handling, processed at once. */
   readonly insertProcessedMarker: string;
   /** [messageId, consumer]: an open two-phase claim; returns one row { id }. */
@@ -31,28 +33,50 @@ export interface InboxStatements {
   readonly sweepStaleClaims: string;
   /** Returns { n }. */
   readonly countOpenClaims: string;
-  /** [seconds, milliseconds]: returns { cutoff }, the database's now minus that. */
+  /**
+   * [seconds, milliseconds]: returns { cutoff, cutoffSec }, the database's now minus that, as a time (for the
+   * legacy table) and as the whole seconds of ReceivedSec before which a marker is older.
+   */
   readonly cleanupCutoff: string;
-  /** [cutoff, batchSize]: deletes at most batchSize rows received before cutoff. */
+  /**
+   * [afterId, batchSize, cutoffSec]: takes the next batchSize rows by Id after afterId and deletes those received
+   * before cutoffSec; returns { deleted, last (the range's last Id, null when empty), old (rows in it received
+   * before cutoffSec), firstYoung (the first Id it kept, or null) }.
+   */
   readonly cleanupBatch: string;
   readonly ping: string;
 }
 
 /**
- * The statements of a batch of messages, built for its size. Parameters: [consumer, messageId...], except where
- * `arrays` is set: then [messageIds as one array, consumer].
+ * The inbox table before migration 0002 (InboxLegacy), frozen by it: read for processed markers while it has any
+ * rows, emptied by retention. Parameters as the batch statements'.
+ */
+export interface LegacyStatements {
+  /** Returns { found }: truthy when the table exists. */
+  readonly exists: string;
+  /** Returns { found }: truthy when it holds a row. */
+  readonly hasRows: string;
+  /** Returns { id } for each of the messages whose processed marker is there. */
+  processed(rows: number): string;
+  /** [cutoff, batchSize]: deletes at most batchSize rows received before cutoff. */
+  readonly cleanupBatch: string;
+}
+
+/**
+ * The statements of a batch of messages, built for its size. Parameters: [consumer, messageKey...], except where
+ * `arrays` is set: then [messageKeys as one array, consumer] (src/inbox/message-key.ts).
  */
 export interface InboxBatchStatements {
   /** The most messages one batch statement may carry (SQL Server: 1,000 rows in a VALUES list). */
   readonly maxRows: number;
   /** True when the parameters are [ids[], consumer] (PostgreSQL's arrays); false for [consumer, id1..idn]. */
   readonly arrays: boolean;
-  /** Returns { id } for each of the messages whose processed marker exists. */
+  /** Returns { mkey } (the MessageKey) for each of the messages whose processed marker exists. */
   isProcessed(rows: number): string;
   /** Inserts processed markers for all of them. */
   insertMarkers(rows: number): string;
   /**
-   * True when `insertMarkers` skips the rows whose key exists and returns { id } for those it inserted (so the
+   * True when `insertMarkers` skips the rows whose key exists and returns { mkey } for those it inserted (so the
    * others are duplicates); false when a unique violation fails the whole statement.
    */
   readonly returnsInserted: boolean;
@@ -77,6 +101,8 @@ export interface InboxTransaction {
 export interface InboxDriver {
   readonly dialect: Dialect;
   readonly statements: InboxStatements;
+  /** The statements of the table before migration 0002. */
+  readonly legacy: LegacyStatements;
   /** Absent: the driver has no batch statements, and every batch goes message by message. */
   readonly batchStatements?: InboxBatchStatements;
   /**
@@ -107,6 +133,6 @@ export interface InboxDriver {
 export interface InboxStoreOptions {
   /** See `PreCheckMode` (default "redeliveries"). */
   readonly preCheck?: PreCheckMode;
-  /** Rows per cleanup batch when the caller gives none (default 500, below SQL Server's lock escalation). */
+  /** Rows per cleanup batch when the caller gives none (default 2,000, below SQL Server's lock escalation). */
   readonly cleanupBatchSize?: number;
 }

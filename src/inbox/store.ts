@@ -87,6 +87,13 @@ export type InboxClaimOutcome =
 export interface CleanupOptions {
   /** Called after each batch with the number of rows it deleted. */
   onBatch?: (deleted: number) => void;
+  /**
+   * A pause between batches, in milliseconds (default none): leaves the database to the worker's transactions
+   * between them, at the cost of a longer pass (docs/inbox.md, "Retention").
+   */
+  pauseMs?: number;
+  /** Ends the pass after the batch under way (a stopping worker, a benchmark's phase); what it deleted stays. */
+  signal?: AbortSignal;
 }
 
 /** What the caller knows of a message before its transaction: for the pre-check (`InboxStoreOptions`), its keys. */

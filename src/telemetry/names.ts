@@ -97,6 +97,9 @@ export const Metric = {
   duplicatesAbsorbed: "sbinbox.inbox.duplicates",
   settlementFailures: "sbinbox.settlement.failures",
   openClaims: "sbinbox.inbox.open_claims",
+  /** Markers deleted by inbox retention, and each pass's duration. */
+  cleanupDeleted: "sbinbox.inbox.cleanup.deleted",
+  cleanupDuration: "sbinbox.inbox.cleanup.duration",
   outagePause: "sbinbox.database.outage_pause.duration",
   retries: "sbinbox.retries",
   batchSize: "sbinbox.inbox.batch.size",

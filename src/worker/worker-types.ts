@@ -48,6 +48,8 @@ export interface WorkerOptions {
   readonly sweepIntervalMs?: number;
   readonly retentionMs?: number;
   readonly cleanupIntervalMs?: number;
+  /** A pause between retention batches (SBINBOX_CLEANUP_PAUSE_MS; none when absent, 250 ms from the config). */
+  readonly cleanupPauseMs?: number;
   readonly outageBackoffMinMs?: number;
   readonly outageBackoffMaxMs?: number;
   /** Longest wait for one database probe (outage and readiness); a silent database fails the probe. */

@@ -5,6 +5,7 @@ import { QueueReceiver, type QueueReceiverOptions } from "../servicebus/receiver
 import { SessionQueueReceiver } from "../servicebus/session-receiver.ts";
 import { entityAnswer } from "../servicebus/entity-check.ts";
 import { workerMetrics } from "../telemetry/metrics.ts";
+import { cleanupPass } from "./cleanup-pass.ts";
 import { silentLogger } from "../telemetry/logger.ts";
 import { errorType } from "../servicebus/tracing.ts";
 import { Batcher, joinsWherePays, type BatchOutcome } from "./batcher.ts";
@@ -61,6 +62,8 @@ export function createWorker(options: WorkerOptions): Worker {
   let recovery: Promise<boolean> = Promise.resolve(true);
   let endRecovery: (recovered: boolean) => void = () => undefined;
   const timers: NodeJS.Timeout[] = [];
+  // A retention pass, paused between its batches, can run for minutes: a stop ends it after its batch.
+  const stopCleanup = new AbortController();
   const progress = new ProgressMonitor({
     ...options.progress,
     probe: createLinkProbe(options.client, options.queue),
@@ -222,10 +225,9 @@ export function createWorker(options: WorkerOptions): Worker {
       });
       const retentionMs = options.retentionMs;
       if (retentionMs !== undefined) {
-        every(options.cleanupIntervalMs, "inbox cleanup", async () => {
-          const deleted = await store.cleanup(retentionMs);
-          if (deleted > 0) logger.info("old inbox rows deleted", { deleted });
-        });
+        every(options.cleanupIntervalMs, "inbox cleanup", () =>
+          cleanupPass(store, retentionMs, logger, options.cleanupPauseMs, stopCleanup.signal),
+        );
       }
       logger.info("worker started", {
         queue: options.queue,
@@ -236,6 +238,7 @@ export function createWorker(options: WorkerOptions): Worker {
     async stop() {
       if (stopping) return;
       stopping = true;
+      stopCleanup.abort();
       for (const timer of timers) clearInterval(timer);
       stopObservingClaims?.();
       loop.wakeRetryWaits();

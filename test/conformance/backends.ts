@@ -6,6 +6,7 @@ import { createPostgresInboxStore, PostgresDriver } from "../../src/inbox/postgr
 import { createSqlServerInboxStore, SqlServerDriver } from "../../src/inbox/sqlserver/adapter.ts";
 import { CREATE_SCHEMA } from "../../src/inbox/sqlserver/statements.ts";
 import type { InboxStore } from "../../src/inbox/store.ts";
+import { messageKey } from "../../src/inbox/message-key.ts";
 import { checkSchemaName } from "../../src/inbox/schema-name.ts";
 import { createTestDatabase } from "../helpers/postgres.ts";
 
@@ -26,13 +27,13 @@ export interface ConformanceSql {
   readonly naiveCheck: string;
   /** [messageId, consumer] */
   readonly naiveInsert: string;
-  /** [messageId] -> { n } */
+  /** [messageKey] -> { n } (keys: src/inbox/message-key.ts) */
   readonly countMarkers: string;
   /** -> { n } */
   readonly countAllMarkers: string;
-  /** [messageId, consumer, ageSeconds]: a processed marker received that long ago. */
+  /** [messageKey, consumer, ageSeconds]: a processed marker received that long ago (consumer registered). */
   readonly insertAgedMarker: string;
-  /** [messageId, seconds]: moves the marker's ReceivedUtc that far into the past. */
+  /** [messageKey, seconds]: moves the marker's ReceivedSec and ClaimedUtc that far into the past. */
   readonly ageMarker: string;
   /** -> { id }: the current transaction's id. */
   readonly transactionId: string;
@@ -53,6 +54,8 @@ export interface ConformanceSql {
   readonly canSeeBlocking: string;
   /** -> { n } */
   readonly countVersions: string;
+  /** [messageId, consumer]: a processed marker in the table before migration 0002, as its workers wrote it. */
+  readonly insertLegacyMarker: string;
   /** -> { n }: the inbox's unique index exists and is unique. */
   readonly countUniqueIndex: string;
   /** [schema]: drops the schema with its tables (a schema-scoped run's clean-up). */
@@ -98,15 +101,17 @@ export async function keyLocked(
   messageId: string,
   consumer: string,
 ): Promise<boolean> {
+  // The probe's insert names the consumer by its Id: a consumer never registered could hold no key anyway.
+  await db.raw.query(db.raw.statements.registerConsumer, [consumer]);
   if (db.target.kind === "sqlserver") {
-    const n = await scalar(db.raw, db.sql.probeKeyLocked, [messageId, consumer]);
+    const n = await scalar(db.raw, db.sql.probeKeyLocked, [messageKey(messageId), consumer]);
     if (n < 0) throw new Error(`the key probe failed with SQL Server error ${-n}`);
     return n === 1;
   }
   const tx = await db.raw.begin();
   try {
     await tx.query("SET LOCAL lock_timeout = 1");
-    await tx.query(db.sql.probeKeyLocked, [messageId, consumer]);
+    await tx.query(db.sql.probeKeyLocked, [messageKey(messageId), consumer]);
     return false;
   } catch (error) {
     const code = (error as { code?: string }).code;
@@ -132,11 +137,13 @@ function postgresSql(schema: string): ConformanceSql {
     createNaiveInbox: `CREATE TABLE ${q}."NaiveInbox" ("MessageId" varchar(128) NOT NULL, "Consumer" varchar(200) NOT NULL)`,
     naiveCheck: `SELECT 1 AS found FROM ${q}."NaiveInbox" WHERE "MessageId" = $1 AND "Consumer" = $2`,
     naiveInsert: `INSERT INTO ${q}."NaiveInbox" ("MessageId", "Consumer") VALUES ($1, $2)`,
-    countMarkers: `SELECT count(*)::int AS n FROM ${q}."Inbox" WHERE "MessageId" = $1`,
+    countMarkers: `SELECT count(*)::int AS n FROM ${q}."Inbox" WHERE "MessageKey" = $1`,
     countAllMarkers: `SELECT count(*)::int AS n FROM ${q}."Inbox"`,
-    insertAgedMarker: `INSERT INTO ${q}."Inbox" ("MessageId", "Consumer", "ReceivedUtc", "ProcessedUtc")
-    VALUES ($1, $2, now() - make_interval(secs => $3::int), now() - make_interval(secs => $3::int))`,
-    ageMarker: `UPDATE ${q}."Inbox" SET "ReceivedUtc" = "ReceivedUtc" - make_interval(secs => $2::int) WHERE "MessageId" = $1`,
+    insertAgedMarker: `INSERT INTO ${q}."Inbox" ("ConsumerId", "MessageKey", "ReceivedSec")
+    VALUES ((SELECT "Id" FROM ${q}."InboxConsumer" WHERE "Name" = $2), $1,
+      floor(extract(epoch FROM now()) - 1577836800)::integer - $3::integer)`,
+    ageMarker: `UPDATE ${q}."Inbox" SET "ReceivedSec" = "ReceivedSec" - $2::integer,
+      "ClaimedUtc" = "ClaimedUtc" - make_interval(secs => $2::int) WHERE "MessageKey" = $1`,
     transactionId: `SELECT txid_current()::text AS id`,
     // pg_locks spans the cluster: the database filter keeps another database's relation of the same oid out.
     blockedSessions: `SELECT count(*)::int AS n FROM pg_stat_activity AS a
@@ -149,12 +156,14 @@ function postgresSql(schema: string): ConformanceSql {
     WHERE datname = current_database() AND wait_event_type = 'Lock'`,
     // lock_timeout 0 means "wait forever" in PostgreSQL, so 1 ms stands for "do not wait". An uncommitted insert is
     // invisible to a read, so the probe inserts the key itself (rolled back): 55P03 when a transaction holds it.
-    probeKeyLocked: `INSERT INTO ${q}."Inbox" ("MessageId", "Consumer") VALUES ($1, $2)`,
+    probeKeyLocked: `INSERT INTO ${q}."Inbox" ("ConsumerId", "MessageKey")
+    VALUES ((SELECT "Id" FROM ${q}."InboxConsumer" WHERE "Name" = $2), $1)`,
     canSeeBlocking: "SELECT 1 AS n",
     countVersions: `SELECT count(*)::int AS n FROM ${q}."SbInboxSchemaVersion"`,
+    insertLegacyMarker: `INSERT INTO ${q}."Inbox" ("MessageId", "Consumer", "ProcessedUtc") VALUES ($1, $2, now())`,
     countUniqueIndex: `SELECT count(*)::int AS n FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
     JOIN pg_namespace n ON n.oid = c.relnamespace
-    WHERE c.relname = 'IX_Inbox_MessageId_Consumer' AND n.nspname = '${schema}' AND i.indisunique`,
+    WHERE c.relname = 'IX_Inbox_MessageKey_ConsumerId' AND n.nspname = '${schema}' AND i.indisunique`,
     dropSchema: `DROP SCHEMA IF EXISTS ${q} CASCADE`,
   };
 }
@@ -176,11 +185,12 @@ export function sqlServerSql(schema: string): ConformanceSql {
     createNaiveInbox: `CREATE TABLE ${q}.NaiveInbox (MessageId nvarchar(128) NOT NULL, Consumer nvarchar(200) NOT NULL)`,
     naiveCheck: `SELECT 1 AS found FROM ${q}.NaiveInbox WHERE MessageId = @p1 AND Consumer = @p2`,
     naiveInsert: `INSERT INTO ${q}.NaiveInbox (MessageId, Consumer) VALUES (@p1, @p2)`,
-    countMarkers: `SELECT COUNT(*) AS n FROM ${q}.Inbox WHERE MessageId = @p1`,
+    countMarkers: `SELECT COUNT(*) AS n FROM ${q}.Inbox WHERE MessageKey = @p1`,
     countAllMarkers: `SELECT COUNT(*) AS n FROM ${q}.Inbox`,
-    insertAgedMarker: `INSERT INTO ${q}.Inbox (MessageId, Consumer, ReceivedUtc, ProcessedUtc)
-    VALUES (@p1, @p2, DATEADD(second, -@p3, SYSUTCDATETIME()), DATEADD(second, -@p3, SYSUTCDATETIME()))`,
-    ageMarker: `UPDATE ${q}.Inbox SET ReceivedUtc = DATEADD(second, -@p2, ReceivedUtc) WHERE MessageId = @p1`,
+    insertAgedMarker: `INSERT INTO ${q}.Inbox (ConsumerId, MessageKey, ReceivedSec)
+    VALUES ((SELECT Id FROM ${q}.InboxConsumer WHERE Name = @p2), @p1, DATEDIFF(second, '20200101', SYSUTCDATETIME()) - @p3)`,
+    ageMarker: `UPDATE ${q}.Inbox SET ReceivedSec = ReceivedSec - @p2, ClaimedUtc = DATEADD(second, -@p2, ClaimedUtc)
+    WHERE MessageKey = @p1`,
     transactionId: `SELECT CAST(CURRENT_TRANSACTION_ID() AS nvarchar(40)) AS id`,
     // Other sessions' requests and locks are visible with VIEW SERVER STATE; without it only the caller's own
     // session is, so blocking cannot be seen. The waiter is one of this run's consumers when it holds a lock on this
@@ -204,7 +214,8 @@ END AS n`,
     probeKeyLocked: `SET LOCK_TIMEOUT 0;
 DECLARE @n int = 0;
 BEGIN TRY
-  SELECT @n = COUNT(*) FROM ${q}.Inbox WITH (READCOMMITTEDLOCK) WHERE MessageId = @p1 AND Consumer = @p2;
+  SELECT @n = COUNT(*) FROM ${q}.Inbox WITH (READCOMMITTEDLOCK)
+  WHERE MessageKey = @p1 AND ConsumerId = (SELECT Id FROM ${q}.InboxConsumer WHERE Name = @p2);
   SET @n = 0;
 END TRY
 BEGIN CATCH
@@ -213,7 +224,8 @@ END CATCH;
 SET LOCK_TIMEOUT -1;
 SELECT @n AS n;`,
     countVersions: `SELECT COUNT(*) AS n FROM ${q}.SbInboxSchemaVersion`,
-    // By its key columns, (MessageId, Consumer) in that order, not by its name: the guarantee is a unique index on
+    insertLegacyMarker: `INSERT INTO ${q}.Inbox (MessageId, Consumer, ProcessedUtc) VALUES (@p1, @p2, SYSUTCDATETIME())`,
+    // By its key columns, (MessageKey, ConsumerId) in that order, not by its name: the guarantee is a unique index on
     // them, and SQL Server's classifier goes by the marker insert's error number. (Some TDS servers also store
     // index names altered in sys.indexes.)
     countUniqueIndex: `SELECT COUNT(*) AS n FROM sys.indexes AS i
@@ -222,10 +234,10 @@ SELECT @n AS n;`,
            WHERE ic.object_id = i.object_id AND ic.index_id = i.index_id AND ic.key_ordinal > 0) = 2
       AND EXISTS (SELECT 1 FROM sys.index_columns AS ic
         JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
-        WHERE ic.object_id = i.object_id AND ic.index_id = i.index_id AND ic.key_ordinal = 1 AND c.name = N'MessageId')
+        WHERE ic.object_id = i.object_id AND ic.index_id = i.index_id AND ic.key_ordinal = 1 AND c.name = N'MessageKey')
       AND EXISTS (SELECT 1 FROM sys.index_columns AS ic
         JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
-        WHERE ic.object_id = i.object_id AND ic.index_id = i.index_id AND ic.key_ordinal = 2 AND c.name = N'Consumer')`,
+        WHERE ic.object_id = i.object_id AND ic.index_id = i.index_id AND ic.key_ordinal = 2 AND c.name = N'ConsumerId')`,
     dropSchema: DROP_SQLSERVER_SCHEMA,
   };
 }

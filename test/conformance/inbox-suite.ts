@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { messageKey } from "../../src/inbox/message-key.ts";
 import type { ProcessOutcome } from "../../src/domain/outcome.ts";
 import type { SqlExecutor } from "../../src/domain/sql.ts";
 import { ClaimLostError } from "../../src/inbox/errors.ts";
@@ -6,6 +7,11 @@ import type { InboxKey, InboxStore } from "../../src/inbox/store.ts";
 import { keyLocked, scalar, type Backend, type BackendDatabase } from "./backends.ts";
 import { disposingAfter, gateKeeper, skipFor } from "./guards.ts";
 import { probeServer } from "./server-features.ts";
+import { loadMigrations } from "../../src/inbox/migrations.ts";
+import { POSTGRES_MIGRATIONS_DIR } from "../../src/inbox/postgres/adapter.ts";
+import { postgresSql as postgresStatements } from "../../src/inbox/postgres/statements.ts";
+import { SQLSERVER_MIGRATIONS_DIR } from "../../src/inbox/sqlserver/adapter.ts";
+import { CREATE_SCHEMA, sqlServerSql as sqlServerStatements } from "../../src/inbox/sqlserver/statements.ts";
 
 /** Polls a condition on the database (not a sleep: it returns as soon as the condition holds). */
 async function waitUntil(what: string, condition: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
@@ -162,12 +168,51 @@ export function inboxConformance(backend: Backend): void {
           const b = fresh.createStore();
           const [ra, rb] = await Promise.all([a.migrate(), b.migrate()]);
           const appliedTwice = [...ra.applied, ...rb.applied];
-          assert.deepEqual(appliedTwice, ["0001_inbox"], "exactly one run applies the migration");
-          assert.equal(await scalar(fresh.raw, fresh.sql.countVersions), 1);
+          assert.deepEqual(
+            appliedTwice,
+            ["0001_inbox", "0002_inbox_markers"],
+            "exactly one run applies the migrations",
+          );
+          assert.equal(await scalar(fresh.raw, fresh.sql.countVersions), 2);
           assert.equal(await scalar(fresh.raw, fresh.sql.countUniqueIndex), 1);
           const again = await a.migrate();
           assert.deepEqual(again.applied, []);
-          assert.equal(await scalar(fresh.raw, fresh.sql.countVersions), 1);
+          assert.equal(await scalar(fresh.raw, fresh.sql.countVersions), 2);
+        });
+      });
+    });
+
+    describe("migration 0002 on an inbox with markers", function () {
+      it("the markers written before the move still stop their redeliveries, alone, in a batch and as claims", async function () {
+        const fresh = await backend.database(`move_${backend.dialect}`);
+        await disposingAfter(fresh, async () => {
+          await atVersionOne(backend.dialect, fresh);
+          await fresh.raw.query(fresh.sql.insertLegacyMarker, ["before-move", "orders"]);
+          await fresh.raw.query(fresh.sql.insertLegacyMarker, ["BEFORE-MOVE", "orders"]);
+          const moved = fresh.createStore({ preCheck: false });
+          assert.deepEqual((await moved.migrate()).applied, ["0002_inbox_markers"]);
+          await fresh.raw.query(fresh.sql.createEffects);
+          const effectIn = (k: InboxKey) => (tx: SqlExecutor) =>
+            tx.query(fresh.sql.insertEffect, [k.messageId, k.consumer]).then(() => undefined);
+          const old: InboxKey = { messageId: "before-move", consumer: "orders" };
+          assert.deepEqual(await moved.process(old, effectIn(old)), { kind: "duplicate" });
+          const fresher: InboxKey = { messageId: "after-move", consumer: "orders" };
+          const batch = await moved.processBatch!("orders", [
+            { messageId: "BEFORE-MOVE", work: effectIn({ messageId: "BEFORE-MOVE", consumer: "orders" }) },
+            { messageId: fresher.messageId, work: effectIn(fresher) },
+          ]);
+          assert.deepEqual(
+            batch.outcomes.map((o) => o.kind),
+            ["duplicate", "committed"],
+          );
+          assert.equal((await moved.claim(old)).kind, "duplicate");
+          assert.equal(await scalar(fresh.raw, fresh.sql.countEffects, [old.messageId]), 0);
+          assert.equal(await scalar(fresh.raw, fresh.sql.countEffects, ["BEFORE-MOVE"]), 0);
+          assert.equal(await scalar(fresh.raw, fresh.sql.countEffects, [fresher.messageId]), 1);
+          // Exactly: another case of the same letters is another message. (Counted last: the test's Effects
+          // table takes the database's collation, case-insensitive on SQL Server.)
+          const other: InboxKey = { messageId: "Before-Move", consumer: "orders" };
+          assert.equal((await moved.process(other, effectIn(other))).kind, "committed");
         });
       });
     });
@@ -218,7 +263,7 @@ export function inboxConformance(backend: Backend): void {
         const outcomes = (await Promise.all([first, second])).map((o) => o.kind).sort();
         assert.deepEqual(outcomes, ["committed", "duplicate"]);
         assert.equal(await scalar(db.raw, db.sql.countEffects, [k.messageId]), 1);
-        assert.equal(await scalar(db.raw, db.sql.countMarkers, [k.messageId]), 1);
+        assert.equal(await scalar(db.raw, db.sql.countMarkers, [messageKey(k.messageId)]), 1);
       });
     });
 
@@ -265,7 +310,7 @@ export function inboxConformance(backend: Backend): void {
         assert.equal(a.kind, "failed");
         assert.equal(b.kind, "committed");
         assert.equal(await scalar(db.raw, db.sql.countEffects, [k.messageId]), 1);
-        assert.equal(await scalar(db.raw, db.sql.countMarkers, [k.messageId]), 1);
+        assert.equal(await scalar(db.raw, db.sql.countMarkers, [messageKey(k.messageId)]), 1);
       });
     });
 
@@ -277,7 +322,7 @@ export function inboxConformance(backend: Backend): void {
       });
       assert.equal(outcome.kind, "failed");
       assert.equal(outcome.kind === "failed" && outcome.errorClass, "permanent");
-      assert.equal(await scalar(db.raw, db.sql.countMarkers, [k.messageId]), 0);
+      assert.equal(await scalar(db.raw, db.sql.countMarkers, [messageKey(k.messageId)]), 0);
       assert.equal(await scalar(db.raw, db.sql.countEffects, [k.messageId]), 0);
     });
 
@@ -289,7 +334,7 @@ export function inboxConformance(backend: Backend): void {
       });
       assert.equal(outcome.kind, "failed");
       assert.equal(outcome.kind === "failed" && outcome.errorClass, "permanent");
-      assert.equal(await scalar(db.raw, db.sql.countMarkers, [k.messageId]), 0);
+      assert.equal(await scalar(db.raw, db.sql.countMarkers, [messageKey(k.messageId)]), 0);
       assert.equal(await store.isProcessed(k), false);
     });
 
@@ -324,7 +369,7 @@ export function inboxConformance(backend: Backend): void {
         ["duplicate", "duplicate"],
       );
       assert.equal(await scalar(db.raw, db.sql.countEffects, [billing.messageId]), 2);
-      assert.equal(await scalar(db.raw, db.sql.countMarkers, [billing.messageId]), 2);
+      assert.equal(await scalar(db.raw, db.sql.countMarkers, [messageKey(billing.messageId)]), 2);
     });
 
     it("a retry after a failure runs on a fresh transaction and succeeds", async function () {
@@ -404,7 +449,7 @@ export function inboxConformance(backend: Backend): void {
       const effects = async (keys: InboxKey[]) =>
         Promise.all(keys.map((k) => scalar(db.raw, db.sql.countEffects, [k.messageId])));
       const markers = async (keys: InboxKey[]) =>
-        Promise.all(keys.map((k) => scalar(db.raw, db.sql.countMarkers, [k.messageId])));
+        Promise.all(keys.map((k) => scalar(db.raw, db.sql.countMarkers, [messageKey(k.messageId)])));
 
       it("fresh messages: all committed, one marker and one effect each", async function () {
         const keys = [key(), key(), key(), key()];
@@ -701,7 +746,7 @@ export function inboxConformance(backend: Backend): void {
         const openBefore = await store.countOpenClaims();
         assert.ok(openBefore >= 1);
         assert.equal(await store.sweepStaleClaims(60_000), 0, "a fresh claim is not stale");
-        await db.raw.query(db.sql.ageMarker, [k.messageId, 120]);
+        await db.raw.query(db.sql.ageMarker, [messageKey(k.messageId), 120]);
         assert.equal(await store.sweepStaleClaims(60_000), 1);
         assert.equal(await store.countOpenClaims(), openBefore - 1);
         const retries = await Promise.all([store.claim(k), store.claim(k)]);
@@ -717,34 +762,50 @@ export function inboxConformance(backend: Backend): void {
       });
     });
 
-    it("cleanup removes only rows past retention, in batches, while inserts go on", async function () {
-      const scope = key("retention").messageId;
-      for (let i = 0; i < 25; i += 1) {
-        await db.raw.query(db.sql.insertAgedMarker, [`${scope}-old-${i}`, "retention", 7200]);
-      }
-      const before = await scalar(db.raw, db.sql.countAllMarkers);
-      let inserting = true;
-      let inserted = 0;
-      const writer = (async () => {
-        while (inserting) {
-          const k: InboxKey = { messageId: `${scope}-new-${inserted}`, consumer: "retention" };
-          const outcome = await store.process(k, effect(k));
-          assert.equal(outcome.kind, "committed");
-          inserted += 1;
+    it("cleanup deletes by ranges of the key only rows past retention, in batches, while inserts go on", async function () {
+      // A database of its own: the markers past retention are the first Ids, as they are when time passes.
+      const fresh = await backend.database(`retention_${backend.dialect}`);
+      await disposingAfter(fresh, async () => {
+        const own = fresh.createStore({ preCheck: false });
+        await own.migrate();
+        await fresh.raw.query(fresh.sql.createEffects);
+        await fresh.raw.query(fresh.raw.statements.registerConsumer, ["retention"]);
+        for (let i = 0; i < 25; i += 1) {
+          await fresh.raw.query(fresh.sql.insertAgedMarker, [messageKey(`old-${i}`), "retention", 7200]);
         }
-      })();
-      const batches: number[] = [];
-      try {
-        await waitUntil("the writer has started", () => Promise.resolve(inserted >= 1));
-        const deleted = await store.cleanup(3_600_000, 10, { onBatch: (n) => batches.push(n) });
-        assert.equal(deleted, 25);
-      } finally {
-        inserting = false;
-        await writer;
-      }
-      assert.deepEqual(batches, [10, 10, 5]);
-      assert.equal(await scalar(db.raw, db.sql.countAllMarkers), before - 25 + inserted);
-      assert.equal(await store.cleanup(3_600_000, 10), 0, "nothing else is past retention");
+        let inserting = true;
+        let inserted = 0;
+        const writer = (async () => {
+          while (inserting) {
+            const k: InboxKey = { messageId: `new-${inserted}`, consumer: "retention" };
+            const outcome = await own.process(k, (tx) =>
+              tx.query(fresh.sql.insertEffect, [k.messageId, k.consumer]).then(() => undefined),
+            );
+            assert.equal(outcome.kind, "committed");
+            inserted += 1;
+          }
+        })();
+        const batches: number[] = [];
+        try {
+          await waitUntil("the writer has inserted past the first ranges", () =>
+            Promise.resolve(inserted >= 10),
+          );
+          const deleted = await own.cleanup(3_600_000, 10, { onBatch: (n) => batches.push(n) });
+          assert.equal(deleted, 25);
+        } finally {
+          inserting = false;
+          await writer;
+        }
+        // Three ranges hold the 25 old ones (the third with 5 new ones); the fourth, all new, ends the run.
+        assert.deepEqual(batches, [10, 10, 5, 0]);
+        assert.equal(await scalar(fresh.raw, fresh.sql.countAllMarkers), inserted);
+        const again: number[] = [];
+        assert.equal(await own.cleanup(3_600_000, 10, { onBatch: (n) => again.push(n) }), 0);
+        assert.deepEqual(again, [0], "the next run starts at the young rows: one range read");
+        // A marker of an old message, once deleted, no longer stops a redelivery: that is what retention means.
+        const old: InboxKey = { messageId: "old-3", consumer: "retention" };
+        assert.equal(await own.isProcessed(old), false);
+      });
     });
 
     it("answers a ping; classify() never calls an error outside the marker insert a duplicate", async function () {
@@ -752,12 +813,36 @@ export function inboxConformance(backend: Backend): void {
       const k = key();
       assert.equal((await store.process(k, effect(k))).kind, "committed");
       // The inbox index's own violation, but raised by some other statement: not the duplicate signal.
-      const error = await db.raw.query(db.sql.insertAgedMarker, [k.messageId, k.consumer, 1]).then(
-        () => undefined,
-        (e: unknown) => e,
-      );
+      const error = await db.raw
+        .query(db.sql.insertAgedMarker, [messageKey(k.messageId), k.consumer, 1])
+        .then(
+          () => undefined,
+          (e: unknown) => e,
+        );
       assert.ok(error instanceof Error, "the second marker must be refused by the unique index");
       assert.equal(store.classify(error), "permanent");
     });
   });
+}
+
+/** An inbox at version 1, as `sbinbox migrate` left it before migration 0002 existed. */
+async function atVersionOne(dialect: Backend["dialect"], db: BackendDatabase): Promise<void> {
+  if (dialect === "postgres") {
+    const sql = postgresStatements(db.schema ?? "public");
+    const [first] = await loadMigrations(POSTGRES_MIGRATIONS_DIR);
+    await db.raw.query(sql.CREATE_SCHEMA);
+    await db.raw.query(sql.CREATE_VERSION_TABLE);
+    const tx = await db.raw.begin();
+    await tx.query(sql.SET_MIGRATION_SEARCH_PATH);
+    await tx.query(first!.sql);
+    await tx.query(sql.RECORD_VERSION, [1, first!.name]);
+    await tx.commit();
+    return;
+  }
+  const sql = sqlServerStatements(db.schema ?? "dbo");
+  const [first] = await loadMigrations(SQLSERVER_MIGRATIONS_DIR);
+  await db.raw.query(CREATE_SCHEMA, [db.schema ?? "dbo"]);
+  await db.raw.query(sql.CREATE_VERSION_TABLE);
+  await db.raw.query(sql.migrationInSchema(first!.sql));
+  await db.raw.query(sql.RECORD_VERSION, [1, first!.name]);
 }

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { messageKey } from "../../src/inbox/message-key.ts";
 import mssql from "mssql";
 import { InboxCore, type InboxDriver, type InboxTransaction } from "../../src/inbox/core.ts";
 import type { BoundStatement, InboxBatchItem, InboxKey, InboxStore } from "../../src/inbox/store.ts";
@@ -103,7 +104,7 @@ export function statementsConformance(backend: Backend): void {
     });
     const order = (no: number): BoundStatement => ({ sql: db.sql.insertOrder, params: [no] });
     const effects = (k: InboxKey) => scalar(db.raw, db.sql.countEffects, [k.messageId]);
-    const markers = (k: InboxKey) => scalar(db.raw, db.sql.countMarkers, [k.messageId]);
+    const markers = (k: InboxKey) => scalar(db.raw, db.sql.countMarkers, [messageKey(k.messageId)]);
     const item = (k: InboxKey, statements: BoundStatement[]): InboxBatchItem => ({
       messageId: k.messageId,
       statements,
@@ -112,6 +113,10 @@ export function statementsConformance(backend: Backend): void {
     });
 
     it("one message: its marker and statements commit in one round trip", async () => {
+      // Once per store and consumer, before its first message: the consumer's registration and the question
+      // whether a legacy table (before migration 0002) is there. Not this message's round trips.
+      const first = key();
+      await store.process(first, () => Promise.resolve());
       const k = key();
       counted.reset();
       const outcome = await store.process(k, () => Promise.reject(new Error("work must not run")), {

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { messageKey } from "../../src/inbox/message-key.ts";
 import type { Dialect } from "../../src/domain/sql.ts";
 import { TransactionControlError, UnawaitedStatementError } from "../../src/inbox/errors.ts";
 import type { InboxKey, InboxStore } from "../../src/inbox/store.ts";
@@ -62,7 +63,7 @@ export function transactionHandleConformance(backend: Backend): void {
       await db?.dispose();
     });
 
-    const markers = (k: InboxKey) => scalar(db.raw, db.sql.countMarkers, [k.messageId]);
+    const markers = (k: InboxKey) => scalar(db.raw, db.sql.countMarkers, [messageKey(k.messageId)]);
     const effects = (k: InboxKey) => scalar(db.raw, db.sql.countEffects, [k.messageId]);
 
     it("two statements given at once (Promise.all) run one after the other and both commit", async function () {

@@ -241,7 +241,7 @@ describe("the deployed worker, started as App Service starts it", function () {
       env: cleanEnv({ SBINBOX_POSTGRES_URL: ownerUrl, SBINBOX_HANDLERS: settings.SBINBOX_HANDLERS! }),
     });
     // The inbox's migrations, then the module's.
-    assert.match(migrated.stdout, /applied 0001_inbox, (.+, )?memos:0001_memos(, |\n)/);
+    assert.match(migrated.stdout, /applied 0001_inbox, 0002_inbox_markers, (.+, )?memos:0001_memos(, |\n)/);
     const owner = new pg.Client({ connectionString: ownerUrl });
     await owner.connect();
     try {
@@ -377,7 +377,9 @@ describe("the deployed worker, started as App Service starts it", function () {
           30_000,
         );
         assert.deepEqual(rows, [{ text: "first deployment" }]);
-        const inbox = await db.query<{ consumer: string }>(`SELECT "Consumer" AS consumer FROM "Inbox"`);
+        const inbox = await db.query<{ consumer: string }>(
+          `SELECT "Consumer" AS consumer FROM "InboxMarkers"`,
+        );
         assert.deepEqual(inbox.rows, [{ consumer: settings.SBINBOX_CONSUMER }]);
       } finally {
         await db.end();
@@ -411,7 +413,7 @@ describe("the deployed worker, started as App Service starts it", function () {
     assert.equal(result.code, 1, result.stderr);
     assert.match(
       result.stderr,
-      /0001_inbox, (.+, )?memos:0001_memos(, .+)? not applied\. Run `sbinbox migrate`/,
+      /0001_inbox, 0002_inbox_markers, (.+, )?memos:0001_memos(, .+)? not applied\. Run `sbinbox migrate`/,
     );
   });
 });

@@ -33,7 +33,7 @@ describe("savepoints in a batch of keyed handlers (PostgreSQL, pipelined)", func
   });
 
   const markers = async (): Promise<string[]> =>
-    (await pool.query<{ id: string }>(`SELECT "MessageId" AS id FROM "Inbox" ORDER BY 1`)).rows.map(
+    (await pool.query<{ id: string }>(`SELECT "MessageId" AS id FROM "InboxMarkers" ORDER BY 1`)).rows.map(
       (r) => r.id,
     );
   const rows = async (table: "a_rows" | "b_rows"): Promise<string[]> =>

@@ -17,7 +17,7 @@ describe("sbinbox migrate", function () {
     const env = { ...process.env, SBINBOX_POSTGRES_URL: url, SBINBOX_SQLSERVER_CONNECTION_STRING: "" };
     const first = await promisify(execFile)(process.execPath, [bin, "migrate"], { env });
     // The inbox's migration, then the handler module's (the example's when SBINBOX_HANDLERS is unset).
-    assert.match(first.stdout, /applied 0001_inbox, example:0001_example_accounts\n/);
+    assert.match(first.stdout, /applied 0001_inbox, 0002_inbox_markers, example:0001_example_accounts\n/);
     const second = await promisify(execFile)(process.execPath, [bin, "migrate"], { env });
     assert.match(second.stdout, /up to date/);
     const client = new pg.Client({ connectionString: url });
@@ -26,7 +26,7 @@ describe("sbinbox migrate", function () {
       const { rows } = await client.query<{ n: number }>(
         `SELECT count(*)::int AS n FROM "SbInboxSchemaVersion"`,
       );
-      assert.equal(rows[0]?.n, 1);
+      assert.equal(rows[0]?.n, 2);
       const modules = await client.query<{ Module: string; Version: number }>(
         `SELECT "Module", "Version" FROM "SbInboxModuleVersion"`,
       );
@@ -51,7 +51,7 @@ describe("sbinbox migrate", function () {
     const team = await loadHandlerModule(MODULE);
     const files = (await moduleMigrations(team, "postgres")).migrations;
     assert.ok(files.length > 0, "the probe must see the module's migrations");
-    const expected = ["0001_inbox", ...files.map((m) => `${team.name}:${m.name}`)];
+    const expected = ["0001_inbox", "0002_inbox_markers", ...files.map((m) => `${team.name}:${m.name}`)];
     assert.equal(first.stdout, `sbinbox migrate: applied ${expected.join(", ")}\n`);
     const client = new pg.Client({ connectionString: url });
     await client.connect();

@@ -132,7 +132,7 @@ describe("PostgreSQL: BEGIN goes out with the transaction's first statement", fu
       );
       await tx.rollback();
       assert.equal(driver.classify(error, "marker"), "unavailable", String(error));
-      const found = await admin.query(`SELECT 1 FROM "Inbox" WHERE "MessageId" = 'p-6'`);
+      const found = await admin.query(`SELECT 1 FROM "InboxMarkers" WHERE "MessageId" = 'p-6'`);
       assert.equal(found.rowCount, 0, "no marker without its transaction");
       // The pool replaces the ended connection: the next transaction commits.
       const next = createPostgresInboxStore({ pool, preCheck: false });
@@ -151,7 +151,7 @@ describe("PostgreSQL: BEGIN goes out with the transaction's first statement", fu
     const marker = tx.query(statements.insertProcessedMarker, ["p-8", consumer]);
     await tx.rollback();
     await marker;
-    const found = await pool.query(`SELECT 1 FROM "Inbox" WHERE "MessageId" = 'p-8'`);
+    const found = await pool.query(`SELECT 1 FROM "InboxMarkers" WHERE "MessageId" = 'p-8'`);
     assert.equal(found.rowCount, 0, "the marker went in inside the transaction and was rolled back");
   });
 

@@ -38,12 +38,14 @@ describe("the inbox's schema (SBINBOX_INBOX_SCHEMA)", function () {
       SBINBOX_INBOX_SCHEMA: "sales_inbox",
     };
     const first = await promisify(execFile)(process.execPath, [bin, "migrate"], { env });
-    assert.match(first.stdout, /applied 0001_inbox, example:0001_example_accounts/);
+    assert.match(first.stdout, /applied 0001_inbox, 0002_inbox_markers, example:0001_example_accounts/);
     // The inbox's tables in its schema; the handler module's business tables where its statements find them.
     assert.deepEqual(await tablesBySchema(url), [
       "public.example_accounts",
       "public.example_credits",
       "sales_inbox.Inbox",
+      "sales_inbox.InboxConsumer",
+      "sales_inbox.InboxMarkers",
       "sales_inbox.SbInboxModuleVersion",
       "sales_inbox.SbInboxSchemaVersion",
     ]);
@@ -81,8 +83,12 @@ describe("the inbox's schema (SBINBOX_INBOX_SCHEMA)", function () {
       assert.ok(await a.isProcessed(key));
       assert.deepEqual(await tablesBySchema(url), [
         "inbox_a.Inbox",
+        "inbox_a.InboxConsumer",
+        "inbox_a.InboxMarkers",
         "inbox_a.SbInboxSchemaVersion",
         "inbox_b.Inbox",
+        "inbox_b.InboxConsumer",
+        "inbox_b.InboxMarkers",
         "inbox_b.SbInboxSchemaVersion",
       ]);
     } finally {

@@ -118,7 +118,10 @@ describe("a newcomer's mistakes with the handler module", function () {
     const url = await createTestDatabase("newcomer_dialects");
     const result = await runCli(["migrate"], { SBINBOX_POSTGRES_URL: url, SBINBOX_HANDLERS: module });
     assert.equal(result.code, 0, result.stderr);
-    assert.match(result.stdout, /applied 0001_inbox, orders:0001_orders, orders:0002_lines/);
+    assert.match(
+      result.stdout,
+      /applied 0001_inbox, 0002_inbox_markers, orders:0001_orders, orders:0002_lines/,
+    );
     assert.match(
       result.stderr,
       /warning: handler module "orders": its migration folders differ between dialects: postgres has 0002_lines, which sqlserver has not/,

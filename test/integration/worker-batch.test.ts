@@ -10,6 +10,7 @@ import type { Worker } from "../../src/worker/worker.ts";
 import { recordingBatches } from "../helpers/recording-batches.ts";
 import { brokerConfig, takeDeadLetters, useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { creditsPerMessage, exampleDatabase, startTestWorker } from "../helpers/worker.ts";
+import { insertMarker } from "../helpers/inbox-rows.ts";
 
 const QUEUE = "sbinbox";
 
@@ -160,10 +161,7 @@ describe("worker with group commit (SBINBOX_BATCH_SIZE > 1; real SDK, local brok
     await other.connect();
     try {
       await other.query("BEGIN");
-      await other.query(
-        `INSERT INTO "Inbox" ("MessageId", "Consumer", "ProcessedUtc") VALUES ($1, 'test', now())`,
-        [raced],
-      );
+      await insertMarker(other, raced, "test");
       await other.query("INSERT INTO example_credits (account_id, amount, message_id) VALUES ($1, 1, $2)", [
         "race-acct",
         raced,

@@ -154,7 +154,7 @@ describe("worker: settlement follows the inbox outcome (real SDK, local broker, 
       dead?.deadLetterErrorDescription ?? "",
       /^after 2 attempts: permanent error: duplicate key value/,
     );
-    const { rows } = await db.sql.query('SELECT 1 FROM "Inbox" WHERE "MessageId" = $1', [messageId]);
+    const { rows } = await db.sql.query('SELECT 1 FROM "InboxMarkers" WHERE "MessageId" = $1', [messageId]);
     assert.equal(rows.length, 0, "no marker without the business change");
   });
 

@@ -63,7 +63,7 @@ describe("worker: two-phase markProcessed meets a database blip (own PostgreSQL)
     assert.equal(mailer.calls, 1, "the effect was not performed again: this delivery knew it had succeeded");
     assert.equal(fixture.broker.counts(QUEUE).deadLettered, 0);
     const { rows } = await db.sql.query<{ processed: boolean }>(
-      'SELECT "ProcessedUtc" IS NOT NULL AS processed FROM "Inbox" WHERE "MessageId" = $1',
+      'SELECT "Processed" AS processed FROM "InboxMarkers" WHERE "MessageId" = $1',
       ["blip-1"],
     );
     assert.deepEqual(rows, [{ processed: true }]);

@@ -12,6 +12,7 @@ import { defaultRetryPolicy } from "../../src/worker/retry-policy.ts";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { retriesToOutlast, settleDeadlineMs, SETTLE_SLACK_MS } from "../helpers/retry-wait.ts";
 import { exampleDatabase, startTestWorker } from "../helpers/worker.ts";
+import { insertMarker, markProcessed } from "../helpers/inbox-rows.ts";
 
 // A queue per test, named after the test's message: a message one test leaves behind (settled late, after its
 // test gave up under load) is never received by the next test's worker and counted there.
@@ -130,7 +131,7 @@ describe("worker: failures retried over time, never burning a message", function
     ]);
     assert.equal(fixture.broker.counts(queue).deadLettered, 0);
     const { rows } = await db.sql.query<{ open: number }>(
-      `SELECT count(*)::int AS open FROM "Inbox" WHERE "MessageId" = 'tp-503' AND "ProcessedUtc" IS NULL`,
+      `SELECT count(*)::int AS open FROM "InboxMarkers" WHERE "MessageId" = 'tp-503' AND NOT "Processed"`,
     );
     assert.equal(rows[0]?.open, 0, "no claim left open");
   });
@@ -433,7 +434,7 @@ describe("worker: failures retried over time, never burning a message", function
   it("a claim held by another live claimant is busy and retried with delays, not abandoned at once", async function () {
     const api = flakyApi(0);
     // Another instance's claim, open and fresh.
-    await db.sql.query(`INSERT INTO "Inbox" ("MessageId", "Consumer") VALUES ('tp-busy', 'test')`);
+    await insertMarker(db.sql, "tp-busy", "test", true);
     const queue = "tp-busy";
     const policy = { ...fast, transientDelaysMs: [300, 300, 300, 300, 300, 300, 300, 300] };
     await sendRawMessages(fixture.client, queue, [
@@ -454,7 +455,7 @@ describe("worker: failures retried over time, never burning a message", function
       );
       assert.equal(worker.stats.settled, 0, "not abandoned");
       // The other claimant finishes.
-      await db.sql.query(`UPDATE "Inbox" SET "ProcessedUtc" = now() WHERE "MessageId" = 'tp-busy'`);
+      await markProcessed(db.sql, "tp-busy");
       await waitUntil(() => worker.stats.settled === 1, "the message is settled", SETTLE_SLACK_MS);
     } finally {
       await worker.stop();

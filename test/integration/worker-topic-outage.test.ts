@@ -93,7 +93,7 @@ describe("the app on a topic through forwarding: start-up, readiness and a datab
     assert.equal(perMessage.size, total);
     assert.deepEqual([...new Set(perMessage.values())], [1]);
     const { rows } = await db.sql.query<{ consumer: string }>(
-      `SELECT DISTINCT "Consumer" AS consumer FROM "Inbox"`,
+      `SELECT DISTINCT "Consumer" AS consumer FROM "InboxMarkers"`,
     );
     assert.deepEqual(
       rows.map((r) => r.consumer),

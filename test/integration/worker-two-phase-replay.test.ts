@@ -12,6 +12,7 @@ import { replayDeadLetters } from "../../src/servicebus/dead-letter.ts";
 import { sendRawMessages } from "../../src/servicebus/raw.ts";
 import { brokerConfig, takeDeadLetters, useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { exampleDatabase, startTestWorker } from "../helpers/worker.ts";
+import { insertMarker } from "../helpers/inbox-rows.ts";
 
 const QUEUE = "twophase-replay";
 
@@ -28,7 +29,7 @@ describe("worker: a dead-lettered two-phase message and its claim", function () 
 
   async function openClaims(messageId: string): Promise<number> {
     const { rows } = await db.sql.query<{ n: number }>(
-      'SELECT count(*)::integer AS n FROM "Inbox" WHERE "MessageId" = $1 AND "ProcessedUtc" IS NULL',
+      'SELECT count(*)::integer AS n FROM "InboxMarkers" WHERE "MessageId" = $1 AND NOT "Processed"',
       [messageId],
     );
     return rows[0]!.n;
@@ -67,7 +68,7 @@ describe("worker: a dead-lettered two-phase message and its claim", function () 
     assert.equal(worker.stats.failed, 1, "only the refused delivery failed");
     assert.deepEqual(keys, ["ship-1", "ship-1"], "both performs carried the original MessageId as key");
     const { rows } = await db.sql.query<{ processed: boolean }>(
-      'SELECT "ProcessedUtc" IS NOT NULL AS processed FROM "Inbox" WHERE "MessageId" = $1',
+      'SELECT "Processed" AS processed FROM "InboxMarkers" WHERE "MessageId" = $1',
       ["ship-1"],
     );
     assert.deepEqual(rows, [{ processed: true }]);
@@ -76,7 +77,7 @@ describe("worker: a dead-lettered two-phase message and its claim", function () 
 
   it("a claim that is really held is busy, and the error says what holds it", async () => {
     // An open claim of another delivery, as one performing elsewhere leaves it.
-    await db.sql.query('INSERT INTO "Inbox" ("MessageId", "Consumer") VALUES ($1, $2)', ["ship-2", "test"]);
+    await insertMarker(db.sql, "ship-2", "test", true);
     const handler: MessageHandler = {
       kind: "two-phase",
       type: "Ship",

@@ -47,7 +47,7 @@ describe("worker: two-phase handler on PostgreSQL", function () {
     assert.equal(mailer.calls, 1, "the external system was called once");
     assert.equal(mailer.sentByKey.get("welcome-u1"), "u1@example.com");
     const { rows } = await db.sql.query<{ processed: boolean }>(
-      'SELECT "ProcessedUtc" IS NOT NULL AS processed FROM "Inbox" WHERE "MessageId" = $1',
+      'SELECT "Processed" AS processed FROM "InboxMarkers" WHERE "MessageId" = $1',
       ["welcome-u1"],
     );
     assert.deepEqual(rows, [{ processed: true }]);
@@ -181,7 +181,7 @@ describe("worker: two-phase handler on PostgreSQL", function () {
     );
     assert.equal(fixture.broker.counts(SLOW).deadLettered, 0, "nothing dead-lettered");
     const { rows } = await db.sql.query<{ processed: boolean }>(
-      'SELECT "ProcessedUtc" IS NOT NULL AS processed FROM "Inbox" WHERE "MessageId" = $1',
+      'SELECT "Processed" AS processed FROM "InboxMarkers" WHERE "MessageId" = $1',
       ["slow-mail-1"],
     );
     assert.deepEqual(rows, [{ processed: true }], "one inbox row, processed");

@@ -16,6 +16,7 @@ const WHOLE: Record<string, { min: number; max?: number }> = {
   SBINBOX_MAX_MESSAGE_BYTES: { min: 1 },
   SBINBOX_GRACE_PERIOD_MS: { min: 0 },
   SBINBOX_CLEANUP_INTERVAL_MS: { min: 0 },
+  SBINBOX_CLEANUP_PAUSE_MS: { min: 0, max: 10_000 },
   SBINBOX_CLAIM_TIMEOUT_MS: { min: 1 },
   SBINBOX_SWEEP_INTERVAL_MS: { min: 0 },
   PORT: { min: 0, max: 65535 },

@@ -3,7 +3,7 @@ import mssql from "mssql";
 import type { SqlResult } from "../../src/domain/sql.ts";
 import { InboxCore, type InboxDriver, type InboxTransaction } from "../../src/inbox/core.ts";
 import { classifySqlServerError } from "../../src/inbox/sqlserver/classify.ts";
-import { statements } from "../../src/inbox/sqlserver/statements.ts";
+import { legacy, statements } from "../../src/inbox/sqlserver/statements.ts";
 
 /** A 2627 as mssql raises it for the marker insert or for any other statement that hits a unique index. */
 function uniqueViolation(): mssql.RequestError {
@@ -38,7 +38,9 @@ function storeFailingAt(failing: "marker" | "business"): { store: InboxCore; log
   const driver: InboxDriver = {
     dialect: "sqlserver",
     statements,
-    query: () => Promise.reject(new Error("not used")),
+    legacy,
+    // Registering the consumer, and asking for the legacy table (there is none): no rows.
+    query: <R>() => Promise.resolve({ rows: [] as R[], rowCount: 0 }),
     begin: () => Promise.resolve(tx),
     classify: classifySqlServerError,
     migrate: () => Promise.reject(new Error("not used")),

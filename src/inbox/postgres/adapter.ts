@@ -78,6 +78,7 @@ export class PostgresDriver implements InboxDriver {
   readonly dialect = "postgres" as const;
   readonly statements: ReturnType<typeof postgresSql>["statements"];
   readonly batchStatements: ReturnType<typeof postgresSql>["batchStatements"];
+  readonly legacy: ReturnType<typeof postgresSql>["legacy"];
   /** A pipelining pool (the one this driver builds) sends a statement while others are in flight. */
   readonly concurrentStatements: boolean;
   private readonly sql: ReturnType<typeof postgresSql>;
@@ -92,6 +93,7 @@ export class PostgresDriver implements InboxDriver {
     this.sql = postgresSql(this.schema);
     this.statements = this.sql.statements;
     this.batchStatements = this.sql.batchStatements;
+    this.legacy = this.sql.legacy;
     if (options.pool) {
       this.pool = options.pool;
       this.ownsPool = false;

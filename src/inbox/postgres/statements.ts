@@ -1,10 +1,13 @@
-import type { InboxBatchStatements, InboxStatements } from "../core.ts";
+import type { InboxBatchStatements, InboxStatements, LegacyStatements } from "../core.ts";
 import { checkSchemaName, DEFAULT_INBOX_SCHEMA } from "../schema-name.ts";
 
 /** Every statement the PostgreSQL adapter sends, except the migration files themselves. */
 
 /** The inbox's unique index; a 23505 naming it on the marker insert is the duplicate signal. */
-export const INBOX_UNIQUE_INDEX = "IX_Inbox_MessageId_Consumer";
+export const INBOX_UNIQUE_INDEX = "IX_Inbox_MessageKey_ConsumerId";
+
+/** ReceivedSec counts seconds from 2020-01-01 UTC, in Unix seconds. */
+export const RECEIVED_EPOCH = 1577836800;
 
 export const BEGIN = "BEGIN";
 export const COMMIT = "COMMIT";
@@ -21,6 +24,9 @@ export const SCHEMA_EXISTS = "SELECT 1 AS found FROM pg_namespace WHERE nspname 
  */
 export function postgresSql(schema: string = DEFAULT_INBOX_SCHEMA.postgres) {
   const s = `"${checkSchemaName(schema)}"`;
+  // The markers carry the consumer's 2-byte Id; every statement finds it by name, from the parameter given.
+  const consumer = (name: string): string =>
+    `(SELECT "Id" FROM ${s}."InboxConsumer" WHERE "Name" = ${name}::varchar)`;
   return {
     CREATE_SCHEMA: `CREATE SCHEMA IF NOT EXISTS ${s}`,
     // LOCAL: for the migration transaction only; the pool's other connections keep their own path.
@@ -49,39 +55,72 @@ export function postgresSql(schema: string = DEFAULT_INBOX_SCHEMA.postgres) {
     SELECT_VERSION_TABLES: `SELECT to_regclass('${s}."SbInboxSchemaVersion"') IS NOT NULL AS "inbox",
   to_regclass('${s}."SbInboxModuleVersion"') IS NOT NULL AS "module"`,
     statements: {
-      insertProcessedMarker: `INSERT INTO ${s}."Inbox" ("MessageId", "Consumer", "ProcessedUtc") VALUES ($1, $2, now())`,
-      insertOpenClaim: `INSERT INTO ${s}."Inbox" ("MessageId", "Consumer") VALUES ($1, $2) RETURNING "Id" AS id`,
-      isProcessed: `SELECT 1 AS found FROM ${s}."Inbox" WHERE "MessageId" = $1 AND "Consumer" = $2 AND "ProcessedUtc" IS NOT NULL`,
-      readMarker: `SELECT "Id" AS id, CASE WHEN "ProcessedUtc" IS NULL THEN 0 ELSE 1 END AS processed
-FROM ${s}."Inbox" WHERE "MessageId" = $1 AND "Consumer" = $2`,
-      markProcessed: `UPDATE ${s}."Inbox" SET "ProcessedUtc" = now()
-WHERE "MessageId" = $1 AND "Consumer" = $2 AND "ProcessedUtc" IS NULL`,
-      markProcessedById: `UPDATE ${s}."Inbox" SET "ProcessedUtc" = now()
-WHERE "MessageId" = $1 AND "Consumer" = $2 AND "Id" = $3::bigint AND "ProcessedUtc" IS NULL`,
+      // WHERE NOT EXISTS: the identity is drawn only for a name not there yet (ON CONFLICT alone would draw one on
+      // every start, and a smallint lasts 32,767 draws); ON CONFLICT: two workers registering at once.
+      registerConsumer: `INSERT INTO ${s}."InboxConsumer" ("Name") SELECT $1::varchar
+WHERE NOT EXISTS (SELECT 1 FROM ${s}."InboxConsumer" WHERE "Name" = $1::varchar)
+ON CONFLICT ("Name") DO NOTHING`,
+      insertProcessedMarker: `INSERT INTO ${s}."Inbox" ("ConsumerId", "MessageKey") VALUES (${consumer("$2")}, $1)`,
+      insertOpenClaim: `INSERT INTO ${s}."Inbox" ("ConsumerId", "MessageKey", "ClaimedUtc") VALUES (${consumer("$2")}, $1, now())
+RETURNING "Id" AS id`,
+      isProcessed: `SELECT 1 AS found FROM ${s}."Inbox"
+WHERE "MessageKey" = $1 AND "ConsumerId" = ${consumer("$2")} AND "ClaimedUtc" IS NULL`,
+      readMarker: `SELECT "Id" AS id, CASE WHEN "ClaimedUtc" IS NULL THEN 1 ELSE 0 END AS processed
+FROM ${s}."Inbox" WHERE "MessageKey" = $1 AND "ConsumerId" = ${consumer("$2")}`,
+      markProcessed: `UPDATE ${s}."Inbox" SET "ClaimedUtc" = NULL
+WHERE "MessageKey" = $1 AND "ConsumerId" = ${consumer("$2")} AND "ClaimedUtc" IS NOT NULL`,
+      markProcessedById: `UPDATE ${s}."Inbox" SET "ClaimedUtc" = NULL
+WHERE "MessageKey" = $1 AND "ConsumerId" = ${consumer("$2")} AND "Id" = $3::bigint AND "ClaimedUtc" IS NOT NULL`,
       // A concurrent takeover of the same id waits on the row lock, then finds the row deleted: no row back. The
       // unique index lets the insert through because the row it would clash with is deleted by this statement.
       reenterClaim: `WITH gone AS (
   DELETE FROM ${s}."Inbox"
-  WHERE "MessageId" = $1 AND "Consumer" = $2 AND "Id" = $3::bigint AND "ProcessedUtc" IS NULL
-  RETURNING "MessageId", "Consumer"
+  WHERE "MessageKey" = $1 AND "ConsumerId" = ${consumer("$2")} AND "Id" = $3::bigint AND "ClaimedUtc" IS NOT NULL
+  RETURNING "ConsumerId", "MessageKey"
 )
-INSERT INTO ${s}."Inbox" ("MessageId", "Consumer") SELECT "MessageId", "Consumer" FROM gone RETURNING "Id" AS id`,
+INSERT INTO ${s}."Inbox" ("ConsumerId", "MessageKey", "ClaimedUtc")
+SELECT "ConsumerId", "MessageKey", now() FROM gone RETURNING "Id" AS id`,
       releaseClaim: `DELETE FROM ${s}."Inbox"
-WHERE "MessageId" = $1 AND "Consumer" = $2 AND "Id" = $3::bigint AND "ProcessedUtc" IS NULL`,
+WHERE "MessageKey" = $1 AND "ConsumerId" = ${consumer("$2")} AND "Id" = $3::bigint AND "ClaimedUtc" IS NOT NULL`,
       // The predicate is re-checked on each row as it is locked, so a claim closed meanwhile is left alone, and a
       // deleted claim can be inserted again by exactly one claimant (the unique index decides).
       sweepStaleClaims: `DELETE FROM ${s}."Inbox"
-WHERE "ProcessedUtc" IS NULL
-  AND "ReceivedUtc" < now() - make_interval(secs => $1::bigint) - make_interval(secs => $2::integer / 1000.0)`,
-      countOpenClaims: `SELECT count(*)::integer AS n FROM ${s}."Inbox" WHERE "ProcessedUtc" IS NULL`,
-      cleanupCutoff: `SELECT now() - make_interval(secs => $1::bigint) - make_interval(secs => $2::integer / 1000.0) AS cutoff`,
-      // SKIP LOCKED: rows another session holds are left for the next run instead of waited on.
-      cleanupBatch: `DELETE FROM ${s}."Inbox" WHERE "Id" IN (
-  SELECT "Id" FROM ${s}."Inbox" WHERE "ReceivedUtc" < $1 ORDER BY "ReceivedUtc" LIMIT $2 FOR UPDATE SKIP LOCKED
-)`,
+WHERE "ClaimedUtc" IS NOT NULL
+  AND "ClaimedUtc" < now() - make_interval(secs => $1::bigint) - make_interval(secs => $2::integer / 1000.0)`,
+      countOpenClaims: `SELECT count(*)::integer AS n FROM ${s}."Inbox" WHERE "ClaimedUtc" IS NOT NULL`,
+      // cutoffSec: a marker of second s was received before s + 1, so s < cutoffSec is older than the retention.
+      cleanupCutoff: `WITH c AS (
+  SELECT now() - make_interval(secs => $1::bigint) - make_interval(secs => $2::integer / 1000.0) AS cutoff
+)
+SELECT cutoff, floor(extract(epoch FROM cutoff) - ${RECEIVED_EPOCH})::integer AS "cutoffSec" FROM c`,
+      // One range of the primary key after the last Id of the batch before: the rows in it older than the cutoff
+      // go. "old" counts them (a range with none ends the run) and "firstYoung" is the first Id kept, where the next
+      // run starts. The delete reads the key's range, never a secondary index.
+      cleanupBatch: `WITH range AS (
+  SELECT "Id", "ReceivedSec" FROM ${s}."Inbox" WHERE "Id" > $1::bigint ORDER BY "Id" LIMIT $2::integer
+), gone AS (
+  DELETE FROM ${s}."Inbox"
+  WHERE "Id" > $1::bigint AND "Id" <= (SELECT max("Id") FROM range) AND "ReceivedSec" < $3::integer
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone)::integer AS deleted, (SELECT max("Id") FROM range) AS last,
+  (SELECT count(*) FROM range WHERE "ReceivedSec" < $3::integer)::integer AS old,
+  (SELECT min("Id") FROM range WHERE "ReceivedSec" >= $3::integer) AS "firstYoung"`,
       ping: "SELECT 1 AS ok",
     } satisfies InboxStatements,
-    // A batch's statements take the ids as one array, so one text serves every size. ON CONFLICT DO NOTHING
+    // The table of the inbox before 0002, read while it still holds markers (docs/inbox.md, "Moving to 0002").
+    legacy: {
+      exists: `SELECT to_regclass('${s}."InboxLegacy"') IS NOT NULL AS found`,
+      hasRows: `SELECT EXISTS (SELECT 1 FROM ${s}."InboxLegacy") AS found`,
+      // [messageIds[], consumer]: { id } of each with a processed marker there.
+      processed: () => `SELECT "MessageId" AS id FROM ${s}."InboxLegacy"
+WHERE "MessageId" = ANY($1::varchar[]) AND "Consumer" = $2 AND "ProcessedUtc" IS NOT NULL`,
+      // [cutoff, batchSize]: its old retention statement, on its own ReceivedUtc index.
+      cleanupBatch: `DELETE FROM ${s}."InboxLegacy" WHERE "Id" IN (
+  SELECT "Id" FROM ${s}."InboxLegacy" WHERE "ReceivedUtc" < $1 ORDER BY "ReceivedUtc" LIMIT $2 FOR UPDATE SKIP LOCKED
+)`,
+    } satisfies LegacyStatements,
+    // A batch's statements take the keys as one array, so one text serves every size. ON CONFLICT DO NOTHING
     // skips a key that exists and RETURNING names the rows inserted: the others are duplicates, decided without
     // an error. A concurrent insert of the same key not yet committed makes this wait for its end, as the
     // single-row insert does: it then skips (committed) or inserts (rolled back).
@@ -89,19 +128,26 @@ WHERE "ProcessedUtc" IS NULL
       maxRows: 1000,
       arrays: true,
       returnsInserted: true,
-      isProcessed: () => `SELECT "MessageId" AS id FROM ${s}."Inbox"
-WHERE "MessageId" = ANY($1::varchar[]) AND "Consumer" = $2 AND "ProcessedUtc" IS NOT NULL`,
+      isProcessed: () => `SELECT "MessageKey" AS mkey FROM ${s}."Inbox"
+WHERE "MessageKey" = ANY($1::bytea[]) AND "ConsumerId" = ${consumer("$2")} AND "ClaimedUtc" IS NULL`,
       // ORDER BY: batches that share keys take their key locks in one order, so they cannot deadlock on them.
-      insertMarkers: () => `INSERT INTO ${s}."Inbox" ("MessageId", "Consumer", "ProcessedUtc")
-SELECT m, $2, now() FROM unnest($1::varchar[]) AS m ORDER BY m
-ON CONFLICT ("MessageId", "Consumer") DO NOTHING RETURNING "MessageId" AS id`,
+      // The consumer's Id as a scalar subquery: an unregistered name gives null, refused (23502), never 0 rows.
+      insertMarkers: () => `INSERT INTO ${s}."Inbox" ("ConsumerId", "MessageKey")
+SELECT ${consumer("$2")}, k FROM unnest($1::bytea[]) AS k ORDER BY k
+ON CONFLICT ("MessageKey", "ConsumerId") DO NOTHING RETURNING "MessageKey" AS mkey`,
       // For a batch of statements sent with its markers: a marker that exists fails the statement (23505 on the
       // inbox's index) and so the transaction, and none of the statements after it is applied.
-      insertMarkersOrFail: () => `INSERT INTO ${s}."Inbox" ("MessageId", "Consumer", "ProcessedUtc")
-SELECT m, $2, now() FROM unnest($1::varchar[]) AS m ORDER BY m`,
+      insertMarkersOrFail: () => `INSERT INTO ${s}."Inbox" ("ConsumerId", "MessageKey")
+SELECT ${consumer("$2")}, k FROM unnest($1::bytea[]) AS k ORDER BY k`,
     } satisfies InboxBatchStatements,
   };
 }
 
-export const { CREATE_VERSION_TABLE, SELECT_APPLIED_VERSIONS, RECORD_VERSION, statements, batchStatements } =
-  postgresSql();
+export const {
+  CREATE_VERSION_TABLE,
+  SELECT_APPLIED_VERSIONS,
+  RECORD_VERSION,
+  statements,
+  batchStatements,
+  legacy,
+} = postgresSql();

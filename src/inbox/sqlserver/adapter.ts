@@ -155,7 +155,9 @@ function sqlTypeOf(value: unknown): mssql.ISqlType {
   if (typeof value === "bigint") return mssql.BigInt();
   if (typeof value === "boolean") return mssql.Bit();
   if (value instanceof Date) return mssql.DateTime2(3);
-  if (Buffer.isBuffer(value)) return mssql.VarBinary(mssql.MAX);
+  // As strings: one length for every key (plans reused), MAX only past what a varbinary(n) can hold.
+  if (Buffer.isBuffer(value))
+    return value.length <= 8000 ? mssql.VarBinary(8000) : mssql.VarBinary(mssql.MAX);
   return mssql.NVarChar(4000); // null or undefined: a typed NULL
 }
 
@@ -174,6 +176,7 @@ export class SqlServerDriver implements InboxDriver {
   readonly dialect = "sqlserver" as const;
   readonly statements: ReturnType<typeof sqlServerSql>["statements"];
   readonly batchStatements: ReturnType<typeof sqlServerSql>["batchStatements"];
+  readonly legacy: ReturnType<typeof sqlServerSql>["legacy"];
   readonly statementRequests: ReturnType<typeof sqlServerStatementRequests>;
   /** One request at a time on a connection (mssql refuses a second one on a transaction): handlers in turn. */
   readonly concurrentStatements = false;
@@ -190,6 +193,7 @@ export class SqlServerDriver implements InboxDriver {
     this.sql = sqlServerSql(this.schema);
     this.statements = this.sql.statements;
     this.batchStatements = this.sql.batchStatements;
+    this.legacy = this.sql.legacy;
     this.statementRequests = sqlServerStatementRequests((rows) => this.batchStatements.insertMarkers(rows));
     if (options.pool) {
       this.pool = options.pool;

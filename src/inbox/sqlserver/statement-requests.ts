@@ -2,6 +2,7 @@ import type mssql from "mssql";
 import type { StatementRequests } from "../batch-statements.ts";
 import { composeTransaction, MARKER_EXISTS } from "./compose.ts";
 import { sqlServerErrorNumbers } from "./error-chain.ts";
+import { messageKey } from "../message-key.ts";
 
 /**
  * SQL Server's requests for a transaction of statements: the markers and the statements in one T-SQL batch that
@@ -11,7 +12,10 @@ import { sqlServerErrorNumbers } from "./error-chain.ts";
 export function sqlServerStatementRequests(insertMarkers: (rows: number) => string): StatementRequests {
   return {
     compose: (consumer, ids, messages) =>
-      composeTransaction({ sql: insertMarkers(ids.length), params: [consumer, ...ids] }, messages),
+      composeTransaction(
+        { sql: insertMarkers(ids.length), params: [consumer, ...ids.map(messageKey)] },
+        messages,
+      ),
     markerExists: (error) =>
       sqlServerErrorNumbers(error).includes(MARKER_EXISTS.number) && stateOf(error) === MARKER_EXISTS.state,
   };

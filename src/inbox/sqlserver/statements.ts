@@ -1,4 +1,4 @@
-import type { InboxBatchStatements, InboxStatements } from "../core.ts";
+import type { InboxBatchStatements, InboxStatements, LegacyStatements } from "../core.ts";
 import { checkSchemaName, DEFAULT_INBOX_SCHEMA } from "../schema-name.ts";
 
 /**
@@ -49,38 +49,58 @@ CREATE TABLE ${s}.SbInboxModuleVersion (
   CASE WHEN OBJECT_ID(N'${s}.SbInboxSchemaVersion', N'U') IS NULL THEN 0 ELSE 1 END AS inbox,
   CASE WHEN OBJECT_ID(N'${s}.SbInboxModuleVersion', N'U') IS NULL THEN 0 ELSE 1 END AS module;`;
 
+  // The markers carry the consumer's 2-byte Id; every statement finds it by name. A scalar subquery: an
+  // unregistered name gives null, which the insert refuses (515), never a statement that touches no row.
+  const consumer = (name: string): string => `(SELECT Id FROM ${s}.InboxConsumer WHERE Name = ${name})`;
   const statements: InboxStatements = {
-    insertProcessedMarker: `INSERT INTO ${s}.Inbox (MessageId, Consumer, ProcessedUtc) VALUES (@p1, @p2, SYSUTCDATETIME());`,
-    insertOpenClaim: `INSERT INTO ${s}.Inbox (MessageId, Consumer) OUTPUT INSERTED.Id AS id VALUES (@p1, @p2);`,
-    isProcessed: `SELECT 1 AS found FROM ${s}.Inbox WHERE MessageId = @p1 AND Consumer = @p2 AND ProcessedUtc IS NOT NULL;`,
-    readMarker: `SELECT Id AS id, CASE WHEN ProcessedUtc IS NULL THEN 0 ELSE 1 END AS processed
-FROM ${s}.Inbox WHERE MessageId = @p1 AND Consumer = @p2;`,
-    markProcessed: `UPDATE ${s}.Inbox SET ProcessedUtc = SYSUTCDATETIME()
-WHERE MessageId = @p1 AND Consumer = @p2 AND ProcessedUtc IS NULL;`,
-    markProcessedById: `UPDATE ${s}.Inbox SET ProcessedUtc = SYSUTCDATETIME()
-WHERE MessageId = @p1 AND Consumer = @p2 AND Id = @p3 AND ProcessedUtc IS NULL;`,
+    // One statement, so the range lock HOLDLOCK takes on the missing name lasts until its insert: two workers
+    // registering at once insert it once, and IDENTITY is drawn only for a name not there yet.
+    registerConsumer: `INSERT INTO ${s}.InboxConsumer (Name) SELECT @p1
+WHERE NOT EXISTS (SELECT 1 FROM ${s}.InboxConsumer WITH (UPDLOCK, HOLDLOCK) WHERE Name = @p1);`,
+    insertProcessedMarker: `INSERT INTO ${s}.Inbox (ConsumerId, MessageKey) VALUES (${consumer("@p2")}, @p1);`,
+    insertOpenClaim: `INSERT INTO ${s}.Inbox (ConsumerId, MessageKey, ClaimedUtc) OUTPUT INSERTED.Id AS id
+VALUES (${consumer("@p2")}, @p1, SYSUTCDATETIME());`,
+    isProcessed: `SELECT 1 AS found FROM ${s}.Inbox
+WHERE MessageKey = @p1 AND ConsumerId = ${consumer("@p2")} AND ClaimedUtc IS NULL;`,
+    readMarker: `SELECT Id AS id, CASE WHEN ClaimedUtc IS NULL THEN 1 ELSE 0 END AS processed
+FROM ${s}.Inbox WHERE MessageKey = @p1 AND ConsumerId = ${consumer("@p2")};`,
+    markProcessed: `UPDATE ${s}.Inbox SET ClaimedUtc = NULL
+WHERE MessageKey = @p1 AND ConsumerId = ${consumer("@p2")} AND ClaimedUtc IS NOT NULL;`,
+    markProcessedById: `UPDATE ${s}.Inbox SET ClaimedUtc = NULL
+WHERE MessageKey = @p1 AND ConsumerId = ${consumer("@p2")} AND Id = @p3 AND ClaimedUtc IS NOT NULL;`,
     // One transaction (the pool sets XACT_ABORT): a concurrent takeover of the same id waits on the row's lock,
     // then deletes nothing and finds the new row, so it inserts nothing and gets no row back. (A claim swept just
     // before is claimed afresh here, where PostgreSQL reports busy; either is safe.)
     reenterClaim: `BEGIN TRANSACTION;
-DELETE FROM ${s}.Inbox WHERE MessageId = @p1 AND Consumer = @p2 AND Id = @p3 AND ProcessedUtc IS NULL;
-INSERT INTO ${s}.Inbox (MessageId, Consumer) OUTPUT INSERTED.Id AS id
-SELECT @p1, @p2 WHERE NOT EXISTS (
-  SELECT 1 FROM ${s}.Inbox WITH (UPDLOCK, HOLDLOCK) WHERE MessageId = @p1 AND Consumer = @p2
+DELETE FROM ${s}.Inbox WHERE MessageKey = @p1 AND ConsumerId = ${consumer("@p2")} AND Id = @p3 AND ClaimedUtc IS NOT NULL;
+INSERT INTO ${s}.Inbox (ConsumerId, MessageKey, ClaimedUtc) OUTPUT INSERTED.Id AS id
+SELECT ${consumer("@p2")}, @p1, SYSUTCDATETIME() WHERE NOT EXISTS (
+  SELECT 1 FROM ${s}.Inbox WITH (UPDLOCK, HOLDLOCK) WHERE MessageKey = @p1 AND ConsumerId = ${consumer("@p2")}
 );
 COMMIT TRANSACTION;`,
-    releaseClaim: `DELETE FROM ${s}.Inbox WHERE MessageId = @p1 AND Consumer = @p2 AND Id = @p3 AND ProcessedUtc IS NULL;`,
+    releaseClaim: `DELETE FROM ${s}.Inbox
+WHERE MessageKey = @p1 AND ConsumerId = ${consumer("@p2")} AND Id = @p3 AND ClaimedUtc IS NOT NULL;`,
     // The predicate is evaluated on each row under its update lock, so a claim closed meanwhile stays.
     sweepStaleClaims: `DELETE FROM ${s}.Inbox
-WHERE ProcessedUtc IS NULL
-  AND ReceivedUtc < DATEADD(millisecond, -@p2, DATEADD(second, -@p1, SYSUTCDATETIME()));`,
-    countOpenClaims: `SELECT COUNT(*) AS n FROM ${s}.Inbox WHERE ProcessedUtc IS NULL;`,
-    cleanupCutoff: "SELECT DATEADD(millisecond, -@p2, DATEADD(second, -@p1, SYSUTCDATETIME())) AS cutoff;",
-    // Small batches stay under lock escalation (5,000 locks); ROWLOCK keeps them row locks and READPAST skips rows
-    // a concurrent insert or claim holds instead of waiting on them, so cleanup neither blocks nor deadlocks writers.
-    // READCOMMITTEDLOCK: READPAST is refused (error 650) at READ COMMITTED under READ_COMMITTED_SNAPSHOT ON, Azure
-    // SQL's default, unless the statement reads with locks.
-    cleanupBatch: `DELETE TOP (@p2) FROM ${s}.Inbox WITH (ROWLOCK, READPAST, READCOMMITTEDLOCK) WHERE ReceivedUtc < @p1;`,
+WHERE ClaimedUtc IS NOT NULL
+  AND ClaimedUtc < DATEADD(millisecond, -@p2, DATEADD(second, -@p1, SYSUTCDATETIME()));`,
+    countOpenClaims: `SELECT COUNT(*) AS n FROM ${s}.Inbox WHERE ClaimedUtc IS NOT NULL;`,
+    // cutoffSec: a marker of second s was received before s + 1, so s < cutoffSec is older than the retention.
+    // DATEDIFF counts boundaries crossed, which for whole seconds from midnight is the floor.
+    cleanupCutoff: `DECLARE @cutoff datetime2(3) = DATEADD(millisecond, -@p2, DATEADD(second, -@p1, SYSUTCDATETIME()));
+SELECT @cutoff AS cutoff, DATEDIFF(second, '20200101', @cutoff) AS cutoffSec;`,
+    // One range of the clustered key after the last Id of the batch before: the rows in it older than the cutoff
+    // go. "old" counts them (a range with none ends the run) and "firstYoung" is the first Id kept, where the next
+    // run starts. Small ranges stay under lock escalation (5,000 locks) and ROWLOCK keeps them row locks. No
+    // READPAST: a row skipped would be passed for good, and an old row is locked only by a stale claim's sweep or
+    // takeover, a short wait.
+    cleanupBatch: `DECLARE @last bigint, @old int, @firstYoung bigint, @deleted int;
+SELECT @last = MAX(Id), @old = SUM(CASE WHEN ReceivedSec < @p3 THEN 1 ELSE 0 END),
+  @firstYoung = MIN(CASE WHEN ReceivedSec >= @p3 THEN Id END)
+FROM (SELECT TOP (@p2) Id, ReceivedSec FROM ${s}.Inbox WHERE Id > @p1 ORDER BY Id) AS r;
+DELETE FROM ${s}.Inbox WITH (ROWLOCK) WHERE Id > @p1 AND Id <= @last AND ReceivedSec < @p3;
+SET @deleted = @@ROWCOUNT;
+SELECT @deleted AS deleted, @last AS last, ISNULL(@old, 0) AS old, @firstYoung AS firstYoung;`,
     ping: "SELECT 1 AS ok;",
   };
 
@@ -89,24 +109,36 @@ WHERE ProcessedUtc IS NULL
       throw new RangeError(`a batch statement takes 1 to ${SQLSERVER_BATCH_MAX_ROWS} rows, not ${rows}`);
     return Array.from({ length: rows }, (_, i) => `@p${i + 2}`).join(", ");
   };
-  // [consumer, id1..idn]: n + 1 parameters, far under the 2,100 limit at the 1,000 rows a VALUES list allows.
+  // [consumer, key1..keyn]: n + 1 parameters, far under the 2,100 limit at the 1,000 rows a VALUES list allows.
   // No MERGE or IGNORE_DUP_KEY: a key that exists fails the whole insert (2601/2627), and the batch's messages
   // are then processed one by one, where each marker insert decides its own message.
   const batchStatements: InboxBatchStatements = {
     maxRows: SQLSERVER_BATCH_MAX_ROWS,
     arrays: false,
     returnsInserted: false,
-    isProcessed: (rows) => `SELECT MessageId AS id FROM ${s}.Inbox
+    isProcessed: (rows) => `SELECT MessageKey AS mkey FROM ${s}.Inbox
+WHERE ConsumerId = ${consumer("@p1")} AND ClaimedUtc IS NULL AND MessageKey IN (${ids(rows)});`,
+    insertMarkers: (rows) => `INSERT INTO ${s}.Inbox (ConsumerId, MessageKey)
+SELECT ${consumer("@p1")}, k FROM (VALUES ${ids(rows)
+      .split(", ")
+      .map((id) => `(${id})`)
+      .join(", ")}) AS v (k);`,
+  };
+
+  // The table of the inbox before 0002, read while it still holds markers (docs/inbox.md, "Moving to 0002").
+  const legacy: LegacyStatements = {
+    exists: `SELECT CASE WHEN OBJECT_ID(N'${s}.InboxLegacy', N'U') IS NULL THEN 0 ELSE 1 END AS found;`,
+    hasRows: `SELECT CASE WHEN EXISTS (SELECT 1 FROM ${s}.InboxLegacy) THEN 1 ELSE 0 END AS found;`,
+    // [consumer, id1..idn]: { id } of each with a processed marker there.
+    processed: (rows) => `SELECT MessageId AS id FROM ${s}.InboxLegacy
 WHERE Consumer = @p1 AND ProcessedUtc IS NOT NULL AND MessageId IN (${ids(rows)});`,
-    insertMarkers: (rows) =>
-      `INSERT INTO ${s}.Inbox (MessageId, Consumer, ProcessedUtc) VALUES ${ids(rows)
-        .split(", ")
-        .map((id) => `(${id}, @p1, SYSUTCDATETIME())`)
-        .join(", ")};`,
+    // [cutoff, batchSize]: its old retention statement, on its own ReceivedUtc index.
+    cleanupBatch: `DELETE TOP (@p2) FROM ${s}.InboxLegacy WITH (ROWLOCK, READPAST, READCOMMITTEDLOCK) WHERE ReceivedUtc < @p1;`,
   };
 
   return {
     batchStatements,
+    legacy,
     CREATE_VERSION_TABLE,
     SELECT_APPLIED_VERSIONS,
     RECORD_VERSION,
@@ -133,10 +165,12 @@ export const {
   SELECT_VERSION_TABLES,
   statements,
   batchStatements,
+  legacy,
 } = sqlServerSql();
 
 /** The batch statements at one, two and the most rows, so that `npm run check:tsql` parses what is sent. */
 export const BATCH_STATEMENT_SAMPLES = [1, 2, SQLSERVER_BATCH_MAX_ROWS].map((rows) => ({
   isProcessed: batchStatements.isProcessed(rows),
   insertMarkers: batchStatements.insertMarkers(rows),
+  legacyProcessed: legacy.processed(rows),
 }));

@@ -26,6 +26,17 @@ describe("inbox migration files", () => {
     assert.match(pg[0]?.sql ?? "", /CREATE UNIQUE INDEX "IX_Inbox_MessageId_Consumer"/);
     assert.match(ms[0]?.sql ?? "", /CREATE UNIQUE NONCLUSTERED INDEX IX_Inbox_MessageId_Consumer/);
     assert.doesNotMatch(ms[0]?.sql ?? "", /^\s*GO\s*$/im, "one batch: the runner sends the file as it is");
+    // 0002 renames that table InboxLegacy and creates the smaller one, its unique index on the key columns.
+    assert.equal(pg[1]?.name, "0002_inbox_markers");
+    assert.match(
+      pg[1]?.sql ?? "",
+      /CREATE UNIQUE INDEX "IX_Inbox_MessageKey_ConsumerId" ON "Inbox" \("MessageKey", "ConsumerId"\)/,
+    );
+    assert.match(
+      ms[1]?.sql ?? "",
+      /CREATE UNIQUE NONCLUSTERED INDEX IX_Inbox_MessageKey_ConsumerId ON dbo\.Inbox \(MessageKey, ConsumerId\)/,
+    );
+    assert.doesNotMatch(ms[1]?.sql ?? "", /^\s*GO\s*$/im, "one batch: the runner sends the file as it is");
   });
 
   it("loads in order and refuses gaps and badly named files", async () => {

@@ -10,12 +10,15 @@ function serverError(code: string, fields: Partial<pg.DatabaseError> = {}): pg.D
 
 describe("PostgreSQL error classification", () => {
   it("23505 on the inbox index from the marker insert is a duplicate; on any other index or statement it is not", () => {
-    const inbox = serverError("23505", { constraint: "IX_Inbox_MessageId_Consumer", table: "Inbox" });
+    const inbox = serverError("23505", { constraint: "IX_Inbox_MessageKey_ConsumerId", table: "Inbox" });
     assert.equal(classifyPostgresError(inbox, "marker", true), "duplicate");
     assert.equal(classifyPostgresError(inbox, "other", true), "permanent");
     const business = serverError("23505", { constraint: "UX_Orders_OrderNo", table: "Orders" });
     assert.equal(classifyPostgresError(business, "marker", true), "permanent");
-    const lowerCase = serverError("23505", { constraint: "ix_inbox_messageid_consumer" });
+    // The table before migration 0002 keeps its index's name; nothing inserts there any more.
+    const legacy = serverError("23505", { constraint: "IX_Inbox_MessageId_Consumer", table: "InboxLegacy" });
+    assert.equal(classifyPostgresError(legacy, "marker", true), "permanent");
+    const lowerCase = serverError("23505", { constraint: "ix_inbox_messagekey_consumerid" });
     assert.equal(
       classifyPostgresError(lowerCase, "marker", true),
       "permanent",

@@ -1,0 +1,93 @@
+import type { InboxDriver } from "./driver.ts";
+import { idParams } from "./batch-precheck.ts";
+
+/**
+ * The consumers this store has registered in InboxConsumer: once each per process, before its first marker (a
+ * marker names its consumer by a 2-byte Id found from the name). A failed registration is tried again next time.
+ */
+export class ConsumerRegistry {
+  private readonly done = new Map<string, Promise<void>>();
+  private readonly driver: Pick<InboxDriver, "query" | "statements">;
+  constructor(driver: Pick<InboxDriver, "query" | "statements">) {
+    this.driver = driver;
+  }
+
+  register(consumer: string): Promise<void> {
+    let registered = this.done.get(consumer);
+    if (registered === undefined) {
+      registered = this.driver.query(this.driver.statements.registerConsumer, [consumer]).then(
+        () => undefined,
+        (error: unknown) => {
+          this.done.delete(consumer);
+          throw error;
+        },
+      );
+      this.done.set(consumer, registered);
+    }
+    return registered;
+  }
+}
+
+/** SQL Server's VALUES and IN lists: at most this many ids in one read of the legacy table. */
+const LEGACY_READ_ROWS = 1000;
+
+/**
+ * The inbox table before migration 0002 (InboxLegacy). The migration renamed it and nothing writes it since, so
+ * its processed markers are final: a message found there is a duplicate, one not found never will be. Read only
+ * while it has rows (asked once, then again after each cleanup run, which empties it with the retention).
+ */
+export class LegacyInbox {
+  private present: Promise<boolean> | undefined;
+  private readonly driver: Pick<InboxDriver, "query" | "legacy" | "dialect">;
+  constructor(driver: Pick<InboxDriver, "query" | "legacy" | "dialect">) {
+    this.driver = driver;
+  }
+
+  private hasRows(): Promise<boolean> {
+    this.present ??= (async () => {
+      const sql = this.driver.legacy;
+      const exists = (await this.driver.query<{ found: unknown }>(sql.exists)).rows[0]?.found;
+      if (!truthy(exists)) return false;
+      return truthy((await this.driver.query<{ found: unknown }>(sql.hasRows)).rows[0]?.found);
+    })().catch((error: unknown) => {
+      this.present = undefined;
+      throw error;
+    });
+    return this.present;
+  }
+
+  /** The ids among `messageIds` with a processed marker in the legacy table (none once it is empty). */
+  async processed(consumer: string, messageIds: readonly string[]): Promise<ReadonlySet<string>> {
+    if (messageIds.length === 0 || !(await this.hasRows())) return NONE;
+    const found = new Set<string>();
+    for (let at = 0; at < messageIds.length; at += LEGACY_READ_ROWS) {
+      const ids = messageIds.slice(at, at + LEGACY_READ_ROWS);
+      const rows = await this.driver.query<{ id: string }>(
+        this.driver.legacy.processed(ids.length),
+        idParams(this.driver.dialect === "postgres", consumer, ids),
+      );
+      for (const row of rows.rows) found.add(row.id);
+    }
+    return found;
+  }
+
+  /** Deletes its rows received before `cutoff`, in batches; then asks again whether it has any left. */
+  async cleanup(cutoff: Date, batchSize: number, onBatch?: (deleted: number) => void): Promise<number> {
+    if (!(await this.hasRows())) return 0;
+    let total = 0;
+    for (;;) {
+      const { rowCount } = await this.driver.query(this.driver.legacy.cleanupBatch, [cutoff, batchSize]);
+      total += rowCount;
+      onBatch?.(rowCount);
+      if (rowCount < batchSize) break;
+    }
+    this.present = undefined;
+    return total;
+  }
+}
+
+function truthy(value: unknown): boolean {
+  return value === true || Number(value) === 1;
+}
+
+const NONE: ReadonlySet<string> = new Set();

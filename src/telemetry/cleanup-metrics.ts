@@ -1,0 +1,40 @@
+import { metrics, type Counter, type Histogram, type MeterProvider } from "@opentelemetry/api";
+import { METER_NAME, Metric } from "./names.ts";
+
+/** One retention pass of the inbox: what it deleted, in how many batches, in how long. */
+export interface CleanupPass {
+  readonly deleted: number;
+  readonly batches: number;
+  readonly durationMs: number;
+}
+
+let current: { provider: MeterProvider; deleted: Counter; duration: Histogram } | undefined;
+
+// A pass takes milliseconds when it keeps up and grows when it falls behind; the buckets span both.
+const PASS_BUCKETS = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
+
+/**
+ * Records a pass on the global meter provider: the markers deleted (a counter, so its rate is the deletes a second
+ * to set against the insert rate) and the pass's duration (a histogram; a pass that nears the cleanup interval is
+ * falling behind).
+ */
+export function recordCleanupPass(pass: CleanupPass): void {
+  const provider = metrics.getMeterProvider();
+  if (current?.provider !== provider) {
+    const meter = provider.getMeter(METER_NAME);
+    current = {
+      provider,
+      deleted: meter.createCounter(Metric.cleanupDeleted, {
+        description: "Inbox markers deleted by retention, older than SBINBOX_RETENTION_HOURS.",
+        unit: "{marker}",
+      }),
+      duration: meter.createHistogram(Metric.cleanupDuration, {
+        description: "Duration of one inbox retention pass.",
+        unit: "s",
+        advice: { explicitBucketBoundaries: PASS_BUCKETS },
+      }),
+    };
+  }
+  current.deleted.add(pass.deleted);
+  current.duration.record(pass.durationMs / 1000);
+}
