@@ -9,13 +9,20 @@
 //   --sizes 0,10000000,50000000   sizes to measure at, ascending
 //   --keys name|time              name: the publisher's name-based UUIDv5 ids (random order); time: UUIDv7 ids
 //                                 (time-ordered, as an id issued at enqueue time would be)
-//   --schema 0001|compact         0001: the inbox migration today; compact: the proposed smaller marker (see
-//                                 bench/inbox-growth-schema.ts)
+//   --schema compact|0001         compact: the marker the worker writes (migrations 0001 + 0002); 0001: the marker
+//                                 before 0002, for comparison (see bench/inbox-growth-schema.ts)
 //   --measure 20000               inserts and duplicate checks measured per size
+//   --warmup 60000                inserts before the measured ones, counted as a window of their own: the fill ends
+//                                 with a CHECKPOINT and a cold cache; the warm-up reloads it (at least 2-3 x the
+//                                 cache's pages, 16,384 at 128 MB), so the measured window shows the steady state
 //   --concurrency 8               lanes issuing them
 //   --shared-buffers 128MB        PostgreSQL's buffer cache
 //   --server pg|tds               tds: a TDS server instead (name keys, schema 0001), see bench/inbox-growth-tds.ts
 //   --tds <connection string>     for --server tds; default SBINBOX_TEST_MSSQL
+//
+// Disk and time (docs/benchmark.md): the data folder (sbinbox-pg-* under the OS temp folder, which is a tmpfs on
+// some desktops: set TMPDIR to a disk) takes up to ~25 GB at 50 M markers of 0001 (12 GB of data, the WAL up to
+// max_wal_size 16 GB), about half that on the compact schema; it is removed at the end and on Ctrl-C.
 import { createHash } from "node:crypto";
 import { availableParallelism, loadavg } from "node:os";
 import { parseArgs } from "node:util";
@@ -24,14 +31,20 @@ import { EmbeddedPostgresServer } from "../src/embedded/postgres.ts";
 import { MESSAGE_ID_NAMESPACE, deriveMessageId } from "../src/servicebus/message-id.ts";
 import { formatTable, inBareTransaction } from "./common.ts";
 import { runTds } from "./inbox-growth-tds.ts";
-import { schemaUnderTest, type KeyKind, type SchemaUnderTest } from "./inbox-growth-schema.ts";
+import {
+  schemaUnderTest,
+  type KeyKind,
+  type SchemaName,
+  type SchemaUnderTest,
+} from "./inbox-growth-schema.ts";
 
 const { values: args } = parseArgs({
   options: {
     sizes: { type: "string", default: "0,10000000,50000000" },
     keys: { type: "string", default: "name" },
-    schema: { type: "string", default: "0001" },
+    schema: { type: "string", default: "compact" },
     measure: { type: "string", default: "20000" },
+    warmup: { type: "string", default: "60000" },
     concurrency: { type: "string", default: "8" },
     "shared-buffers": { type: "string", default: "128MB" },
     server: { type: "string", default: "pg" },
@@ -41,7 +54,7 @@ const { values: args } = parseArgs({
 const SIZES = args.sizes.split(",").map((s) => Number(s.trim()));
 const MEASURE = Number(args.measure);
 const CONCURRENCY = Number(args.concurrency);
-const WARMUP = 2000;
+const WARMUP = Number(args.warmup);
 const FILL_CHUNK = 5_000_000;
 /** Markers a second the fill's ReceivedUtc (and a UUIDv7's time) advance by: 1,000 a second, 1 ms apart. */
 const BASE_MS = Date.UTC(2026, 0, 1);
@@ -53,6 +66,7 @@ const RECENT = 100_000;
 for (const [name, ok] of [
   ["--sizes", SIZES.every((n, i) => Number.isInteger(n) && n >= 0 && (i === 0 || n > SIZES[i - 1]!))],
   ["--measure", Number.isInteger(MEASURE) && MEASURE > 0],
+  ["--warmup", Number.isInteger(WARMUP) && WARMUP >= 0],
   ["--concurrency", Number.isInteger(CONCURRENCY) && CONCURRENCY > 0],
   ["--keys", args.keys === "name" || args.keys === "time"],
   ["--schema", args.schema === "0001" || args.schema === "compact"],
@@ -264,10 +278,21 @@ async function measureAt(run: Run, size: number): Promise<{ row: string[]; perRe
   run.next = Math.max(run.next, size);
   const sizes = await relationSizes(admin, schema.table);
   const rows = run.next;
-  // Warm the plans and the pool's connections; not counted.
+  // The first window reloads the cache the fill's CHECKPOINT left cold (and warms the plans); only its reads per
+  // insert are shown, beside the second, measured window.
   const warm = run.next;
-  await rate(WARMUP, (i) => insertMarker(run, admin, warm + i));
+  const first =
+    WARMUP === 0
+      ? undefined
+      : await measured(url, admin, schema, schema.insertSql, WARMUP, (p, i) =>
+          insertMarker(run, p, warm + i),
+        );
   run.next += WARMUP;
+  if (first)
+    log(
+      `  warm-up window, ${WARMUP.toLocaleString("en")} inserts: ${per(first.counts.read, WARMUP)} read, ` +
+        `${per(first.counts.hit, WARMUP)} hit per insert (not in the table below)`,
+    );
   const base = run.next;
   const ins = await measured(url, admin, schema, schema.insertSql, MEASURE, (p, i) =>
     insertMarker(run, p, base + i),
@@ -328,6 +353,11 @@ async function main(): Promise<void> {
     checkpoint_timeout: "30min",
   };
   const server = await EmbeddedPostgresServer.create({ settings });
+  // Ctrl-C: stop the server and remove its data folder (tens of GB at 50 M) rather than leave it behind.
+  process.once("SIGINT", () => {
+    log("\ninterrupted: removing the data folder");
+    void server.dispose().finally(() => process.exit(130));
+  });
   const results: string[][] = [];
   const relRows: string[][] = [];
   try {
@@ -336,7 +366,7 @@ async function main(): Promise<void> {
     admin.on("error", () => undefined);
     await admin.query('CREATE EXTENSION IF NOT EXISTS "uuid-ossp"');
     await admin.query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
-    const schema = schemaUnderTest(args.schema as "0001" | "compact");
+    const schema = schemaUnderTest(args.schema as SchemaName);
     await schema.setup(url, admin, CONSUMER);
     await checkIds(admin);
     log(
@@ -371,7 +401,8 @@ async function main(): Promise<void> {
       ).join("\n"),
     );
     log(
-      `\nread = a shared-buffer miss (served by the OS cache or the disk: PostgreSQL cannot tell which); ` +
+      `\nthe table's inserts are the second window, after a warm-up of ${WARMUP.toLocaleString("en")}; ` +
+        `read = a shared-buffer miss (served by the OS cache or the disk: PostgreSQL cannot tell which); ` +
         `duplicate checks are the worker's isProcessed read of a marker that exists, at any age or among the last ` +
         `${RECENT.toLocaleString("en")}; inserts are the worker's insertProcessedMarker in its own transaction`,
     );
