@@ -15,6 +15,8 @@ export interface TdsRun {
   connectionString: string;
   sizes: readonly number[];
   measure: number;
+  /** Inserts before the timed and sampled ones at each size, to reload the cache the fill left (not counted). */
+  warmup: number;
   concurrency: number;
   consumer: string;
   messageId: (g: number) => string;
@@ -130,6 +132,9 @@ export async function runTds(run: TdsRun): Promise<void> {
       next = await fill(dbPool, run, next, size);
       const bytes = await sizes(dbPool, babelfish);
       const markers = next;
+      const warm = next;
+      await run.rate(run.warmup, (i) => insert(warm + i));
+      next += run.warmup;
       const base = next;
       const insRate = await run.rate(run.measure, (i) => insert(base + i));
       next += run.measure;

@@ -432,6 +432,7 @@ if (args.server === "tds") {
     connectionString: args.tds,
     sizes: SIZES,
     measure: MEASURE,
+    warmup: WARMUP,
     concurrency: CONCURRENCY,
     consumer: CONSUMER,
     messageId,
