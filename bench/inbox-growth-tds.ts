@@ -106,11 +106,12 @@ export async function runTds(run: TdsRun): Promise<void> {
   const database = `sbinbox_growth_${process.pid}`;
   await pool.request().query(`CREATE DATABASE ${database}`);
   const dbPool = await new mssql.ConnectionPool(`${run.connectionString};Database=${database}`).connect();
+  let babelfish = false;
   try {
     const store = createSqlServerInboxStore({ pool: dbPool });
     await store.migrate();
     await bindParameters(dbPool.request(), [run.consumer]).query(statements.registerConsumer);
-    const babelfish = await isBabelfish(dbPool);
+    babelfish = await isBabelfish(dbPool);
     if (babelfish) {
       const sb = await dbPool
         .request()
@@ -183,12 +184,10 @@ export async function runTds(run: TdsRun): Promise<void> {
     await store.close();
   } finally {
     await dbPool.close();
-    // Another session still in it (a pooled connection closing) would fail the drop with 3702.
-    await pool
-      .request()
-      .query(
-        `ALTER DATABASE ${database} SET SINGLE_USER WITH ROLLBACK IMMEDIATE; DROP DATABASE ${database};`,
-      );
+    // On SQL Server another session still in it (a pooled connection closing) would fail the drop with 3702;
+    // Babelfish refuses ALTER DATABASE ("not currently supported").
+    const single = babelfish ? "" : `ALTER DATABASE ${database} SET SINGLE_USER WITH ROLLBACK IMMEDIATE; `;
+    await pool.request().query(`${single}DROP DATABASE ${database};`);
     await pool.close();
   }
 }
