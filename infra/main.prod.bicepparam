@@ -17,8 +17,10 @@ param appServicePlanCurrentCapacity = int(empty(readEnvironmentVariable('APP_SER
   ? '0'
   : readEnvironmentVariable('APP_SERVICE_PLAN_CAPACITY', ''))
 param sqlDatabaseSkuName = 'GP_S_Gen5_2'
-// The inbox at 50 messages/s kept 15 days is about 26 GB with its indexes, plus the business tables: see the
-// sizing in docs/deploy.md before changing the rate, the retention or this.
+// The inbox at 50 messages/s kept 15 days is about 26 GB with its indexes, plus the business tables. Its unique
+// index (about 11 GB) outgrows GP_S_Gen5_2's 6 GB of memory: about 23 reads and 50 writes (one per insert's leaf)
+// a second at that rate, 73 of the SKU's 640 IOPS (91 after an idle spell shrinks the serverless cache to about
+// 2 GB). See "Database size and memory" in docs/deploy.md before changing the rate, the retention, the SKU or this.
 param sqlDatabaseMaxSizeGb = 64
 param serviceBusSkuName = 'Premium'
 param appServicePlanSkuName = 'P1v3'

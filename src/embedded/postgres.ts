@@ -12,6 +12,8 @@ export interface EmbeddedPostgresOptions {
   dataDir?: string;
   port?: number;
   onLog?: (line: string) => void;
+  /** Extra server settings, each passed as `-c name=value` (a benchmark's small shared_buffers, for one). */
+  settings?: Readonly<Record<string, string>>;
 }
 
 /**
@@ -57,6 +59,7 @@ export class EmbeddedPostgresServer {
         "unix_socket_directories=",
         "-c",
         "max_connections=300",
+        ...Object.entries(options.settings ?? {}).flatMap(([name, value]) => ["-c", `${name}=${value}`]),
       ],
       onLog: (m: unknown) => log(String(m)),
       onError: (m: unknown) => log(String(m)),
