@@ -189,6 +189,7 @@ export function inboxConformance(backend: Backend): void {
           await atVersionOne(backend.dialect, fresh);
           await fresh.raw.query(fresh.sql.insertLegacyMarker, ["before-move", "orders"]);
           await fresh.raw.query(fresh.sql.insertLegacyMarker, ["BEFORE-MOVE", "orders"]);
+          await fresh.raw.query(fresh.sql.insertLegacyClaim, ["claimed-before-move", "orders"]);
           const moved = fresh.createStore({ preCheck: false });
           assert.deepEqual((await moved.migrate()).applied, ["0002_inbox_markers"]);
           await fresh.raw.query(fresh.sql.createEffects);
@@ -206,6 +207,16 @@ export function inboxConformance(backend: Backend): void {
             ["duplicate", "committed"],
           );
           assert.equal((await moved.claim(old)).kind, "duplicate");
+          assert.equal(await moved.isProcessed(old), true, "isProcessed reads the legacy table too");
+          // A claim open at the move: its holder (an old worker) may be performing the effect, so it is busy until
+          // the sweeper finds it stale, then claimed afresh, as a claim in the new table.
+          const open: InboxKey = { messageId: "claimed-before-move", consumer: "orders" };
+          assert.equal((await moved.claim(open)).kind, "busy");
+          assert.equal(await moved.isProcessed(open), false);
+          assert.equal(await moved.sweepStaleClaims(3_600_000), 0, "a fresh legacy claim is not stale");
+          assert.equal((await moved.claim(open)).kind, "busy");
+          assert.equal(await moved.sweepStaleClaims(0), 1);
+          assert.equal((await moved.claim(open)).kind, "claimed");
           assert.equal(await scalar(fresh.raw, fresh.sql.countEffects, [old.messageId]), 0);
           assert.equal(await scalar(fresh.raw, fresh.sql.countEffects, ["BEFORE-MOVE"]), 0);
           assert.equal(await scalar(fresh.raw, fresh.sql.countEffects, [fresher.messageId]), 1);
