@@ -36,6 +36,53 @@ describe("sbinbox migrate", function () {
     }
   });
 
+  it("refuses 0002 on an inbox in use (exit 76, nothing applied) unless told the old workers are stopped", async function () {
+    const url = await createTestDatabase("inbox_migrate_cli_stop");
+    const out: string[] = [];
+    const err: string[] = [];
+    const env = { SBINBOX_POSTGRES_URL: url, SBINBOX_HANDLERS: MODULE };
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      // Version 1, as the previous release's deployment left it.
+      const { postgresSql } = await import("../../src/inbox/postgres/statements.ts");
+      const { readFile } = await import("node:fs/promises");
+      const { join } = await import("node:path");
+      const { POSTGRES_MIGRATIONS_DIR } = await import("../../src/inbox/postgres/adapter.ts");
+      await client.query(postgresSql().CREATE_VERSION_TABLE);
+      await client.query(await readFile(join(POSTGRES_MIGRATIONS_DIR, "0001_inbox.sql"), "utf8"));
+      await client.query(postgresSql().RECORD_VERSION, [1, "0001_inbox"]);
+      assert.equal(
+        await run(
+          [],
+          env,
+          (l) => out.push(l),
+          (l) => err.push(l),
+        ),
+        76,
+        err.join("\n"),
+      );
+      assert.match(err.join("\n"), /0002_inbox_markers cannot run beside the previous version's workers/);
+      const versions = async () =>
+        (await client.query<{ n: number }>(`SELECT count(*)::int AS n FROM "SbInboxSchemaVersion"`)).rows[0]
+          ?.n;
+      assert.equal(await versions(), 1);
+      assert.equal(
+        await run(
+          ["--workers-stopped"],
+          env,
+          (l) => out.push(l),
+          (l) => err.push(l),
+        ),
+        0,
+      );
+      assert.match(out.join("\n"), /applied 0002_inbox_markers/);
+      assert.equal(await versions(), 2);
+    } finally {
+      await client.end();
+    }
+  });
+
   it("applies the migrations of the module SBINBOX_HANDLERS names, on a track of its own", async function () {
     const url = await createTestDatabase("migrate_team_module");
     const env = {
