@@ -2,7 +2,11 @@ import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
 import pg from "pg";
+import { POSTGRES_MIGRATIONS_DIR } from "../../src/inbox/postgres/adapter.ts";
+import { postgresSql } from "../../src/inbox/postgres/statements.ts";
 import { loadHandlerModule, moduleMigrations } from "../../src/app/handler-module.ts";
 import { run } from "../../src/cli/migrate.ts";
 import { createTestDatabase } from "../helpers/postgres.ts";
@@ -45,10 +49,6 @@ describe("sbinbox migrate", function () {
     await client.connect();
     try {
       // Version 1, as the previous release's deployment left it.
-      const { postgresSql } = await import("../../src/inbox/postgres/statements.ts");
-      const { readFile } = await import("node:fs/promises");
-      const { join } = await import("node:path");
-      const { POSTGRES_MIGRATIONS_DIR } = await import("../../src/inbox/postgres/adapter.ts");
       await client.query(postgresSql().CREATE_VERSION_TABLE);
       await client.query(await readFile(join(POSTGRES_MIGRATIONS_DIR, "0001_inbox.sql"), "utf8"));
       await client.query(postgresSql().RECORD_VERSION, [1, "0001_inbox"]);
