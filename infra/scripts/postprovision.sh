@@ -40,6 +40,18 @@ output() {
 
 cleanup_only=false
 if [ "${1:-}" = "--cleanup" ]; then cleanup_only=true; fi
+# --after-deploy: the second half of a migration that cannot run beside the previous version's workers (sbinbox
+# migrate's exit 76, e.g. 0002_inbox_markers). The predeploy run found it pending and left the marker file; after the
+# new code is deployed (the old workers replaced; the new ones wait for the migration without receiving), this run
+# applies it with --workers-stopped. Without the marker it does nothing.
+after_deploy=false
+migrate_flags=()
+deferred="${SBINBOX_DEFERRED_MIGRATION_FILE:-$root/.azure-package/migrate-after-deploy}"
+if [ "${1:-}" = "--after-deploy" ]; then
+  after_deploy=true
+  if [ ! -f "$deferred" ]; then exit 0; fi
+  migrate_flags=(--workers-stopped)
+fi
 
 required="AZURE_RESOURCE_GROUP SQL_SERVER_NAME SQL_SERVER_FQDN SQL_DATABASE_NAME WORKER_IDENTITY_NAME WORKER_IDENTITY_CLIENT_ID"
 if [ "$cleanup_only" = true ]; then required="AZURE_RESOURCE_GROUP SQL_SERVER_NAME"; fi
@@ -135,9 +147,21 @@ attempt=1
 while true; do
   status=0
   (cd "$package_dir" && SBINBOX_HANDLERS="$SBINBOX_HANDLERS" SBINBOX_SQLSERVER_CONNECTION_STRING="$connection" \
-    node bin/sbinbox.js migrate --app-user "$WORKER_IDENTITY_NAME" --app-client-id "$WORKER_IDENTITY_CLIENT_ID") ||
+    node bin/sbinbox.js migrate "${migrate_flags[@]}" --app-user "$WORKER_IDENTITY_NAME" \
+      --app-client-id "$WORKER_IDENTITY_CLIENT_ID") ||
     status=$?
-  [ "$status" -eq 0 ] && break
+  if [ "$status" -eq 0 ]; then
+    [ "$after_deploy" = true ] && rm -f "$deferred"
+    break
+  fi
+  # 76: a pending migration cannot run beside the previous version's workers; nothing was applied. Deploy first, then
+  # the postdeploy hook (--after-deploy) applies it. Messages in between wait in the queue (docs/inbox.md).
+  if [ "$status" -eq 76 ] && [ "$after_deploy" = false ]; then
+    mkdir -p "$(dirname "$deferred")"
+    : >"$deferred"
+    echo "postprovision: a pending migration needs the old workers replaced first: deploying the code, then migrating (postdeploy hook: postprovision.sh --after-deploy)" >&2
+    break
+  fi
   # 77: the server's public network access is off (Azure SQL error 47073 or 42101): no rule or wait lets this in.
   if [ "$status" -eq 77 ]; then
     echo "postprovision: the SQL server's public network access is off: run this from inside the virtual network (docs/deploy.md, Network)" >&2

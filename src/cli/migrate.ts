@@ -7,7 +7,7 @@ import { ConfigError } from "../domain/errors.ts";
 import type { HandlerModule } from "../domain/handler-module.ts";
 import { appRoles, appUserBatch, FIREWALL_REFUSED, isFirewallRefusal } from "../inbox/sqlserver/app-user.ts";
 import type { InboxStoreConfig } from "../inbox/index.ts";
-import { MigrationFailedError, MigrationFileError } from "../inbox/migrations.ts";
+import { MigrationFailedError, MigrationFileError, needingOldWorkersStopped } from "../inbox/migrations.ts";
 
 /** The database to migrate, from the environment (exactly one of the two variables). */
 export function migrateTarget(env: NodeJS.ProcessEnv): InboxStoreConfig {
@@ -47,14 +47,17 @@ function handlersSetting(env: NodeJS.ProcessEnv): string | undefined {
   return parsed.data;
 }
 
-const usage = `usage: sbinbox migrate [--inbox] [--outbox] [--app-user <identity name> --app-client-id <client id>]
+const usage = `usage: sbinbox migrate [--inbox] [--outbox] [--workers-stopped] [--app-user <identity name> --app-client-id <client id>]
 
 Applies pending migrations: the inbox's, then those of the handler module SBINBOX_HANDLERS names (the example's when
 unset); with --outbox the outbox's instead (an upstream service's database), with --inbox --outbox both. The database comes from SBINBOX_POSTGRES_URL or SBINBOX_SQLSERVER_CONNECTION_STRING; run it as a user with
 DDL rights. With --app-user (SQL Server), also makes that managed identity a database user with db_datareader and
 db_datawriter only, created from its client ID. Exit code 75 when Azure SQL's firewall refused this machine (error
 40615): a new firewall rule can take minutes to apply, so the caller may retry. Exit code 77 when the server's public
-network access is off (error 47073 or 42101): run it from inside the virtual network.
+network access is off (error 47073 or 42101): run it from inside the virtual network. Exit code 76, nothing applied,
+when a pending inbox migration cannot run beside the previous version's workers (0002_inbox_markers) and
+--workers-stopped is not given: deploy the new code first (its workers wait for the migration), then migrate with
+--workers-stopped (docs/inbox.md, "Moving to 0002").
 `;
 
 /** The options; throws a ConfigError naming the bad one. */
@@ -62,7 +65,7 @@ export function migrateOptions(argv: string[]): { appUser?: string; appClientId?
   const options: { appUser?: string; appClientId?: string } = {};
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i]!;
-    if (flag === "--inbox" || flag === "--outbox") continue; // read by run()
+    if (flag === "--inbox" || flag === "--outbox" || flag === "--workers-stopped") continue; // read by run()
     const value = argv[i + 1];
     if (flag !== "--app-user" && flag !== "--app-client-id") throw new ConfigError(flag, "unknown option");
     if (value === undefined || value.startsWith("--")) throw new ConfigError(flag, "needs a value");
@@ -134,6 +137,17 @@ export async function run(
   if (!inbox) return 0;
   const store = await openStore(target);
   try {
+    if (!argv.includes("--workers-stopped")) {
+      const blocked = needingOldWorkersStopped(await store.pendingMigrations());
+      if (blocked.length > 0) {
+        err(
+          `sbinbox migrate: ${blocked.join(", ")} cannot run beside the previous version's workers (they would ` +
+            `fail every message until replaced): nothing applied. Deploy the new code first (its workers wait for ` +
+            `the migration), then run sbinbox migrate --workers-stopped (docs/inbox.md, "Moving to 0002")`,
+        );
+        return WORKERS_RUNNING_EXIT_CODE;
+      }
+    }
     const { applied } = await migrateStore(store, module, (warning) =>
       err(`sbinbox migrate: warning: ${warning}`),
     );
@@ -185,6 +199,9 @@ async function refusedByFirewall(error: unknown): Promise<boolean> {
 
 /** EX_NOPERM: no retry helps; the machine must be inside the network. */
 export const PUBLIC_ACCESS_EXIT_CODE = 77;
+
+/** Exit code when a pending migration needs the previous version's workers stopped and no one said they are. */
+export const WORKERS_RUNNING_EXIT_CODE = 76;
 
 async function refusedForPublicAccess(error: unknown): Promise<boolean> {
   const { sqlServerErrorChain } = await import("../inbox/sqlserver/error-chain.ts");

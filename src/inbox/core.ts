@@ -268,15 +268,19 @@ export class InboxCore implements InboxStore {
 
   async isProcessed(key: InboxKey): Promise<boolean> {
     const result = await this.driver.query(this.sql.isProcessed, keyParams(key));
-    return result.rows.length > 0;
+    if (result.rows.length > 0) return true;
+    // A marker processed before migration 0002 is in the legacy table while retention keeps it.
+    return (await this.legacy.processed(key.consumer, [key.messageId])).size > 0;
   }
 
   async claim(key: InboxKey, reenter?: string): Promise<InboxClaimOutcome> {
     try {
       await this.consumers.register(key.consumer);
-      // A processed marker in the legacy table decides it. A claim left open there (its holder stopped at the
-      // migration) is not looked at: the claim is taken afresh below, as after a sweep.
-      if ((await this.legacy.processed(key.consumer, [key.messageId])).size > 0) return { kind: "duplicate" };
+      // A processed marker in the legacy table decides it. A claim left open there (its holder, a worker of the
+      // previous version, may be performing its effect) is busy until the sweeper removes it, as in the new table.
+      const legacy = await this.legacy.state(key.consumer, key.messageId);
+      if (legacy === "processed") return { kind: "duplicate" };
+      if (legacy === "open") return { kind: "busy" };
     } catch (error) {
       return this.failed(error, "other");
     }
@@ -333,8 +337,9 @@ export class InboxCore implements InboxStore {
   }
 
   async sweepStaleClaims(olderThanMs: number): Promise<number> {
-    const result = await this.driver.query(this.sql.sweepStaleClaims, splitMs(olderThanMs, "olderThanMs"));
-    return result.rowCount;
+    const olderThan = splitMs(olderThanMs, "olderThanMs");
+    const result = await this.driver.query(this.sql.sweepStaleClaims, olderThan);
+    return result.rowCount + (await this.legacy.sweepStaleClaims(olderThan));
   }
 
   async countOpenClaims(): Promise<number> {

@@ -56,10 +56,12 @@ export interface LegacyStatements {
   readonly exists: string;
   /** Returns { found }: truthy when it holds a row. */
   readonly hasRows: string;
-  /** Returns { id } for each of the messages whose processed marker is there. */
+  /** Returns { id, done } for each of the messages with a marker there: done truthy if processed, else open. */
   processed(rows: number): string;
   /** [cutoff, batchSize]: deletes at most batchSize rows received before cutoff. */
   readonly cleanupBatch: string;
+  /** [olderThan seconds, milliseconds]: deletes the open claims taken longer ago than that, as the sweeper does. */
+  readonly sweepStaleClaims: string;
 }
 
 /**

@@ -58,15 +58,40 @@ export class LegacyInbox {
 
   /** The ids among `messageIds` with a processed marker in the legacy table (none once it is empty). */
   async processed(consumer: string, messageIds: readonly string[]): Promise<ReadonlySet<string>> {
-    if (messageIds.length === 0 || !(await this.hasRows())) return NONE;
     const found = new Set<string>();
+    for (const [id, done] of await this.markers(consumer, messageIds)) if (done) found.add(id);
+    return found;
+  }
+
+  /**
+   * The legacy marker of one message: processed, an open claim (its holder, a worker of the previous version,
+   * may still be performing its external effect: busy until the sweeper removes it, as a claim in the new
+   * table), or none. One read, the same as processed().
+   */
+  async state(consumer: string, messageId: string): Promise<"processed" | "open" | "none"> {
+    const done = (await this.markers(consumer, [messageId])).get(messageId);
+    return done === undefined ? "none" : done ? "processed" : "open";
+  }
+
+  /** Deletes the open claims there taken more than olderThan ago (the sweeper's rule for the new table). */
+  async sweepStaleClaims(olderThan: [number, number]): Promise<number> {
+    if (!(await this.hasRows())) return 0;
+    return (await this.driver.query(this.driver.legacy.sweepStaleClaims, olderThan)).rowCount;
+  }
+
+  private async markers(
+    consumer: string,
+    messageIds: readonly string[],
+  ): Promise<ReadonlyMap<string, boolean>> {
+    if (messageIds.length === 0 || !(await this.hasRows())) return NONE;
+    const found = new Map<string, boolean>();
     for (let at = 0; at < messageIds.length; at += LEGACY_READ_ROWS) {
       const ids = messageIds.slice(at, at + LEGACY_READ_ROWS);
-      const rows = await this.driver.query<{ id: string }>(
+      const rows = await this.driver.query<{ id: string; done: unknown }>(
         this.driver.legacy.processed(ids.length),
         idParams(this.driver.dialect === "postgres", consumer, ids),
       );
-      for (const row of rows.rows) found.add(row.id);
+      for (const row of rows.rows) found.set(row.id, truthy(row.done));
     }
     return found;
   }
@@ -90,4 +115,4 @@ function truthy(value: unknown): boolean {
   return value === true || Number(value) === 1;
 }
 
-const NONE: ReadonlySet<string> = new Set();
+const NONE: ReadonlyMap<string, boolean> = new Map();

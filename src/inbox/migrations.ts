@@ -167,3 +167,15 @@ export async function pendingMigrationNames(
   }
   return pending;
 }
+
+/**
+ * Inbox migrations that a worker of the previous version cannot run beside (docs/inbox.md, "Moving to 0002"):
+ * `sbinbox migrate` applies one to an inbox already in use only when told the old workers are stopped.
+ */
+export const STOPS_OLD_WORKERS: ReadonlySet<string> = new Set(["0002_inbox_markers"]);
+
+/** The pending migrations among `pending` that need the old workers stopped: none on a new inbox (0001 pending). */
+export function needingOldWorkersStopped(pending: readonly string[]): string[] {
+  if (pending.includes("0001_inbox")) return [];
+  return pending.filter((name) => STOPS_OLD_WORKERS.has(name));
+}

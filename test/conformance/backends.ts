@@ -56,6 +56,8 @@ export interface ConformanceSql {
   readonly countVersions: string;
   /** [messageId, consumer]: a processed marker in the table before migration 0002, as its workers wrote it. */
   readonly insertLegacyMarker: string;
+  /** [messageId, consumer]: an open two-phase claim in the inbox table of migration 0001 (ProcessedUtc null). */
+  readonly insertLegacyClaim: string;
   /** -> { n }: the inbox's unique index exists and is unique. */
   readonly countUniqueIndex: string;
   /** [schema]: drops the schema with its tables (a schema-scoped run's clean-up). */
@@ -161,6 +163,7 @@ function postgresSql(schema: string): ConformanceSql {
     canSeeBlocking: "SELECT 1 AS n",
     countVersions: `SELECT count(*)::int AS n FROM ${q}."SbInboxSchemaVersion"`,
     insertLegacyMarker: `INSERT INTO ${q}."Inbox" ("MessageId", "Consumer", "ProcessedUtc") VALUES ($1, $2, now())`,
+    insertLegacyClaim: `INSERT INTO ${q}."Inbox" ("MessageId", "Consumer") VALUES ($1, $2)`,
     countUniqueIndex: `SELECT count(*)::int AS n FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
     JOIN pg_namespace n ON n.oid = c.relnamespace
     WHERE c.relname = 'IX_Inbox_MessageKey_ConsumerId' AND n.nspname = '${schema}' AND i.indisunique`,
@@ -225,6 +228,7 @@ SET LOCK_TIMEOUT -1;
 SELECT @n AS n;`,
     countVersions: `SELECT COUNT(*) AS n FROM ${q}.SbInboxSchemaVersion`,
     insertLegacyMarker: `INSERT INTO ${q}.Inbox (MessageId, Consumer, ProcessedUtc) VALUES (@p1, @p2, SYSUTCDATETIME())`,
+    insertLegacyClaim: `INSERT INTO ${q}.Inbox (MessageId, Consumer) VALUES (@p1, @p2)`,
     // By its key columns, (MessageKey, ConsumerId) in that order, not by its name: the guarantee is a unique index on
     // them, and SQL Server's classifier goes by the marker insert's error number. (Some TDS servers also store
     // index names altered in sys.indexes.)

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
+import { execFile, spawnSync } from "node:child_process";
 import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -404,7 +404,10 @@ describe("the deploy workflow's structure (.github/workflows/deploy.yml)", funct
     const steps = jobs.app!.steps;
     const zip = steps.findIndex((s) => /az webapp deploy/.test(s.run ?? ""));
     const ready = steps.findIndex((s) => /\/readyz/.test(s.run ?? ""));
-    assert.ok(zip >= 0 && ready === zip + 1, "right after the zip deploy");
+    // Between them only the deferred migration (postprovision.sh --after-deploy): the new instance is not ready
+    // until its schema is migrated.
+    const deferred = steps.findIndex((s) => /postprovision\.sh --after-deploy/.test(s.run ?? ""));
+    assert.ok(zip >= 0 && deferred === zip + 1 && ready === zip + 2, "right after the zip deploy");
     assert.match(steps[ready]!.run!, /curl -fsS --retry \d+ --retry-delay \d+ --retry-all-errors/);
   });
 
@@ -482,8 +485,17 @@ describe("azure.yaml: `azd up` provisions and deploys the worker", function () {
 
   it("runs the post-provision step once, as the worker's predeploy hook: no second firewall opening under azd up", function () {
     assert.equal(azure.hooks?.postprovision, undefined);
-    const runs = JSON.stringify(azure).match(/postprovision\.sh/g) ?? [];
+    const runs = JSON.stringify(azure).match(/postprovision\.sh(?! --after-deploy)/g) ?? [];
     assert.equal(runs.length, 1);
+    // The postdeploy hook's run applies a migration predeploy deferred (exit 76) and is otherwise a no-op: without
+    // the marker it exits before any az call or firewall rule (no az on this PATH: it would fail if it tried).
+    const postdeploy = azure.services!.worker!.hooks?.postdeploy as { posix?: { run: string } } | undefined;
+    assert.match(postdeploy?.posix?.run ?? "", /postprovision\.sh --after-deploy$/);
+    const noop = spawnSync("bash", ["infra/scripts/postprovision.sh", "--after-deploy"], {
+      env: { PATH: "/usr/bin:/bin", SBINBOX_DEFERRED_MIGRATION_FILE: "/nonexistent/migrate-after-deploy" },
+      encoding: "utf8",
+    });
+    assert.equal(noop.status, 0, noop.stderr);
   });
 
   it("stops a Windows azd with a message instead of skipping the bash packaging or the migrations", function () {

@@ -87,7 +87,11 @@ describe("inbox migration 0002 (smaller markers) on an inbox with markers", func
     );
   });
 
-  it("a two-phase claim left open by the previous version is claimed afresh, as a swept one is", async function () {
+  it("a two-phase claim left open by the previous version is busy until swept, then claimed afresh", async function () {
+    // Its holder may be performing the external effect: a redelivery must not perform it again at once.
+    assert.equal((await store.claim({ messageId: "old-open", consumer: "orders" })).kind, "busy");
+    assert.equal(await store.sweepStaleClaims(3_600_000), 0);
+    assert.equal(await store.sweepStaleClaims(0), 1);
     const claim = await store.claim({ messageId: "old-open", consumer: "orders" });
     assert.equal(claim.kind, "claimed");
     await store.markProcessed(
@@ -112,7 +116,7 @@ describe("inbox migration 0002 (smaller markers) on an inbox with markers", func
     const left = await admin.query<{ id: string }>(`SELECT "MessageId" AS id FROM "InboxLegacy" ORDER BY 1`);
     assert.deepEqual(
       left.rows.map((r) => r.id),
-      ["OLD-UPPER-0F8FAD5B-D9CB-469F-A165-70867728950E", "old-done", "old-open"],
+      ["OLD-UPPER-0F8FAD5B-D9CB-469F-A165-70867728950E", "old-done"],
     );
     // The remaining markers still count after the pass re-read whether the table has rows.
     assert.equal(

@@ -2,7 +2,11 @@ import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
 import pg from "pg";
+import { POSTGRES_MIGRATIONS_DIR } from "../../src/inbox/postgres/adapter.ts";
+import { postgresSql } from "../../src/inbox/postgres/statements.ts";
 import { loadHandlerModule, moduleMigrations } from "../../src/app/handler-module.ts";
 import { run } from "../../src/cli/migrate.ts";
 import { createTestDatabase } from "../helpers/postgres.ts";
@@ -31,6 +35,49 @@ describe("sbinbox migrate", function () {
         `SELECT "Module", "Version" FROM "SbInboxModuleVersion"`,
       );
       assert.deepEqual(modules.rows, [{ Module: "example", Version: 1 }]);
+    } finally {
+      await client.end();
+    }
+  });
+
+  it("refuses 0002 on an inbox in use (exit 76, nothing applied) unless told the old workers are stopped", async function () {
+    const url = await createTestDatabase("inbox_migrate_cli_stop");
+    const out: string[] = [];
+    const err: string[] = [];
+    const env = { SBINBOX_POSTGRES_URL: url, SBINBOX_HANDLERS: MODULE };
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      // Version 1, as the previous release's deployment left it.
+      await client.query(postgresSql().CREATE_VERSION_TABLE);
+      await client.query(await readFile(join(POSTGRES_MIGRATIONS_DIR, "0001_inbox.sql"), "utf8"));
+      await client.query(postgresSql().RECORD_VERSION, [1, "0001_inbox"]);
+      assert.equal(
+        await run(
+          [],
+          env,
+          (l) => out.push(l),
+          (l) => err.push(l),
+        ),
+        76,
+        err.join("\n"),
+      );
+      assert.match(err.join("\n"), /0002_inbox_markers cannot run beside the previous version's workers/);
+      const versions = async () =>
+        (await client.query<{ n: number }>(`SELECT count(*)::int AS n FROM "SbInboxSchemaVersion"`)).rows[0]
+          ?.n;
+      assert.equal(await versions(), 1);
+      assert.equal(
+        await run(
+          ["--workers-stopped"],
+          env,
+          (l) => out.push(l),
+          (l) => err.push(l),
+        ),
+        0,
+      );
+      assert.match(out.join("\n"), /applied 0002_inbox_markers/);
+      assert.equal(await versions(), 2);
     } finally {
       await client.end();
     }

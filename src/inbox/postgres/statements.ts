@@ -112,9 +112,13 @@ SELECT (SELECT count(*) FROM gone)::integer AS deleted, (SELECT max("Id") FROM r
     legacy: {
       exists: `SELECT to_regclass('${s}."InboxLegacy"') IS NOT NULL AS found`,
       hasRows: `SELECT EXISTS (SELECT 1 FROM ${s}."InboxLegacy") AS found`,
-      // [messageIds[], consumer]: { id } of each with a processed marker there.
-      processed: () => `SELECT "MessageId" AS id FROM ${s}."InboxLegacy"
-WHERE "MessageId" = ANY($1::varchar[]) AND "Consumer" = $2 AND "ProcessedUtc" IS NOT NULL`,
+      // [messageIds[], consumer]: { id, done } of each with a marker there (done: processed; else an open claim).
+      processed: () => `SELECT "MessageId" AS id, "ProcessedUtc" IS NOT NULL AS done FROM ${s}."InboxLegacy"
+WHERE "MessageId" = ANY($1::varchar[]) AND "Consumer" = $2`,
+      // An open claim's time there is its ReceivedUtc (0001's sweeper read the same).
+      sweepStaleClaims: `DELETE FROM ${s}."InboxLegacy"
+WHERE "ProcessedUtc" IS NULL
+  AND "ReceivedUtc" < now() - make_interval(secs => $1::bigint) - make_interval(secs => $2::integer / 1000.0)`,
       // [cutoff, batchSize]: its old retention statement, on its own ReceivedUtc index.
       cleanupBatch: `DELETE FROM ${s}."InboxLegacy" WHERE "Id" IN (
   SELECT "Id" FROM ${s}."InboxLegacy" WHERE "ReceivedUtc" < $1 ORDER BY "ReceivedUtc" LIMIT $2 FOR UPDATE SKIP LOCKED

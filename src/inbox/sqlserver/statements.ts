@@ -129,9 +129,13 @@ SELECT ${consumer("@p1")}, k FROM (VALUES ${ids(rows)
   const legacy: LegacyStatements = {
     exists: `SELECT CASE WHEN OBJECT_ID(N'${s}.InboxLegacy', N'U') IS NULL THEN 0 ELSE 1 END AS found;`,
     hasRows: `SELECT CASE WHEN EXISTS (SELECT 1 FROM ${s}.InboxLegacy) THEN 1 ELSE 0 END AS found;`,
-    // [consumer, id1..idn]: { id } of each with a processed marker there.
-    processed: (rows) => `SELECT MessageId AS id FROM ${s}.InboxLegacy
-WHERE Consumer = @p1 AND ProcessedUtc IS NOT NULL AND MessageId IN (${ids(rows)});`,
+    // [consumer, id1..idn]: { id, done } of each with a marker there (done: processed; else an open claim).
+    processed: (rows) => `SELECT MessageId AS id, CASE WHEN ProcessedUtc IS NULL THEN 0 ELSE 1 END AS done
+FROM ${s}.InboxLegacy WHERE Consumer = @p1 AND MessageId IN (${ids(rows)});`,
+    // An open claim's time there is its ReceivedUtc (0001's sweeper read the same).
+    sweepStaleClaims: `DELETE FROM ${s}.InboxLegacy
+WHERE ProcessedUtc IS NULL
+  AND ReceivedUtc < DATEADD(millisecond, -@p2, DATEADD(second, -@p1, SYSUTCDATETIME()));`,
     // [cutoff, batchSize]: its old retention statement, on its own ReceivedUtc index.
     cleanupBatch: `DELETE TOP (@p2) FROM ${s}.InboxLegacy WITH (ROWLOCK, READPAST, READCOMMITTEDLOCK) WHERE ReceivedUtc < @p1;`,
   };

@@ -46,6 +46,31 @@ describe("the inbox's MessageKey: one to one with the MessageId", function () {
 
   it("fits the columns: 128 characters of three UTF-8 bytes and the suffix are 385 bytes (386 allowed)", function () {
     assert.equal(messageKey("€".repeat(128)).length, 385);
-    assert.equal(messageKey("\uD800".repeat(128)).length, 257);
+    assert.equal(messageKey("\uD800".repeat(128)).length, 259);
+  });
+
+  // SQL Server compares varbinary ignoring trailing zeros: 0x41 = 0x4100. The review's pairs collided that way.
+  it("no key is another key with zero bytes appended (SQL Server's varbinary equality)", function () {
+    const ids = [
+      "AAAAAAAAAAAAAA",
+      "41414141-4141-4141-4141-41414141ff00",
+      "\uD800aaaaaaa",
+      "fe00d861-0061-0061-0061-006100610061",
+      "00000000-0000-0000-0000-000000000000",
+      "",
+      "\uD800",
+      "a\u0000",
+      "a",
+    ];
+    const stripped = new Set<string>();
+    for (const id of ids) {
+      const key = messageKey(id);
+      assert.ok(
+        key.length === 16 || (key.length >= 17 && key.at(-1) === 0xff),
+        `${JSON.stringify(id)}: ${keyText(key)}`,
+      );
+      stripped.add(keyText(key).replace(/(00)+$/, ""));
+    }
+    assert.equal(stripped.size, ids.length);
   });
 });
