@@ -13,6 +13,7 @@ import { createMessageLoop } from "./message-loop.ts";
 import { defaultRetryPolicy } from "./retry-policy.ts";
 import { ProgressMonitor } from "./progress.ts";
 import { createLinkProbe } from "../servicebus/link-probe.ts";
+import { ThrottledPastDeadlineError } from "../servicebus/throttling.ts";
 import type { Readiness, Worker, WorkerOptions, WorkerStats } from "./worker-types.ts";
 
 // The worker's settings, counters and readiness are declared in worker-types.ts; importers find them here too.
@@ -40,6 +41,7 @@ export function createWorker(options: WorkerOptions): Worker {
     failed: 0,
     settled: 0,
     settlementFailures: 0,
+    throttledToRedelivery: 0,
     outages: 0,
     held: 0,
     retriesWaited: 0,
@@ -102,6 +104,7 @@ export function createWorker(options: WorkerOptions): Worker {
       progress.settled(result);
       if (result.settled) stats.settled += 1;
       else stats.settlementFailures += 1;
+      if (result.error instanceof ThrottledPastDeadlineError) stats.throttledToRedelivery += 1;
       telemetry.recordSettlement({
         queue: options.queue,
         disposition: result.disposition,
