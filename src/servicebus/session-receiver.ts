@@ -233,6 +233,12 @@ export class SessionQueueReceiver extends QueueReceiver {
         if (!live() || held.signal.aborted) break;
         // Left unsettled (a retry wait cut short): the session must close before anything behind it is taken.
         if (!(await this.run(session, message, held.signal))) break;
+        // A settlement throttled until the session's lock ended: the session is the broker's again, so nothing
+        // more is taken on it here (the message left comes back with the session, first).
+        if (Date.now() >= (session.sessionLockedUntilUtc?.getTime() ?? Infinity)) {
+          giveUp("its lock ended while a settlement was throttled");
+          break;
+        }
       }
     } catch (error) {
       // A throttled receive on the session's link (Service Bus answers the link ServerBusy).
