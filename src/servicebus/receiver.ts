@@ -22,7 +22,7 @@ import {
 import { within } from "../domain/within.ts";
 import { recordThrottled } from "../telemetry/throttle-metrics.ts";
 import { keepLock } from "./lock-keeper.ts";
-import { isThrottled, retryWhileThrottled, ThrottledPastDeadlineError } from "./throttling.ts";
+import { byLockToken, isThrottled, retryWhileThrottled, ThrottledPastDeadlineError } from "./throttling.ts";
 import { ConfigError } from "../domain/errors.ts";
 import type { QueueReceiverOptions, ReceiverStats, Settlement } from "./receiver-options.ts";
 
@@ -477,14 +477,4 @@ export class QueueReceiver {
     });
     return Promise.resolve();
   }
-}
-
-/**
- * The message as the SDK settles one without its link (a deferred message's path: update-disposition by lock
- * token over `$management`, with the session id when it has one): the delivery reads as not settled and linkless.
- */
-export function byLockToken(message: ServiceBusReceivedMessage): ServiceBusReceivedMessage {
-  return Object.create(message, {
-    delivery: { value: { remote_settled: false } },
-  }) as ServiceBusReceivedMessage;
 }

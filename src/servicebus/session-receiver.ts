@@ -9,8 +9,8 @@ import { parseEntity } from "../domain/entity.ts";
 import { ConfigError } from "../domain/errors.ts";
 import { within } from "../domain/within.ts";
 import { recordThrottled } from "../telemetry/throttle-metrics.ts";
-import { byLockToken, QueueReceiver, type QueueReceiverOptions } from "./receiver.ts";
-import { isThrottled } from "./throttling.ts";
+import { QueueReceiver, type QueueReceiverOptions } from "./receiver.ts";
+import { byLockToken, isThrottled } from "./throttling.ts";
 
 export interface SessionReceiverOptions extends QueueReceiverOptions {
   /** Most sessions held at once; each handles one message at a time, in order. */

@@ -1,4 +1,4 @@
-import { isServiceBusError, type RetryOptions } from "@azure/service-bus";
+import { isServiceBusError, type RetryOptions, type ServiceBusReceivedMessage } from "@azure/service-bus";
 
 /**
  * The retry options of a client whose caller retries ServerBusy itself (the worker, the publisher's and the
@@ -143,4 +143,14 @@ function tryUntil<T>(
     );
     void running.finally(() => clearTimeout(timer)).catch(() => undefined);
   });
+}
+
+/**
+ * The message as the SDK settles one without its link (a deferred message's path: update-disposition by lock
+ * token over `$management`, with the session id when it has one): the delivery reads as not settled and linkless.
+ */
+export function byLockToken(message: ServiceBusReceivedMessage): ServiceBusReceivedMessage {
+  return Object.create(message, {
+    delivery: { value: { remote_settled: false } },
+  }) as ServiceBusReceivedMessage;
 }
