@@ -11,7 +11,6 @@ import type * as SpanHelpers from "./tracing.ts";
 import { deriveMessageId } from "./message-id.ts";
 import { createServiceBusClient, type ServiceBusTarget } from "./client.ts";
 import { sendUnlessDropped } from "./connection-drop.ts";
-import { recordThrottled } from "../telemetry/throttle-metrics.ts";
 import { isThrottled, OWN_RETRY, throttledWaitMs } from "./throttling.ts";
 import { same, sendBuilt, tooLarge, type PublishFailure } from "./send-in-batches.ts";
 
@@ -32,6 +31,17 @@ function tracingIfRegistered(): Promise<Tracing> | undefined {
     return undefined;
   }
   return (tracing ??= Promise.all([import("@opentelemetry/api"), import("./tracing.ts")]));
+}
+
+/**
+ * Counts a throttled send in `sbinbox.servicebus.throttled`, loading the metric's module (and so the OpenTelemetry
+ * API) only when an SDK is registered: without one the count would go nowhere.
+ */
+function countThrottledSend(queue: string): void {
+  if ((globalThis as Record<symbol, unknown>)[OTEL_API_GLOBAL] === undefined) return;
+  void import("../telemetry/throttle-metrics.ts").then(({ recordThrottled }) =>
+    recordThrottled("send", queue),
+  );
 }
 
 /** One event: its type (the message's subject), its business key, and a JSON-serialisable body. */
@@ -179,7 +189,7 @@ export function createPublisher(options: PublisherOptions): Publisher {
       } catch (error) {
         if (signal.aborted) throw new ResendWindowError(Date.now() - firstTry, windowMs, error);
         const throttled = isThrottled(error);
-        if (throttled) recordThrottled("send", options.queue);
+        if (throttled) countThrottledSend(options.queue);
         if (!throttled && (failures >= attempts || !isTransient(error))) throw error;
         const wait = throttled ? throttledWaitMs() : delayMs * 2 ** failures;
         if (!throttled) failures += 1;

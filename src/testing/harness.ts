@@ -8,6 +8,7 @@ import {
   loadHandlerModule,
   migrate,
   openDatabase,
+  OWN_RETRY,
   replayDeadLetters,
   silentLogger,
   type Database,
@@ -27,7 +28,6 @@ import {
   type QueueSettings,
 } from "sbinbox-dev";
 import { errorText, OutcomeTracker, type Outcome } from "./outcomes.ts";
-import { OWN_RETRY } from "../servicebus/throttling.ts";
 
 export interface HarnessOptions {
   /**
