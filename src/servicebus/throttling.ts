@@ -8,7 +8,9 @@ import { isServiceBusError, type RetryOptions, type ServiceBusReceivedMessage } 
  * That default, in @azure/service-bus 7.9.5 on @azure/core-amqp 4.5.1 (`retry()` in core-amqp's retry.js, its
  * `Constants.defaultMaxRetries` and `defaultDelayBetweenOperationRetriesInMs`), is 3 retries in fixed mode, 30 s
  * apart, for every retryable error alike: ServerBusy (`ServerBusyError`, retryable) gets no wait of its own, unlike
- * the .NET client's 10 s (`ServerBusyBaseSleepTime`). 30 s is longer than Service Bus asks ("Please wait 2 seconds
+ * the .NET client (Azure.Messaging.ServiceBus's `ServiceBusRetryPolicy`: marked busy for `ServerBusyBaseSleepTime`,
+ * 10 s, and waiting that long before each try while marked; its 7.20.1 release notes say "the standard throttling
+ * time of 30 seconds" when comparing a short TryTimeout, a figure not in the source read). 30 s is longer than Service Bus asks ("Please wait 2 seconds
  * and try again") and than a short lock lasts, and a retry inside the SDK cannot see a lock's end, so the loops that
  * must stop at a lock do the retrying and leave the SDK one try.
  *
@@ -80,6 +82,21 @@ export interface RetryWhileThrottledOptions {
   readonly onThrottled: () => void;
   /** The jitter's source; injectable for tests. */
   readonly random?: () => number;
+  /**
+   * How many times a transient error other than ServerBusy (one the SDK marks `retryable`: a connection problem, a
+   * timeout) is tried again, TRANSIENT_WAIT_MS apart, within the deadline; 0 (the default) throws it at once. For
+   * callers on OWN_RETRY that no lock bounds (the dead-letter tools), whose SDK no longer retries those itself.
+   */
+  readonly transientRetries?: number;
+}
+
+/** The wait before trying a transient error again: the SDK default's retry delay before OWN_RETRY, 2 s. */
+export const TRANSIENT_WAIT_MS = 2_000;
+
+/** A retryable error (the SDK's `retryable`) that is not ServerBusy. */
+export function isTransient(error: unknown): boolean {
+  if (isThrottled(error)) return false;
+  return (error as { retryable?: unknown } | undefined)?.retryable === true;
 }
 
 /**
@@ -96,6 +113,7 @@ export async function retryWhileThrottled<T>(
 ): Promise<T> {
   const began = Date.now();
   let refusals = 0;
+  let transientLeft = options.transientRetries ?? 0;
   let last: unknown;
   for (;;) {
     if (deadline() - Date.now() <= 0)
@@ -103,6 +121,11 @@ export async function retryWhileThrottled<T>(
     const outcome = await tryUntil(attempt, deadline);
     if (outcome.kind === "done") return outcome.value;
     if (outcome.kind === "late") throw new ThrottledPastDeadlineError(refusals, Date.now() - began, last);
+    if (transientLeft > 0 && isTransient(outcome.error)) {
+      transientLeft -= 1;
+      await pause(Math.min(TRANSIENT_WAIT_MS, Math.max(0, deadline() - Date.now())));
+      continue;
+    }
     if (!isThrottled(outcome.error)) throw outcome.error;
     refusals += 1;
     last = outcome.error;
@@ -153,4 +176,33 @@ export function byLockToken(message: ServiceBusReceivedMessage): ServiceBusRecei
   return Object.create(message, {
     delivery: { value: { remote_settled: false } },
   }) as ServiceBusReceivedMessage;
+}
+
+/**
+ * The SDK's retry count of `client`: what its constructor kept (`_clientOptions.retryOptions`, not public in
+ * @azure/service-bus 7.9.5, hence read defensively); undefined when it cannot be read (another SDK version).
+ * Unset means the SDK's default, 3.
+ */
+export function clientMaxRetries(client: object): number | undefined {
+  const options = (client as { _clientOptions?: { retryOptions?: RetryOptions } })._clientOptions;
+  if (options === undefined || typeof options !== "object") return undefined;
+  return options.retryOptions?.maxRetries ?? 3;
+}
+
+/**
+ * Why a client given to the worker will spend deliveries when throttled, or undefined when it is one SDK try a
+ * call (OWN_RETRY). A client that retries inside the SDK hides ServerBusy from the worker (the SDK's next try comes
+ * 30 s later, past the settlement guard's 5 s): each throttled settlement then ends as a redelivery.
+ */
+export function ownRetryWarning(client: object): string | undefined {
+  const maxRetries = clientMaxRetries(client);
+  if (maxRetries === 0) return undefined;
+  const what =
+    maxRetries === undefined
+      ? "cannot tell the client's retry options"
+      : `the client's retryOptions.maxRetries is ${maxRetries}`;
+  return (
+    `${what}, not 0: give createWorker a client made with { retryOptions: OWN_RETRY } (exported by sbinbox); ` +
+    "otherwise the SDK's own retry hides ServerBusy from the worker and each throttled settlement costs a delivery"
+  );
 }

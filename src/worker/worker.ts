@@ -13,7 +13,7 @@ import { createMessageLoop } from "./message-loop.ts";
 import { defaultRetryPolicy } from "./retry-policy.ts";
 import { ProgressMonitor } from "./progress.ts";
 import { createLinkProbe } from "../servicebus/link-probe.ts";
-import { ThrottledPastDeadlineError } from "../servicebus/throttling.ts";
+import { ownRetryWarning, ThrottledPastDeadlineError } from "../servicebus/throttling.ts";
 import type { Readiness, Worker, WorkerOptions, WorkerStats } from "./worker-types.ts";
 
 // The worker's settings, counters and readiness are declared in worker-types.ts; importers find them here too.
@@ -69,6 +69,11 @@ export function createWorker(options: WorkerOptions): Worker {
     logger,
     queue: options.queue,
   });
+
+  function warnUnlessOwnRetry(): void {
+    const warning = ownRetryWarning(options.client);
+    if (warning !== undefined) logger.warn(warning, { queue: options.queue });
+  }
 
   const loop = createMessageLoop({
     options,
@@ -215,6 +220,7 @@ export function createWorker(options: WorkerOptions): Worker {
     start() {
       if (started) return;
       started = true;
+      warnUnlessOwnRetry();
       receiver.start();
       progress.start();
       stopObservingClaims = telemetry.observeOpenClaims(() => store.countOpenClaims());
