@@ -1,6 +1,6 @@
 import type { ServiceBusClient, ServiceBusReceivedMessage, ServiceBusReceiver } from "@azure/service-bus";
 import { recordThrottled, type ThrottledOperation } from "../telemetry/throttle-metrics.ts";
-import { byLockToken, isThrottled, retryWhileThrottled } from "./throttling.ts";
+import { byLockToken, isThrottled, isTransient, retryWhileThrottled } from "./throttling.ts";
 
 /**
  * ServerBusy answers met by the dead-letter tools (console, `sbinbox dlq`), per client, so that a run can say what
@@ -11,6 +11,15 @@ export type ThrottleTally = Partial<Record<ThrottledOperation, number>>;
 const tallies = new WeakMap<object, ThrottleTally>();
 /** A receiver's or sender's client, for its tally (set by `tallied`). */
 const owners = new WeakMap<object, object>();
+
+/**
+ * How many times a dead-letter tool tries a call again after a transient error other than ServerBusy (a dropped
+ * connection, a timeout), 2 s apart: OWN_RETRY turned off the SDK's own 3 retries, and one blip should not fail a
+ * run. A replay's copy has a stable MessageId (the inbox key and replay number), so a send retried after a timeout
+ * that did reach the broker, or a rerun of a replay that sent but did not complete, is dropped by duplicate
+ * detection, and the worker's inbox applies the key once either way.
+ */
+export const TRANSIENT_RETRIES = 2;
 
 /** How long a dead-letter tool keeps retrying one throttled call: a burst of a minute, as Standard's are. */
 export const BUSY_BUDGET_MS = 60_000;
@@ -57,6 +66,7 @@ export function whileBusy<T>(
   const deadline = Date.now() + BUSY_BUDGET_MS;
   return retryWhileThrottled(attempt, () => deadline, {
     onThrottled: () => count(handle, operation, handle.entityPath),
+    transientRetries: TRANSIENT_RETRIES,
   });
 }
 
@@ -72,12 +82,16 @@ export async function completeWhileBusy(
   try {
     await receiver.completeMessage(message);
   } catch (error) {
-    if (!isThrottled(error)) throw error;
-    count(receiver, "settle", receiver.entityPath);
+    const throttled = isThrottled(error);
+    if (!throttled && !isTransient(error)) throw error;
+    if (throttled) count(receiver, "settle", receiver.entityPath);
     await retryWhileThrottled(
       () => receiver.completeMessage(byLockToken(message)),
       () => message.lockedUntilUtc?.getTime() ?? 0,
-      { onThrottled: () => count(receiver, "settle", receiver.entityPath) },
+      {
+        onThrottled: () => count(receiver, "settle", receiver.entityPath),
+        transientRetries: throttled ? TRANSIENT_RETRIES : TRANSIENT_RETRIES - 1,
+      },
     );
   }
 }

@@ -4,6 +4,7 @@ import {
   SERVER_BUSY_WAIT_MS,
   ThrottledPastDeadlineError,
   throttledWaitMs,
+  TRANSIENT_WAIT_MS,
 } from "../../src/servicebus/throttling.ts";
 
 /** The error the SDK gives for `com.microsoft:server-busy`. */
@@ -98,6 +99,77 @@ describe("retryWhileThrottled: every try bounded by the deadline", function () {
         { onThrottled: () => undefined },
       ),
       (e) => e === lost,
+    );
+    assert.equal(calls, 1);
+  });
+
+  it("a transient error other than ServerBusy (retryable) is tried again transientRetries times, then thrown", async function () {
+    this.timeout(10_000);
+    const blip = (): Error =>
+      Object.assign(new Error("connection lost"), {
+        name: "ServiceBusError",
+        code: "ServiceCommunicationProblem",
+        retryable: true,
+      });
+    const tries: number[] = [];
+    let throttled = 0;
+    const error = await retryWhileThrottled(
+      () => {
+        tries.push(Date.now());
+        return Promise.reject(blip());
+      },
+      () => Date.now() + 60_000,
+      { onThrottled: () => (throttled += 1), transientRetries: 2 },
+    ).catch((e: unknown) => e);
+    assert.equal((error as { code?: string }).code, "ServiceCommunicationProblem");
+    assert.equal(tries.length, 3, "the first try and two retries");
+    assert.equal(throttled, 0, "a transient error is not counted as throttled");
+    for (let i = 1; i < tries.length; i++)
+      assert.ok(
+        tries[i]! - tries[i - 1]! >= TRANSIENT_WAIT_MS - 20,
+        `waited ${tries[i]! - tries[i - 1]!} ms`,
+      );
+  });
+
+  it("one blip, then an answer: the call succeeds on its second try", async function () {
+    this.timeout(5_000);
+    let calls = 0;
+    const value = await retryWhileThrottled(
+      () => {
+        calls += 1;
+        if (calls === 1)
+          return Promise.reject(
+            Object.assign(new Error("timed out"), {
+              name: "ServiceBusError",
+              code: "ServiceTimeout",
+              retryable: true,
+            }),
+          );
+        return Promise.resolve("sent");
+      },
+      () => Date.now() + 60_000,
+      { onThrottled: () => undefined, transientRetries: 2 },
+    );
+    assert.equal(value, "sent");
+    assert.equal(calls, 2);
+  });
+
+  it("without transientRetries a transient error is thrown at once", async function () {
+    const blip = Object.assign(new Error("connection lost"), {
+      code: "ServiceCommunicationProblem",
+      retryable: true,
+    });
+    let calls = 0;
+    await assert.rejects(
+      retryWhileThrottled(
+        () => {
+          calls += 1;
+          return Promise.reject(blip);
+        },
+        () => Date.now() + 10_000,
+        { onThrottled: () => undefined },
+      ),
+      (e) => e === blip,
     );
     assert.equal(calls, 1);
   });
