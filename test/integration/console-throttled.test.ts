@@ -7,7 +7,9 @@ import { createConsoleService, type ConsoleService, type Job } from "../../src/c
 import { openArchive, readArchive } from "../../src/servicebus/dead-letter-archive.ts";
 import { peekDeadLetters } from "../../src/servicebus/dead-letter.ts";
 import { OWN_RETRY } from "../../src/servicebus/throttling.ts";
+import { Metric } from "../../src/telemetry/names.ts";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
+import { metricTotal, useTelemetryCapture } from "../helpers/telemetry.ts";
 import { startCli } from "../helpers/cli.ts";
 import { deadLetterMany } from "../helpers/dead-letters.ts";
 
@@ -47,6 +49,7 @@ describe("sbinbox console and dlq under throttling (ServerBusy at 30%: managemen
   let dir: string;
   let client: ServiceBusClient;
   let service: ConsoleService;
+  const telemetry = useTelemetryCapture();
 
   before(async function () {
     dir = await mkdtemp(join(tmpdir(), "sbinbox-archive-"));
@@ -111,6 +114,25 @@ describe("sbinbox console and dlq under throttling (ServerBusy at 30%: managemen
     process.stdout.write(
       `      replay throttled: ${replay.throttled}; purge throttled: ${purge.throttled}\n`,
     );
+  });
+
+  it("a plan's peeks refused (receive throttled at half): the count is still right, and sbinbox.servicebus.throttled counts them as receive", async function () {
+    const before = fixture.broker.throttleCounts().receive.throttled;
+    fixture.broker.throttle({ receive: { share: 0.5 } });
+    let plans = 0;
+    // Several plans, so that some peek is refused whatever the draw.
+    for (; plans < 10 && fixture.broker.throttleCounts().receive.throttled === before; plans++) {
+      const plan = await service.plan("replay", { filter: { reason: "C" } }, "alice");
+      assert.equal(plan.count, 5, "the plan counts the dead letters left, throttled or not");
+    }
+    fixture.broker.throttle({});
+    const refused = fixture.broker.throttleCounts().receive.throttled - before;
+    assert.ok(refused > 0, `some peeks were refused in ${plans} plans`);
+    const counted = metricTotal(await telemetry().collect(), Metric.throttled, {
+      "sbinbox.servicebus.operation": "receive",
+    });
+    // A plan reads by peeks only (over $management, refused outright), so the console saw every refusal.
+    assert.equal(counted, refused, "each refused peek counted as receive, as the broker counted it");
   });
 
   it("sbinbox dlq replay says what was throttled, and replays each message once", async function () {

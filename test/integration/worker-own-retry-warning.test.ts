@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { ServiceBusClient } from "@azure/service-bus";
+import { ServiceBusClient, type ServiceBusClientOptions } from "@azure/service-bus";
 import type { Database } from "../../src/app/database.ts";
 import { OWN_RETRY } from "../../src/servicebus/throttling.ts";
 import { createLogger } from "../../src/telemetry/logger.ts";
@@ -22,19 +22,20 @@ describe("worker: warns at start when its client is not OWN_RETRY", function () 
     await db?.close();
   });
 
-  const cases: [string, ConstructorParameters<typeof ServiceBusClient>[1], RegExp | undefined][] = [
+  const cases: [string, ServiceBusClientOptions, RegExp | undefined][] = [
     ["the SDK's default", {}, /retryOptions\.maxRetries is 3, not 0: .*OWN_RETRY/],
     ["maxRetries 5", { retryOptions: { maxRetries: 5 } }, /retryOptions\.maxRetries is 5, not 0/],
     ["OWN_RETRY", { retryOptions: OWN_RETRY }, undefined],
   ];
   for (const [name, clientOptions, expected] of cases)
     it(`${name}: ${expected ? "one warning" : "no warning"}`, async function () {
-      const lines: { level: string; msg: string; queue?: string }[] = [];
+      type Line = { level: string; msg: string; queue?: string };
+      const lines: Line[] = [];
       const client = new ServiceBusClient(fixture.broker.connectionString, clientOptions);
       const worker = startTestWorker({
         client,
         db,
-        logger: createLogger({ level: "warn", write: (line) => lines.push(JSON.parse(line)) }),
+        logger: createLogger({ level: "warn", write: (line) => lines.push(JSON.parse(line) as Line) }),
       });
       try {
         const warnings = lines.filter((l) => l.level === "warn" && /OWN_RETRY/.test(l.msg));

@@ -11,6 +11,8 @@ import { metricTotal, useTelemetryCapture } from "../helpers/telemetry.ts";
 import { exampleDatabase, startTestWorker } from "../helpers/worker.ts";
 
 const QUEUE = "sessions-throttled";
+/** A session lock long enough (30 s) that only the session's link closing can end a settle loop in time. */
+const LONG_QUEUE = "sessions-throttled-long";
 
 /** Records each call; its table is the inbox's: a message applied twice would show as a second call at attempt 0. */
 function stepHandler(calls: Map<string, [number, number][]>): MessageHandler {
@@ -47,7 +49,12 @@ function warningsLogger(warnings: string[]) {
  */
 describe("worker in session mode: settlements throttled (ServerBusy) on session receivers", function () {
   this.timeout(90_000);
-  const fixture = useLocalBroker(brokerConfig({ [QUEUE]: { RequiresSession: true, LockDuration: "PT2S" } }));
+  const fixture = useLocalBroker(
+    brokerConfig({
+      [QUEUE]: { RequiresSession: true, LockDuration: "PT2S" },
+      [LONG_QUEUE]: { RequiresSession: true, LockDuration: "PT30S" },
+    }),
+  );
   const telemetry = useTelemetryCapture();
   let db: Database;
   let client: ServiceBusClient;
@@ -66,8 +73,14 @@ describe("worker in session mode: settlements throttled (ServerBusy) on session 
     await db.close();
   });
 
-  async function send(sessions: string[], perSession: number): Promise<void> {
-    const sender = fixture.client.createSender(QUEUE);
+  /** Settle tries the broker has seen, refused or not. */
+  function settleTries(): number {
+    const { admitted, throttled } = fixture.broker.throttleCounts().settle;
+    return admitted + throttled;
+  }
+
+  async function send(sessions: string[], perSession: number, queue = QUEUE): Promise<void> {
+    const sender = fixture.client.createSender(queue);
     for (const session of sessions)
       await sender.sendMessages(
         Array.from({ length: perSession }, (_, seq) => ({
@@ -193,6 +206,74 @@ describe("worker in session mode: settlements throttled (ServerBusy) on session 
     assert.equal(fixture.broker.counts(QUEUE).deadLettered, 0);
     process.stdout.write(
       `      settle loop ended with its session ${gaveUpAfter} ms after the send; no try in the 2.5 s after\n`,
+    );
+  });
+
+  it("the session's link closed while its settlement is throttled (the worker stopped): no try after, counted, completed once by the next worker", async function () {
+    const calls = new Map<string, [number, number][]>();
+    const warnings: string[] = [];
+    const session = "closed";
+    // Settlements refused, session lock renewals answered: the 30 s session lock stays held, so only the link
+    // closing (the slot giving the session up as the worker stops) can end the settle loop before 30 s.
+    fixture.broker.throttle({ settle: { share: 1 } });
+    worker = startTestWorker({
+      client,
+      db,
+      queue: LONG_QUEUE,
+      consumer: "closed",
+      handlers: [stepHandler(calls)],
+      sessions: { maxSessions: 1, idleMs: 500 },
+      logger: warningsLogger(warnings),
+    });
+    await send([session], 1, LONG_QUEUE);
+    await waitUntil(
+      () => fixture.broker.throttleCounts().settle.throttled >= 3,
+      "the settlement refused and sent again by lock token",
+      15_000,
+    );
+    assert.equal(worker.stats.throttledToRedelivery, 0, "still trying while the session is held");
+    const triesAtStop = settleTries();
+    const stopping = Date.now();
+    const first = worker;
+    await first.stop();
+    const stopTook = Date.now() - stopping;
+    const triesAfterStop = settleTries() - triesAtStop;
+    await new Promise((resolve) => setTimeout(resolve, 2_500));
+    assert.equal(settleTries() - triesAtStop, triesAfterStop, "no settle try once the worker stopped");
+    // A try already on its way when the link closed may arrive; none is started after it.
+    assert.ok(triesAfterStop <= 1, `${triesAfterStop} settle tries after the session's link closed`);
+    assert.ok(
+      stopTook < 4_500,
+      `stop took ${stopTook} ms (a loop on the session lock alone would run to the drain's 5 s)`,
+    );
+    assert.equal(first.stats.throttledToRedelivery, 1, JSON.stringify(warnings));
+    assert.ok(
+      warnings.some((w) => /its session's link closed or its lock ended/.test(w)),
+      `the message is said to be left to the broker: ${JSON.stringify(warnings)}`,
+    );
+    assert.equal(first.stats.committed, 1);
+    fixture.broker.throttle({});
+    worker = startTestWorker({
+      client,
+      db,
+      queue: LONG_QUEUE,
+      consumer: "closed",
+      handlers: [stepHandler(calls)],
+      sessions: { maxSessions: 1, idleMs: 500 },
+    });
+    await waitUntil(
+      () => {
+        const c = fixture.broker.counts(LONG_QUEUE);
+        return c.active + c.locked === 0;
+      },
+      "the session drained by the next worker",
+      45_000,
+    );
+    assert.deepEqual(calls.get(session), [[0, 0]], "applied once, at its first delivery");
+    assert.equal(worker.stats.duplicate, 1, "the redelivery completed as an inbox duplicate");
+    assert.equal(fixture.broker.counts(LONG_QUEUE).deadLettered, 0);
+    process.stdout.write(
+      `      stop with a throttled settlement took ${stopTook} ms; settle tries after the link closed: ${triesAfterStop}\n`,
     );
   });
 });
