@@ -17,6 +17,7 @@ export const {
   HandlerRegistry,
   IDEMPOTENCY_KEY_IN_USE,
   MESSAGE_ID_NAMESPACE,
+  OWN_RETRY,
   OutboxStore,
   PoisonMessageError,
   ResendWindowError,

@@ -13,6 +13,7 @@ import { deriveMessageId } from "../src/servicebus/message-id.ts";
 import { createPublisher, type PublishEvent } from "../src/servicebus/publisher.ts";
 import { sendRawMessages } from "../src/servicebus/raw.ts";
 import { WorkerFleet } from "./chaos-fleet.ts";
+import { OWN_RETRY } from "../src/servicebus/throttling.ts";
 
 const QUEUE = "chaos-sessions";
 const CONSUMER = "sbinbox-chaos-sessions";
@@ -103,7 +104,11 @@ export async function runSessionRound(o: SessionRoundOptions): Promise<SessionRo
     await current.start();
     out(`session round: ${WORKERS} workers in session mode (${SESSIONS_PER_WORKER} sessions each)`);
 
-    const client = createServiceBusClient({ connectionString: broker.connectionString });
+    const client = createServiceBusClient(
+      { connectionString: broker.connectionString },
+      // The worker and the publisher retry ServerBusy themselves (src/servicebus/throttling.ts).
+      { retryOptions: OWN_RETRY },
+    );
     cleanups.push(() => client.close());
     const publisher = createPublisher({ client, queue: QUEUE });
     cleanups.push(() => publisher.close());

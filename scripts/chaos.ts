@@ -39,6 +39,7 @@ import { WorkerFleet } from "./chaos-fleet.ts";
 import { options, seeded, usage, type Options } from "./chaos-options.ts";
 import { runSessionRound } from "./chaos-sessions.ts";
 import { ThrottlePhase } from "./chaos-throttle.ts";
+import { OWN_RETRY } from "../src/servicebus/throttling.ts";
 
 const HANDLERS = fileURLToPath(new URL("./chaos-handlers.ts", import.meta.url));
 
@@ -310,7 +311,11 @@ async function main(o: Options): Promise<number> {
     const relayAlive = (r: { exitCode: number | null; signalCode: NodeJS.Signals | null }) =>
       r.exitCode === null && r.signalCode === null;
 
-    const client = createServiceBusClient({ connectionString: broker.connectionString });
+    const client = createServiceBusClient(
+      { connectionString: broker.connectionString },
+      // The worker and the publisher retry ServerBusy themselves (src/servicebus/throttling.ts).
+      { retryOptions: OWN_RETRY },
+    );
     cleanups.push(() => client.close());
     const publisher = createPublisher({ client, queue: QUEUE });
     cleanups.push(() => publisher.close());

@@ -23,6 +23,7 @@ import { createPublisher } from "../src/servicebus/publisher.ts";
 import { sendRawMessages } from "../src/servicebus/raw.ts";
 import { runCli } from "../test/helpers/cli.ts";
 import { takeDeadLetters } from "../test/helpers/broker.ts";
+import { OWN_RETRY } from "../src/servicebus/throttling.ts";
 
 const HANDLERS = fileURLToPath(new URL("../test/fixtures/orders-handlers/index.ts", import.meta.url));
 const QUEUE = "orders";
@@ -89,7 +90,11 @@ async function main(): Promise<number> {
     ];
     const broker = await LocalBroker.start({ port: 0, config });
     cleanups.push(() => broker.stop());
-    const client = createServiceBusClient({ connectionString: broker.connectionString });
+    const client = createServiceBusClient(
+      { connectionString: broker.connectionString },
+      // The worker and the publisher retry ServerBusy themselves (src/servicebus/throttling.ts).
+      { retryOptions: OWN_RETRY },
+    );
     cleanups.push(() => client.close());
 
     // Another transaction holds the held order's key: that message's insert waits, times out, and is retried.

@@ -6,6 +6,8 @@ export { createPublisher, ResendWindowError, toServiceBusMessage } from "./servi
 export type { Publisher, PublisherOptions, PublishEvent, PublishResult } from "./servicebus/publisher.ts";
 export { deriveMessageId, canonicalName, uuidV5, MESSAGE_ID_NAMESPACE } from "./servicebus/message-id.ts";
 export { createServiceBusClient, type ServiceBusTarget } from "./servicebus/client.ts";
+// The retry options of a client given to createWorker: one SDK try a call, the worker retrying ServerBusy itself.
+export { OWN_RETRY } from "./servicebus/throttling.ts";
 
 export { createWorker } from "./worker/worker.ts";
 export type { Worker, WorkerOptions, WorkerStats, Readiness } from "./worker/worker.ts";

@@ -8,6 +8,7 @@ import {
   type ServiceBusTarget,
 } from "../servicebus/client.ts";
 import { probeQueue } from "../servicebus/probe.ts";
+import { OWN_RETRY } from "../servicebus/throttling.ts";
 import { createLogger, type Logger } from "../telemetry/logger.ts";
 import { startupMetrics } from "../telemetry/startup-metrics.ts";
 import { createWorker, type Worker } from "../worker/worker.ts";
@@ -125,7 +126,9 @@ export async function startApp(config: Config, options: AppOptions = {}): Promis
       startup,
     });
 
-    const client: ServiceBusClient = createServiceBusClient(target);
+    // One SDK try per call: the worker retries a throttled settlement, renewal or schedule itself, bounded by the
+    // message's lock (src/servicebus/throttling.ts), which a retry inside the SDK (30 s apart) would outlast.
+    const client: ServiceBusClient = createServiceBusClient(target, { retryOptions: OWN_RETRY });
     cleanups.push(() => client.close());
     worker = createAppWorker(config, options, { client, db, handlers, logger });
     const running = worker;

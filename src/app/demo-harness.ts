@@ -6,6 +6,7 @@ import { createPublisher, type PublishEvent } from "../servicebus/publisher.ts";
 import { sendRawMessages, type RawMessage } from "../servicebus/raw.ts";
 import { appliedCount, type Queryable } from "./demo-checks.ts";
 import { spawnWorker, statsFromLog, type WorkerProcess, type WorkerStats } from "./demo-workers.ts";
+import { OWN_RETRY } from "../servicebus/throttling.ts";
 
 export interface DemoOptions {
   readonly count: number;
@@ -120,7 +121,11 @@ export async function runDemoHarness(
     );
     await stage.alongside?.start(runId);
 
-    const client = createServiceBusClient({ connectionString: broker.connectionString });
+    const client = createServiceBusClient(
+      { connectionString: broker.connectionString },
+      // The worker and the publisher retry ServerBusy themselves (src/servicebus/throttling.ts).
+      { retryOptions: OWN_RETRY },
+    );
     cleanups.push(() => client.close());
     const publisher = createPublisher({ client, queue: target });
     cleanups.push(() => publisher.close());

@@ -10,6 +10,7 @@ import { ConfigError } from "../domain/errors.ts";
 import { createServiceBusClient } from "../servicebus/client.ts";
 import { startConsoleServer } from "../console/server.ts";
 import { createConsoleService, type ConsoleService, type ConsoleSources } from "../console/service.ts";
+import { OWN_RETRY } from "../servicebus/throttling.ts";
 
 const usage = `usage: sbinbox console [--port N] [--host H [--allow-host NAME ...]] [--archive-dir DIR]
 
@@ -86,10 +87,12 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
     return 2;
   }
   const sb = config.serviceBus;
+  // One SDK try per call: each is retried while throttled (src/servicebus/busy.ts), and a run says what was.
   const client = createServiceBusClient(
     sb.kind === "namespace"
       ? { fullyQualifiedNamespace: sb.fullyQualifiedNamespace }
       : { connectionString: (sb as { connectionString: string }).connectionString },
+    { retryOptions: OWN_RETRY },
   );
   const closers: (() => Promise<void>)[] = [() => client.close()];
   const operator = userInfo().username;

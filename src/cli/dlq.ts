@@ -17,6 +17,8 @@ import { openArchive, readArchive, restoreArchived } from "../servicebus/dead-le
 import { duration, selectorOf } from "../servicebus/dead-letter-select.ts";
 import { refuseSubscription } from "../domain/entity.ts";
 import { createProgress } from "./progress.ts";
+import { describeThrottled, throttledSoFar } from "../servicebus/busy.ts";
+import { OWN_RETRY } from "../servicebus/throttling.ts";
 
 const usage = `usage: sbinbox dlq <list | replay | purge | restore> [options]
 
@@ -111,10 +113,12 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
     return fail(`configuration error: ${error.message}`);
   }
   const sb = config.serviceBus;
+  // One SDK try per call: each is retried here while throttled (busy.ts), and the run says what was.
   const client: ServiceBusClient = createServiceBusClient(
     sb.kind === "namespace"
       ? { fullyQualifiedNamespace: sb.fullyQualifiedNamespace }
       : { connectionString: (sb as { connectionString: string }).connectionString },
+    { retryOptions: OWN_RETRY },
   );
   const queue = config.queue;
   try {
@@ -178,8 +182,10 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
       progress.finish(undefined, result.purged.length);
       streams.out.write(`purged ${result.purged.length} message(s) from ${queue}/$DeadLetterQueue\n`);
     }
+    writeThrottled(streams.out, client);
     return writeNotActed(streams.out, matching, result.notActed);
   } catch (error) {
+    writeThrottled(streams.out, client);
     return fail(`${action} failed: ${(error as Error).message}`, 1);
   } finally {
     // Telemetry (the replay's PRODUCER spans) is started and flushed around every command by bin/sbinbox.js.
@@ -299,4 +305,10 @@ function defaultStreams(): Streams {
         }
       : undefined,
   };
+}
+
+/** What Service Bus throttled during the command (each retried 1-3 s later), if anything. */
+function writeThrottled(out: NodeJS.WritableStream, client: ServiceBusClient): void {
+  const throttled = describeThrottled({}, throttledSoFar(client));
+  if (throttled) out.write(`throttled by Service Bus (ServerBusy) and retried: ${throttled}\n`);
 }

@@ -1,4 +1,5 @@
 import type { Archive } from "../servicebus/dead-letter-archive.ts";
+import { describeThrottled, throttledSoFar } from "../servicebus/busy.ts";
 import {
   purgeDeadLetters,
   replayDeadLetters,
@@ -45,6 +46,11 @@ export interface Job {
   error?: string;
   /** Where the purged messages were archived first. */
   archive?: string;
+  /**
+   * What Service Bus throttled (ServerBusy) during the run and the console retried, by operation ("receive 3,
+   * send 1"): the console's client's counts over the run, so a second run at the same time adds its own.
+   */
+  throttled?: string;
 }
 
 export interface RunContext {
@@ -72,6 +78,7 @@ export async function execute(context: RunContext, planned: readonly Planned[], 
   const seqs = planned.map((m) => m.sequenceNumber);
   const archivedAt = new Map<string, number>();
   let outcome: DrainResult | undefined;
+  const throttledBefore = throttledSoFar(context.client);
   try {
     outcome = await act(context, job, seqs, archivedAt, (m, copyMessageId) => {
       job.done += 1;
@@ -102,6 +109,7 @@ export async function execute(context: RunContext, planned: readonly Planned[], 
       ...(result === "not started" ? { why: "the console was stopped first: still dead-lettered" } : {}),
     });
   }
+  job.throttled = describeThrottled(throttledBefore, throttledSoFar(context.client));
   job.state = finalState(job, outcome);
 }
 

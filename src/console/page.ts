@@ -431,6 +431,7 @@ function finish(job) {
   });
   if (job.moreResults > 0) rows.push(el("tr", "and " + n(job.moreResults) + " more (the console's log has every one)"));
   if (job.archive) rows.push(el("tr", "Archived to " + job.archive));
+  if (job.throttled) rows.push(el("tr", "Throttled by Service Bus (ServerBusy) and retried: " + job.throttled));
   table.tBodies[0].replaceChildren(...rows);
 }
 

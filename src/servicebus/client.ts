@@ -1,6 +1,5 @@
 import type { AccessToken, GetTokenOptions, TokenCredential } from "@azure/identity";
 import { ServiceBusClient, type ServiceBusClientOptions } from "@azure/service-bus";
-import { SERVICE_BUS_RETRY } from "./throttling.ts";
 
 export type ServiceBusTarget =
   | { readonly connectionString: string }
@@ -8,17 +7,13 @@ export type ServiceBusTarget =
 
 /**
  * A client from a connection string (local broker, official emulator, SAS) or from a namespace with
- * DefaultAzureCredential (managed identity on App Service). Unless told otherwise it retries 2 s apart, as
- * Service Bus asks of a throttled client, rather than the SDK's 30 s (SERVICE_BUS_RETRY).
+ * DefaultAzureCredential (managed identity on App Service). Its retry policy is the SDK's default unless `options`
+ * say otherwise: the callers that retry ServerBusy themselves pass OWN_RETRY (src/servicebus/throttling.ts).
  */
 export function createServiceBusClient(
   target: ServiceBusTarget,
-  given: ServiceBusClientOptions = {},
+  options: ServiceBusClientOptions = {},
 ): ServiceBusClient {
-  const options: ServiceBusClientOptions = {
-    ...given,
-    retryOptions: { ...SERVICE_BUS_RETRY, ...given.retryOptions },
-  };
   if ("connectionString" in target) return new ServiceBusClient(target.connectionString, options);
   return new ServiceBusClient(
     target.fullyQualifiedNamespace,

@@ -1,5 +1,6 @@
 import type { ServiceBusClient, ServiceBusReceivedMessage, ServiceBusReceiver } from "@azure/service-bus";
 import Long from "long";
+import { whileBusy } from "./busy.ts";
 import { createEntityReceiver } from "./entity-receiver.ts";
 
 /** Why a selected dead letter was not acted on. */
@@ -108,7 +109,9 @@ async function peekStates(
   let from = sorted[0]!;
   let next = 0;
   while (!from.greaterThan(last)) {
-    const page = await receiver.peekMessages(100, { fromSequenceNumber: from });
+    const page = await whileBusy(receiver, "receive", () =>
+      receiver.peekMessages(100, { fromSequenceNumber: from }),
+    );
     if (page.length === 0) break;
     for (const m of page) {
       const seq = String(m.sequenceNumber);
@@ -147,7 +150,9 @@ async function lockDeferred(
   sequenceNumbers: string[],
 ): Promise<ServiceBusReceivedMessage[] | undefined> {
   try {
-    return await receiver.receiveDeferredMessages(sequenceNumbers.map((s) => Long.fromString(s)));
+    return await whileBusy(receiver, "receive", () =>
+      receiver.receiveDeferredMessages(sequenceNumbers.map((s) => Long.fromString(s))),
+    );
   } catch (error) {
     if ((error as { code?: string }).code === "MessageNotFound") return undefined;
     throw error;
@@ -180,9 +185,19 @@ async function walkActive(
   const deferred = new Set<string>();
   const held: ServiceBusReceivedMessage[] = [];
   const seen = new Set<string>();
+  let emptyOnce = false;
   try {
     while (active.size > 0 && !walk.signal?.aborted) {
-      const batch = await receiver.receiveMessages(WALK, { maxWaitTimeInMs: 1_000 });
+      const batch = await whileBusy(receiver, "receive", (abortSignal) =>
+        receiver.receiveMessages(WALK, { maxWaitTimeInMs: 1_000, abortSignal }),
+      );
+      // One empty receive is asked again: a throttled receive link gets its messages late or not in this wait
+      // (Service Bus holds its deliveries back), which would end the walk with the selected ones not reached.
+      if (batch.length === 0 && !emptyOnce) {
+        emptyOnce = true;
+        continue;
+      }
+      if (batch.length > 0) emptyOnce = false;
       // A message seen twice: a held one's lock ran out and it came back; this walk has seen the queue through.
       if (batch.length === 0 || batch.some((m) => seen.has(String(m.sequenceNumber)))) {
         held.push(...batch);

@@ -14,6 +14,7 @@ import { refuseSubscription } from "../domain/entity.ts";
 import { replayMessageId } from "./message-id.ts";
 import { toIncoming } from "./incoming.ts";
 import { endSpan, injectTraceContext, startSendSpan } from "./tracing.ts";
+import { completeWhileBusy, tallied, whileBusy } from "./busy.ts";
 
 /** One dead-lettered message as `sbinbox dlq` shows it. */
 export interface DeadLetter {
@@ -106,7 +107,9 @@ export async function peekDeadLetter(
     skipParsingBodyAsJson: true,
   });
   try {
-    const [m] = await receiver.peekMessages(1, { fromSequenceNumber: Long.fromString(sequenceNumber) });
+    const [m] = await whileBusy(receiver, "receive", () =>
+      receiver.peekMessages(1, { fromSequenceNumber: Long.fromString(sequenceNumber) }),
+    );
     return m && String(m.sequenceNumber) === sequenceNumber ? describe(m, true) : undefined;
   } finally {
     await receiver.close();
@@ -125,7 +128,9 @@ export async function* peekAll(
   let from = Long.ONE;
   let n = 0;
   while (n < max) {
-    const page = await receiver.peekMessages(Math.min(PAGE, max - n), { fromSequenceNumber: from });
+    const page = await whileBusy(receiver, "receive", () =>
+      receiver.peekMessages(Math.min(PAGE, max - n), { fromSequenceNumber: from }),
+    );
     if (page.length === 0) return;
     for (const m of page) {
       if (n++ >= max) return;
@@ -182,14 +187,14 @@ export async function replayDeadLetters(
 ): Promise<ReplayResult> {
   // A replay is a send to the queue; a subscription cannot be sent to, and where it forwards is not readable here.
   refuseSubscription(queue, "sbinbox dlq replay");
-  const sender = client.createSender(queue);
+  const sender = tallied(client, client.createSender(queue));
   const replayed: ReplayResult["replayed"] = [];
   try {
     const result = await drain(client, queue, target, options, async (receiver, message, info) => {
       await options.beforeSend?.(message, info);
       const copyId = await sendReplay(sender, queue, message, info, options.bodyOf?.(info.sequenceNumber));
       await options.beforeComplete?.(info.messageId);
-      await receiver.completeMessage(message);
+      await completeWhileBusy(receiver, message);
       replayed.push({
         messageId: info.messageId,
         copyMessageId: copyId,
@@ -225,7 +230,8 @@ export async function sendReplay(
   span.setAttribute(Attr.replayOf, info.messageId);
   injectTraceContext(ctx, copy.applicationProperties as Record<string, unknown>);
   try {
-    await sender.sendMessages(copy);
+    // A ServerBusy send stored nothing; a resend of a try whose answer was lost is dropped by its stable MessageId.
+    await whileBusy(sender, "send", (abortSignal) => sender.sendMessages(copy, { abortSignal }));
     endSpan(span);
   } catch (error) {
     endSpan(span, error);
@@ -246,7 +252,7 @@ export async function purgeDeadLetters(
   const purged: string[] = [];
   const result = await drain(client, queue, target, options, async (receiver, message, info) => {
     await options.beforeComplete?.(message, info);
-    await receiver.completeMessage(message);
+    await completeWhileBusy(receiver, message);
     purged.push(info.messageId);
   });
   return { ...result, purged };
@@ -301,7 +307,9 @@ export async function stillDeadLettered(
   });
   try {
     while (!from.greaterThan(last)) {
-      const page = await receiver.peekMessages(PAGE, { fromSequenceNumber: from });
+      const page = await whileBusy(receiver, "receive", () =>
+        receiver.peekMessages(PAGE, { fromSequenceNumber: from }),
+      );
       if (page.length === 0) break;
       for (const m of page) if (wanted.has(String(m.sequenceNumber))) found.add(String(m.sequenceNumber));
       from = Long.fromValue(page[page.length - 1]!.sequenceNumber!).add(1);

@@ -8,6 +8,8 @@ import {
 import { ROOT_CONTEXT, trace, type Span } from "@opentelemetry/api";
 import { createServiceBusClient, type ServiceBusTarget } from "./client.ts";
 import { sendUnlessDropped } from "./connection-drop.ts";
+import { recordThrottled } from "../telemetry/throttle-metrics.ts";
+import { isThrottled, OWN_RETRY } from "./throttling.ts";
 import { endSpan, injectTraceContext, producerContext, startSendSpan } from "./tracing.ts";
 
 /** One outbox row as the relay hands it to the sender. */
@@ -150,7 +152,8 @@ export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
   if (!options.client && !options.connection)
     throw new TypeError("createOutboxSender needs a client or a connection");
   const ownsClient = !options.client;
-  const client = options.client ?? createServiceBusClient(options.connection!);
+  // One SDK try per send, as the relay's CLI client: the relay retries with its own back-off.
+  const client = options.client ?? createServiceBusClient(options.connection!, { retryOptions: OWN_RETRY });
   const sender: ServiceBusSender = client.createSender(options.queue);
   const queue = options.queue;
 
@@ -175,10 +178,23 @@ export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
     return entry;
   }
 
+  /** One send; a ServerBusy answer is counted (`sbinbox.servicebus.throttled`, send) and retried by the relay. */
+  async function sendCounted(
+    message: ServiceBusMessage | ServiceBusMessageBatch,
+    signal?: AbortSignal,
+  ): Promise<void> {
+    try {
+      await sendUnlessDropped(client, sender, message, signal);
+    } catch (error) {
+      if (isThrottled(error)) recordThrottled("send", queue);
+      throw error;
+    }
+  }
+
   /** One row alone; resolves with the failure if it is not the row's own (the row is then not settled). */
   async function sendOne(entry: Entry, report: Mutable<SendReport>): Promise<{ error: unknown } | undefined> {
     try {
-      await sendUnlessDropped(client, sender, entry.message);
+      await sendCounted(entry.message);
       endSpan(entry.span!);
       report.sent.push(entry.row.id);
     } catch (error) {
@@ -243,7 +259,7 @@ export function createOutboxSender(options: OutboxSenderOptions): OutboxSender {
         }
         try {
           // Failing at once if the connection drops, not by a throw from rhea-promise's timer (connection-drop.ts).
-          await sendUnlessDropped(client, sender, batch, signal);
+          await sendCounted(batch, signal);
           for (const entry of inBatch) {
             endSpan(entry.span!);
             report.sent.push(entry.row.id);

@@ -11,7 +11,7 @@ import type * as SpanHelpers from "./tracing.ts";
 import { deriveMessageId } from "./message-id.ts";
 import { createServiceBusClient, type ServiceBusTarget } from "./client.ts";
 import { sendUnlessDropped } from "./connection-drop.ts";
-import { isThrottled, SERVER_BUSY_WAIT_MS } from "./throttling.ts";
+import { isThrottled, OWN_RETRY, throttledWaitMs } from "./throttling.ts";
 import { same, sendBuilt, tooLarge, type PublishFailure } from "./send-in-batches.ts";
 
 export { sendInBatches, type PublishFailure, type SendInBatchesOptions } from "./send-in-batches.ts";
@@ -31,6 +31,17 @@ function tracingIfRegistered(): Promise<Tracing> | undefined {
     return undefined;
   }
   return (tracing ??= Promise.all([import("@opentelemetry/api"), import("./tracing.ts")]));
+}
+
+/**
+ * Counts a throttled send in `sbinbox.servicebus.throttled`, loading the metric's module (and so the OpenTelemetry
+ * API) only when an SDK is registered: without one the count would go nowhere.
+ */
+function countThrottledSend(queue: string): void {
+  if ((globalThis as Record<symbol, unknown>)[OTEL_API_GLOBAL] === undefined) return;
+  void import("../telemetry/throttle-metrics.ts").then(({ recordThrottled }) =>
+    recordThrottled("send", queue),
+  );
 }
 
 /** One event: its type (the message's subject), its business key, and a JSON-serialisable body. */
@@ -83,12 +94,18 @@ export interface Publisher {
 export interface PublisherOptions {
   /** The queue, or the topic, to send to: a topic copies each event to every subscription its rules admit. */
   readonly queue: string;
-  /** An existing client (not closed by the publisher), or where to connect (closed by `close`). */
+  /**
+   * An existing client (not closed by the publisher; its retry policy applies inside each try, each try bounded by
+   * the duplicate window), or where to connect (closed by `close`; one SDK try per send, OWN_RETRY: the publisher
+   * does the retrying).
+   */
   readonly client?: ServiceBusClient;
   readonly connection?: ServiceBusTarget;
   /**
-   * Resends after the SDK's own retries give up on a transient error. Safe: the MessageId is derived from the
-   * event, so the broker's duplicate detection drops any copy that did arrive. Default 3.
+   * Resends after the SDK's own retries give up on a transient error, `resendDelayMs` doubling. Safe: the MessageId
+   * is derived from the event, so the broker's duplicate detection drops any copy that did arrive. Default 3. A
+   * ServerBusy answer is not counted against them: it is tried again 1-3 s later (Service Bus's 2 s, jittered)
+   * for as long as the duplicate window allows.
    */
   readonly resendAttempts?: number;
   readonly resendDelayMs?: number;
@@ -141,7 +158,7 @@ export function createPublisher(options: PublisherOptions): Publisher {
   if (!Number.isInteger(maxInFlight) || maxInFlight < 1)
     throw new RangeError(`maxInFlight must be a positive whole number (got ${String(options.maxInFlight)})`);
   const ownsClient = !options.client;
-  const client = options.client ?? createServiceBusClient(options.connection!);
+  const client = options.client ?? createServiceBusClient(options.connection!, { retryOptions: OWN_RETRY });
   const sender: ServiceBusSender = client.createSender(options.queue);
   const attempts = options.resendAttempts ?? 3;
   const delayMs = options.resendDelayMs ?? 500;
@@ -156,23 +173,26 @@ export function createPublisher(options: PublisherOptions): Publisher {
   const windowMs = options.duplicateWindowMs ?? DEFAULT_DUPLICATE_WINDOW_MS;
 
   /**
-   * Each send() is itself up to maxRetries + 1 SDK tries (2 s apart), so its own retries are bounded too: every
-   * send gets a signal that aborts it when the window's time (less the margin) is spent, and no SDK retry starts
-   * outside the window.
+   * Each send() is itself up to maxRetries + 1 SDK tries, so its own retries are bounded too: every send gets a
+   * signal that aborts it when the window's time (less the margin) is spent, and no SDK retry starts outside the
+   * window. Throttled tries are counted (`sbinbox.servicebus.throttled`, operation send) and do not use up
+   * `resendAttempts`: the window bounds them.
    */
   async function withResend(send: (signal: AbortSignal) => Promise<void>): Promise<void> {
     const firstTry = Date.now();
     const deadline = firstTry + windowMs - WINDOW_MARGIN_MS;
-    for (let attempt = 0; ; attempt++) {
+    let failures = 0;
+    for (;;) {
       const signal = AbortSignal.timeout(Math.max(0, deadline - Date.now()));
       try {
         return await send(signal);
       } catch (error) {
         if (signal.aborted) throw new ResendWindowError(Date.now() - firstTry, windowMs, error);
-        if (attempt >= attempts || !isTransient(error)) throw error;
         const throttled = isThrottled(error);
-        // Service Bus asks a throttled client to wait 2 s.
-        const wait = Math.max(delayMs * 2 ** attempt, throttled ? SERVER_BUSY_WAIT_MS : 0);
+        if (throttled) countThrottledSend(options.queue);
+        if (!throttled && (failures >= attempts || !isTransient(error))) throw error;
+        const wait = throttled ? throttledWaitMs() : delayMs * 2 ** failures;
+        if (!throttled) failures += 1;
         const resendAt = Date.now() + wait - firstTry;
         if (resendAt > windowMs - WINDOW_MARGIN_MS) throw new ResendWindowError(resendAt, windowMs, error);
         await sleep(wait);

@@ -58,4 +58,9 @@ export interface ReceiverStats {
   held: number;
   settlementFailures: number;
   receiveErrors: number;
+  /**
+   * Messages whose settlement Service Bus throttled until their lock (or their session's link) ended: left to the
+   * broker, which redelivers them (the inbox then completes them as duplicates).
+   */
+  throttledToRedelivery: number;
 }

@@ -22,7 +22,7 @@ import {
 import { within } from "../domain/within.ts";
 import { recordThrottled } from "../telemetry/throttle-metrics.ts";
 import { keepLock } from "./lock-keeper.ts";
-import { isThrottled, retryWhileThrottled } from "./throttling.ts";
+import { byLockToken, isThrottled, retryWhileThrottled, ThrottledPastDeadlineError } from "./throttling.ts";
 import { ConfigError } from "../domain/errors.ts";
 import type { QueueReceiverOptions, ReceiverStats, Settlement } from "./receiver-options.ts";
 
@@ -54,7 +54,13 @@ export class QueueReceiver {
   private releaseHeld: (() => void) | undefined;
   private heldGate: Promise<void> | undefined;
   private readonly inFlight = new Set<Promise<unknown>>();
-  readonly stats: ReceiverStats = { inFlight: 0, held: 0, settlementFailures: 0, receiveErrors: 0 };
+  readonly stats: ReceiverStats = {
+    inFlight: 0,
+    held: 0,
+    settlementFailures: 0,
+    receiveErrors: 0,
+    throttledToRedelivery: 0,
+  };
 
   constructor(options: QueueReceiverOptions) {
     this.options = options;
@@ -281,7 +287,7 @@ export class QueueReceiver {
     }
     await this.options.beforeSettle?.(incoming, decision);
     // Also inside the span: a failed settlement's log line carries the message's trace and span ids.
-    const settlement = await context.with(ctx, () => this.settle(receiver, message, decision, ctx));
+    const settlement = await context.with(ctx, () => this.settle(receiver, message, decision, ctx, held));
     this.options.onSettled?.(decision, { ...settlement, durationMs: performance.now() - began });
     endProcessSpan(span, {
       outcome: decision.outcome,
@@ -311,6 +317,7 @@ export class QueueReceiver {
     message: ServiceBusReceivedMessage,
     decision: Extract<Decision, { disposition: "reschedule" }>,
     ctx: Context,
+    held: AbortSignal | undefined,
   ): Promise<Settlement> {
     const { copy } = decision;
     try {
@@ -321,13 +328,14 @@ export class QueueReceiver {
       // copy's MessageId is stable, so a try whose answer was lost is dropped by duplicate detection.
       await traceRetryScheduled(this.options.queue, ctx, copy, () =>
         retryWhileThrottled(
-          () =>
+          (abortSignal) =>
             sender.scheduleMessages(
               copyOf(message, copy.messageId, copy.properties, copy.enqueueAt),
               copy.enqueueAt,
+              { abortSignal },
             ),
           () => message.lockedUntilUtc?.getTime() ?? 0,
-          () => recordThrottled("schedule", this.options.queue),
+          { onThrottled: () => recordThrottled("schedule", this.options.queue) },
         ),
       );
     } catch (error) {
@@ -337,10 +345,10 @@ export class QueueReceiver {
         code: isServiceBusError(error) ? error.code : undefined,
         error,
       });
-      return this.settle(receiver, message, "abandon", ctx);
+      return this.settle(receiver, message, "abandon", ctx, held);
     }
     await this.options.beforeComplete?.(toIncoming(message), decision);
-    return this.settle(receiver, message, "complete", ctx);
+    return this.settle(receiver, message, "complete", ctx, held);
   }
 
   /** Settles through the scheduler; a failure is logged and counted, never thrown (the inbox absorbs it). */
@@ -349,6 +357,7 @@ export class QueueReceiver {
     message: ServiceBusReceivedMessage,
     decisionOrDisposition: Decision | "complete" | "abandon",
     ctx: Context,
+    held?: AbortSignal,
   ): Promise<Settlement> {
     const { queue } = this.options;
     const decision: Decision =
@@ -357,7 +366,7 @@ export class QueueReceiver {
           ? { disposition: "complete", outcome: "committed" }
           : { disposition: "abandon", outcome: "failed", error: undefined, errorClass: "transient" }
         : decisionOrDisposition;
-    if (decision.disposition === "reschedule") return this.reschedule(receiver, message, decision, ctx);
+    if (decision.disposition === "reschedule") return this.reschedule(receiver, message, decision, ctx, held);
     const disposition = decision.disposition;
     const sdkSettle = (target: ServiceBusReceivedMessage): Promise<void> => {
       switch (decision.disposition) {
@@ -382,7 +391,8 @@ export class QueueReceiver {
           await this.scheduler.settle(disposition, issue);
         } catch (error) {
           if (!isThrottled(error)) throw error;
-          await this.settleByLockToken(message, sdkSettle, error);
+          recordThrottled("settle", queue);
+          await this.settleAgain(receiver, message, sdkSettle, error, held);
         }
       });
       return { settled: true, disposition };
@@ -397,30 +407,56 @@ export class QueueReceiver {
    * A settlement Service Bus throttled on the receive link: the delivery is settled (answered ServerBusy) while the
    * message keeps its lock, and the SDK cannot send another disposition for it ("already settled"). It is sent
    * again by lock token over `$management` (update-disposition: the SDK's path for a message without its link),
-   * while the lock lasts (kept by keepLock), so the throttling spends no delivery.
+   * while the lock lasts (kept by keepLock), so the throttling spends no delivery. Each try is bounded by the lock
+   * (retryWhileThrottled); at the lock's end the message is left to the broker, which redelivers it, counted in
+   * `stats.throttledToRedelivery` and logged.
    */
-  private async settleByLockToken(
+  protected async settleAgain(
+    _receiver: ServiceBusReceiver,
     message: ServiceBusReceivedMessage,
     sdkSettle: (target: ServiceBusReceivedMessage) => Promise<void>,
     first: unknown,
+    _held: AbortSignal | undefined,
   ): Promise<void> {
-    recordThrottled("settle", this.options.queue);
     this.options.logger.debug("settlement throttled (ServerBusy): sent again by lock token", {
       messageId: message.messageId,
       error: first,
     });
-    const byToken = Object.create(message, {
-      delivery: { value: { remote_settled: false } },
-    }) as ServiceBusReceivedMessage;
-    await retryWhileThrottled(
-      () => sdkSettle(byToken),
+    await this.whileLocked(
+      message,
+      () => sdkSettle(byLockToken(message)),
       () => message.lockedUntilUtc?.getTime() ?? 0,
-      () => recordThrottled("settle", this.options.queue),
+      "its lock ended",
     );
+  }
+
+  /** Runs a throttled settlement's tries until `deadline`; past it, counts and logs the message as left. */
+  protected async whileLocked(
+    message: ServiceBusReceivedMessage,
+    attempt: () => Promise<void>,
+    deadline: () => number,
+    ended: string,
+  ): Promise<void> {
+    try {
+      await retryWhileThrottled(attempt, deadline, {
+        onThrottled: () => recordThrottled("settle", this.options.queue),
+      });
+    } catch (error) {
+      if (!(error instanceof ThrottledPastDeadlineError)) throw error;
+      // The broker redelivers it; the inbox then completes it as a duplicate (its effect was committed).
+      this.stats.throttledToRedelivery += 1;
+      this.options.logger.warn(
+        `settlement still throttled when ${ended}: the message is left to the broker's redelivery`,
+        { messageId: message.messageId, sessionId: message.sessionId, refusals: error.refusals, error },
+      );
+      throw error;
+    }
   }
 
   private onError(args: ProcessErrorArgs): Promise<void> {
     this.stats.receiveErrors += 1;
+    // A throttled receive link (on Service Bus the link's error; the local broker only holds its deliveries back).
+    if (isThrottled(args.error)) recordThrottled("receive", this.options.queue);
     if (args.errorSource === "receive") this.options.onReceiveError?.(args.error, () => this.receiveLinkOpen);
     const text = String((args.error as Error | undefined)?.message);
     if (NEEDS_SESSIONS.test(text)) {

@@ -1,12 +1,16 @@
 import {
   isServiceBusError,
+  type ServiceBusReceivedMessage,
+  type ServiceBusReceiver,
   type ServiceBusSessionReceiver,
   type ServiceBusSessionReceiverOptions,
 } from "@azure/service-bus";
 import { parseEntity } from "../domain/entity.ts";
 import { ConfigError } from "../domain/errors.ts";
 import { within } from "../domain/within.ts";
+import { recordThrottled } from "../telemetry/throttle-metrics.ts";
 import { QueueReceiver, type QueueReceiverOptions } from "./receiver.ts";
+import { byLockToken, isThrottled } from "./throttling.ts";
 
 export interface SessionReceiverOptions extends QueueReceiverOptions {
   /** Most sessions held at once; each handles one message at a time, in order. */
@@ -64,6 +68,39 @@ export class SessionQueueReceiver extends QueueReceiver {
 
   override get attached(): boolean {
     return this.running && this.mismatch === undefined;
+  }
+
+  /**
+   * A session message's settlement throttled on its link. The SDK settles a session message only while its session's
+   * link is open (settleMessageOperation refuses one whose link is gone: SessionLockLost, as the session lock went
+   * with the link), and the throttled delivery is already settled on that link, so it is sent again the way the SDK
+   * settles a deferred session message: by lock token over `$management`, with the session id, through this session
+   * receiver. Only while the session is held: the tries stop when the session's link closes or the slot gives the
+   * session up (`held`), and at the session lock's end (renewWhileHeld moves it). The message is then left to the
+   * broker, which redelivers it with the session (counted in `stats.throttledToRedelivery`, logged).
+   */
+  protected override async settleAgain(
+    receiver: ServiceBusReceiver,
+    message: ServiceBusReceivedMessage,
+    sdkSettle: (target: ServiceBusReceivedMessage) => Promise<void>,
+    first: unknown,
+    held: AbortSignal | undefined,
+  ): Promise<void> {
+    const session = receiver as ServiceBusSessionReceiver;
+    const linkOpen = (): boolean => !session.isClosed && held?.aborted !== true;
+    const deadline = (): number => (linkOpen() ? (session.sessionLockedUntilUtc?.getTime() ?? 0) : 0);
+    this.options.logger.debug("session settlement throttled (ServerBusy): sent again by lock token", {
+      messageId: message.messageId,
+      sessionId: session.sessionId,
+      error: first,
+    });
+    // retryWhileThrottled reads the deadline before each try: 0 once the link is gone, so no try goes out then.
+    await this.whileLocked(
+      message,
+      () => sdkSettle(byLockToken(message)),
+      deadline,
+      "its session's link closed or its lock ended",
+    );
   }
 
   override start(): void {
@@ -196,8 +233,16 @@ export class SessionQueueReceiver extends QueueReceiver {
         if (!live() || held.signal.aborted) break;
         // Left unsettled (a retry wait cut short): the session must close before anything behind it is taken.
         if (!(await this.run(session, message, held.signal))) break;
+        // A settlement throttled until the session's lock ended: the session is the broker's again, so nothing
+        // more is taken on it here (the message left comes back with the session, first).
+        if (Date.now() >= (session.sessionLockedUntilUtc?.getTime() ?? Infinity)) {
+          giveUp("its lock ended while a settlement was throttled");
+          break;
+        }
       }
     } catch (error) {
+      // A throttled receive on the session's link (Service Bus answers the link ServerBusy).
+      if (isThrottled(error)) recordThrottled("receive", this.options.queue);
       logger.warn("session ended", {
         sessionId: session.sessionId,
         code: isServiceBusError(error) ? error.code : undefined,

@@ -8,6 +8,7 @@ import {
   loadHandlerModule,
   migrate,
   openDatabase,
+  OWN_RETRY,
   replayDeadLetters,
   silentLogger,
   type Database,
@@ -158,7 +159,11 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
       { preCheck: "redeliveries", maxConnections: (options.maxConcurrentCalls ?? 8) + 4 },
     );
     cleanups.push(() => database.close());
-    const client = createServiceBusClient({ connectionString: broker.connectionString });
+    const client = createServiceBusClient(
+      { connectionString: broker.connectionString },
+      // The worker and the publisher retry ServerBusy themselves (src/servicebus/throttling.ts).
+      { retryOptions: OWN_RETRY },
+    );
     cleanups.push(() => client.close());
     const publisher = createPublisher({ queue: QUEUE, client });
     cleanups.push(() => publisher.close());

@@ -82,6 +82,11 @@ export interface WorkerStats {
   failed: number;
   settled: number;
   settlementFailures: number;
+  /**
+   * Of the settlement failures, those Service Bus throttled until the message's lock (or its session's link) ended:
+   * the broker redelivers them, and the inbox completes them as duplicates.
+   */
+  throttledToRedelivery: number;
   outages: number;
   held: number;
   /** Failed attempts retried in place, under the lock. */

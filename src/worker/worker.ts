@@ -14,6 +14,7 @@ import { defaultRetryPolicy } from "./retry-policy.ts";
 import { ProgressMonitor } from "./progress.ts";
 import { cleanupPass } from "./cleanup-pass.ts";
 import { OutagePause } from "./outage.ts";
+import { ownRetryWarning, ThrottledPastDeadlineError } from "../servicebus/throttling.ts";
 import { createLinkProbe } from "../servicebus/link-probe.ts";
 import type { Readiness, Worker, WorkerOptions, WorkerStats } from "./worker-types.ts";
 
@@ -108,6 +109,8 @@ export function createWorker(options: WorkerOptions): Worker {
     start() {
       if (started) return;
       started = true;
+      const warning = ownRetryWarning(options.client);
+      if (warning !== undefined) logger.warn(warning, { queue: options.queue });
       receiver.start();
       if (progressOn) progress.start();
       stopObservingClaims = telemetry.observeOpenClaims(() => store.countOpenClaims());
@@ -159,6 +162,7 @@ function emptyStats(): WorkerStats {
     failed: 0,
     settled: 0,
     settlementFailures: 0,
+    throttledToRedelivery: 0,
     outages: 0,
     held: 0,
     retriesWaited: 0,
@@ -204,6 +208,7 @@ function receiverHooks(
       progress?.settled(result);
       if (result.settled) stats.settled += 1;
       else stats.settlementFailures += 1;
+      if (result.error instanceof ThrottledPastDeadlineError) stats.throttledToRedelivery += 1;
       telemetry.recordSettlement({
         queue,
         disposition: result.disposition,

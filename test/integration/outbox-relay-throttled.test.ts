@@ -5,7 +5,9 @@ import { enqueue } from "../../src/outbox/enqueue.ts";
 import { createPostgresOutboxStore, type PostgresOutboxStore } from "../../src/outbox/postgres/store.ts";
 import { startRelay, type Relay } from "../../src/outbox/relay.ts";
 import { createOutboxSender } from "../../src/servicebus/outbox-sender.ts";
+import { Metric } from "../../src/telemetry/names.ts";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
+import { metricTotal, useTelemetryCapture } from "../helpers/telemetry.ts";
 import { createTestDatabase } from "../helpers/postgres.ts";
 
 const QUEUE = "outbox";
@@ -24,6 +26,7 @@ function keyOf(m: ServiceBusReceivedMessage): number {
 describe("outbox relay: sends throttled at 30% (ServerBusy)", function () {
   this.timeout(60_000);
   const fixture = useLocalBroker(brokerConfig({ [QUEUE]: { RequiresDuplicateDetection: true } }));
+  const telemetry = useTelemetryCapture();
   let pool: pg.Pool;
   let store: PostgresOutboxStore;
   let relay: Relay | undefined;
@@ -78,6 +81,14 @@ describe("outbox relay: sends throttled at 30% (ServerBusy)", function () {
     assert.equal(r.counters.setAside, 0, "throttling sets no row aside");
     assert.ok(r.counters.failedSends > 0, "some batches were throttled");
     assert.equal(fixture.broker.throttleCounts().send.throttled, r.counters.failedSends);
+    assert.equal(
+      metricTotal(await telemetry().collect(), Metric.throttled, {
+        "sbinbox.servicebus.operation": "send",
+        "messaging.destination.name": QUEUE,
+      }),
+      r.counters.failedSends,
+      "each throttled send counted in sbinbox.servicebus.throttled (send)",
+    );
     assert.ok(
       errors.every((e) => (e as { code?: string }).code === "ServiceBusy"),
       `only ServiceBusy failures: ${errors.map(String).join("; ")}`,

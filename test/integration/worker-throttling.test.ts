@@ -3,7 +3,7 @@ import { ServiceBusClient } from "@azure/service-bus";
 import type { Database } from "../../src/app/database.ts";
 import { demoEvent } from "../../src/example/demo-events.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
-import { SERVICE_BUS_RETRY } from "../../src/servicebus/throttling.ts";
+import { OWN_RETRY } from "../../src/servicebus/throttling.ts";
 import type { Worker } from "../../src/worker/worker.ts";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { countCredits, creditsPerMessage, exampleDatabase, startTestWorker } from "../helpers/worker.ts";
@@ -30,7 +30,7 @@ describe("worker: a namespace throttled at 30% (ServerBusy on send, receive, set
   before(async () => {
     db = await exampleDatabase("throttled");
     // The retry options the worker's and the publisher's own clients get (src/app/app.ts, publisher.ts).
-    client = new ServiceBusClient(fixture.broker.connectionString, { retryOptions: SERVICE_BUS_RETRY });
+    client = new ServiceBusClient(fixture.broker.connectionString, { retryOptions: OWN_RETRY });
   });
   after(async () => {
     await worker?.stop();

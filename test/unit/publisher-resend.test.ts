@@ -24,6 +24,11 @@ describe("publisher resend", function () {
     code: "ServiceBusy",
     retryable: true,
   });
+  const dropped = Object.assign(new Error("connection dropped"), {
+    name: "ServiceBusError",
+    code: "ServiceCommunicationProblem",
+    retryable: true,
+  });
 
   it("resends the same message, with the same MessageId, after a transient failure", async function () {
     const { client, sent } = scriptedClient([transient, transient]);
@@ -34,14 +39,14 @@ describe("publisher resend", function () {
   });
 
   it("gives up after its attempts, and never resends a permanent failure", async function () {
-    const many = scriptedClient([transient, transient, transient, transient, transient]);
+    const many = scriptedClient([dropped, dropped, dropped, dropped, dropped]);
     await assert.rejects(
       createPublisher({ client: many.client, queue: "q", sleep: noSleep, resendAttempts: 3 }).publish(
         "T",
         "k",
         {},
       ),
-      /service busy/,
+      /connection dropped/,
     );
     assert.equal(many.sent.length, 0);
     const permanent = Object.assign(new Error("too big"), { code: "MessageSizeExceeded", retryable: false });
@@ -52,24 +57,31 @@ describe("publisher resend", function () {
     );
   });
 
-  it("waits Service Bus's 2 s after a throttled send (ServiceBusy), longer than its own first delay", async function () {
+  it("waits Service Bus's 2 s, jittered to 1-3 s, after a throttled send (ServiceBusy), longer than its own first delay", async function () {
     const waits: number[] = [];
-    const { client, sent } = scriptedClient([transient]);
+    const { client, sent } = scriptedClient([transient, transient, transient]);
     const sleep = (ms: number) => (waits.push(ms), Promise.resolve());
     await createPublisher({ client, queue: "q", sleep, resendDelayMs: 100 }).publish("T", "k", {});
-    assert.deepEqual(waits, [2_000]);
+    assert.equal(waits.length, 3);
+    for (const wait of waits) assert.ok(wait >= 1_000 && wait <= 3_000, `waited ${wait} ms`);
+    assert.equal(sent.length, 1);
+  });
+
+  it("does not spend its attempts on throttled sends: ten ServerBusy answers, then sent, with resendAttempts 1", async function () {
+    const { client, sent } = scriptedClient(Array.from({ length: 10 }, () => transient));
+    await createPublisher({ client, queue: "q", sleep: noSleep, resendAttempts: 1 }).publish("T", "k", {});
     assert.equal(sent.length, 1);
   });
 
   it("starts no resend that would fall outside the duplicate detection window (less a minute), and says so", async function () {
     const { client, sent } = scriptedClient([transient, transient]);
-    // a 61 s window leaves 1 s for resends: the throttled send's 2 s wait would pass it
-    const publisher = createPublisher({ client, queue: "q", sleep: noSleep, duplicateWindowMs: 61_000 });
+    // a 60.9 s window leaves 0.9 s for resends: the throttled send's 1-3 s wait would pass it
+    const publisher = createPublisher({ client, queue: "q", sleep: noSleep, duplicateWindowMs: 60_900 });
     await assert.rejects(publisher.publish("T", "k", {}), (error: unknown) => {
       assert.ok(error instanceof ResendWindowError);
       assert.match(
         error.message,
-        /outside the duplicate detection window \(61000 ms less a 60000 ms margin\)/,
+        /outside the duplicate detection window \(60900 ms less a 60000 ms margin\)/,
       );
       assert.match(error.message, /service busy/);
       return true;
