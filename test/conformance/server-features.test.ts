@@ -12,6 +12,8 @@ describe("feature probes: a broken project statement fails, it does not skip", f
 
   before(async function () {
     db = await postgresBackend.database("server_features");
+    // The key probe names its consumer by the InboxConsumer Id, so the probe runs on a migrated inbox.
+    await db.createStore().migrate();
   });
 
   after(async function () {

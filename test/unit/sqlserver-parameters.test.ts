@@ -29,10 +29,14 @@ describe("SQL Server adapter: positional parameters become typed @p1..@pn", () =
     assert.equal(p.p7?.value, null);
   });
 
-  it("every statement uses only @p1..@pn parameter names", () => {
+  it("every statement uses only @p1..@pn parameter names (and the local variables it declares)", () => {
     const all: Record<string, string> = { ...statements };
     for (const [name, sql] of Object.entries(all)) {
-      const params = sql.match(/@\w+/g) ?? [];
+      // Variables of the statement's own DECLARE are local: they are not parameters the adapter must bind.
+      const declared = new Set(
+        [...sql.matchAll(/DECLARE\s+([^;]+);/gi)].flatMap((m) => m[1]!.match(/@\w+(?=\s+\w)/g) ?? []),
+      );
+      const params = (sql.match(/@@?\w+/g) ?? []).filter((p) => !p.startsWith("@@") && !declared.has(p));
       for (const param of params) assert.match(param, /^@p\d+$/, `${name} uses ${param}`);
     }
   });

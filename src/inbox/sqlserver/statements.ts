@@ -87,8 +87,9 @@ WHERE ClaimedUtc IS NOT NULL
     countOpenClaims: `SELECT COUNT(*) AS n FROM ${s}.Inbox WHERE ClaimedUtc IS NOT NULL;`,
     // cutoffSec: a marker of second s was received before s + 1, so s < cutoffSec is older than the retention.
     // DATEDIFF counts boundaries crossed, which for whole seconds from midnight is the floor.
-    cleanupCutoff: `DECLARE @cutoff datetime2(3) = DATEADD(millisecond, -@p2, DATEADD(second, -@p1, SYSUTCDATETIME()));
-SELECT @cutoff AS cutoff, DATEDIFF(second, '20200101', @cutoff) AS cutoffSec;`,
+    // A derived table, not a variable: statements name only @p1..@pn, and the clock is read once.
+    cleanupCutoff: `SELECT c.cutoff, DATEDIFF(second, '20200101', c.cutoff) AS cutoffSec
+FROM (SELECT CAST(DATEADD(millisecond, -@p2, DATEADD(second, -@p1, SYSUTCDATETIME())) AS datetime2(3)) AS cutoff) AS c;`,
     // One range of the clustered key after the last Id of the batch before: the rows in it older than the cutoff
     // go. "old" counts them (a range with none ends the run) and "firstYoung" is the first Id kept, where the next
     // run starts. Small ranges stay under lock escalation (5,000 locks) and ROWLOCK keeps them row locks. No
