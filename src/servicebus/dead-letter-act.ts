@@ -52,11 +52,13 @@ export async function actOnDeadLetters(
   options: ActOptions = {},
 ): Promise<ActOutcome> {
   const outcome: ActOutcome = { acted: [], notActed: new Map(), stopped: [] };
-  const receiver = createEntityReceiver(client, queue, {
-    subQueueType: "deadLetter",
-    receiveMode: "peekLock",
-    skipParsingBodyAsJson: true,
-  });
+  const open = () =>
+    createEntityReceiver(client, queue, {
+      subQueueType: "deadLetter",
+      receiveMode: "peekLock",
+      skipParsingBodyAsJson: true,
+    });
+  const receiver = open();
   const wanted = new Set(sequenceNumbers);
   const chunk = options.chunk ?? CHUNK;
   try {
@@ -71,7 +73,7 @@ export async function actOnDeadLetters(
       const active = [...wanted].filter((s) => states.get(s) === "active");
       const setAside =
         active.length > 0
-          ? await walkActive(receiver, new Set(active), {
+          ? await walkActive(open, receiver, new Set(active), {
               wanted,
               act,
               outcome,
@@ -164,28 +166,46 @@ interface Run {
 }
 
 /**
+ * How many messages one receiver holds locked while walking before the walk goes on with a new one. A receiver is one
+ * AMQP session, and the SDK's (rhea's) session takes at most 2,048 unsettled deliveries (its incoming window is what
+ * is left of that buffer): past it Service Bus sends nothing more and a receive comes back empty, which a walk would
+ * read as the end of the queue. Two operators' walks over one large group each stopped there, about half the group
+ * reached by neither.
+ */
+export const HOLD_PER_RECEIVER = 1_500;
+
+/**
  * Receives the dead-letter queue in order until every selected active message has come up, acting on each selected
  * one as it comes up. The others are held locked and abandoned when the walk ends, or with setAside deferred at
  * once (before a lock could run out, which would count as a delivery), selected ones included, which are then
- * locked by number a few at a time, each with a fresh lock, however long the run.
+ * locked by number a few at a time, each with a fresh lock, however long the run. A receiver holding
+ * HOLD_PER_RECEIVER is kept (its locks with it) and the walk goes on with another, so a walk reaches past any
+ * number of messages it must hold.
  * A message with a session id is never deferred: receiving a deferred message by number from the dead-letter queue
  * of a session-enabled entity has been reported to fail (SessionLockLost, Azure/azure-sdk-for-net#34662), which
  * would strand it. Returns the sequence numbers deferred.
  */
 async function walkActive(
-  receiver: ServiceBusReceiver,
+  open: () => ServiceBusReceiver,
+  first: ServiceBusReceiver,
   active: Set<string>,
   walk: Run & { readonly setAside: boolean },
 ): Promise<Set<string>> {
   const deferred = new Set<string>();
-  const held: ServiceBusReceivedMessage[] = [];
+  const held: { receiver: ServiceBusReceiver; messages: ServiceBusReceivedMessage[] }[] = [
+    { receiver: first, messages: [] },
+  ];
   const seen = new Set<string>();
   try {
     while (active.size > 0 && !walk.signal?.aborted) {
+      if (held[held.length - 1]!.messages.length + WALK > HOLD_PER_RECEIVER)
+        held.push({ receiver: open(), messages: [] });
+      const hold = held[held.length - 1]!;
+      const receiver = hold.receiver;
       const batch = await receiver.receiveMessages(WALK, { maxWaitTimeInMs: 1_000 });
       // A message seen twice: a held one's lock ran out and it came back; this walk has seen the queue through.
       if (batch.length === 0 || batch.some((m) => seen.has(String(m.sequenceNumber)))) {
-        held.push(...batch);
+        hold.messages.push(...batch);
         break;
       }
       const setAside = walk.setAside ? batch.filter((m) => m.sessionId === undefined) : [];
@@ -197,11 +217,14 @@ async function walkActive(
       for (const m of setAside) deferred.add(String(m.sequenceNumber));
       const locked = batch.filter((m) => !setAside.includes(m));
       const selected = locked.filter((m) => walk.wanted.has(String(m.sequenceNumber)));
-      held.push(...locked.filter((m) => !selected.includes(m)));
+      hold.messages.push(...locked.filter((m) => !selected.includes(m)));
       await actOnLocked(receiver, selected, walk);
     }
   } finally {
-    for (const m of held) await receiver.abandonMessage(m).catch(() => undefined);
+    for (const { receiver, messages } of held) {
+      for (const m of messages) await receiver.abandonMessage(m).catch(() => undefined);
+      if (receiver !== first) await receiver.close().catch(() => undefined);
+    }
   }
   return deferred;
 }

@@ -1,0 +1,75 @@
+import assert from "node:assert/strict";
+import { ServiceBusClient } from "@azure/service-bus";
+import { createConsoleService, type ConsoleService, type Job } from "../../src/console/service.ts";
+import { peekDeadLetters } from "../../src/servicebus/dead-letter.ts";
+import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
+import { deadLetterMany } from "../helpers/dead-letters.ts";
+
+const QUEUE = "dlq-concurrent";
+const GROUP = 2_500;
+/** Four reasons taken in turn: a walk to the group's last message passes 7,500 others it must hold locked. */
+const reasonOf = (n: number) => ["Timeout", "Schema", "Other", "Poison"][n % 4]!;
+
+async function ended(service: ConsoleService, job: Job): Promise<Job> {
+  await waitUntil(() => service.job(job.id)?.state !== "running", `job ${job.id} ended`, 240_000);
+  return service.job(job.id)!;
+}
+
+// The defect: each walk held every other dead letter it passed, and one receiver (one AMQP session, whose window
+// is the SDK's 2,048 unsettled deliveries) could hold no more, so each walk stopped 2,048 messages in, read an empty
+// receive as the end of the queue, and both runs named about half the group "held by another operator" that
+// nobody held. Two consoles, each with its own connection, replay the same 2,500 at once by default (lock and
+// abandon, nothing deferred).
+describe("two consoles replaying one large group at once, by default (lock and abandon)", function () {
+  this.timeout(300_000);
+  const fixture = useLocalBroker(brokerConfig({ [QUEUE]: { MaxDeliveryCount: 100 } }));
+
+  before(async () => {
+    await deadLetterMany(fixture.client, QUEUE, 4 * GROUP, reasonOf);
+  });
+
+  it("replays each message exactly once between them, the rest named held by another operator or gone, none deferred", async function () {
+    const before = await peekDeadLetters(fixture.client, QUEUE);
+    assert.equal(before.filter((m) => m.reason === "Poison").length, GROUP);
+    const second = new ServiceBusClient(fixture.broker.connectionString, {
+      retryOptions: { maxRetries: 1, timeoutInMs: 10_000 },
+    });
+    try {
+      const alice = createConsoleService({ client: fixture.client, entity: QUEUE });
+      const bob = createConsoleService({ client: second, entity: QUEUE });
+      const [alicePlan, bobPlan] = await Promise.all([
+        alice.plan("replay", { filter: { reason: "Poison" } }, "alice"),
+        bob.plan("replay", { filter: { reason: "Poison" } }, "bob"),
+      ]);
+      assert.equal(alicePlan.count, GROUP);
+      assert.equal(bobPlan.count, GROUP);
+      const [a, b] = await Promise.all([
+        ended(alice, alice.run(alicePlan.token, "alice")),
+        ended(bob, bob.run(bobPlan.token, "bob")),
+      ]);
+      const replayed = (job: Job) =>
+        job.results.filter((r) => r.result === "replayed").map((r) => r.sequenceNumber);
+      const both = [...replayed(a), ...replayed(b)];
+      assert.equal(both.length, GROUP, `alice ${JSON.stringify(a.counts)}, bob ${JSON.stringify(b.counts)}`);
+      assert.equal(new Set(both).size, GROUP, "no message replayed by both");
+      for (const job of [a, b]) {
+        assert.equal(job.error, undefined);
+        // What one did not replay, the other held (or had replayed already: gone), and did replay.
+        for (const r of job.results)
+          assert.ok(["replayed", "held by another operator", "gone"].includes(r.result), r.result);
+        const other = new Set(replayed(job === a ? b : a));
+        for (const r of job.results) if (r.result !== "replayed") assert.ok(other.has(r.sequenceNumber));
+      }
+      const after = await peekDeadLetters(fixture.client, QUEUE);
+      assert.equal(after.filter((m) => m.reason === "Poison").length, 0, "the whole group replayed");
+      assert.equal(after.length, 3 * GROUP, "every other dead letter still there");
+      assert.ok(
+        after.every((m) => m.state === "active"),
+        "none deferred",
+      );
+      assert.equal(fixture.broker.counts(QUEUE).active, GROUP, "one copy of each: none sent twice");
+    } finally {
+      await second.close();
+    }
+  });
+});
