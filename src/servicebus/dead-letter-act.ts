@@ -2,8 +2,21 @@ import type { ServiceBusClient, ServiceBusReceivedMessage, ServiceBusReceiver } 
 import Long from "long";
 import { createEntityReceiver } from "./entity-receiver.ts";
 
-/** Why a selected dead letter was not acted on. */
-export type NotActed = "held by another operator" | "gone";
+/**
+ * Why a selected dead letter was not acted on: locked by another receiver (a walk went to the end of the queue, or
+ * a lock by number was refused, while a peek still saw it), no longer there, or not reached (the run ended first:
+ * its rounds ran out, or it was stopped, or an error ended it).
+ */
+export type NotActed = "held by another operator" | "gone" | "not reached";
+
+/** The act on one message threw: which message was in hand; the others not yet acted on were not reached. */
+export class ActFailed extends Error {
+  readonly sequenceNumber: string;
+  constructor(sequenceNumber: string, cause: unknown) {
+    super(cause instanceof Error ? cause.message : String(cause), { cause });
+    this.sequenceNumber = sequenceNumber;
+  }
+}
 
 export interface ActOptions {
   /** Checked before each message: once aborted, the message in hand is finished and nothing more is started. */
@@ -25,7 +38,7 @@ export interface ActOutcome {
   readonly acted: string[];
   /** The others, and why: still in the dead-letter queue but locked by someone else, or no longer there. */
   readonly notActed: Map<string, NotActed>;
-  /** Stopped by the signal: these were not started. */
+  /** Stopped by the signal: these were not reached. */
   readonly stopped: string[];
 }
 
@@ -60,10 +73,13 @@ export async function actOnDeadLetters(
     });
   const receiver = open();
   const wanted = new Set(sequenceNumbers);
+  /** Seen in the dead-letter queue by this round's peek, yet not to be had: another receiver holds them. */
+  const held = new Set<string>();
   const chunk = options.chunk ?? CHUNK;
   try {
     for (let round = 0; round < ROUNDS && wanted.size > 0; round++) {
       const before = wanted.size;
+      held.clear();
       const states = await peekStates(receiver, [...wanted]);
       for (const seq of wanted)
         if (!states.has(seq)) {
@@ -79,10 +95,16 @@ export async function actOnDeadLetters(
               outcome,
               signal: options.signal,
               setAside: options.setAside === true,
+              held,
             })
           : new Set();
       const deferred = [...wanted].filter((s) => states.get(s) === "deferred" || setAside.has(s));
-      await actBySequenceNumber(receiver, deferred, { wanted, act, outcome, signal: options.signal }, chunk);
+      await actBySequenceNumber(
+        receiver,
+        deferred,
+        { wanted, act, outcome, signal: options.signal, held },
+        chunk,
+      );
       if (options.signal?.aborted) break;
       if (wanted.size === before) break;
     }
@@ -92,7 +114,8 @@ export async function actOnDeadLetters(
   if (options.signal?.aborted) outcome.stopped.push(...wanted);
   else
     for (const seq of wanted)
-      if (!outcome.notActed.has(seq)) outcome.notActed.set(seq, "held by another operator");
+      if (!outcome.notActed.has(seq))
+        outcome.notActed.set(seq, held.has(seq) ? "held by another operator" : "not reached");
   for (const seq of outcome.stopped) outcome.notActed.delete(seq);
   return outcome;
 }
@@ -137,7 +160,11 @@ async function actBySequenceNumber(
     let locked = await lockDeferred(receiver, part);
     if (locked === undefined) {
       locked = [];
-      for (const seq of part) locked.push(...((await lockDeferred(receiver, [seq])) ?? []));
+      for (const seq of part) {
+        const one = await lockDeferred(receiver, [seq]);
+        if (one === undefined) run.held.add(seq);
+        else locked.push(...one);
+      }
     }
     await actOnLocked(receiver, locked, run);
   }
@@ -163,6 +190,8 @@ interface Run {
   readonly signal: AbortSignal | undefined;
   /** Defer the messages met on the way (ActOptions.setAside) rather than abandon them. */
   readonly setAside?: boolean;
+  /** Filled with the selected ones found held by another receiver. */
+  readonly held: Set<string>;
 }
 
 /**
@@ -192,20 +221,23 @@ async function walkActive(
   walk: Run & { readonly setAside: boolean },
 ): Promise<Set<string>> {
   const deferred = new Set<string>();
-  const held: { receiver: ServiceBusReceiver; messages: ServiceBusReceivedMessage[] }[] = [
+  const holds: { receiver: ServiceBusReceiver; messages: ServiceBusReceivedMessage[] }[] = [
     { receiver: first, messages: [] },
   ];
   const seen = new Set<string>();
   try {
     while (active.size > 0 && !walk.signal?.aborted) {
-      if (held[held.length - 1]!.messages.length + WALK > HOLD_PER_RECEIVER)
-        held.push({ receiver: open(), messages: [] });
-      const hold = held[held.length - 1]!;
+      if (holds[holds.length - 1]!.messages.length + WALK > HOLD_PER_RECEIVER)
+        holds.push({ receiver: open(), messages: [] });
+      const hold = holds[holds.length - 1]!;
       const receiver = hold.receiver;
       const batch = await receiver.receiveMessages(WALK, { maxWaitTimeInMs: 1_000 });
       // A message seen twice: a held one's lock ran out and it came back; this walk has seen the queue through.
       if (batch.length === 0 || batch.some((m) => seen.has(String(m.sequenceNumber)))) {
         hold.messages.push(...batch);
+        // An empty receive with room to hold more: the walk reached the end, so a selected one still active that
+        // never came up is locked by someone else. A lock that ran out says nothing of the ones not reached.
+        if (batch.length === 0) for (const seq of active) walk.held.add(seq);
         break;
       }
       const setAside = walk.setAside ? batch.filter((m) => m.sessionId === undefined) : [];
@@ -221,7 +253,7 @@ async function walkActive(
       await actOnLocked(receiver, selected, walk);
     }
   } finally {
-    for (const { receiver, messages } of held) {
+    for (const { receiver, messages } of holds) {
       for (const m of messages) await receiver.abandonMessage(m).catch(() => undefined);
       if (receiver !== first) await receiver.close().catch(() => undefined);
     }
@@ -254,7 +286,7 @@ async function actOnLocked(
       // MessageId, which duplicate detection drops, and the inbox key stops it either way): left for the next round.
       if ((error as { code?: string }).code === "MessageLockLost") continue;
       await putBack(receiver, message);
-      throw error;
+      throw new ActFailed(seq, error);
     }
     wanted.delete(seq);
     outcome.acted.push(seq);

@@ -6,6 +6,7 @@ import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { deadLetterMany } from "../helpers/dead-letters.ts";
 
 const QUEUE = "dlq-concurrent";
+const FAILING = "dlq-failing";
 const GROUP = 2_500;
 /** Four reasons taken in turn: a walk to the group's last message passes 7,500 others it must hold locked. */
 const reasonOf = (n: number) => ["Timeout", "Schema", "Other", "Poison"][n % 4]!;
@@ -22,7 +23,9 @@ async function ended(service: ConsoleService, job: Job): Promise<Job> {
 // abandon, nothing deferred).
 describe("two consoles replaying one large group at once, by default (lock and abandon)", function () {
   this.timeout(300_000);
-  const fixture = useLocalBroker(brokerConfig({ [QUEUE]: { MaxDeliveryCount: 100 } }));
+  const fixture = useLocalBroker(
+    brokerConfig({ [QUEUE]: { MaxDeliveryCount: 100 }, [FAILING]: { MaxDeliveryCount: 100 } }),
+  );
 
   before(async () => {
     await deadLetterMany(fixture.client, QUEUE, 4 * GROUP, reasonOf);
@@ -71,5 +74,37 @@ describe("two consoles replaying one large group at once, by default (lock and a
     } finally {
       await second.close();
     }
+  });
+
+  it("an error mid-run: the message in hand failed, the ones never got to are not reached, not held", async function () {
+    await deadLetterMany(fixture.client, FAILING, 10, () => "A");
+    let appended = 0;
+    const service = createConsoleService({
+      client: fixture.client,
+      entity: FAILING,
+      archive: () => ({
+        path: "/nowhere/archive.jsonl",
+        append() {
+          if (++appended === 4) throw new Error("the archive's disk is full");
+          return appended;
+        },
+      }),
+    });
+    const plan = await service.plan("purge", { filter: { reason: "A" } }, "alice");
+    const job = await ended(service, service.run(plan.token, "alice"));
+    assert.equal(job.state, "failed");
+    assert.equal(job.error, "the archive's disk is full");
+    assert.deepEqual(job.counts, { purged: 3, failed: 1, "not reached": 6 });
+    const failed = job.results.find((r) => r.result === "failed")!;
+    assert.equal(failed.messageId, "d-3");
+    assert.equal(failed.why, "the archive's disk is full");
+    for (const r of job.results.filter((r) => r.result === "not reached"))
+      assert.match(r.why!, /ended on an error first \(the archive's disk is full\): still dead-lettered/);
+    const left = await peekDeadLetters(fixture.client, FAILING);
+    assert.deepEqual(
+      left.map((m) => m.messageId),
+      Array.from({ length: 7 }, (_, i) => `d-${i + 3}`),
+      "the failed one and the ones not reached are still dead-lettered",
+    );
   });
 });
