@@ -75,11 +75,14 @@ export async function actOnDeadLetters(
   const wanted = new Set(sequenceNumbers);
   /** Seen in the dead-letter queue by this round's peek, yet not to be had: another receiver holds them. */
   const held = new Set<string>();
+  /** Acted on this round, but its lock ran out before the act was settled: the next round does it again. */
+  const relock = new Set<string>();
   const chunk = options.chunk ?? CHUNK;
   try {
     for (let round = 0; round < ROUNDS && wanted.size > 0; round++) {
       const before = wanted.size;
       held.clear();
+      relock.clear();
       const states = await peekStates(receiver, [...wanted]);
       for (const seq of wanted)
         if (!states.has(seq)) {
@@ -96,17 +99,19 @@ export async function actOnDeadLetters(
               signal: options.signal,
               setAside: options.setAside === true,
               held,
+              relock,
             })
           : new Set();
       const deferred = [...wanted].filter((s) => states.get(s) === "deferred" || setAside.has(s));
       await actBySequenceNumber(
         receiver,
         deferred,
-        { wanted, act, outcome, signal: options.signal, held },
+        { wanted, act, outcome, signal: options.signal, held, relock },
         chunk,
       );
       if (options.signal?.aborted) break;
-      if (wanted.size === before) break;
+      // No progress ends the rounds, unless a lock was lost mid-act: that one is for the next round to finish.
+      if (wanted.size === before && relock.size === 0) break;
     }
   } finally {
     await receiver.close();
@@ -192,6 +197,8 @@ interface Run {
   readonly setAside?: boolean;
   /** Filled with the selected ones found held by another receiver. */
   readonly held: Set<string>;
+  /** Filled with the ones whose lock ran out mid-act. */
+  readonly relock: Set<string>;
 }
 
 /**
@@ -270,8 +277,9 @@ async function putBack(receiver: ServiceBusReceiver, message: ServiceBusReceived
 async function actOnLocked(
   receiver: ServiceBusReceiver,
   locked: ServiceBusReceivedMessage[],
-  { wanted, act, outcome, signal }: Run,
+  run: Run,
 ): Promise<void> {
+  const { wanted, act, outcome, signal } = run;
   for (const message of locked) {
     const seq = String(message.sequenceNumber);
     if (signal?.aborted) {
@@ -284,7 +292,10 @@ async function actOnLocked(
     } catch (error) {
       // Its lock ran out mid-act (a replay's copy may be sent: the next round sends it again under the same
       // MessageId, which duplicate detection drops, and the inbox key stops it either way): left for the next round.
-      if ((error as { code?: string }).code === "MessageLockLost") continue;
+      if ((error as { code?: string }).code === "MessageLockLost") {
+        run.relock.add(seq);
+        continue;
+      }
       await putBack(receiver, message);
       throw new ActFailed(seq, error);
     }

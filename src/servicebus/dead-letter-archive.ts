@@ -13,7 +13,7 @@ import { join } from "node:path";
 import type { ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSender } from "@azure/service-bus";
 import { CopyProperty } from "../domain/envelope.ts";
 import type { DeadLetter } from "./dead-letter.ts";
-import { replayMessageId } from "./message-id.ts";
+import { restoreMessageId } from "./message-id.ts";
 
 /** One purged dead letter as the archive keeps it: everything needed to send it again. */
 export interface ArchivedMessage {
@@ -177,13 +177,14 @@ export function readArchive(path: string): ArchivedMessage[] {
 }
 
 /**
- * Sends an archived message back to its queue as a replay copy: the next replay number's MessageId and the original
- * inbox key, as `sbinbox dlq replay` would have, so a restore can never apply an effect a second time. Returns the
- * copy's MessageId.
+ * Sends an archived message back to its queue as a replay copy: the next replay number and the original inbox key,
+ * as `sbinbox dlq replay` would have, so a restore can never apply an effect a second time, under a MessageId of the
+ * restore's own (restoreMessageId: the replay's may have been sent within the duplicate window, and the copy
+ * dropped). Returns the copy's MessageId.
  */
 export async function restoreArchived(sender: ServiceBusSender, record: ArchivedMessage): Promise<string> {
   const replay = record.replay + 1;
-  const copyId = replayMessageId(record.inboxKey, replay);
+  const copyId = restoreMessageId(record.inboxKey, replay, record);
   const applicationProperties: Record<string, number | boolean | string | Date | null> = {};
   for (const [name, value] of Object.entries(record.applicationProperties))
     if (!["DeadLetterReason", "DeadLetterErrorDescription", CopyProperty.claimId].includes(name))
