@@ -8,6 +8,7 @@ import { createLogger } from "../telemetry/logger.ts";
 import { loadConfig, type DatabaseConnection } from "../config/load.ts";
 import { ConfigError } from "../domain/errors.ts";
 import { createServiceBusClient } from "../servicebus/client.ts";
+import { duration } from "../servicebus/dead-letter-select.ts";
 import { startConsoleServer } from "../console/server.ts";
 import { createConsoleService, type ConsoleService, type ConsoleSources } from "../console/service.ts";
 
@@ -32,6 +33,9 @@ const usage = `usage: sbinbox console [--port N] [--host H [--allow-host NAME ..
     --archive-dir DIR
                  where a purge writes each message before deleting it (default ./sbinbox-archive); restore with
                  \`sbinbox dlq restore --archive FILE\`
+    --sign-in-expiry AGE
+                 how long a sign-in link is good for unused (default 10m; 30s, 15m, 1h); the page's Sign out
+                 ends its session
 
 Settings as for \`sbinbox dlq\` (SBINBOX_SERVICEBUS_CONNECTION_STRING or SBINBOX_SERVICEBUS_NAMESPACE, SBINBOX_QUEUE:
 on a topic, the service's own queue); the database as for the worker (SBINBOX_DATABASE, ...), optional.
@@ -51,6 +55,7 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
         "archive-dir": { type: "string" },
         "show-personal": { type: "boolean" },
         "set-aside": { type: "boolean" },
+        "sign-in-expiry": { type: "string" },
         help: { type: "boolean", short: "h" },
       },
       strict: true,
@@ -66,6 +71,14 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
   const port = Number(args.port ?? "0");
   if (!Number.isInteger(port) || port < 0 || port > 65535) {
     process.stderr.write(`sbinbox console: --port must be a whole number from 0 to 65535\n`);
+    return 2;
+  }
+  let linkTtlMs: number | undefined;
+  try {
+    linkTtlMs =
+      args["sign-in-expiry"] === undefined ? undefined : duration(args["sign-in-expiry"], "--sign-in-expiry");
+  } catch (error) {
+    process.stderr.write(`sbinbox console: ${(error as Error).message}\n`);
     return 2;
   }
   const host = args.host ?? "127.0.0.1";
@@ -112,7 +125,13 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
     );
   }
   const service = createConsoleService(sources);
-  const server = await startConsoleServer(service, { host, port, allowHosts, operator });
+  const server = await startConsoleServer(service, {
+    host,
+    port,
+    allowHosts,
+    operator,
+    ...(linkTtlMs === undefined ? {} : { signIn: { linkTtlMs } }),
+  });
   closers.unshift(() => server.close());
   // Listening for the signals before the URL is out: whoever starts this may stop it as soon as it reads the URL.
   const stopped = new Promise<void>((resolve) => {

@@ -66,6 +66,7 @@ const MARKUP = `<header>
     </dl>
     <p id="counted" class="muted"></p>
     <button type="button" id="refresh">Refresh</button>
+    <button type="button" id="sign-out">Sign out</button>
   </section>
   <section aria-labelledby="db-heading">
     <h2 id="db-heading">Inbox and outbox</h2>
@@ -456,4 +457,10 @@ $("f-clear").addEventListener("click", () => { for (const id of ["f-reason", "f-
 $("prev").addEventListener("click", () => { offset = Math.max(0, offset - PAGE); loadPage(); });
 $("next").addEventListener("click", () => { if (offset + PAGE < total) { offset += PAGE; loadPage(); } });
 $("refresh").addEventListener("click", () => refresh(true));
+// Sign-out ends the session on the console: this page's token and cookie are worthless after it.
+$("sign-out").addEventListener("click", async () => {
+  try { await api("/api/sign-out", {}); }
+  catch (error) { say("Sign-out failed: " + error.message); return; }
+  document.querySelector("main").replaceChildren(el("p", "Signed out. Open a new sign-in link from the console to come back."));
+});
 refresh(false);`;

@@ -4,7 +4,7 @@ import type { AddressInfo } from "node:net";
 import { z } from "zod";
 import { renderPage } from "./page.ts";
 import { PersonalDataRefused, type ConsoleService, type Filter, type Job } from "./service.ts";
-import { createSignIn, type SignIn } from "./sign-in.ts";
+import { createSignIn, type SignIn, type SignInOptions } from "./sign-in.ts";
 
 export interface ConsoleServer {
   /** The one-time sign-in link printed at start. */
@@ -29,10 +29,16 @@ const RESULT_ROWS = 500;
  */
 export async function startConsoleServer(
   service: ConsoleService,
-  options: { host: string; port: number; allowHosts?: readonly string[]; operator: string },
+  options: {
+    host: string;
+    port: number;
+    allowHosts?: readonly string[];
+    operator: string;
+    signIn?: SignInOptions;
+  },
 ): Promise<ConsoleServer> {
   const token = randomBytes(24).toString("base64url");
-  const signIn = createSignIn(options.operator);
+  const signIn = createSignIn(options.operator, options.signIn);
   let hosts = new Set<string>();
   const server: Server = createServer((req, res) => {
     handle(req, res).catch((error: unknown) => {
@@ -63,6 +69,7 @@ export async function startConsoleServer(
     } catch (error) {
       return send(res, 400, { error: `bad request body: ${(error as Error).message}` });
     }
+    if (url.pathname === "/api/sign-out") return signOut(signIn, req, res);
     return routePost(service, url, input, operator, res);
   }
 
@@ -93,18 +100,29 @@ export async function startConsoleServer(
 function tradeSignIn(signIn: SignIn, req: IncomingMessage, url: URL, res: ServerResponse): boolean {
   const secret = url.searchParams.get("signin");
   if (req.method !== "GET" || url.pathname !== "/" || secret === null) return false;
-  const session = signIn.trade(secret);
-  if (session === undefined) {
-    send(res, 401, { error: "this sign-in link is unknown or used already: ask the console for a new one" });
+  const traded = signIn.trade(secret);
+  if ("refused" in traded) {
+    send(res, 401, { error: traded.refused });
     return true;
   }
   res.writeHead(303, {
     location: "/",
-    "set-cookie": `${signIn.cookieName}=${session}; HttpOnly; SameSite=Strict; Path=/`,
+    "set-cookie": `${signIn.cookieName}=${traded.session}; HttpOnly; SameSite=Strict; Path=/`,
     ...securityHeaders,
   });
   res.end();
   return true;
+}
+
+/** Ends the session (a run it started goes on: the console, not the browser, runs it) and clears the cookie. */
+function signOut(signIn: SignIn, req: IncomingMessage, res: ServerResponse): void {
+  signIn.signOut(req.headers.cookie);
+  res.writeHead(200, {
+    "content-type": "application/json",
+    "set-cookie": `${signIn.cookieName}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0`,
+    ...securityHeaders,
+  });
+  res.end(JSON.stringify({ signedOut: true }));
 }
 
 function servePage(res: ServerResponse, token: string): void {
