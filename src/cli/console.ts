@@ -1,10 +1,11 @@
-import { userInfo } from "node:os";
 import { resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
+import { openAuditFile, type AuditFile } from "./audit-file.ts";
 import { createAudit } from "./console-audit.ts";
+import { operatorIdentity } from "./operator.ts";
 import { openArchive } from "../servicebus/dead-letter-archive.ts";
-import { createLogger } from "../telemetry/logger.ts";
+import { createLogger, type Logger } from "../telemetry/logger.ts";
 import { loadConfig, type DatabaseConnection } from "../config/load.ts";
 import { ConfigError } from "../domain/errors.ts";
 import { createServiceBusClient } from "../servicebus/client.ts";
@@ -33,6 +34,11 @@ const usage = `usage: sbinbox console [--port N] [--host H [--allow-host NAME ..
     --archive-dir DIR
                  where a purge writes each message before deleting it (default ./sbinbox-archive); restore with
                  \`sbinbox dlq restore --archive FILE\`
+    --operator NAME
+                 who acts, for the audit (default: the OS user running the console)
+    --audit-file FILE
+                 also append each plan, run, per-message result and end to FILE as a JSON line, fsync'ed
+                 (created 0600); a plan or run whose line cannot be written is refused
     --sign-in-expiry AGE
                  how long a sign-in link is good for unused (default 10m; 30s, 15m, 1h); the page's Sign out
                  ends its session
@@ -56,6 +62,8 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
         "show-personal": { type: "boolean" },
         "set-aside": { type: "boolean" },
         "sign-in-expiry": { type: "string" },
+        operator: { type: "string" },
+        "audit-file": { type: "string" },
         help: { type: "boolean", short: "h" },
       },
       strict: true,
@@ -74,9 +82,13 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
     return 2;
   }
   let linkTtlMs: number | undefined;
+  let operator: string;
+  let file: AuditFile | undefined;
   try {
     linkTtlMs =
       args["sign-in-expiry"] === undefined ? undefined : duration(args["sign-in-expiry"], "--sign-in-expiry");
+    operator = operatorIdentity(args.operator);
+    file = args["audit-file"] === undefined ? undefined : openAuditFile(resolve(args["audit-file"]));
   } catch (error) {
     process.stderr.write(`sbinbox console: ${(error as Error).message}\n`);
     return 2;
@@ -104,13 +116,15 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
       ? { fullyQualifiedNamespace: sb.fullyQualifiedNamespace }
       : { connectionString: (sb as { connectionString: string }).connectionString },
   );
-  const closers: (() => Promise<void>)[] = [() => client.close()];
-  const operator = userInfo().username;
+  const closers: (() => Promise<void>)[] = [
+    () => client.close(),
+    async () => file?.close(),
+  ];
   const archiveDir = resolve(args["archive-dir"] ?? "sbinbox-archive");
   const sources: ConsoleSources = {
     client,
     entity: config.queue,
-    audit: createAudit(createLogger({ fields: { component: "console" } })),
+    audit: auditOf(createLogger({ fields: { component: "console" } }), file),
     archive: (who) => openArchive(archiveDir, config.queue, who),
     ...(await handlerChecks()),
     showPersonal: args["show-personal"] === true,
@@ -208,6 +222,15 @@ async function finishRunning(service: ConsoleService): Promise<number> {
       `${left.length} still dead-lettered or not reached${left.length > 0 ? `, first: ${left[0]!.messageId}` : ""}\n`,
   );
   return left.length > 0 ? 1 : 0;
+}
+
+/** The audit: log lines and spans, and with --audit-file a fsync'ed line per event first. */
+function auditOf(logger: Logger, file: AuditFile | undefined): ConsoleSources["audit"] {
+  return createAudit(logger, {
+    component: "console",
+    ...(file ? { file } : {}),
+    onFileError: (error) => logger.error("console.audit-file", { error: error.message, path: file?.path }),
+  });
 }
 
 /** The inbox's and the outbox's state when a database is configured; nothing otherwise. */

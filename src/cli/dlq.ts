@@ -1,14 +1,15 @@
-import { userInfo } from "node:os";
+import { randomUUID } from "node:crypto";
 import { resolve } from "node:path";
 import { createInterface } from "node:readline/promises";
 import { parseArgs } from "node:util";
 import { loadConfig } from "../config/load.ts";
 import { ConfigError } from "../domain/errors.ts";
 import { createServiceBusClient, type ServiceBusClient } from "../servicebus/client.ts";
+import { execute, type Job, type Planned } from "../console/job.ts";
+import type { AuditEvent } from "../console/service.ts";
+import { createLogger } from "../telemetry/logger.ts";
 import {
   peekDeadLetters,
-  purgeDeadLetters,
-  replayDeadLetters,
   setAsideWarning,
   type DeadLetter,
   type Selector,
@@ -16,6 +17,9 @@ import {
 import { openArchive, readArchive, restoreArchived } from "../servicebus/dead-letter-archive.ts";
 import { duration, selectorOf } from "../servicebus/dead-letter-select.ts";
 import { refuseSubscription } from "../domain/entity.ts";
+import { openAuditFile, type AuditFile } from "./audit-file.ts";
+import { createAudit } from "./console-audit.ts";
+import { operatorIdentity } from "./operator.ts";
 import { createProgress } from "./progress.ts";
 
 const usage = `usage: sbinbox dlq <list | replay | purge | restore> [options]
@@ -45,6 +49,14 @@ const usage = `usage: sbinbox dlq <list | replay | purge | restore> [options]
     --id ID                 only this MessageId or inbox key (repeatable; default every message in the file)
     --to ENTITY             send them to ENTITY, even when the archive says they were purged from another one
                             (without it, a record of another entity than SBINBOX_QUEUE is refused)
+
+  every action (replay, purge, restore)
+    --operator NAME         who acts, for the audit (default: the OS user)
+    --audit-file FILE       also append each plan, run, per-message result and end to FILE as a JSON line, fsync'ed
+                            (created 0600); a plan or run whose line cannot be written is not started
+
+Every action's plan, run, per-message results and end are JSON log lines on stderr ("msg":"dlq.plan" ...) and
+spans (Application Insights with APPLICATIONINSIGHTS_CONNECTION_STRING), as the console's.
 
 Service Bus from SBINBOX_SERVICEBUS_CONNECTION_STRING or SBINBOX_SERVICEBUS_NAMESPACE (DefaultAzureCredential),
 queue SBINBOX_QUEUE (on a topic, the service's own queue, which its subscription forwards to: replays go there,
@@ -89,6 +101,8 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
         archive: { type: "string" },
         "set-aside": { type: "boolean" },
         to: { type: "string" },
+        operator: { type: "string" },
+        "audit-file": { type: "string" },
       },
       strict: true,
     }).values;
@@ -97,9 +111,11 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
   }
   let select: Selector;
   let max: number | undefined;
+  let operator: string;
   try {
     select = action === "list" || action === "restore" ? () => true : selector(action, args);
     max = args.max === undefined ? undefined : positive(args.max, "--max");
+    operator = operatorIdentity(args.operator);
   } catch (error) {
     return fail((error as Error).message);
   }
@@ -117,8 +133,22 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
       : { connectionString: (sb as { connectionString: string }).connectionString },
   );
   const queue = config.queue;
+  let file: AuditFile | undefined;
   try {
-    if (action === "restore") return await restore(client, queue, args, streams.out, fail);
+    file = args["audit-file"] === undefined ? undefined : openAuditFile(resolve(args["audit-file"]));
+  } catch (error) {
+    await client.close();
+    return fail((error as Error).message);
+  }
+  const audit = createAudit(createLogger({ fields: { component: "dlq" } }), {
+    component: "dlq",
+    ...(file ? { file } : {}),
+    onFileError: (error) =>
+      streams.err.write(`sbinbox dlq: WARNING: the audit file could not take a line: ${error.message}\n`),
+  });
+  try {
+    if (action === "restore")
+      return await restore(client, queue, args, streams.out, fail, { audit, operator });
     if (action === "list") {
       const messages = await peekDeadLetters(client, queue, { max, bodies: args.bodies === true });
       writeList(streams.out, messages, args.json === true);
@@ -151,38 +181,22 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
       if (!ok) return fail("purge cancelled", 1);
     }
     if (setAside !== undefined) streams.err.write(`--set-aside: ${setAside}\n`);
-    const progress = createProgress(action, total, streams.err);
-    const options = {
-      onProgress: (done: number) => progress.update(done),
+    const planned = matching.slice(0, total).map(plannedOf);
+    const job = await act(client, queue, action as "replay" | "purge", planned, {
+      audit,
+      operator,
       setAside: setAside !== undefined,
-    };
-    let result;
-    if (action === "replay") {
-      result = await replayDeadLetters(client, queue, targets, options);
-      progress.finish(undefined, result.replayed.length);
-      for (const r of result.replayed) streams.out.write(`replayed ${r.messageId} as ${r.copyMessageId}\n`);
-      streams.out.write(`replayed ${result.replayed.length} message(s) to ${queue}\n`);
-    } else {
-      const archive = openArchive(
-        resolve(args["archive-dir"] ?? "sbinbox-archive"),
-        queue,
-        userInfo().username,
-      );
-      streams.err.write(`archiving each message to ${archive.path} before it is deleted\n`);
-      result = await purgeDeadLetters(client, queue, targets, {
-        ...options,
-        beforeComplete: async (message, info) => {
-          await archive.append(message, info);
-        },
-      });
-      progress.finish(undefined, result.purged.length);
-      streams.out.write(`purged ${result.purged.length} message(s) from ${queue}/$DeadLetterQueue\n`);
-    }
-    return writeNotActed(streams.out, matching, result.notActed);
+      archiveDir: args["archive-dir"],
+      err: streams.err,
+    });
+    writeActed(streams.out, queue, job);
+    if (job.state === "failed") return fail(`${action} failed: ${job.error}`, 1);
+    return job.results.some((r) => r.result !== "replayed" && r.result !== "purged") ? 1 : 0;
   } catch (error) {
     return fail(`${action} failed: ${(error as Error).message}`, 1);
   } finally {
     // Telemetry (the replay's PRODUCER spans) is started and flushed around every command by bin/sbinbox.js.
+    file?.close();
     await client.close();
   }
 }
@@ -207,18 +221,93 @@ function selector(
   return selectorOf({ ids, reason: args.reason, olderThanMs, all: args.all });
 }
 
-/** The selected messages not acted on, each with why; exit 1 when there are any. */
-function writeNotActed(
-  out: NodeJS.WritableStream,
-  matching: readonly DeadLetter[],
-  notActed: ReadonlyMap<string, string>,
-): number {
-  for (const m of matching) {
-    const why = notActed.get(m.sequenceNumber);
-    if (why !== undefined)
-      out.write(`not done ${m.messageId} (sequence number ${m.sequenceNumber}): ${why}\n`);
-  }
-  return notActed.size > 0 ? 1 : 0;
+/** A dead letter as a run plans it: by sequence number, with its MessageId and reason for the results. */
+function plannedOf(m: DeadLetter): Planned {
+  return {
+    sequenceNumber: m.sequenceNumber,
+    messageId: m.messageId,
+    ...(m.reason === undefined ? {} : { reason: m.reason }),
+  };
+}
+
+/**
+ * Replays or purges exactly the planned messages through the console's run (src/console/job.ts), so the two give
+ * the same results per message ("held by another operator", "gone", "not reached", "failed") and the same audit:
+ * the plan, the run, each result and the end, each a JSON line on stderr and a span, and a line in the audit file.
+ */
+async function act(
+  client: ServiceBusClient,
+  queue: string,
+  action: "replay" | "purge",
+  planned: Planned[],
+  options: {
+    audit: (event: AuditEvent) => void;
+    operator: string;
+    setAside: boolean;
+    archiveDir: string | undefined;
+    err: NodeJS.WriteStream;
+  },
+): Promise<Job> {
+  const { audit, operator } = options;
+  const archive =
+    action === "purge"
+      ? openArchive(resolve(options.archiveDir ?? "sbinbox-archive"), queue, operator)
+      : undefined;
+  if (archive) options.err.write(`archiving each message to ${archive.path} before it is deleted\n`);
+  audit({ event: "plan", operator, action, entity: queue, count: planned.length, messages: planned });
+  const job: Job = {
+    id: randomUUID(),
+    action,
+    operator,
+    total: planned.length,
+    state: "running",
+    done: 0,
+    counts: {},
+    results: [],
+    ...(archive ? { archive: archive.path } : {}),
+  };
+  const base = { operator, action, entity: queue, job: job.id };
+  audit({ event: "run", ...base, count: planned.length, ...(archive ? { archive: archive.path } : {}) });
+  const progress = createProgress(action, planned.length, options.err);
+  let acted = 0;
+  await execute(
+    {
+      client,
+      entity: queue,
+      signal: new AbortController().signal,
+      ...(archive ? { archive } : {}),
+      setAside: options.setAside,
+      onResult: (r) => {
+        audit({ event: "result", ...base, ...r });
+        if (r.result === "replayed" || r.result === "purged") progress.update(++acted);
+      },
+    },
+    planned,
+    job,
+  );
+  progress.finish(undefined, acted);
+  audit({
+    event: "end",
+    ...base,
+    state: job.state,
+    counts: job.counts,
+    ...(job.error === undefined ? {} : { error: job.error }),
+  });
+  return job;
+}
+
+/** What the run did, a line a message, and why for each one it did not do. */
+function writeActed(out: NodeJS.WritableStream, queue: string, job: Job): void {
+  const done = job.results.filter((r) => r.result === "replayed" || r.result === "purged");
+  if (job.action === "replay") {
+    for (const r of done) out.write(`replayed ${r.messageId} as ${r.copyMessageId}\n`);
+    out.write(`replayed ${done.length} message(s) to ${queue}\n`);
+  } else out.write(`purged ${done.length} message(s) from ${queue}/$DeadLetterQueue\n`);
+  for (const r of job.results)
+    if (!done.includes(r))
+      out.write(
+        `not done ${r.messageId} (sequence number ${r.sequenceNumber}): ${r.result}${r.why ? ` (${r.why})` : ""}\n`,
+      );
 }
 
 /** Sends the archived messages (all, or those --id names) back to the queue as replay copies. */
@@ -228,6 +317,7 @@ async function restore(
   args: { archive?: string; id?: string[]; to?: string },
   out: NodeJS.WritableStream,
   fail: (message: string, code?: number) => number,
+  { audit, operator }: { audit: (event: AuditEvent) => void; operator: string },
 ): Promise<number> {
   if (args.archive === undefined) return fail("say which archive to restore from: --archive FILE");
   const ids = args.id && args.id.length > 0 ? new Set(args.id) : undefined;
@@ -244,12 +334,32 @@ async function restore(
         `nothing restored; pass --to ${queue} to send them here anyway, or point SBINBOX_QUEUE at their entity`,
     );
   refuseSubscription(target, "sbinbox dlq restore");
+  const base = { operator, action: "restore" as const, entity: target, job: randomUUID() };
+  const messages = records.map((r) => ({ sequenceNumber: r.sequenceNumber, messageId: r.messageId }));
+  audit({ event: "plan", operator, action: "restore", entity: target, count: records.length, messages });
+  audit({ event: "run", ...base, count: records.length, archive: args.archive });
   const sender = client.createSender(target);
+  let restored = 0;
+  let error: string | undefined;
   try {
-    for (const record of records)
-      out.write(`restored ${record.messageId} as ${await restoreArchived(sender, record)}\n`);
+    for (const record of records) {
+      const copyMessageId = await restoreArchived(sender, record);
+      restored += 1;
+      const { sequenceNumber, messageId } = record;
+      audit({ event: "result", ...base, sequenceNumber, messageId, result: "restored", copyMessageId });
+      out.write(`restored ${record.messageId} as ${copyMessageId}\n`);
+    }
+  } catch (caught) {
+    error = (caught as Error).message;
+    throw caught;
   } finally {
     await sender.close();
+    const counts = {
+      restored,
+      ...(restored < records.length ? { "not reached": records.length - restored } : {}),
+    };
+    const state = error === undefined ? "done" : "failed";
+    audit({ event: "end", ...base, state, counts, ...(error === undefined ? {} : { error }) });
   }
   out.write(`restored ${records.length} message(s) to ${target}\n`);
   return 0;

@@ -20,9 +20,10 @@ export interface Planned {
 /**
  * held by another operator: another receiver had it locked; gone: no longer in the dead-letter queue; not reached:
  * still dead-lettered, the run never got to it (stopped, an error ended the run, or its rounds ran out); failed: the
- * act on this message threw (the error ended the run).
+ * act on this message threw (the error ended the run); restored: sent back from an archive (`sbinbox dlq restore`).
  */
-export type Result = "replayed" | "purged" | "held by another operator" | "gone" | "not reached" | "failed";
+export type Result =
+  "replayed" | "purged" | "restored" | "held by another operator" | "gone" | "not reached" | "failed";
 
 export interface MessageResult {
   readonly sequenceNumber: string;

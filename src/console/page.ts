@@ -54,6 +54,7 @@ const STYLE = `  body { font: 15px/1.4 system-ui, sans-serif; margin: 1.5rem; co
 /** The page's markup: every region the script fills, labelled for a screen reader. */
 const MARKUP = `<header>
   <h1>sbinbox console: <span id="entity">…</span></h1>
+  <button type="button" id="sign-out">Sign out</button>
   <p class="muted">Reads peek at the whole dead-letter queue and lock nothing. A replay or purge asks first, then acts on exactly the confirmed messages, by sequence number; a purge archives each message before deleting it. Every plan and run is logged with your name.</p>
 </header>
 <main>
@@ -66,7 +67,6 @@ const MARKUP = `<header>
     </dl>
     <p id="counted" class="muted"></p>
     <button type="button" id="refresh">Refresh</button>
-    <button type="button" id="sign-out">Sign out</button>
   </section>
   <section aria-labelledby="db-heading">
     <h2 id="db-heading">Inbox and outbox</h2>

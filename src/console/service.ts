@@ -28,12 +28,15 @@ import { execute, type Action, type Job, type MessageResult, type Planned } from
 export type { Action, Job, MessageResult } from "./job.ts";
 export type { Filter } from "./dead-letter-index.ts";
 
+/** What an audit record is of: the console's actions, and `sbinbox dlq restore` (from an archive). */
+export type AuditAction = Action | "restore";
+
 /** One audit record: a plan, a run's start, a message's result, a run's end. */
 export type AuditEvent =
   | {
       event: "plan";
       operator: string;
-      action: Action;
+      action: AuditAction;
       entity: string;
       count: number;
       messages: readonly Planned[];
@@ -45,17 +48,17 @@ export type AuditEvent =
   | {
       event: "run";
       operator: string;
-      action: Action;
+      action: AuditAction;
       entity: string;
       job: string;
       count: number;
       archive?: string;
     }
-  | ({ event: "result"; operator: string; action: Action; entity: string; job: string } & MessageResult)
+  | ({ event: "result"; operator: string; action: AuditAction; entity: string; job: string } & MessageResult)
   | {
       event: "end";
       operator: string;
-      action: Action;
+      action: AuditAction;
       entity: string;
       job: string;
       state: Job["state"];
