@@ -116,10 +116,7 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
       ? { fullyQualifiedNamespace: sb.fullyQualifiedNamespace }
       : { connectionString: (sb as { connectionString: string }).connectionString },
   );
-  const closers: (() => Promise<void>)[] = [
-    () => client.close(),
-    async () => file?.close(),
-  ];
+  const closers: (() => Promise<void>)[] = [() => client.close(), () => Promise.resolve(file?.close())];
   const archiveDir = resolve(args["archive-dir"] ?? "sbinbox-archive");
   const sources: ConsoleSources = {
     client,

@@ -220,15 +220,10 @@ describe("sbinbox console in a real browser, in an incident: 10,000 dead letters
     );
     await second.getByRole("button", { name: `Replay group ${group}` }).click();
     const dialog = second.getByRole("dialog", { name: "Replay messages?" });
-    const planned = await Promise.race([
-      dialog.waitFor().then(() => "planned"),
-      second
-        .locator("#progress", { hasText: "no dead-lettered message matches" })
-        .waitFor()
-        .then(() => "none left"),
-    ]);
-    if (planned === "planned") await dialog.getByRole("button", { name: /^Replay \d+$/ }).click();
-    for (const page of planned === "planned" ? [first, second] : [first])
+    // The first run takes tens of seconds over about 2,500 messages: the second plans while it is under way.
+    await dialog.waitFor();
+    await dialog.getByRole("button", { name: /^Replay \d+$/ }).click();
+    for (const page of [first, second])
       await page.locator("#progress", { hasText: /^Replayed \d+ of \d+/ }).waitFor({ timeout: 120_000 });
     const left = await peekDeadLetters(fixture.client, QUEUE);
     assert.equal(left.filter((m) => m.reason === group).length, 0, "the whole group replayed");
@@ -237,18 +232,16 @@ describe("sbinbox console in a real browser, in an incident: 10,000 dead letters
       activeBefore + size,
       "one copy each: none replayed twice",
     );
-    if (planned === "planned") {
-      // Both ran at once, in the default mode: between them each message replayed once, the rest named.
-      const said = await Promise.all(
-        [first, second].map(async (p) => (await p.locator("#progress").textContent())!),
-      );
-      const done = said.map((text) => Number(/^Replayed (\d+) of (\d+)/.exec(text)![1]));
-      assert.equal(done[0]! + done[1]!, size, said.join(" | "));
-      for (const text of said) {
-        assert.doesNotMatch(text, /not reached|failed/, text);
-        const [, n, total] = /^Replayed (\d+) of (\d+)/.exec(text)!;
-        if (Number(n) < Number(total)) assert.match(text, /held by another operator|gone/);
-      }
+    // Both ran at once, in the default mode: between them each message replayed once, the rest named.
+    const said = await Promise.all(
+      [first, second].map(async (p) => (await p.locator("#progress").textContent())!),
+    );
+    const done = said.map((text) => Number(/^Replayed (\d+) of (\d+)/.exec(text)![1]));
+    assert.equal(done[0]! + done[1]!, size, said.join(" | "));
+    for (const text of said) {
+      assert.doesNotMatch(text, /not reached|failed/, text);
+      const [, n, total] = /^Replayed (\d+) of (\d+)/.exec(text)!;
+      if (Number(n) < Number(total)) assert.match(text, /held by another operator|gone/);
     }
   });
 
