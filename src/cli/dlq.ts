@@ -270,11 +270,19 @@ async function act(
   audit({ event: "run", ...base, count: planned.length, ...(archive ? { archive: archive.path } : {}) });
   const progress = createProgress(action, planned.length, options.err);
   let acted = 0;
+  // SIGINT or SIGTERM mid-run: the message in hand is finished, the rest are "not reached", the end is audited.
+  const stop = new AbortController();
+  const onSignal = () => {
+    options.err.write(`sbinbox dlq: stopping: finishing the message in hand\n`);
+    stop.abort();
+  };
+  process.once("SIGINT", onSignal);
+  process.once("SIGTERM", onSignal);
   await execute(
     {
       client,
       entity: queue,
-      signal: new AbortController().signal,
+      signal: stop.signal,
       ...(archive ? { archive } : {}),
       setAside: options.setAside,
       onResult: (r) => {
@@ -284,7 +292,10 @@ async function act(
     },
     planned,
     job,
-  );
+  ).finally(() => {
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+  });
   progress.finish(undefined, acted);
   audit({
     event: "end",

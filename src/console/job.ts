@@ -122,7 +122,10 @@ function notDone(
       why: `the run ended on an error first (${job.error}): still dead-lettered`,
     };
   if (outcome.stopped.includes(seq))
-    return { result: "not reached", why: "the console was stopped first: still dead-lettered" };
+    return {
+      result: "not reached",
+      why: "the run was stopped (SIGTERM or SIGINT) first: still dead-lettered",
+    };
   const why = outcome.notActed.get(seq) ?? "not reached";
   if (why === "not reached")
     return { result: why, why: "the run's rounds ended before it came up: still dead-lettered, run again" };

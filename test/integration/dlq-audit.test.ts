@@ -3,8 +3,8 @@ import { mkdtemp, readdir, readFile, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { peekDeadLetters } from "../../src/servicebus/dead-letter.ts";
-import { brokerConfig, useLocalBroker } from "../helpers/broker.ts";
-import { runCli } from "../helpers/cli.ts";
+import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
+import { runCli, startCli } from "../helpers/cli.ts";
 import { deadLetterMany } from "../helpers/dead-letters.ts";
 
 const QUEUE = "dlq-audit";
@@ -40,6 +40,15 @@ describe("sbinbox dlq: a durable, per-operator audit of replay, purge and restor
       .split("\n")
       .filter((l) => l !== "")
       .map((l) => JSON.parse(l) as Line);
+
+  async function takeActive(): Promise<void> {
+    const receiver = fixture.client.createReceiver(QUEUE, { receiveMode: "receiveAndDelete" });
+    try {
+      while ((await receiver.receiveMessages(100, { maxWaitTimeInMs: 500 })).length > 0);
+    } finally {
+      await receiver.close();
+    }
+  }
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), "sbinbox-audit-"));
@@ -148,5 +157,56 @@ describe("sbinbox dlq: a durable, per-operator audit of replay, purge and restor
     assert.equal(blank.code, 2);
     assert.match(blank.stderr, /--operator " " must be a name/);
     assert.equal((await peekDeadLetters(fixture.client, QUEUE)).length, left, "nothing purged");
+  });
+
+  it("SIGTERM mid-purge: the message in hand is finished, the rest not reached, the end audited as stopped", async function () {
+    const many = 400;
+    // The copies the earlier test replayed and restored are in the queue: taken first, so only these 400 are Many.
+    await takeActive();
+    await deadLetterMany(
+      fixture.client,
+      QUEUE,
+      many,
+      () => "Many",
+      () => "X",
+      1_000,
+    );
+    const file = join(dir, "stopped.jsonl");
+    const before = fixture.broker.counts(QUEUE).deadLettered;
+    const cli = startCli(
+      [
+        "dlq",
+        "purge",
+        "--reason",
+        "Many",
+        "--yes",
+        "--audit-file",
+        file,
+        "--archive-dir",
+        join(dir, "archive"),
+      ],
+      { SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString, SBINBOX_QUEUE: QUEUE },
+    );
+    await waitUntil(
+      () => fixture.broker.counts(QUEUE).deadLettered < before - 20,
+      "the purge under way",
+      30_000,
+    );
+    cli.child.kill("SIGTERM");
+    const result = await cli.done;
+    assert.equal(result.code, 1, result.stderr);
+    assert.match(result.stderr, /stopping: finishing the message in hand/);
+    const end = (await lines(file)).at(-1)!;
+    assert.equal(end.event, "end");
+    assert.equal(end.state, "stopped");
+    const purged = end.counts!.purged!;
+    assert.ok(purged >= 20 && purged < many, JSON.stringify(end.counts));
+    assert.deepEqual(end.counts, { purged, "not reached": many - purged });
+    assert.match(result.stdout, /not done d-\d+ \(sequence number \d+\): not reached \(the run was stopped/);
+    assert.equal(
+      fixture.broker.counts(QUEUE).deadLettered,
+      before - purged,
+      "exactly the purged ones are gone",
+    );
   });
 });
