@@ -81,6 +81,7 @@ export async function actOnDeadLetters(
   try {
     for (let round = 0; round < ROUNDS && wanted.size > 0; round++) {
       const before = wanted.size;
+      const cut = { byTime: false };
       held.clear();
       relock.clear();
       const states = await peekStates(receiver, [...wanted]);
@@ -92,7 +93,7 @@ export async function actOnDeadLetters(
       const active = [...wanted].filter((s) => states.get(s) === "active");
       const setAside =
         active.length > 0
-          ? await walkActive(open, receiver, new Set(active), {
+          ? await walkActive(open, new Set(active), cut, {
               wanted,
               act,
               outcome,
@@ -112,6 +113,8 @@ export async function actOnDeadLetters(
       if (options.signal?.aborted) break;
       // No progress ends the rounds, unless a lock was lost mid-act: that one is for the next round to finish.
       if (wanted.size === before && relock.size === 0) break;
+      // A walk stopped before its held locks ran out, having acted on some: not a round, the next walk goes on.
+      if (cut.byTime && wanted.size < before) round--;
     }
   } finally {
     await receiver.close();
@@ -167,12 +170,23 @@ async function actBySequenceNumber(
       locked = [];
       for (const seq of part) {
         const one = await lockDeferred(receiver, [seq]);
-        if (one === undefined) run.held.add(seq);
-        else locked.push(...one);
+        if (one !== undefined) locked.push(...one);
+        else if (await stillThere(receiver, seq)) run.held.add(seq);
+        else {
+          // Completed by someone else between the peek and the lock: gone, not held.
+          run.outcome.notActed.set(seq, "gone");
+          run.wanted.delete(seq);
+        }
       }
     }
     await actOnLocked(receiver, locked, run);
   }
+}
+
+/** Whether a peek still sees the dead letter of this number. */
+async function stillThere(receiver: ServiceBusReceiver, sequenceNumber: string): Promise<boolean> {
+  const [first] = await receiver.peekMessages(1, { fromSequenceNumber: Long.fromString(sequenceNumber) });
+  return first !== undefined && String(first.sequenceNumber) === sequenceNumber;
 }
 
 /** The deferred messages by number, locked; undefined when one of them cannot be (locked elsewhere, or gone). */
@@ -202,49 +216,71 @@ interface Run {
 }
 
 /**
- * How many messages one receiver holds locked while walking before the walk goes on with a new one. A receiver is one
- * AMQP session, and the SDK's (rhea's) session takes at most 2,048 unsettled deliveries (its incoming window is what
- * is left of that buffer): past it Service Bus sends nothing more and a receive comes back empty, which a walk would
- * read as the end of the queue. Two operators' walks over one large group each stopped there, about half the group
- * reached by neither.
+ * How many deliveries one receiver takes while walking before the walk goes on with a new one. A receiver is one
+ * AMQP session, and the SDK's (rhea's) session keeps its incoming deliveries in a buffer of 2,048
+ * (DEFAULT_BUFFER_SIZE, node_modules/rhea/lib/session.js) that frees slots only from its oldest end: a slot is
+ * freed once its delivery and every one before it are settled. So the limit is 2,048 deliveries counted from the
+ * oldest unsettled one, and a message acted on and completed after a held one still takes a slot. Its incoming
+ * window is what is left: at 0 Service Bus sends nothing more and a receive comes back empty, which a walk would
+ * read as the end of the queue. So every delivery counts here (held, acted on, set aside), not only the held ones.
  */
-export const HOLD_PER_RECEIVER = 1_500;
+export const DELIVERIES_PER_RECEIVER = 1_900;
+/** A receive that outlasts its wait by this much is given up (azure-sdk-for-js#11633: one near the window hung). */
+const RECEIVE_GRACE_MS = 10_000;
+const RECEIVE_WAIT_MS = 1_000;
+
+interface Hold {
+  readonly receiver: ServiceBusReceiver;
+  /** Locked and not acted on: abandoned when the walk ends. */
+  readonly messages: ServiceBusReceivedMessage[];
+  /** Every delivery this receiver took, settled or not: what its session's buffer counts. */
+  taken: number;
+}
 
 /**
  * Receives the dead-letter queue in order until every selected active message has come up, acting on each selected
  * one as it comes up. The others are held locked and abandoned when the walk ends, or with setAside deferred at
  * once (before a lock could run out, which would count as a delivery), selected ones included, which are then
- * locked by number a few at a time, each with a fresh lock, however long the run. A receiver holding
- * HOLD_PER_RECEIVER is kept (its locks with it) and the walk goes on with another, so a walk reaches past any
- * number of messages it must hold.
+ * locked by number a few at a time, each with a fresh lock, however long the run. A receiver that has taken
+ * DELIVERIES_PER_RECEIVER is kept (its locks with it) and the walk goes on with another, so a walk reaches past any
+ * number of messages it must hold. The walk stops half way to its first held lock's expiry (cut.byTime), so no
+ * held lock runs out (which would raise a delivery count on its own and bring the message round again): the caller
+ * walks again for the rest.
  * A message with a session id is never deferred: receiving a deferred message by number from the dead-letter queue
  * of a session-enabled entity has been reported to fail (SessionLockLost, Azure/azure-sdk-for-net#34662), which
  * would strand it. Returns the sequence numbers deferred.
  */
 async function walkActive(
   open: () => ServiceBusReceiver,
-  first: ServiceBusReceiver,
   active: Set<string>,
+  cut: { byTime: boolean },
   walk: Run & { readonly setAside: boolean },
 ): Promise<Set<string>> {
   const deferred = new Set<string>();
-  const holds: { receiver: ServiceBusReceiver; messages: ServiceBusReceivedMessage[] }[] = [
-    { receiver: first, messages: [] },
-  ];
+  const holds: Hold[] = [{ receiver: open(), messages: [], taken: 0 }];
   const seen = new Set<string>();
+  let stopAt = Infinity;
   try {
     while (active.size > 0 && !walk.signal?.aborted) {
-      if (holds[holds.length - 1]!.messages.length + WALK > HOLD_PER_RECEIVER)
-        holds.push({ receiver: open(), messages: [] });
+      if (Date.now() >= stopAt) {
+        cut.byTime = true;
+        break;
+      }
+      if (holds[holds.length - 1]!.taken + WALK > DELIVERIES_PER_RECEIVER)
+        holds.push({ receiver: open(), messages: [], taken: 0 });
       const hold = holds[holds.length - 1]!;
       const receiver = hold.receiver;
-      const batch = await receiver.receiveMessages(WALK, { maxWaitTimeInMs: 1_000 });
+      const batch = await receiveBounded(receiver);
+      if (batch === undefined) break; // hung: says nothing of the ones not reached
+      hold.taken += batch.length;
       // A message seen twice: a held one's lock ran out and it came back; this walk has seen the queue through.
       if (batch.length === 0 || batch.some((m) => seen.has(String(m.sequenceNumber)))) {
         hold.messages.push(...batch);
-        // An empty receive with room to hold more: the walk reached the end, so a selected one still active that
-        // never came up is locked by someone else. A lock that ran out says nothing of the ones not reached.
-        if (batch.length === 0) for (const seq of active) walk.held.add(seq);
+        // An empty receive on a receiver with room to take more: the walk reached the end, so a selected one still
+        // active that never came up is locked by someone else. A lock that ran out says nothing of the ones not
+        // reached, nor does an empty receive on a full receiver (the swap above keeps that from happening).
+        if (batch.length === 0 && hold.taken + WALK <= DELIVERIES_PER_RECEIVER)
+          for (const seq of active) walk.held.add(seq);
         break;
       }
       const setAside = walk.setAside ? batch.filter((m) => m.sessionId === undefined) : [];
@@ -256,16 +292,40 @@ async function walkActive(
       for (const m of setAside) deferred.add(String(m.sequenceNumber));
       const locked = batch.filter((m) => !setAside.includes(m));
       const selected = locked.filter((m) => walk.wanted.has(String(m.sequenceNumber)));
-      hold.messages.push(...locked.filter((m) => !selected.includes(m)));
+      const kept = locked.filter((m) => !selected.includes(m));
+      if (kept.length > 0 && stopAt === Infinity) stopAt = halfWayToExpiry(kept[0]!);
+      hold.messages.push(...kept);
       await actOnLocked(receiver, selected, walk);
     }
   } finally {
     for (const { receiver, messages } of holds) {
       for (const m of messages) await receiver.abandonMessage(m).catch(() => undefined);
-      if (receiver !== first) await receiver.close().catch(() => undefined);
+      await receiver.close().catch(() => undefined);
     }
   }
   return deferred;
+}
+
+/** A receive of up to WALK messages, undefined if it outlasts its wait by RECEIVE_GRACE_MS. */
+async function receiveBounded(
+  receiver: ServiceBusReceiver,
+): Promise<ServiceBusReceivedMessage[] | undefined> {
+  try {
+    return await receiver.receiveMessages(WALK, {
+      maxWaitTimeInMs: RECEIVE_WAIT_MS,
+      abortSignal: AbortSignal.timeout(RECEIVE_WAIT_MS + RECEIVE_GRACE_MS),
+    });
+  } catch (error) {
+    if ((error as { name?: string }).name === "AbortError") return undefined;
+    throw error;
+  }
+}
+
+/** Half the time left on a just-received message's lock, as a time on this machine's clock. */
+function halfWayToExpiry(message: ServiceBusReceivedMessage): number {
+  const now = Date.now();
+  const left = (message.lockedUntilUtc?.getTime() ?? now) - now;
+  return now + Math.max(0, left) / 2;
 }
 
 /** A locked message not acted on goes back as it came: deferred if it was, else abandoned (never deferred anew). */

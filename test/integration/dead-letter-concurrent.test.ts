@@ -108,3 +108,70 @@ describe("two consoles replaying one large group at once, by default (lock and a
     );
   });
 });
+
+// The defect: rhea's session buffer frees a slot only once every delivery before it is settled, so a receiver
+// stalls 2,048 deliveries after its oldest held one, acted-on ones included. A walk that counted only the held ones
+// went on with one receiver until it stalled (1,024 held, 1,024 replayed in a group of every other message), read
+// the empty receive as the end of the queue, and named the rest "held by another operator" with nobody else there.
+describe("a dense group (every other dead letter), by default", function () {
+  this.timeout(300_000);
+  const ALONE = "dlq-dense-alone";
+  const TWO = "dlq-dense-two";
+  const DENSE = 1_500;
+  const everyOther = (n: number) => (n % 2 === 0 ? "A" : "B");
+  const fixture = useLocalBroker(
+    brokerConfig({ [ALONE]: { MaxDeliveryCount: 100 }, [TWO]: { MaxDeliveryCount: 100 } }),
+  );
+  const replayed = (job: Job) =>
+    job.results.filter((r) => r.result === "replayed").map((r) => r.sequenceNumber);
+
+  it("one console alone replays all of it, none named held", async function () {
+    await deadLetterMany(fixture.client, ALONE, 2 * DENSE, everyOther);
+    const counted = new Map(
+      (await peekDeadLetters(fixture.client, ALONE)).map((m) => [m.messageId, m.deliveryCount]),
+    );
+    const alice = createConsoleService({ client: fixture.client, entity: ALONE });
+    const plan = await alice.plan("replay", { filter: { reason: "A" } }, "alice");
+    assert.equal(plan.count, DENSE);
+    const job = await ended(alice, alice.run(plan.token, "alice"));
+    assert.deepEqual(job.counts, { replayed: DENSE });
+    const after = await peekDeadLetters(fixture.client, ALONE);
+    assert.deepEqual(new Set(after.map((m) => m.reason)), new Set(["B"]));
+    assert.equal(after.length, DENSE);
+    // One walk passed each B once: a walk that stalled and went round again abandoned the first 1,024 twice.
+    const raised = after.filter((m) => m.deliveryCount > counted.get(m.messageId)! + 1);
+    assert.equal(raised.length, 0, `${raised.length} passed more than once`);
+    assert.equal(fixture.broker.counts(ALONE).active, DENSE);
+  });
+
+  it("two consoles at once replay each message exactly once between them", async function () {
+    await deadLetterMany(fixture.client, TWO, 2 * DENSE, everyOther);
+    const second = new ServiceBusClient(fixture.broker.connectionString, {
+      retryOptions: { maxRetries: 1, timeoutInMs: 10_000 },
+    });
+    try {
+      const alice = createConsoleService({ client: fixture.client, entity: TWO });
+      const bob = createConsoleService({ client: second, entity: TWO });
+      const [alicePlan, bobPlan] = await Promise.all([
+        alice.plan("replay", { filter: { reason: "A" } }, "alice"),
+        bob.plan("replay", { filter: { reason: "A" } }, "bob"),
+      ]);
+      const [a, b] = await Promise.all([
+        ended(alice, alice.run(alicePlan.token, "alice")),
+        ended(bob, bob.run(bobPlan.token, "bob")),
+      ]);
+      const both = [...replayed(a), ...replayed(b)];
+      assert.equal(both.length, DENSE, `alice ${JSON.stringify(a.counts)}, bob ${JSON.stringify(b.counts)}`);
+      assert.equal(new Set(both).size, DENSE, "no message replayed by both");
+      for (const job of [a, b]) {
+        const other = new Set(replayed(job === a ? b : a));
+        for (const r of job.results)
+          if (r.result !== "replayed") assert.ok(other.has(r.sequenceNumber), r.result);
+      }
+      assert.equal((await peekDeadLetters(fixture.client, TWO)).length, DENSE, "every B still there");
+      assert.equal(fixture.broker.counts(TWO).active, DENSE, "one copy of each");
+    } finally {
+      await second.close();
+    }
+  });
+});
