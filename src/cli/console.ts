@@ -42,6 +42,8 @@ const usage = `usage: sbinbox console [--port N] [--host H [--allow-host NAME ..
     --sign-in-expiry AGE
                  how long a sign-in link is good for unused (default 10m; 30s, 15m, 1h); the page's Sign out
                  ends its session
+    --session-idle AGE
+                 how long a signed-in session lasts without a request (default 60m)
 
 Settings as for \`sbinbox dlq\` (SBINBOX_SERVICEBUS_CONNECTION_STRING or SBINBOX_SERVICEBUS_NAMESPACE, SBINBOX_QUEUE:
 on a topic, the service's own queue); the database as for the worker (SBINBOX_DATABASE, ...), optional.
@@ -62,6 +64,7 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
         "show-personal": { type: "boolean" },
         "set-aside": { type: "boolean" },
         "sign-in-expiry": { type: "string" },
+        "session-idle": { type: "string" },
         operator: { type: "string" },
         "audit-file": { type: "string" },
         help: { type: "boolean", short: "h" },
@@ -82,11 +85,12 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
     return 2;
   }
   let linkTtlMs: number | undefined;
+  let sessionIdleMs: number | undefined;
   let operator: string;
   let file: AuditFile | undefined;
   try {
-    linkTtlMs =
-      args["sign-in-expiry"] === undefined ? undefined : duration(args["sign-in-expiry"], "--sign-in-expiry");
+    linkTtlMs = age(args["sign-in-expiry"], "--sign-in-expiry");
+    sessionIdleMs = age(args["session-idle"], "--session-idle");
     operator = operatorIdentity(args.operator);
     file = args["audit-file"] === undefined ? undefined : openAuditFile(resolve(args["audit-file"]));
   } catch (error) {
@@ -141,7 +145,10 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
     port,
     allowHosts,
     operator,
-    ...(linkTtlMs === undefined ? {} : { signIn: { linkTtlMs } }),
+    signIn: {
+      ...(linkTtlMs === undefined ? {} : { linkTtlMs }),
+      ...(sessionIdleMs === undefined ? {} : { sessionIdleMs }),
+    },
   });
   closers.unshift(() => server.close());
   // Listening for the signals before the URL is out: whoever starts this may stop it as soon as it reads the URL.
@@ -259,4 +266,12 @@ async function databaseSources(
     () => outbox.close(),
   );
   return { openClaims: () => db.store.countOpenClaims(), outboxStatus: () => outbox.status(windowMs) };
+}
+
+/** An age option, more than zero: a link or session good for 0 would refuse every sign-in. */
+function age(text: string | undefined, option: string): number | undefined {
+  if (text === undefined) return undefined;
+  const ms = duration(text, option);
+  if (ms === 0) throw new Error(`${option} "${text}" must be more than 0`);
+  return ms;
 }

@@ -4,7 +4,7 @@ import type { AddressInfo } from "node:net";
 import { z } from "zod";
 import { renderPage } from "./page.ts";
 import { PersonalDataRefused, type ConsoleService, type Filter, type Job } from "./service.ts";
-import { createSignIn, type SignIn, type SignInOptions } from "./sign-in.ts";
+import { createSignIn, same, type SignIn, type SignInOptions } from "./sign-in.ts";
 
 export interface ConsoleServer {
   /** The one-time sign-in link printed at start. */
@@ -56,7 +56,8 @@ export async function startConsoleServer(
       return send(res, 401, { error: "sign in with the one-time link the console printed at start" });
     if (req.method === "GET" && url.pathname === "/") return servePage(res, token);
     if (!url.pathname.startsWith("/api/")) return send(res, 404, { error: "not found" });
-    if (req.headers["x-sbinbox-token"] !== token) return send(res, 403, { error: "missing token" });
+    if (!same(String(req.headers["x-sbinbox-token"] ?? ""), token))
+      return send(res, 403, { error: "missing token" });
     if (req.method === "GET") return routeGet(service, url, res);
     if (req.method !== "POST") return send(res, 405, { error: "method not allowed" });
     if (req.headers.origin !== `http://${req.headers.host}`)

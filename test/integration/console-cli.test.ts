@@ -247,6 +247,48 @@ describe("sbinbox console: binding, the warning off loopback, and reads that can
     }
   });
 
+  it("a session idle for its limit is refused; one in use stays", async function () {
+    let clock = 1_000_000;
+    const service = createConsoleService({ client: fixture.client, entity: QUEUE });
+    const server = await startConsoleServer(service, {
+      host: "127.0.0.1",
+      port: 0,
+      operator: "alice",
+      signIn: { sessionIdleMs: 60 * 60_000, now: () => clock },
+    });
+    try {
+      const link = new URL(server.url);
+      const port = Number(link.port);
+      const traded = await get(port, `/?signin=${link.searchParams.get("signin")}`, "127.0.0.1");
+      const cookie = String(traded.headers["set-cookie"]).split(";")[0]!;
+      clock += 60 * 60_000 - 1;
+      assert.equal((await get(port, "/", "127.0.0.1", cookie)).status, 200, "in use just before its limit");
+      clock += 60 * 60_000 - 1;
+      assert.equal(
+        (await get(port, "/", "127.0.0.1", cookie)).status,
+        200,
+        "each request starts its idle time anew",
+      );
+      clock += 60 * 60_000;
+      const idle = await get(port, "/", "127.0.0.1", cookie);
+      assert.equal(idle.status, 401, "idle for 60 minutes: ended");
+      assert.doesNotMatch(idle.body, /sbinbox-token/);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("refuses a --sign-in-expiry or --session-idle of 0", async function () {
+    for (const option of ["--sign-in-expiry", "--session-idle"]) {
+      const result = await startCli(["console", option, "0s"], {
+        SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString,
+        SBINBOX_QUEUE: QUEUE,
+      }).done;
+      assert.equal(result.code, 2, option);
+      assert.match(result.stderr, new RegExp(`${option} "0s" must be more than 0`));
+    }
+  });
+
   it("refuses a --sign-in-expiry that is not an age", async function () {
     const result = await startCli(["console", "--sign-in-expiry", "soon"], {
       SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString,
