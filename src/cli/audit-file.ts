@@ -1,4 +1,4 @@
-import { closeSync, constants, fsyncSync, openSync, writeSync } from "node:fs";
+import { closeSync, constants, fstatSync, fsyncSync, openSync, readSync, writeSync } from "node:fs";
 
 export interface AuditFile {
   readonly path: string;
@@ -18,23 +18,56 @@ export interface AuditFile {
 export function openAuditFile(path: string, now: () => Date = () => new Date()): AuditFile {
   let fd: number;
   try {
-    fd = openSync(path, constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT, 0o600);
+    fd = openSync(path, constants.O_RDWR | constants.O_APPEND | constants.O_CREAT, 0o600);
   } catch (error) {
     throw new Error(`cannot open the audit file ${path}: ${(error as Error).message}`, { cause: error });
+  }
+  let torn: boolean;
+  try {
+    torn = checkFile(fd, path);
+  } catch (error) {
+    closeSync(fd);
+    throw error;
   }
   return {
     path,
     write(record) {
-      const bytes = Buffer.from(`${JSON.stringify({ time: now().toISOString(), ...record })}\n`);
-      for (let at = 0; at < bytes.length;) {
-        const written = writeSync(fd, bytes, at, bytes.length - at);
-        if (written <= 0) throw new Error(`writing the audit file ${path}: wrote nothing`);
-        at += written;
+      // After a torn line (a write cut off, or a file left so by a crash) the next line starts on its own.
+      const line = `${torn ? "\n" : ""}${JSON.stringify({ time: now().toISOString(), ...record })}\n`;
+      const bytes = Buffer.from(line);
+      let at = 0;
+      try {
+        while (at < bytes.length) {
+          const written = writeSync(fd, bytes, at, bytes.length - at);
+          if (written <= 0) throw new Error(`writing the audit file ${path}: wrote nothing`);
+          at += written;
+        }
+        fsyncSync(fd);
+      } catch (error) {
+        if (at > 0) torn = true;
+        throw error;
       }
-      fsyncSync(fd);
+      torn = false;
     },
     close() {
       closeSync(fd);
     },
   };
+}
+
+/**
+ * Refuses an audit file others may read or write (an existing file keeps its mode: O_CREAT's 0600 is for a new one
+ * only), or one that is not a regular file. Says whether it ends mid-line.
+ */
+function checkFile(fd: number, path: string): boolean {
+  const stat = fstatSync(fd);
+  if (!stat.isFile()) throw new Error(`the audit file ${path} is not a regular file`);
+  if ((stat.mode & 0o077) !== 0)
+    throw new Error(
+      `the audit file ${path} is mode ${(stat.mode & 0o777).toString(8)}: others may read or write it; chmod 600 it`,
+    );
+  if (stat.size === 0) return false;
+  const last = Buffer.alloc(1);
+  readSync(fd, last, 0, 1, stat.size - 1);
+  return last[0] !== 0x0a;
 }

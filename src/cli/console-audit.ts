@@ -3,6 +3,7 @@ import type { Logger } from "../telemetry/logger.ts";
 import { TRACER_NAME } from "../telemetry/names.ts";
 import type { AuditEvent } from "../console/service.ts";
 import type { AuditFile } from "./audit-file.ts";
+import { osUser } from "./operator.ts";
 
 export interface AuditOptions {
   /** Which command acts: the log line's `msg` prefix and the span's name (`console.plan`, `sbinbox.dlq purge`). */
@@ -26,11 +27,13 @@ export function createAudit(logger: Logger, options: AuditOptions = {}): (event:
   const tracer = trace.getTracer(TRACER_NAME);
   const runs = new Map<string, Span>();
   const component = options.component ?? "console";
+  const user = osUser();
   return (event) => {
-    writeDurably(options, component, event);
-    logger.info(`${component}.${event.event}`, { audit: event });
+    writeDurably(options, component, event, user);
+    logger.info(`${component}.${event.event}`, { audit: { ...event, osUser: user } });
     const common = {
       "sbinbox.console.operator": event.operator,
+      "sbinbox.console.os_user": user,
       "sbinbox.console.action": event.action,
       "messaging.destination.name": event.entity,
     };
@@ -68,10 +71,10 @@ export function createAudit(logger: Logger, options: AuditOptions = {}): (event:
  * The event's line in the audit file, if there is one. A plan or a run's start that cannot be written throws, so
  * nothing is done unrecorded; a result or an end comes after its act, so a failed write is reported instead.
  */
-function writeDurably(options: AuditOptions, component: string, event: AuditEvent): void {
+function writeDurably(options: AuditOptions, component: string, event: AuditEvent, user: string): void {
   if (!options.file) return;
   try {
-    options.file.write({ component, ...event });
+    options.file.write({ component, ...event, osUser: user });
   } catch (error) {
     if (event.event === "plan" || event.event === "run") throw error;
     options.onFileError?.(error as Error);

@@ -147,8 +147,7 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
       streams.err.write(`sbinbox dlq: WARNING: the audit file could not take a line: ${error.message}\n`),
   });
   try {
-    if (action === "restore")
-      return await restore(client, queue, args, streams.out, fail, { audit, operator });
+    if (action === "restore") return await restore(client, queue, args, streams, fail, { audit, operator });
     if (action === "list") {
       const messages = await peekDeadLetters(client, queue, { max, bodies: args.bodies === true });
       writeList(streams.out, messages, args.json === true);
@@ -326,7 +325,7 @@ async function restore(
   client: ServiceBusClient,
   queue: string,
   args: { archive?: string; id?: string[]; to?: string },
-  out: NodeJS.WritableStream,
+  { out, err }: { out: NodeJS.WritableStream; err: NodeJS.WritableStream },
   fail: (message: string, code?: number) => number,
   { audit, operator }: { audit: (event: AuditEvent) => void; operator: string },
 ): Promise<number> {
@@ -352,8 +351,17 @@ async function restore(
   const sender = client.createSender(target);
   let restored = 0;
   let error: string | undefined;
+  // SIGINT or SIGTERM mid-restore: the send in hand is finished, the rest are "not reached", the end is audited.
+  const stop = new AbortController();
+  const onSignal = () => {
+    err.write(`sbinbox dlq: stopping: finishing the message in hand\n`);
+    stop.abort();
+  };
+  process.once("SIGINT", onSignal);
+  process.once("SIGTERM", onSignal);
   try {
     for (const record of records) {
+      if (stop.signal.aborted) break;
       const copyMessageId = await restoreArchived(sender, record);
       restored += 1;
       const { sequenceNumber, messageId } = record;
@@ -364,13 +372,23 @@ async function restore(
     error = (caught as Error).message;
     throw caught;
   } finally {
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
     await sender.close();
     const counts = {
       restored,
       ...(restored < records.length ? { "not reached": records.length - restored } : {}),
     };
-    const state = error === undefined ? "done" : "failed";
+    const state = error !== undefined ? "failed" : stop.signal.aborted ? "stopped" : "done";
     audit({ event: "end", ...base, state, counts, ...(error === undefined ? {} : { error }) });
+  }
+  if (stop.signal.aborted) {
+    for (const record of records.slice(restored))
+      out.write(
+        `not done ${record.messageId} (sequence number ${record.sequenceNumber}): not reached (the run was stopped)\n`,
+      );
+    out.write(`restored ${restored} of ${records.length} message(s) to ${target}: stopped\n`);
+    return 1;
   }
   out.write(`restored ${records.length} message(s) to ${target}\n`);
   return 0;

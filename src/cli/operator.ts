@@ -14,3 +14,8 @@ export function operatorIdentity(given?: string): string {
   }
   return userInfo().username;
 }
+
+/** The OS user running the command, recorded beside the operator: --operator is only what the caller says. */
+export function osUser(): string {
+  return userInfo().username;
+}

@@ -266,8 +266,16 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
         throw new Error("this confirmation is unknown or expired: ask again");
       if (entry.operator !== operator) throw new Error("this confirmation is another operator's");
       if (running) throw new Error(`another ${running.job.action} is running (${running.job.operator}'s)`);
+      // Spent only once the run has started: a run whose audit line cannot be written can be asked for again.
+      const job = startJob(
+        entry.plan.action,
+        entry.messages,
+        operator,
+        entry.bodies,
+        entry.setAside === true,
+      );
       plans.delete(token);
-      return startJob(entry.plan.action, entry.messages, operator, entry.bodies, entry.setAside === true);
+      return job;
     },
 
     job: (id) => jobs.get(id),
@@ -339,9 +347,10 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
       results: [],
       ...(archive ? { archive: archive.path } : {}),
     };
-    jobs.set(job.id, job);
     const base = { operator, action, entity: sources.entity, job: job.id };
+    // Recorded before it exists: a run whose line cannot be written (a full audit disk) is refused, never shown.
     audit({ event: "run", ...base, count: messages.length, ...(archive ? { archive: archive.path } : {}) });
+    jobs.set(job.id, job);
     const stop = new AbortController();
     const context = {
       client: sources.client,

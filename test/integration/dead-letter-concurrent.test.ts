@@ -7,6 +7,7 @@ import { deadLetterMany } from "../helpers/dead-letters.ts";
 
 const QUEUE = "dlq-concurrent";
 const FAILING = "dlq-failing";
+const UNAUDITED = "dlq-unaudited";
 const GROUP = 2_500;
 /** Four reasons taken in turn: a walk to the group's last message passes 7,500 others it must hold locked. */
 const reasonOf = (n: number) => ["Timeout", "Schema", "Other", "Poison"][n % 4]!;
@@ -24,7 +25,11 @@ async function ended(service: ConsoleService, job: Job): Promise<Job> {
 describe("two consoles replaying one large group at once, by default (lock and abandon)", function () {
   this.timeout(300_000);
   const fixture = useLocalBroker(
-    brokerConfig({ [QUEUE]: { MaxDeliveryCount: 100 }, [FAILING]: { MaxDeliveryCount: 100 } }),
+    brokerConfig({
+      [QUEUE]: { MaxDeliveryCount: 100 },
+      [FAILING]: { MaxDeliveryCount: 100 },
+      [UNAUDITED]: { MaxDeliveryCount: 100 },
+    }),
   );
 
   before(async () => {
@@ -74,6 +79,28 @@ describe("two consoles replaying one large group at once, by default (lock and a
     } finally {
       await second.close();
     }
+  });
+
+  it("a run whose audit line cannot be written is refused, shown nowhere, and its confirmation still good", async function () {
+    await deadLetterMany(fixture.client, UNAUDITED, 3, () => "A");
+    let full = true;
+    const events: string[] = [];
+    const service = createConsoleService({
+      client: fixture.client,
+      entity: UNAUDITED,
+      audit(event) {
+        if (event.event === "run" && full) throw new Error("the audit disk is full");
+        events.push(event.event);
+      },
+    });
+    const plan = await service.plan("replay", { filter: { reason: "A" } }, "alice");
+    assert.throws(() => service.run(plan.token, "alice"), /the audit disk is full/);
+    assert.equal(service.running(), undefined, "no run shown as running");
+    assert.equal((await peekDeadLetters(fixture.client, UNAUDITED)).length, 3, "nothing replayed");
+    full = false;
+    const job = await ended(service, service.run(plan.token, "alice"));
+    assert.deepEqual(job.counts, { replayed: 3 });
+    assert.deepEqual(events, ["plan", "run", "result", "result", "result", "end"]);
   });
 
   it("an error mid-run: the message in hand failed, the ones never got to are not reached, not held", async function () {

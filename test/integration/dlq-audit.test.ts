@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
-import { mkdtemp, readdir, readFile, rm, stat } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { chmod, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { tmpdir, userInfo } from "node:os";
 import { join } from "node:path";
 import { peekDeadLetters } from "../../src/servicebus/dead-letter.ts";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
@@ -22,6 +22,7 @@ interface Line {
   copyMessageId?: string;
   counts?: Record<string, number>;
   state?: string;
+  osUser?: string;
 }
 
 // `sbinbox dlq` records what it does as the console does: each plan, run, per-message result and end a JSON log
@@ -146,6 +147,40 @@ describe("sbinbox dlq: a durable, per-operator audit of replay, purge and restor
       ["dlq.plan", "dlq.run", "dlq.result", "dlq.result", "dlq.result", "dlq.end"],
     );
     assert.ok(logged.every((l) => l.audit.operator === "bob"));
+    // --operator is what the caller says; the OS user running the command is recorded beside it.
+    const me = userInfo().username;
+    assert.ok(all.every((l) => l.osUser === me) && logged.every((l) => l.audit.osUser === me));
+  });
+
+  it("refuses an audit file others may read or write; after a torn last line the next line starts on its own", async function () {
+    const open = join(dir, "open.jsonl");
+    await writeFile(open, "");
+    await chmod(open, 0o666);
+    const refused = await dlq("replay", "--reason", "nothing", "--audit-file", open);
+    assert.equal(refused.code, 2);
+    assert.match(
+      refused.stderr,
+      /the audit file .*open\.jsonl is mode 666: others may read or write it; chmod 600/,
+    );
+    assert.equal(await readFile(open, "utf8"), "", "nothing written to it");
+
+    const torn = join(dir, "torn.jsonl");
+    await writeFile(torn, '{"event":"plan","cut off', { mode: 0o600 });
+    await deadLetterMany(
+      fixture.client,
+      QUEUE,
+      2,
+      () => "Torn",
+      () => "X",
+      9_000,
+    );
+    const purged = await dlq("purge", "--reason", "Torn", "--yes", "--audit-file", torn);
+    assert.equal(purged.code, 0, purged.stderr);
+    const text = await readFile(torn, "utf8");
+    const [cut, ...whole] = text.split("\n").filter((l) => l !== "");
+    assert.equal(cut, '{"event":"plan","cut off');
+    assert.ok(whole.length > 0, text);
+    for (const line of whole) assert.equal((JSON.parse(line) as Line).action, "purge");
   });
 
   it("refuses to act when the audit file cannot be opened, and a bad --operator: nothing touched", async function () {
@@ -208,5 +243,40 @@ describe("sbinbox dlq: a durable, per-operator audit of replay, purge and restor
       before - purged,
       "exactly the purged ones are gone",
     );
+  });
+
+  it("SIGTERM mid-restore: the send in hand is finished, the rest not reached, the end audited as stopped", async function () {
+    const many = 400;
+    await takeActive();
+    await deadLetterMany(
+      fixture.client,
+      QUEUE,
+      many,
+      () => "Restore",
+      () => "X",
+      5_000,
+    );
+    const archiveDir = join(dir, "archive-restore");
+    const purge = await dlq("purge", "--reason", "Restore", "--yes", "--archive-dir", archiveDir);
+    assert.equal(purge.code, 0, purge.stderr);
+    const [archive] = await readdir(archiveDir);
+    const file = join(dir, "restore-stopped.jsonl");
+    const cli = startCli(["dlq", "restore", "--archive", join(archiveDir, archive!), "--audit-file", file], {
+      SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString,
+      SBINBOX_QUEUE: QUEUE,
+    });
+    await waitUntil(() => fixture.broker.counts(QUEUE).active >= 20, "the restore under way", 30_000);
+    cli.child.kill("SIGTERM");
+    const result = await cli.done;
+    assert.equal(result.code, 1, result.stderr);
+    assert.match(result.stderr, /stopping: finishing the message in hand/);
+    const end = (await lines(file)).at(-1)!;
+    assert.equal(end.event, "end");
+    assert.equal(end.state, "stopped");
+    const restored = end.counts!.restored!;
+    assert.ok(restored >= 20 && restored < many, JSON.stringify(end.counts));
+    assert.deepEqual(end.counts, { restored, "not reached": many - restored });
+    assert.match(result.stdout, /not done d-\d+ \(sequence number \d+\): not reached \(the run was stopped/);
+    assert.equal(fixture.broker.counts(QUEUE).active, restored, "exactly the restored ones sent");
   });
 });
