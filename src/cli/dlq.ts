@@ -4,7 +4,11 @@ import { createInterface } from "node:readline/promises";
 import { parseArgs } from "node:util";
 import { loadConfig } from "../config/load.ts";
 import { ConfigError } from "../domain/errors.ts";
-import { createServiceBusClient, type ServiceBusClient } from "../servicebus/client.ts";
+import {
+  createServiceBusClient,
+  lazyDefaultAzureCredential,
+  type ServiceBusClient,
+} from "../servicebus/client.ts";
 import {
   peekDeadLetters,
   purgeDeadLetters,
@@ -13,7 +17,21 @@ import {
   type DeadLetter,
   type Selector,
 } from "../servicebus/dead-letter.ts";
-import { openArchive, readArchive, restoreArchived } from "../servicebus/dead-letter-archive.ts";
+import type { TokenCredential } from "@azure/identity";
+import {
+  openArchive,
+  readArchive,
+  restoreArchived,
+  type Archive,
+  type ArchivedMessage,
+} from "../servicebus/dead-letter-archive.ts";
+import {
+  containerFromUrl,
+  openBlobArchive,
+  readBlobArchive,
+} from "../servicebus/dead-letter-blob-archive.ts";
+import { signedInOperator } from "../servicebus/operator-identity.ts";
+import { refusalMessage } from "../servicebus/refusal.ts";
 import { duration, selectorOf } from "../servicebus/dead-letter-select.ts";
 import { refuseSubscription } from "../domain/entity.ts";
 import { createProgress } from "./progress.ts";
@@ -40,8 +58,11 @@ const usage = `usage: sbinbox dlq <list | replay | purge | restore> [options]
     --yes                   do not ask for confirmation
     --dry-run               show what would be purged, change nothing
     --archive-dir DIR       each message is written here before it is deleted (default ./sbinbox-archive)
-  restore                   send purged messages back to the queue from an archive file, as replay copies
-    --archive FILE          the archive (a .jsonl file a purge wrote, by \`sbinbox dlq\` or the console)
+    --archive-url URL       or to this blob container in Azure (SBINBOX_ARCHIVE_URL; the Bicep's
+                            ARCHIVE_CONTAINER_URL output), with your Entra ID identity
+  restore                   send purged messages back to the queue from an archive, as replay copies
+    --archive FILE|URL      the archive: a .jsonl file a purge wrote (by \`sbinbox dlq\` or the console), or an
+                            https:// URL of the blob container or of a path in it (a run's, a day's: each blob under it)
     --id ID                 only this MessageId or inbox key (repeatable; default every message in the file)
     --to ENTITY             send them to ENTITY, even when the archive says they were purged from another one
                             (without it, a record of another entity than SBINBOX_QUEUE is refused)
@@ -86,6 +107,7 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
         json: { type: "boolean" },
         max: { type: "string" },
         "archive-dir": { type: "string" },
+        "archive-url": { type: "string" },
         archive: { type: "string" },
         "set-aside": { type: "boolean" },
         to: { type: "string" },
@@ -111,14 +133,18 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
     return fail(`configuration error: ${error.message}`);
   }
   const sb = config.serviceBus;
+  const credential = lazyDefaultAzureCredential();
   const client: ServiceBusClient = createServiceBusClient(
     sb.kind === "namespace"
-      ? { fullyQualifiedNamespace: sb.fullyQualifiedNamespace }
+      ? { fullyQualifiedNamespace: sb.fullyQualifiedNamespace, credential }
       : { connectionString: (sb as { connectionString: string }).connectionString },
   );
+  // Who the archive records: the Entra ID sign-in against a namespace, else the local user.
+  const operator = async () =>
+    sb.kind === "namespace" ? (await signedInOperator(credential)).label : userInfo().username;
   const queue = config.queue;
   try {
-    if (action === "restore") return await restore(client, queue, args, streams.out, fail);
+    if (action === "restore") return await restore(client, queue, args, streams.out, fail, credential);
     if (action === "list") {
       const messages = await peekDeadLetters(client, queue, { max, bodies: args.bodies === true });
       writeList(streams.out, messages, args.json === true);
@@ -163,11 +189,7 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
       for (const r of result.replayed) streams.out.write(`replayed ${r.messageId} as ${r.copyMessageId}\n`);
       streams.out.write(`replayed ${result.replayed.length} message(s) to ${queue}\n`);
     } else {
-      const archive = openArchive(
-        resolve(args["archive-dir"] ?? "sbinbox-archive"),
-        queue,
-        userInfo().username,
-      );
+      const archive = await purgeArchive(args, queue, await operator(), credential);
       streams.err.write(`archiving each message to ${archive.path} before it is deleted\n`);
       result = await purgeDeadLetters(client, queue, targets, {
         ...options,
@@ -180,7 +202,8 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
     }
     return writeNotActed(streams.out, matching, result.notActed);
   } catch (error) {
-    return fail(`${action} failed: ${(error as Error).message}`, 1);
+    const refused = refusalMessage(error, action as "list" | "replay" | "purge" | "restore");
+    return fail(`${action} failed: ${refused ?? (error as Error).message}`, 1);
   } finally {
     // Telemetry (the replay's PRODUCER spans) is started and flushed around every command by bin/sbinbox.js.
     await client.close();
@@ -221,6 +244,30 @@ function writeNotActed(
   return notActed.size > 0 ? 1 : 0;
 }
 
+/** A purge's archive: the blob container --archive-url (or SBINBOX_ARCHIVE_URL) names, else a private directory. */
+async function purgeArchive(
+  args: { "archive-dir"?: string; "archive-url"?: string },
+  queue: string,
+  operator: string,
+  credential: TokenCredential,
+): Promise<Archive> {
+  const url = args["archive-url"] ?? (process.env.SBINBOX_ARCHIVE_URL || undefined);
+  if (url !== undefined && args["archive-dir"] !== undefined)
+    throw new Error("say one archive: --archive-dir or --archive-url (SBINBOX_ARCHIVE_URL), not both");
+  if (url === undefined)
+    return openArchive(resolve(args["archive-dir"] ?? "sbinbox-archive"), queue, operator);
+  const { container, prefix } = await containerFromUrl(url, credential);
+  if (prefix !== "") throw new Error(`--archive-url names a container, not a path inside one: ${url}`);
+  return openBlobArchive(container, queue, operator);
+}
+
+/** The records of an archive file, or of every blob under an https:// URL of the container (or a path in it). */
+async function archivedRecords(archive: string, credential: TokenCredential): Promise<ArchivedMessage[]> {
+  if (!/^https?:\/\//i.test(archive)) return readArchive(archive);
+  const { container, prefix } = await containerFromUrl(archive, credential);
+  return readBlobArchive(container, prefix);
+}
+
 /** Sends the archived messages (all, or those --id names) back to the queue as replay copies. */
 async function restore(
   client: ServiceBusClient,
@@ -228,10 +275,11 @@ async function restore(
   args: { archive?: string; id?: string[]; to?: string },
   out: NodeJS.WritableStream,
   fail: (message: string, code?: number) => number,
+  credential: TokenCredential,
 ): Promise<number> {
-  if (args.archive === undefined) return fail("say which archive to restore from: --archive FILE");
+  if (args.archive === undefined) return fail("say which archive to restore from: --archive FILE or URL");
   const ids = args.id && args.id.length > 0 ? new Set(args.id) : undefined;
-  const records = readArchive(args.archive).filter(
+  const records = (await archivedRecords(args.archive, credential)).filter(
     (r) => !ids || ids.has(r.messageId) || ids.has(r.inboxKey),
   );
   if (records.length === 0)

@@ -1,4 +1,5 @@
 import type { Archive } from "../servicebus/dead-letter-archive.ts";
+import { refusalMessage } from "../servicebus/refusal.ts";
 import {
   purgeDeadLetters,
   replayDeadLetters,
@@ -85,7 +86,8 @@ export async function execute(context: RunContext, planned: readonly Planned[], 
       });
     });
   } catch (error) {
-    job.error = (error as Error).message;
+    // A refusal of the operator's identity names the role the action needs (src/servicebus/refusal.ts).
+    job.error = refusalMessage(error, job.action, job.operator) ?? (error as Error).message;
   }
   const acted = new Set(job.results.map((r) => r.sequenceNumber));
   for (const seq of seqs) {

@@ -1,0 +1,181 @@
+/**
+ * The archive in Azure, on real parts: the real @azure/storage-blob client against Azurite (an npm package, run on
+ * 127.0.0.1), the console service over the local broker through the real @azure/service-bus SDK. A purge writes
+ * each message to its own blob before it deletes it; a refused write (the operator without Storage Blob Data
+ * Contributor) deletes nothing; the records restore as replay copies. Azurite is given its well-known account key,
+ * here only: in Azure the account refuses keys and the operator's Entra ID identity writes (docs/operations.md).
+ */
+import assert from "node:assert/strict";
+import { ContainerClient } from "@azure/storage-blob";
+import {
+  createConsoleService,
+  type AuditEvent,
+  type ConsoleService,
+  type Job,
+} from "../../src/console/service.ts";
+import { peekDeadLetters } from "../../src/servicebus/dead-letter.ts";
+import { restoreArchived } from "../../src/servicebus/dead-letter-archive.ts";
+import { openBlobArchive, readBlobArchive } from "../../src/servicebus/dead-letter-blob-archive.ts";
+import { replayMessageId } from "../../src/servicebus/message-id.ts";
+import { useAzurite } from "../helpers/azurite.ts";
+import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
+import { deadLetterMany } from "../helpers/dead-letters.ts";
+
+const QUEUE = "archived";
+const OPERATOR = "alice@contoso.example (00000000-0000-4000-8000-0000000000a1)";
+
+async function ended(service: ConsoleService, job: Job): Promise<Job> {
+  await waitUntil(() => service.job(job.id)?.state !== "running", `job ${job.id} ended`, 60_000);
+  return service.job(job.id)!;
+}
+
+describe("the dead-letter archive in a blob container (Azurite, the real @azure/storage-blob client)", function () {
+  this.timeout(120_000);
+  const azurite = useAzurite();
+  const fixture = useLocalBroker(brokerConfig({ [QUEUE]: { MaxDeliveryCount: 100 } }));
+  let container: ContainerClient;
+  const events: AuditEvent[] = [];
+
+  const serviceWith = (archiveContainer: ContainerClient) =>
+    createConsoleService({
+      client: fixture.client,
+      entity: QUEUE,
+      audit: (e) => events.push(e),
+      archive: (who) => openBlobArchive(archiveContainer, QUEUE, who),
+    });
+
+  before(async function () {
+    container = new ContainerClient(azurite.connectionString(), "dlq-archive");
+    await container.create();
+    await deadLetterMany(
+      fixture.client,
+      QUEUE,
+      5,
+      () => "RetriesExhausted",
+      () => "Order",
+    );
+  });
+
+  it("writes each purged message to its own blob before deleting it, named by the run and its place", async function () {
+    const service = serviceWith(container);
+    const all = await peekDeadLetters(fixture.client, QUEUE);
+    const chosen = all.slice(1, 4);
+    const plan = await service.plan(
+      "purge",
+      { sequenceNumbers: chosen.map((m) => m.sequenceNumber) },
+      OPERATOR,
+    );
+    const job = await ended(service, service.run(plan.token, OPERATOR));
+    assert.deepEqual(job.counts, { purged: 3 }, JSON.stringify(job));
+
+    // The run's prefix: <entity>/<day>/<run>/, under the container's URL.
+    const prefix = job.archive!.slice(container.url.length + 1);
+    assert.match(prefix, new RegExp(`^${QUEUE}/\\d{4}-\\d{2}-\\d{2}/[0-9a-f-]{36}/$`));
+    const names: string[] = [];
+    for await (const blob of container.listBlobsFlat({ prefix })) names.push(blob.name);
+    assert.deepEqual(names, [`${prefix}000001.json`, `${prefix}000002.json`, `${prefix}000003.json`]);
+
+    const records = await readBlobArchive(container, prefix);
+    assert.deepEqual(
+      records.map((r) => [
+        r.messageId,
+        r.operator,
+        r.reason,
+        r.entity,
+        Buffer.from(r.body, "base64").toString(),
+      ]),
+      chosen.map((m) => [
+        m.messageId,
+        OPERATOR,
+        "RetriesExhausted",
+        QUEUE,
+        JSON.stringify({ n: Number(m.messageId.slice(2)) }),
+      ]),
+    );
+    // The audit's "path and line" name the blob.
+    const results = events.filter((e) => e.event === "result" && e.job === job.id) as {
+      archived?: { path: string; line: number };
+    }[];
+    assert.deepEqual(
+      results.map((r) => `${r.archived!.path}${String(r.archived!.line).padStart(6, "0")}.json`),
+      names.map((n) => `${container.url}/${n}`),
+    );
+    const left = await peekDeadLetters(fixture.client, QUEUE);
+    assert.deepEqual(
+      left.map((m) => m.messageId),
+      all.filter((m) => !chosen.includes(m)).map((m) => m.messageId),
+    );
+
+    // Restored from the blobs: replay copies keyed by their originals.
+    const sender = fixture.client.createSender(QUEUE);
+    try {
+      for (const record of records)
+        assert.equal(await restoreArchived(sender, record), replayMessageId(record.inboxKey, 1));
+    } finally {
+      await sender.close();
+    }
+    const receiver = fixture.client.createReceiver(QUEUE, {
+      receiveMode: "receiveAndDelete",
+      skipParsingBodyAsJson: true,
+    });
+    try {
+      const got = await receiver.receiveMessages(10, { maxWaitTimeInMs: 2_000 });
+      assert.deepEqual(
+        got
+          .map((m) => [
+            m.applicationProperties?.["sbinbox-original-key"],
+            Buffer.from(m.body as Buffer).toString(),
+          ])
+          .sort(),
+        chosen.map((m) => [m.messageId, JSON.stringify({ n: Number(m.messageId.slice(2)) })]).sort(),
+      );
+    } finally {
+      await receiver.close();
+    }
+  });
+
+  it("a refused archive write (no Storage Blob Data Contributor) deletes nothing and says which role is missing", async function () {
+    // The wrong key stands for an identity without the role: the service answers 403 either way.
+    const wrongKey = Buffer.alloc(64, 7).toString("base64");
+    const refused = new ContainerClient(azurite.connectionString(wrongKey), "dlq-archive");
+    const service = serviceWith(refused);
+    const before = await peekDeadLetters(fixture.client, QUEUE);
+    assert.equal(before.length, 2);
+    const plan = await service.plan("purge", { sequenceNumbers: [before[0]!.sequenceNumber] }, OPERATOR);
+    const job = await ended(service, service.run(plan.token, OPERATOR));
+    assert.equal(job.state, "failed");
+    assert.match(
+      job.error ?? "",
+      /refused alice@contoso\.example .*\(403 .*Storage Blob Data Contributor.*nothing was deleted/,
+    );
+    assert.deepEqual(job.counts, { failed: 1 });
+    const after = await peekDeadLetters(fixture.client, QUEUE);
+    assert.deepEqual(
+      after.map((m) => m.messageId),
+      before.map((m) => m.messageId),
+      "still dead-lettered",
+    );
+    const names: string[] = [];
+    for await (const blob of container.listBlobsFlat()) names.push(blob.name);
+    assert.equal(names.length, 3, "nothing new in the archive");
+  });
+
+  it("never overwrites an archived blob: a write to a name that exists is refused (If-None-Match: *)", async function () {
+    const fixedRun = openBlobArchive(container, QUEUE, OPERATOR);
+    const prefix = fixedRun.path.slice(container.url.length + 1);
+    await container.getBlockBlobClient(`${prefix}000001.json`).upload("{}", 2);
+    const [dead] = await peekDeadLetters(fixture.client, QUEUE, { max: 1 });
+    const receiver = fixture.client.createReceiver(QUEUE, { subQueueType: "deadLetter" });
+    try {
+      const [message] = await receiver.peekMessages(1);
+      await assert.rejects(
+        async () => fixedRun.append(message!, dead!),
+        /already holds that blob \(409 BlobAlreadyExists\); nothing was deleted/,
+      );
+    } finally {
+      await receiver.close();
+    }
+    const kept = await container.getBlockBlobClient(`${prefix}000001.json`).downloadToBuffer();
+    assert.equal(kept.toString(), "{}");
+  });
+});
