@@ -1,7 +1,8 @@
 /**
  * The ABAC condition for the deploy identity's Role Based Access Control Administrator assignment: it may create
  * and delete role assignments of the roles the templates assign, to service principals (the worker's managed
- * identity, publishers' and the relay's identities), and nothing else. The form is Microsoft's "Example: Constrain
+ * identity, publishers' and the relay's identities) and to the groups and users the DLQ console's operators are,
+ * and nothing else. The form is Microsoft's "Example: Constrain
  * roles and principal types" (Delegate Azure role assignment management to others with conditions): the write is
  * checked on the request, the delete on the existing assignment. `node scripts/rbac-condition.ts` prints it for
  * `az role assignment create --condition ... --condition-version 2.0` (docs/deploy.md).
@@ -13,11 +14,16 @@ export const TEMPLATE_ROLES: Readonly<Record<string, string>> = {
   "Azure Service Bus Data Receiver": "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0",
   "Azure Service Bus Data Sender": "69a216fc-b8fb-44d8-bc22-1f3c2cd27a39",
   "Monitoring Metrics Publisher": "3913510d-42f4-4e42-8a64-420c390055eb",
+  // The DLQ console's operators (dlqReaders, dlqOperators) and, with operatorAccess, their jump VM.
+  "Storage Blob Data Contributor": "ba92f5b4-2d11-453d-a403-e96b0029c9fe",
+  "Virtual Machine User Login": "fb879df8-f326-4884-b1cf-06f3ad86be52",
+  Reader: "acdd72a7-3385-48ef-bd42-f606fba81ae7",
 };
 
 export function roleAssignmentCondition(
   roleIds: readonly string[] = Object.values(TEMPLATE_ROLES),
-  principalTypes: readonly string[] = ["ServicePrincipal"],
+  // Groups and users: the console's operators are people (docs/operations.md, "Signed-in operators in Azure").
+  principalTypes: readonly string[] = ["ServicePrincipal", "Group", "User"],
 ): string {
   if (roleIds.length === 0) throw new Error("no role ids: the condition would allow no assignment at all");
   const roles = `{${roleIds.join(", ")}}`;

@@ -24,8 +24,8 @@ describe("the deploy identity's ABAC condition (scripts/rbac-condition.ts)", fun
     assert.deepEqual([...assigned].sort(), Object.values(TEMPLATE_ROLES).sort());
   });
 
-  it("allows writes and deletes of those roles to service principals only, in Microsoft's form", function () {
-    const condition = roleAssignmentCondition(["a-1", "b-2"]);
+  it("allows writes and deletes of those roles to the principal types named, in Microsoft's form", function () {
+    const condition = roleAssignmentCondition(["a-1", "b-2"], ["ServicePrincipal"]);
     assert.equal(
       condition,
       "((!(ActionMatches{'Microsoft.Authorization/roleAssignments/write'})) OR " +
@@ -36,6 +36,11 @@ describe("the deploy identity's ABAC condition (scripts/rbac-condition.ts)", fun
         "@Resource[Microsoft.Authorization/roleAssignments:PrincipalType] ForAnyOfAnyValues:StringEqualsIgnoreCase {'ServicePrincipal'}))",
     );
     assert.throws(() => roleAssignmentCondition([]), /no role ids/);
+    // By default: service principals, and the groups and users the console's operators are (dlqReaders, dlqOperators).
+    assert.match(
+      roleAssignmentCondition(["a-1"]),
+      /PrincipalType\] ForAnyOfAnyValues:StringEqualsIgnoreCase \{'ServicePrincipal', 'Group', 'User'\}\)\)$/,
+    );
   });
 
   it("prints the condition for the template roles when run", async function () {
