@@ -65,8 +65,6 @@ resource bastion 'Microsoft.Network/bastionHosts@2025-05-01' = {
   }
   properties: {
     enableTunneling: true
-    // The jump VM is the only place bodies are read; nothing is copied off it through the portal's clipboard.
-    disableCopyPaste: true
     ipConfigurations: [
       {
         name: 'default'
