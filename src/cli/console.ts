@@ -8,9 +8,9 @@ import { createLogger } from "../telemetry/logger.ts";
 import { loadConfig, type DatabaseConnection } from "../config/load.ts";
 import { ConfigError } from "../domain/errors.ts";
 import type { TokenCredential } from "@azure/identity";
-import { createServiceBusClient, lazyDefaultAzureCredential } from "../servicebus/client.ts";
+import { createServiceBusClient, lazyOperatorCredential } from "../servicebus/client.ts";
 import { containerFromUrl, openBlobArchive } from "../servicebus/dead-letter-blob-archive.ts";
-import { signedInOperator } from "../servicebus/operator-identity.ts";
+import { pinnedToOperator, signedInOperator } from "../servicebus/operator-identity.ts";
 import type { Archive } from "../servicebus/dead-letter-archive.ts";
 import { startConsoleServer } from "../console/server.ts";
 import { createConsoleService, type ConsoleService, type ConsoleSources } from "../console/service.ts";
@@ -107,10 +107,15 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
     );
     return 2;
   }
-  const credential = lazyDefaultAzureCredential();
+  let credential: TokenCredential = lazyOperatorCredential();
   let operator: string;
   try {
-    operator = inAzure ? (await signedInOperator(credential)).label : userInfo().username;
+    if (inAzure) {
+      const signedIn = await signedInOperator(credential);
+      // Every later token must name the same operator the page and the audit name.
+      credential = pinnedToOperator(credential, signedIn);
+      operator = signedIn.label;
+    } else operator = userInfo().username;
   } catch (error) {
     process.stderr.write(`sbinbox console: ${(error as Error).message}\n`);
     return 2;

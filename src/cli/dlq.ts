@@ -6,7 +6,7 @@ import { loadConfig } from "../config/load.ts";
 import { ConfigError } from "../domain/errors.ts";
 import {
   createServiceBusClient,
-  lazyDefaultAzureCredential,
+  lazyOperatorCredential,
   type ServiceBusClient,
 } from "../servicebus/client.ts";
 import {
@@ -30,7 +30,11 @@ import {
   openBlobArchive,
   readBlobArchive,
 } from "../servicebus/dead-letter-blob-archive.ts";
-import { signedInOperator } from "../servicebus/operator-identity.ts";
+import {
+  pinnedToOperator,
+  signedInOperator,
+  type SignedInOperator,
+} from "../servicebus/operator-identity.ts";
 import { refusalMessage } from "../servicebus/refusal.ts";
 import { duration, selectorOf } from "../servicebus/dead-letter-select.ts";
 import { refuseSubscription } from "../domain/entity.ts";
@@ -67,7 +71,7 @@ const usage = `usage: sbinbox dlq <list | replay | purge | restore> [options]
     --to ENTITY             send them to ENTITY, even when the archive says they were purged from another one
                             (without it, a record of another entity than SBINBOX_QUEUE is refused)
 
-Service Bus from SBINBOX_SERVICEBUS_CONNECTION_STRING or SBINBOX_SERVICEBUS_NAMESPACE (DefaultAzureCredential),
+Service Bus from SBINBOX_SERVICEBUS_CONNECTION_STRING or SBINBOX_SERVICEBUS_NAMESPACE (your own az login),
 queue SBINBOX_QUEUE (on a topic, the service's own queue, which its subscription forwards to: replays go there,
 past every other subscription). A replayed copy carries the original inbox key: the worker applies it at most
 once.
@@ -133,15 +137,24 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
     return fail(`configuration error: ${error.message}`);
   }
   const sb = config.serviceBus;
-  const credential = lazyDefaultAzureCredential();
+  let credential: TokenCredential = lazyOperatorCredential();
+  let signedIn: SignedInOperator | undefined;
+  if (sb.kind === "namespace") {
+    try {
+      signedIn = await signedInOperator(credential);
+    } catch (error) {
+      return fail((error as Error).message);
+    }
+    // Each later token must name the person the archive records.
+    credential = pinnedToOperator(credential, signedIn);
+  }
   const client: ServiceBusClient = createServiceBusClient(
     sb.kind === "namespace"
       ? { fullyQualifiedNamespace: sb.fullyQualifiedNamespace, credential }
       : { connectionString: (sb as { connectionString: string }).connectionString },
   );
   // Who the archive records: the Entra ID sign-in against a namespace, else the local user.
-  const operator = async () =>
-    sb.kind === "namespace" ? (await signedInOperator(credential)).label : userInfo().username;
+  const operator = async () => signedIn?.label ?? userInfo().username;
   const queue = config.queue;
   try {
     if (action === "restore") return await restore(client, queue, args, streams.out, fail, credential);
