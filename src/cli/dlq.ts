@@ -154,7 +154,7 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
       : { connectionString: (sb as { connectionString: string }).connectionString },
   );
   // Who the archive records: the Entra ID sign-in against a namespace, else the local user.
-  const operator = async () => signedIn?.label ?? userInfo().username;
+  const operator = signedIn?.label ?? userInfo().username;
   const queue = config.queue;
   try {
     if (action === "restore") return await restore(client, queue, args, streams.out, fail, credential);
@@ -202,7 +202,7 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
       for (const r of result.replayed) streams.out.write(`replayed ${r.messageId} as ${r.copyMessageId}\n`);
       streams.out.write(`replayed ${result.replayed.length} message(s) to ${queue}\n`);
     } else {
-      const archive = await purgeArchive(args, queue, await operator(), credential);
+      const archive = await purgeArchive(args, queue, operator, credential);
       streams.err.write(`archiving each message to ${archive.path} before it is deleted\n`);
       result = await purgeDeadLetters(client, queue, targets, {
         ...options,

@@ -114,7 +114,7 @@ describe("sbinbox console with SBINBOX_SERVICEBUS_NAMESPACE: the signed-in Entra
       jwt({ upn: "bob@contoso.example", oid: "00000000-0000-4000-8000-0000000000b2" }),
     ];
     const az = {
-      getToken: async () => ({ token: tokens.shift()!, expiresOnTimestamp: Date.now() + 3600_000 }),
+      getToken: () => Promise.resolve({ token: tokens.shift()!, expiresOnTimestamp: Date.now() + 3600_000 }),
     };
     const pinned = pinnedToOperator(az, operatorFromToken(tokens.shift()!));
     assert.ok(await pinned.getToken("https://storage.azure.com/.default"));
