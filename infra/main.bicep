@@ -155,7 +155,7 @@ param sqlAutoPauseDelayMinutes int = 60
 @description('Optional. Microsoft Defender for SQL on the server (Advanced Threat Protection: alerts on SQL injection, unusual access, brute force). Billed per server.')
 param defenderForSql bool = false
 
-@description('Optional. DLQ console readers (docs/operations.md, "Signed-in operators in Azure"): Entra ID groups (preferred) or users who sign in with their own identity and may list the worker\'s dead letters and read their bodies: Azure Service Bus Data Receiver on the worker\'s queue. Empty: no assignment.')
+@description('Optional. DLQ console readers (docs/operations.md, "Signed-in operators in Azure"): Entra ID groups whose members sign in with their own identity and may list the worker\'s dead letters and read their bodies: Azure Service Bus Data Receiver on the worker\'s queue. Empty: no assignment.')
 param dlqReaders operatorType[] = []
 
 @description('Optional. DLQ console operators: may also replay, edit-and-retry, purge and restore: Data Receiver and Data Sender on the worker\'s queue and Storage Blob Data Contributor on the dead-letter archive\'s container. Empty: no assignment.')
@@ -170,13 +170,13 @@ param operatorVmAdminPublicKey string = ''
 @description('Optional. With operatorAccess: address prefix of the jump VM\'s subnet.')
 param operatorSubnetPrefix string = '10.60.4.0/27'
 
-@description('An operator of the DLQ console: an Entra ID group or user.')
+@description('An operator group of the DLQ console (groups only: the deploy identity\'s ABAC condition pins operator roles to listed group ids, scripts/rbac-condition.ts).')
 type operatorType = {
-  @description('Required. Object ID of the group or user.')
+  @description('Required. Object ID of the group.')
   principalId: string
 
   @description('Optional. Kind of principal (Group by default).')
-  principalType: ('Group' | 'User')?
+  principalType: 'Group'?
 }
 
 @description('A principal allowed to publish to the queue.')

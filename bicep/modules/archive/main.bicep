@@ -34,17 +34,17 @@ param publicNetworkAccess string = 'Enabled'
 @maxValue(365)
 param deleteRetentionDays int = 30
 
-@description('Optional. Operators (Entra ID groups or users) who purge and restore: Storage Blob Data Contributor on the container.')
+@description('Optional. Operators (Entra ID groups) who purge and restore: Storage Blob Data Contributor on the container.')
 param writers principalType[] = []
 
 @export()
 @description('An Entra ID principal: a group (preferred: membership, and PIM for Groups, are managed in Entra) or a user.')
 type principalType = {
-  @description('Required. Object ID of the group or user.')
+  @description('Required. Object ID of the group.')
   principalId: string
 
   @description('Optional. Kind of principal.')
-  principalType: ('Group' | 'User')?
+  principalType: 'Group'?
 }
 
 // Built-in role definition (the same ID in every tenant).

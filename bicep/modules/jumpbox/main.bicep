@@ -26,17 +26,17 @@ param adminPublicKey string
 @description('Optional. Name of that local account.')
 param adminUsername string = 'sbinboxadmin'
 
-@description('Optional. Principals (Entra ID groups or users) who may sign in to the jump VM: the console\'s readers and operators.')
+@description('Optional. Principals (Entra ID groups) who may sign in to the jump VM: the console\'s readers and operators.')
 param operators principalType[] = []
 
 @export()
-@description('An Entra ID principal: a group (preferred) or a user.')
+@description('An Entra ID group (the deploy identity\'s ABAC condition admits operator roles to listed groups only: scripts/rbac-condition.ts).')
 type principalType = {
-  @description('Required. Object ID of the group or user.')
+  @description('Required. Object ID of the group.')
   principalId: string
 
   @description('Optional. Kind of principal.')
-  principalType: ('Group' | 'User')?
+  principalType: 'Group'?
 }
 
 // Built-in role definitions (IDs are the same in every tenant).
