@@ -378,7 +378,12 @@ module serviceBusEndpoint '../bicep/modules/network/private-endpoint.bicep' = if
 
 // Where a purge writes what it removes first (docs/operations.md, "The archive"): Entra ID only, the operators'.
 module archive '../bicep/modules/archive/main.bicep' = {
+  // The diagnostic setting names the workspace.
+  dependsOn: [
+    monitoring
+  ]
   params: {
+    logAnalyticsWorkspaceName: logAnalyticsWorkspaceName
     name: archiveAccountName
     location: location
     tags: tags

@@ -26,10 +26,7 @@ export function openBlobArchive(
       const line = written + 1;
       const text = JSON.stringify(record);
       try {
-        await container.getBlockBlobClient(blobName(prefix, line)).upload(text, Buffer.byteLength(text), {
-          blobHTTPHeaders: { blobContentType: "application/json" },
-          conditions: { ifNoneMatch: "*" },
-        });
+        await uploadOnce(container, blobName(prefix, line), text);
       } catch (error) {
         throw archiveRefusal(error, container.url, operator, "; nothing was deleted");
       }
@@ -39,7 +36,30 @@ export function openBlobArchive(
   };
 }
 
-/** The records under a prefix of the container (a run's, a day's, an entity's: whatever the URL names), in order. */
+/**
+ * Creates the blob, never overwriting one. A 409 is read back before it counts as a refusal: the SDK retries a PUT
+ * whose answer was lost (a timeout, a dropped connection), and if the first one landed the retry meets the blob it
+ * wrote itself. The same bytes there are this write, done; other bytes are another record, and the purge stops.
+ */
+async function uploadOnce(container: ContainerClient, name: string, text: string): Promise<void> {
+  const blob = container.getBlockBlobClient(name);
+  try {
+    await blob.upload(text, Buffer.byteLength(text), {
+      blobHTTPHeaders: { blobContentType: "application/json" },
+      conditions: { ifNoneMatch: "*" },
+    });
+  } catch (error) {
+    if ((error as { statusCode?: number }).statusCode !== 409) throw error;
+    const there = await blob.downloadToBuffer().catch(() => undefined);
+    if (there === undefined || !there.equals(Buffer.from(text, "utf8"))) throw error;
+  }
+}
+
+/**
+ * The records under a prefix of the container (a run's, a day's, an entity's: whatever the URL names), in the order
+ * they were archived (their archivedAt; within a run, by place): listed by name, a day's runs would come in the order
+ * of their random run ids instead.
+ */
 export async function readBlobArchive(
   container: ContainerClient,
   prefix: string,
@@ -54,12 +74,13 @@ export async function readBlobArchive(
   } catch (error) {
     throw archiveRefusal(error, container.url, undefined, "");
   }
-  return out;
+  // Stable: records of one run (one archivedAt to the millisecond at most) keep their place order from the listing.
+  return out.sort((a, b) => Date.parse(a.archivedAt) - Date.parse(b.archivedAt));
 }
 
 /**
  * A container client for an archive URL, `https://<account>.blob.core.windows.net/<container>[/<prefix>]`, with the
- * given credential (the operator's DefaultAzureCredential); @azure/storage-blob is loaded only here, so a console on
+ * given credential (the operator's own sign-in, lazyOperatorCredential); @azure/storage-blob is loaded only here, so a console on
  * a file archive never loads it. Returns the client and the prefix the URL names inside the container.
  */
 export async function containerFromUrl(

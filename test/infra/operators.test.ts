@@ -145,6 +145,42 @@ describe("the DLQ console's operators, the archive and operator access, compiled
     );
   });
 
+  it("makes the archive tamper-evident: each message immutable for 30 days, its reads, writes and deletes in the workspace", function () {
+    const template = moduleTemplate("archive");
+    const container = ofType(template, "Microsoft.Storage/storageAccounts/blobServices/containers")[0]!;
+    assert.deepEqual(obj(props(container).immutableStorageWithVersioning, "immutableStorageWithVersioning"), {
+      enabled: "[greater(parameters('immutabilityDays'), 0)]",
+    });
+    const retention = ofType(
+      template,
+      "Microsoft.Storage/storageAccounts/blobServices/containers/immutabilityPolicies",
+    )[0]!;
+    assert.equal(retention.raw.condition, "[greater(parameters('immutabilityDays'), 0)]");
+    assert.equal(
+      retention.name,
+      "[format('{0}/{1}/{2}/{3}', parameters('name'), 'default', parameters('containerName'), 'default')]",
+    );
+    assert.equal(props(retention).immutabilityPeriodSinceCreationInDays, "[parameters('immutabilityDays')]");
+    assert.equal(parameterDefault(template, "immutabilityDays"), 30);
+    // The diagnostic setting is on blobServices (where the Storage* categories are), to the deployment's workspace.
+    const diagnostics = ofType(template, "Microsoft.Insights/diagnosticSettings")[0]!;
+    assert.match(str(diagnostics.raw.scope), /Microsoft\.Storage\/storageAccounts\/blobServices/);
+    const categories = (obj(diagnostics.raw, "diagnostics").properties as JsonObject).logs as JsonObject[];
+    assert.deepEqual(
+      categories.filter((c) => c.enabled === true).map((c) => c.category),
+      ["StorageRead", "StorageWrite", "StorageDelete"],
+    );
+    assert.match(str(props(diagnostics).workspaceId), /Microsoft\.OperationalInsights\/workspaces/);
+    assert.equal(
+      moduleParam("archive", "logAnalyticsWorkspaceName"),
+      "[variables('logAnalyticsWorkspaceName')]",
+    );
+    assert.ok(
+      (moduleOf("archive").dependsOn as string[]).some((d) => /monitoring/.test(d)),
+      "the workspace exists before the setting names it",
+    );
+  });
+
   it("puts no key, SAS or connection string in any output", function () {
     for (const template of templates(main)) {
       for (const [name, output] of Object.entries(obj(template.outputs ?? {}, "outputs"))) {

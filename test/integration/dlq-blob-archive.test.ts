@@ -14,7 +14,7 @@ import {
   type Job,
 } from "../../src/console/service.ts";
 import { peekDeadLetters } from "../../src/servicebus/dead-letter.ts";
-import { restoreArchived } from "../../src/servicebus/dead-letter-archive.ts";
+import { archiveRecord, restoreArchived } from "../../src/servicebus/dead-letter-archive.ts";
 import { openBlobArchive, readBlobArchive } from "../../src/servicebus/dead-letter-blob-archive.ts";
 import { replayMessageId } from "../../src/servicebus/message-id.ts";
 import { useAzurite } from "../helpers/azurite.ts";
@@ -161,7 +161,8 @@ describe("the dead-letter archive in a blob container (Azurite, the real @azure/
   });
 
   it("never overwrites an archived blob: a write to a name that exists is refused (If-None-Match: *)", async function () {
-    const fixedRun = openBlobArchive(container, QUEUE, OPERATOR);
+    // Another day than today's, whose prefix the crash test reads whole: this blob is no record.
+    const fixedRun = openBlobArchive(container, QUEUE, OPERATOR, () => new Date("2019-01-01T00:00:00Z"));
     const prefix = fixedRun.path.slice(container.url.length + 1);
     await container.getBlockBlobClient(`${prefix}000001.json`).upload("{}", 2);
     const [dead] = await peekDeadLetters(fixture.client, QUEUE, { max: 1 });
@@ -177,5 +178,79 @@ describe("the dead-letter archive in a blob container (Azurite, the real @azure/
     }
     const kept = await container.getBlockBlobClient(`${prefix}000001.json`).downloadToBuffer();
     assert.equal(kept.toString(), "{}");
+  });
+
+  it("a retried write that meets its own blob (409, the same bytes: the first PUT landed) is a success, not a stop", async function () {
+    const at = new Date("2020-01-01T00:00:00.000Z");
+    const retried = openBlobArchive(container, QUEUE, OPERATOR, () => at);
+    const prefix = retried.path.slice(container.url.length + 1);
+    const [dead] = await peekDeadLetters(fixture.client, QUEUE, { max: 1 });
+    const receiver = fixture.client.createReceiver(QUEUE, { subQueueType: "deadLetter" });
+    try {
+      const [message] = await receiver.peekMessages(1);
+      // What the first, acknowledged-but-unanswered PUT left: exactly the record this append writes.
+      const text = JSON.stringify(archiveRecord(message!, dead!, { entity: QUEUE, operator: OPERATOR, at }));
+      await container.getBlockBlobClient(`${prefix}000001.json`).upload(text, Buffer.byteLength(text));
+      assert.equal(await retried.append(message!, dead!), 1);
+      assert.equal(await retried.append(message!, dead!), 2, "the run goes on at the next place");
+      const kept = await container.getBlockBlobClient(`${prefix}000001.json`).downloadToBuffer();
+      assert.equal(kept.toString(), text);
+    } finally {
+      await receiver.close();
+    }
+  });
+
+  it("a crash between the blob write and the delete: the message stays dead-lettered, the next purge archives it again, a restore of both sends one MessageId twice", async function () {
+    const [dead] = await peekDeadLetters(fixture.client, QUEUE, { max: 1 });
+    const receiver = fixture.client.createReceiver(QUEUE, { subQueueType: "deadLetter" });
+    const [message] = await receiver.peekMessages(1).finally(() => receiver.close());
+    // The crashed run: its blob was acknowledged, its delete never happened.
+    await openBlobArchive(container, QUEUE, OPERATOR).append(message!, dead!);
+    assert.ok(
+      (await peekDeadLetters(fixture.client, QUEUE)).some((m) => m.messageId === dead!.messageId),
+      "still dead-lettered after the crash",
+    );
+    const service = serviceWith(container);
+    const plan = await service.plan("purge", { sequenceNumbers: [dead!.sequenceNumber] }, OPERATOR);
+    const job = await ended(service, service.run(plan.token, OPERATOR));
+    assert.deepEqual(job.counts, { purged: 1 }, JSON.stringify(job));
+
+    // The day's prefix holds both records, oldest first (by archivedAt, not by the runs' random ids).
+    const day =
+      job
+        .archive!.slice(container.url.length + 1)
+        .split("/")
+        .slice(0, 2)
+        .join("/") + "/";
+    const records = await readBlobArchive(container, day);
+    const times = records.map((r) => Date.parse(r.archivedAt));
+    assert.deepEqual(
+      times,
+      [...times].sort((a, b) => a - b),
+      "in archived order",
+    );
+    const twice = records.filter((r) => r.messageId === dead!.messageId);
+    assert.equal(twice.length, 2);
+    assert.equal(twice[0]!.inboxKey, twice[1]!.inboxKey);
+
+    // Restored, both copies carry the same MessageId and inbox key: duplicate detection drops the second within its
+    // window, and the worker's inbox applies the key at most once after it.
+    const sender = fixture.client.createSender(QUEUE);
+    let ids: string[];
+    try {
+      ids = [await restoreArchived(sender, twice[0]!), await restoreArchived(sender, twice[1]!)];
+    } finally {
+      await sender.close();
+    }
+    assert.equal(ids[0], ids[1]);
+    assert.equal(ids[0], replayMessageId(dead!.messageId, 1));
+    const drain = fixture.client.createReceiver(QUEUE, { receiveMode: "receiveAndDelete" });
+    try {
+      const got = await drain.receiveMessages(10, { maxWaitTimeInMs: 2_000 });
+      assert.ok(got.length >= 1);
+      for (const copy of got) assert.equal(copy.messageId, ids[0]);
+    } finally {
+      await drain.close();
+    }
   });
 });

@@ -1,5 +1,5 @@
 metadata name = 'Dead-letter archive'
-metadata description = 'A storage account with one blob container, where a console or `sbinbox dlq` purge (or edit-and-retry) writes each dead letter before it deletes it, and from which `sbinbox dlq restore` sends it back. Entra ID only (shared keys off), TLS 1.2, no anonymous access, blob versioning and soft delete; the operators get Storage Blob Data Contributor on the container alone.'
+metadata description = 'A storage account with one blob container, where a console or `sbinbox dlq` purge (or edit-and-retry) writes each dead letter before it deletes it, and from which `sbinbox dlq restore` sends it back. Entra ID only (shared keys off), TLS 1.2, no anonymous access, blob versioning, soft delete and version-level immutability, its reads, writes and deletes logged to Log Analytics; the operators get Storage Blob Data Contributor on the container alone.'
 
 @description('Required. Name of the storage account (3 to 24 lower-case letters and digits).')
 @minLength(3)
@@ -33,6 +33,14 @@ param publicNetworkAccess string = 'Enabled'
 @minValue(1)
 @maxValue(365)
 param deleteRetentionDays int = 30
+
+@description('Optional. Days each archived message is immutable after it is written (a version-level time-based retention policy, the container\'s default, unlocked): no one with a data role, the operators included, can delete or overwrite it before. 0: none.')
+@minValue(0)
+@maxValue(3650)
+param immutabilityDays int = 30
+
+@description('Optional. Name of the Log Analytics workspace (in this resource group) that receives the container\'s reads, writes and deletes (StorageRead, StorageWrite, StorageDelete). Null: no diagnostic setting.')
+param logAnalyticsWorkspaceName string?
 
 @description('Optional. Operators (Entra ID groups) who purge and restore: Storage Blob Data Contributor on the container.')
 param writers principalType[] = []
@@ -92,8 +100,58 @@ resource account 'Microsoft.Storage/storageAccounts@2025-06-01' = {
       name: containerName
       properties: {
         publicAccess: 'None'
+        // Version-level immutability (account versioning is on): each archived message can be held by the default
+        // policy below. Settable at creation only; an existing container is migrated (docs/operations.md).
+        immutableStorageWithVersioning: {
+          enabled: immutabilityDays > 0
+        }
+      }
+
+      // Tamper-evident: a Storage Blob Data Contributor can delete a blob, but not one under retention. Unlocked, so
+      // an Owner can still shorten it or delete the container once empty; locking it (irreversible) is a
+      // compliance decision left to the bank (docs/operations.md, "The archive in Azure").
+      resource retention 'immutabilityPolicies' = if (immutabilityDays > 0) {
+        name: 'default'
+        properties: {
+          immutabilityPeriodSinceCreationInDays: immutabilityDays
+        }
       }
     }
+  }
+}
+
+resource workspace 'Microsoft.OperationalInsights/workspaces@2026-03-01' existing = if (logAnalyticsWorkspaceName != null) {
+  name: logAnalyticsWorkspaceName!
+}
+
+// Who wrote, read or deleted which archived message, under which identity, in the workspace with the console's own
+// audit. The newest version of the type; the only GA one (2016-09-01) predates category groups.
+#disable-next-line use-recent-api-versions
+resource diagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' = if (logAnalyticsWorkspaceName != null) {
+  name: 'to-log-analytics'
+  scope: account::blobs
+  properties: {
+    workspaceId: workspace.id
+    logs: [
+      {
+        category: 'StorageRead'
+        enabled: true
+      }
+      {
+        category: 'StorageWrite'
+        enabled: true
+      }
+      {
+        category: 'StorageDelete'
+        enabled: true
+      }
+    ]
+    metrics: [
+      {
+        category: 'Transaction'
+        enabled: true
+      }
+    ]
   }
 }
 
