@@ -207,7 +207,13 @@ var logAnalyticsWorkspaceName = 'log-sbinbox-${resourceToken}'
 var workerIdentityName = 'id-sbinbox-worker-${resourceToken}'
 var publicNetworkAccess = privateNetwork ? 'Disabled' : 'Enabled'
 var archiveAccountName = 'stsbinbox${resourceToken}'
-var withOperatorAccess = privateNetwork && operatorAccess
+// Operator access is the way into the private network: without it there is nothing to reach, and a silent no-op
+// would leave an operator who asked for it without a jump VM and no word why.
+var withOperatorAccess = operatorAccess
+  ? (privateNetwork
+      ? true
+      : fail('OperatorAccessWithoutPrivateNetwork: operatorAccess is on but privateNetwork is off: Bastion and the jump VM reach private endpoints; without the private network run the console from your own machine (docs/operations.md).'))
+  : false
 var checkedOperatorKey = !withOperatorAccess || !empty(operatorVmAdminPublicKey)
   ? operatorVmAdminPublicKey
   : fail('OperatorKeyMissing: operatorAccess is on but operatorVmAdminPublicKey is empty: the jump VM needs a break-glass SSH key (operators sign in with Entra ID; docs/deploy.md).')

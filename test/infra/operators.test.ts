@@ -234,9 +234,10 @@ describe("the DLQ console's operators, the archive and operator access, compiled
 
   it("operator access is off by default; on, a Standard Bastion with tunnelling and a jump VM with Entra ID login and no public address", function () {
     assert.equal(parameterDefault(main, "operatorAccess"), false);
-    assert.equal(
-      obj(main.variables, "variables").withOperatorAccess,
-      "[and(parameters('privateNetwork'), parameters('operatorAccess'))]",
+    // On without the private network is an error by name, not silently ignored.
+    assert.match(
+      str(obj(main.variables, "variables").withOperatorAccess),
+      /^\[if\(parameters\('operatorAccess'\), if\(parameters\('privateNetwork'\), true\(\), fail\('OperatorAccessWithoutPrivateNetwork: .*'\)\), false\(\)\)\]$/,
     );
     assert.equal(moduleOf("operatorJumpbox").condition, "[variables('withOperatorAccess')]");
     assert.equal(
