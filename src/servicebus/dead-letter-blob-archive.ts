@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { isIP } from "node:net";
 import type { TokenCredential } from "@azure/identity";
 import type { ContainerClient } from "@azure/storage-blob";
 import { archiveRecord, parseArchived, type Archive, type ArchivedMessage } from "./dead-letter-archive.ts";
@@ -106,9 +107,20 @@ export function splitArchiveUrl(url: string): { containerUrl: string; prefix: st
     throw new Error(
       "the archive URL must not carry a query (a SAS): the archive is written with your Entra ID identity",
     );
-  const [container, ...rest] = parsed.pathname.replace(/^\//, "").split("/");
+  const segments = parsed.pathname.replace(/^\//, "").split("/");
+  // An IP address or localhost as the host (an emulator such as Azurite, Azure Stack) is path-style: the account is
+  // the first segment, as @azure/storage-blob itself reads such a URL (isIpEndpointStyle).
+  const account = pathStyle(parsed) ? `/${segments.shift() ?? ""}` : "";
+  const [container, ...rest] = segments;
   if (!container) throw new Error(`the archive URL ${url} names no container`);
-  return { containerUrl: `${parsed.origin}/${container}`, prefix: decodeURIComponent(rest.join("/")) };
+  return {
+    containerUrl: `${parsed.origin}${account}/${container}`,
+    prefix: decodeURIComponent(rest.join("/")),
+  };
+}
+
+function pathStyle(url: URL): boolean {
+  return isIP(url.hostname.replace(/^\[|\]$/g, "")) !== 0 || url.hostname === "localhost";
 }
 
 function blobName(prefix: string, line: number): string {

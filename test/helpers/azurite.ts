@@ -18,7 +18,14 @@ export interface AzuriteFixture {
  * Starts Azurite's blob service (the azurite devDependency, a plain npm package: no Docker) for the enclosing
  * describe, on 127.0.0.1 and a free port, in memory, and stops it after.
  */
-export function useAzurite(): AzuriteFixture {
+export function useAzurite(
+  options: {
+    /** Serve HTTPS with this certificate and key (PEM files), as the CLI requires of an archive URL. */
+    readonly tls?: () => { readonly cert: string; readonly key: string };
+    /** Accept Entra ID bearer tokens (Azurite's `--oauth basic`: issuer and audience checked, not the signature). */
+    readonly oauth?: boolean;
+  } = {},
+): AzuriteFixture {
   let child: ChildProcess | undefined;
   let endpoint: string | undefined;
   before(async function () {
@@ -29,7 +36,12 @@ export function useAzurite(): AzuriteFixture {
     );
     child = spawn(
       process.execPath,
-      [bin, "--blobHost", "127.0.0.1", "--blobPort", "0", "--inMemoryPersistence", "--skipApiVersionCheck"],
+      [
+        bin,
+        ...["--blobHost", "127.0.0.1", "--blobPort", "0", "--inMemoryPersistence", "--skipApiVersionCheck"],
+        ...(options.tls ? ["--cert", options.tls().cert, "--key", options.tls().key] : []),
+        ...(options.oauth ? ["--oauth", "basic"] : []),
+      ],
       // In a temporary directory: whatever Azurite writes beside it stays out of the checkout.
       { stdio: ["ignore", "pipe", "pipe"], cwd: tmpdir() },
     );
@@ -38,10 +50,10 @@ export function useAzurite(): AzuriteFixture {
       const timer = setTimeout(() => reject(new Error(`azurite did not start:\n${out}`)), 25_000);
       child!.stdout!.on("data", (chunk: Buffer) => {
         out += chunk.toString();
-        const port = /listens on http:\/\/127\.0\.0\.1:(\d+)/.exec(out)?.[1];
+        const [, scheme, port] = /listens on (https?):\/\/127\.0\.0\.1:(\d+)/.exec(out) ?? [];
         if (port) {
           clearTimeout(timer);
-          resolve(`http://127.0.0.1:${port}/${AZURITE_ACCOUNT}`);
+          resolve(`${scheme}://127.0.0.1:${port}/${AZURITE_ACCOUNT}`);
         }
       });
       child!.stderr!.on("data", (chunk: Buffer) => (out += chunk.toString()));
@@ -62,7 +74,7 @@ export function useAzurite(): AzuriteFixture {
       return endpoint;
     },
     connectionString(key = AZURITE_KEY) {
-      return `DefaultEndpointsProtocol=http;AccountName=${AZURITE_ACCOUNT};AccountKey=${key};BlobEndpoint=${this.blobEndpoint};`;
+      return `DefaultEndpointsProtocol=${this.blobEndpoint.split(":")[0]};AccountName=${AZURITE_ACCOUNT};AccountKey=${key};BlobEndpoint=${this.blobEndpoint};`;
     },
   };
 }

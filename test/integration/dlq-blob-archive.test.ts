@@ -6,6 +6,12 @@
  * here only: in Azure the account refuses keys and the operator's Entra ID identity writes (docs/operations.md).
  */
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import tls from "node:tls";
+import { promisify } from "node:util";
 import { ContainerClient } from "@azure/storage-blob";
 import {
   createConsoleService,
@@ -18,10 +24,12 @@ import { archiveRecord, restoreArchived } from "../../src/servicebus/dead-letter
 import { openBlobArchive, readBlobArchive } from "../../src/servicebus/dead-letter-blob-archive.ts";
 import { replayMessageId } from "../../src/servicebus/message-id.ts";
 import { useAzurite } from "../helpers/azurite.ts";
+import { runCli } from "../helpers/cli.ts";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { deadLetterMany } from "../helpers/dead-letters.ts";
 
 const QUEUE = "archived";
+const run = promisify(execFile);
 const OPERATOR = "alice@contoso.example (00000000-0000-4000-8000-0000000000a1)";
 
 async function ended(service: ConsoleService, job: Job): Promise<Job> {
@@ -254,3 +262,97 @@ describe("the dead-letter archive in a blob container (Azurite, the real @azure/
     }
   });
 });
+
+/**
+ * The CLI's own blob path: `sbinbox dlq purge --archive-url https://…` and `sbinbox dlq restore --archive https://…`
+ * as a subprocess, against Azurite over HTTPS (a certificate made here, trusted through NODE_EXTRA_CA_CERTS) with
+ * `--oauth basic`, so the CLI sends the bearer token its credential got from a stand-in `az` (the real
+ * AzureCliCredential, the real @azure/storage-blob client): the way the CLI allows, https only and no key.
+ */
+describe("sbinbox dlq purge --archive-url and restore --archive against Azurite over HTTPS with a bearer token", function () {
+  this.timeout(120_000);
+  const queue = "archived-cli";
+  let dir: string;
+  let cert: { cert: string; key: string };
+  before(async function () {
+    dir = await mkdtemp(join(tmpdir(), "sbinbox-azurite-tls-"));
+    cert = { cert: join(dir, "cert.pem"), key: join(dir, "key.pem") };
+    await run("openssl", [
+      ...["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"],
+      ...["-addext", "subjectAltName=IP:127.0.0.1", "-keyout", cert.key, "-out", cert.cert],
+    ]);
+    // This process trusts it too, to create the container and read the blobs with the account key.
+    tls.setDefaultCACertificates([...tls.getCACertificates("default"), await readFile(cert.cert, "utf8")]);
+    const token = jwt({
+      aud: "https://storage.azure.com",
+      iss: "https://sts.windows.net/00000000-0000-4000-8000-0000000000e1/",
+      upn: "alice@contoso.example",
+      oid: "00000000-0000-4000-8000-0000000000a1",
+      iat: Math.floor(Date.now() / 1000) - 60,
+      nbf: Math.floor(Date.now() / 1000) - 60,
+      exp: Math.floor(Date.now() / 1000) + 3600,
+    });
+    const expires = Math.floor(Date.now() / 1000) + 3600;
+    await writeFile(
+      join(dir, "az"),
+      `#!/bin/sh\necho "$*" >> "${join(dir, "az.calls")}"\necho '{"accessToken":"${token}","expires_on":${expires},"tokenType":"Bearer"}'\n`,
+      { mode: 0o755 },
+    );
+  });
+  after(async () => {
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+  const azurite = useAzurite({ tls: () => cert, oauth: true });
+  const fixture = useLocalBroker(brokerConfig({ [queue]: { MaxDeliveryCount: 100 } }));
+  const dlq = (...args: string[]) =>
+    runCli(["dlq", ...args], {
+      PATH: `${dir}:${process.env.PATH}`,
+      NODE_EXTRA_CA_CERTS: cert.cert,
+      SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString,
+      SBINBOX_QUEUE: queue,
+    });
+
+  it("purges into the container with the operator's token and restores from its URL", async function () {
+    const container = new ContainerClient(azurite.connectionString(), "dlq-archive");
+    await container.create();
+    await deadLetterMany(
+      fixture.client,
+      queue,
+      2,
+      () => "RetriesExhausted",
+      () => "Order",
+    );
+    const url = `${azurite.blobEndpoint}/dlq-archive`;
+    assert.match(url, /^https:\/\//);
+
+    const purge = await dlq("purge", "--reason", "RetriesExhausted", "--yes", "--archive-url", url);
+    assert.equal(purge.code, 0, `${purge.stderr}\n${purge.stdout}`);
+    assert.match(purge.stdout, /purged 2 message/);
+    assert.equal(fixture.broker.counts(queue).deadLettered, 0);
+    const names: string[] = [];
+    for await (const blob of container.listBlobsFlat({ prefix: `${queue}/` })) names.push(blob.name);
+    assert.equal(names.length, 2, names.join(", "));
+    // The write went with the bearer token the stand-in az gave for Storage (no key: the CLI has none).
+    assert.match(await readFile(join(dir, "az.calls"), "utf8"), /get-access-token.*storage\.azure\.com/);
+
+    const restored = await dlq("restore", "--archive", `${url}/${queue}/`);
+    assert.equal(restored.code, 0, restored.stderr);
+    assert.equal(restored.stdout.match(/^restored \S+ as \S+$/gm)?.length, 2, restored.stdout);
+    await waitUntil(
+      () => fixture.broker.counts(queue).active === 2,
+      "two replay copies on the queue",
+      10_000,
+    );
+
+    // Plain HTTP is refused before anything is read or sent.
+    const plain = await dlq("restore", "--archive", url.replace("https://", "http://"));
+    assert.notEqual(plain.code, 0);
+    assert.match(plain.stderr, /the archive URL must be https:\/\//);
+    assert.equal(fixture.broker.counts(queue).active, 2, "nothing more sent");
+  });
+});
+
+function jwt(claims: Record<string, unknown>): string {
+  const part = (value: unknown) => Buffer.from(JSON.stringify(value)).toString("base64url");
+  return `${part({ alg: "RS256", typ: "JWT" })}.${part(claims)}.c2lnbmF0dXJl`;
+}

@@ -41,6 +41,18 @@ describe("an archive URL (splitArchiveUrl)", function () {
     });
   });
 
+  it("reads an emulator's path-style URL (an IP address or localhost host: the account first), as the SDK does", function () {
+    assert.deepEqual(splitArchiveUrl("https://127.0.0.1:10000/devstoreaccount1/dlq-archive/notes/"), {
+      containerUrl: "https://127.0.0.1:10000/devstoreaccount1/dlq-archive",
+      prefix: "notes/",
+    });
+    assert.deepEqual(splitArchiveUrl("https://localhost:10000/devstoreaccount1/dlq-archive"), {
+      containerUrl: "https://localhost:10000/devstoreaccount1/dlq-archive",
+      prefix: "",
+    });
+    assert.throws(() => splitArchiveUrl("https://127.0.0.1:10000/devstoreaccount1"), /names no container/);
+  });
+
   it("refuses plain HTTP, a SAS and a URL without a container", function () {
     assert.throws(() => splitArchiveUrl("http://st.blob.core.windows.net/c"), /must be https:\/\//);
     assert.throws(
