@@ -3,17 +3,20 @@ import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import { openAuditFile, type AuditFile } from "./audit-file.ts";
 import { createAudit } from "./console-audit.ts";
-import { operatorIdentity } from "./operator.ts";
+import { actingOperator } from "./operator.ts";
 import { openArchive } from "../servicebus/dead-letter-archive.ts";
 import { createLogger, type Logger } from "../telemetry/logger.ts";
 import { loadConfig, type DatabaseConnection } from "../config/load.ts";
 import { ConfigError } from "../domain/errors.ts";
+import type { TokenCredential } from "@azure/identity";
 import { createServiceBusClient } from "../servicebus/client.ts";
 import { duration } from "../servicebus/dead-letter-select.ts";
+import { containerFromUrl, openBlobArchive } from "../servicebus/dead-letter-blob-archive.ts";
+import type { Archive } from "../servicebus/dead-letter-archive.ts";
 import { startConsoleServer } from "../console/server.ts";
 import { createConsoleService, type ConsoleService, type ConsoleSources } from "../console/service.ts";
 
-const usage = `usage: sbinbox console [--port N] [--host H [--allow-host NAME ...]] [--archive-dir DIR]
+const usage = `usage: sbinbox console [--port N] [--host H [--allow-host NAME ...]] [--archive-dir DIR | --archive-url URL]
 
   A local web page over the whole dead-letter queue (counts per reason and type, paged and filtered lists, replay or
   purge exactly the selected messages after a confirmation), the entity's counts, and the inbox's and outbox's state
@@ -34,8 +37,13 @@ const usage = `usage: sbinbox console [--port N] [--host H [--allow-host NAME ..
     --archive-dir DIR
                  where a purge writes each message before deleting it (default ./sbinbox-archive); restore with
                  \`sbinbox dlq restore --archive FILE\`
+    --archive-url URL
+                 the archive in Azure instead (SBINBOX_ARCHIVE_URL; the Bicep's ARCHIVE_CONTAINER_URL output): a blob
+                 container written with your Entra ID identity, one blob a message; restore with
+                 \`sbinbox dlq restore --archive URL\`
     --operator NAME
-                 who acts, for the audit (default: the OS user running the console)
+                 who acts, for the audit, against a local broker (default: the OS user running the console);
+                 refused with SBINBOX_SERVICEBUS_NAMESPACE, where you act as your Entra ID sign-in
     --audit-file FILE
                  also append each plan, run, per-message result and end to FILE as a JSON line, fsync'ed
                  (created 0600); a plan or run whose line cannot be written is refused
@@ -47,6 +55,9 @@ const usage = `usage: sbinbox console [--port N] [--host H [--allow-host NAME ..
 
 Settings as for \`sbinbox dlq\` (SBINBOX_SERVICEBUS_CONNECTION_STRING or SBINBOX_SERVICEBUS_NAMESPACE, SBINBOX_QUEUE:
 on a topic, the service's own queue); the database as for the worker (SBINBOX_DATABASE, ...), optional.
+With SBINBOX_SERVICEBUS_NAMESPACE the console acts as you: your Entra ID sign-in (az login, or az login
+--use-device-code on a jump box), named on the page and in every audit line; your roles decide what you may do, and
+it serves loopback only (reach it through an SSH tunnel: docs/operations.md).
 `;
 
 const LOOPBACK = new Set(["127.0.0.1", "::1", "localhost"]);
@@ -61,6 +72,7 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
         host: { type: "string" },
         "allow-host": { type: "string", multiple: true },
         "archive-dir": { type: "string" },
+        "archive-url": { type: "string" },
         "show-personal": { type: "boolean" },
         "set-aside": { type: "boolean" },
         "sign-in-expiry": { type: "string" },
@@ -86,12 +98,10 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
   }
   let linkTtlMs: number | undefined;
   let sessionIdleMs: number | undefined;
-  let operator: string;
   let file: AuditFile | undefined;
   try {
     linkTtlMs = age(args["sign-in-expiry"], "--sign-in-expiry");
     sessionIdleMs = age(args["session-idle"], "--session-idle");
-    operator = operatorIdentity(args.operator);
     file = args["audit-file"] === undefined ? undefined : openAuditFile(resolve(args["audit-file"]));
   } catch (error) {
     process.stderr.write(`sbinbox console: ${(error as Error).message}\n`);
@@ -115,18 +125,38 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
     return 2;
   }
   const sb = config.serviceBus;
+  const inAzure = sb.kind === "namespace";
+  if (inAzure && !LOOPBACK.has(host)) {
+    process.stderr.write(
+      `sbinbox console: refused: --host ${host} with SBINBOX_SERVICEBUS_NAMESPACE: the console acts with your own ` +
+        `Entra ID identity and serves loopback only (the sign-in link would be a shared secret over plain HTTP); ` +
+        `reach it through an SSH tunnel to this machine (docs/operations.md, "Reaching prod's private namespace")\n`,
+    );
+    return 2;
+  }
+  let credential: TokenCredential;
+  let operator: string;
+  let archive: ConsoleSources["archive"];
+  try {
+    // The Entra ID sign-in against a namespace, else --operator or the OS user (src/cli/operator.ts).
+    ({ name: operator, credential } = await actingOperator(args.operator, inAzure));
+    archive = await archiveOf(args, config.queue, credential);
+  } catch (error) {
+    file?.close();
+    process.stderr.write(`sbinbox console: ${(error as Error).message}\n`);
+    return 2;
+  }
   const client = createServiceBusClient(
-    sb.kind === "namespace"
-      ? { fullyQualifiedNamespace: sb.fullyQualifiedNamespace }
+    inAzure
+      ? { fullyQualifiedNamespace: sb.fullyQualifiedNamespace, credential }
       : { connectionString: (sb as { connectionString: string }).connectionString },
   );
   const closers: (() => Promise<void>)[] = [() => client.close(), () => Promise.resolve(file?.close())];
-  const archiveDir = resolve(args["archive-dir"] ?? "sbinbox-archive");
   const sources: ConsoleSources = {
     client,
     entity: config.queue,
     audit: auditOf(createLogger({ fields: { component: "console" } }), file),
-    archive: (who) => openArchive(archiveDir, config.queue, who),
+    archive,
     ...(await handlerChecks()),
     showPersonal: args["show-personal"] === true,
     setAsideAllowed: args["set-aside"] === true,
@@ -167,6 +197,27 @@ export async function run(argv: string[], signal?: AbortSignal): Promise<number>
   const code = await finishRunning(service);
   for (const close of closers) await close().catch(() => undefined);
   return code;
+}
+
+/**
+ * Where a purge or an edit writes each message first: a blob container in Azure (--archive-url, SBINBOX_ARCHIVE_URL),
+ * written with the operator's credential, or a private directory (--archive-dir, default ./sbinbox-archive).
+ */
+async function archiveOf(
+  args: { "archive-dir"?: string; "archive-url"?: string },
+  entity: string,
+  credential: TokenCredential,
+): Promise<(operator: string) => Archive> {
+  const url = args["archive-url"] ?? (process.env.SBINBOX_ARCHIVE_URL || undefined);
+  if (url !== undefined && args["archive-dir"] !== undefined)
+    throw new Error("say one archive: --archive-dir or --archive-url (SBINBOX_ARCHIVE_URL), not both");
+  if (url === undefined) {
+    const dir = resolve(args["archive-dir"] ?? "sbinbox-archive");
+    return (who) => openArchive(dir, entity, who);
+  }
+  const { container, prefix } = await containerFromUrl(url, credential);
+  if (prefix !== "") throw new Error(`--archive-url names a container, not a path inside one: ${url}`);
+  return (who) => openBlobArchive(container, entity, who);
 }
 
 /**

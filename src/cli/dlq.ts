@@ -14,12 +14,25 @@ import {
   type DeadLetter,
   type Selector,
 } from "../servicebus/dead-letter.ts";
-import { openArchive, readArchive, restoreArchived } from "../servicebus/dead-letter-archive.ts";
+import type { TokenCredential } from "@azure/identity";
+import {
+  openArchive,
+  readArchive,
+  restoreArchived,
+  type Archive,
+  type ArchivedMessage,
+} from "../servicebus/dead-letter-archive.ts";
+import {
+  containerFromUrl,
+  openBlobArchive,
+  readBlobArchive,
+} from "../servicebus/dead-letter-blob-archive.ts";
+import { refusalMessage } from "../servicebus/refusal.ts";
 import { duration, selectorOf } from "../servicebus/dead-letter-select.ts";
 import { refuseSubscription } from "../domain/entity.ts";
 import { openAuditFile, type AuditFile } from "./audit-file.ts";
 import { createAudit } from "./console-audit.ts";
-import { operatorIdentity } from "./operator.ts";
+import { actingOperator } from "./operator.ts";
 import { createProgress } from "./progress.ts";
 
 const usage = `usage: sbinbox dlq <list | replay | purge | restore> [options]
@@ -44,21 +57,25 @@ const usage = `usage: sbinbox dlq <list | replay | purge | restore> [options]
     --yes                   do not ask for confirmation
     --dry-run               show what would be purged, change nothing
     --archive-dir DIR       each message is written here before it is deleted (default ./sbinbox-archive)
-  restore                   send purged messages back to the queue from an archive file, as replay copies
-    --archive FILE          the archive (a .jsonl file a purge wrote, by \`sbinbox dlq\` or the console)
+    --archive-url URL       or to this blob container in Azure (SBINBOX_ARCHIVE_URL; the Bicep's
+                            ARCHIVE_CONTAINER_URL output), with your Entra ID identity
+  restore                   send purged messages back to the queue from an archive, as replay copies
+    --archive FILE|URL      the archive: a .jsonl file a purge wrote (by \`sbinbox dlq\` or the console), or an
+                            https:// URL of the blob container or of a path in it (a run's, a day's: each blob under it)
     --id ID                 only this MessageId or inbox key (repeatable; default every message in the file)
     --to ENTITY             send them to ENTITY, even when the archive says they were purged from another one
                             (without it, a record of another entity than SBINBOX_QUEUE is refused)
 
   every action (replay, purge, restore)
-    --operator NAME         who acts, for the audit (default: the OS user)
+    --operator NAME         who acts, for the audit, against a local broker (default: the OS user); refused with
+                            SBINBOX_SERVICEBUS_NAMESPACE, where you act as your Entra ID sign-in
     --audit-file FILE       also append each plan, run, per-message result and end to FILE as a JSON line, fsync'ed
                             (created 0600); a plan or run whose line cannot be written is not started
 
 Every action's plan, run, per-message results and end are JSON log lines on stderr ("msg":"dlq.plan" ...) and
 spans (Application Insights with APPLICATIONINSIGHTS_CONNECTION_STRING), as the console's.
 
-Service Bus from SBINBOX_SERVICEBUS_CONNECTION_STRING or SBINBOX_SERVICEBUS_NAMESPACE (DefaultAzureCredential),
+Service Bus from SBINBOX_SERVICEBUS_CONNECTION_STRING or SBINBOX_SERVICEBUS_NAMESPACE (your own az login),
 queue SBINBOX_QUEUE (on a topic, the service's own queue, which its subscription forwards to: replays go there,
 past every other subscription). A replayed copy carries the original inbox key: the worker applies it at most
 once.
@@ -98,6 +115,7 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
         json: { type: "boolean" },
         max: { type: "string" },
         "archive-dir": { type: "string" },
+        "archive-url": { type: "string" },
         archive: { type: "string" },
         "set-aside": { type: "boolean" },
         to: { type: "string" },
@@ -111,11 +129,9 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
   }
   let select: Selector;
   let max: number | undefined;
-  let operator: string;
   try {
     select = action === "list" || action === "restore" ? () => true : selector(action, args);
     max = args.max === undefined ? undefined : positive(args.max, "--max");
-    operator = operatorIdentity(args.operator);
   } catch (error) {
     return fail((error as Error).message);
   }
@@ -127,9 +143,17 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
     return fail(`configuration error: ${error.message}`);
   }
   const sb = config.serviceBus;
+  let credential: TokenCredential;
+  let operator: string;
+  try {
+    // The Entra ID sign-in against a namespace, else --operator or the OS user (src/cli/operator.ts).
+    ({ name: operator, credential } = await actingOperator(args.operator, sb.kind === "namespace"));
+  } catch (error) {
+    return fail((error as Error).message);
+  }
   const client: ServiceBusClient = createServiceBusClient(
     sb.kind === "namespace"
-      ? { fullyQualifiedNamespace: sb.fullyQualifiedNamespace }
+      ? { fullyQualifiedNamespace: sb.fullyQualifiedNamespace, credential }
       : { connectionString: (sb as { connectionString: string }).connectionString },
   );
   const queue = config.queue;
@@ -147,7 +171,8 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
       streams.err.write(`sbinbox dlq: WARNING: the audit file could not take a line: ${error.message}\n`),
   });
   try {
-    if (action === "restore") return await restore(client, queue, args, streams, fail, { audit, operator });
+    if (action === "restore")
+      return await restore(client, queue, args, streams, fail, { audit, operator, credential });
     if (action === "list") {
       const messages = await peekDeadLetters(client, queue, { max, bodies: args.bodies === true });
       writeList(streams.out, messages, args.json === true);
@@ -185,14 +210,15 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
       audit,
       operator,
       setAside: setAside !== undefined,
-      archiveDir: args["archive-dir"],
+      archive: action === "purge" ? await purgeArchive(args, queue, operator, credential) : undefined,
       err: streams.err,
     });
     writeActed(streams.out, queue, job);
     if (job.state === "failed") return fail(`${action} failed: ${job.error}`, 1);
     return job.results.some((r) => r.result !== "replayed" && r.result !== "purged") ? 1 : 0;
   } catch (error) {
-    return fail(`${action} failed: ${(error as Error).message}`, 1);
+    const refused = refusalMessage(error, action as "list" | "replay" | "purge" | "restore");
+    return fail(`${action} failed: ${refused ?? (error as Error).message}`, 1);
   } finally {
     // Telemetry (the replay's PRODUCER spans) is started and flushed around every command by bin/sbinbox.js.
     file?.close();
@@ -243,15 +269,12 @@ async function act(
     audit: (event: AuditEvent) => void;
     operator: string;
     setAside: boolean;
-    archiveDir: string | undefined;
+    /** A purge's: each message is written to it before it is deleted. */
+    archive: Archive | undefined;
     err: NodeJS.WriteStream;
   },
 ): Promise<Job> {
-  const { audit, operator } = options;
-  const archive =
-    action === "purge"
-      ? openArchive(resolve(options.archiveDir ?? "sbinbox-archive"), queue, operator)
-      : undefined;
+  const { audit, operator, archive } = options;
   if (archive) options.err.write(`archiving each message to ${archive.path} before it is deleted\n`);
   audit({ event: "plan", operator, action, entity: queue, count: planned.length, messages: planned });
   const job: Job = {
@@ -320,6 +343,30 @@ function writeActed(out: NodeJS.WritableStream, queue: string, job: Job): void {
       );
 }
 
+/** A purge's archive: the blob container --archive-url (or SBINBOX_ARCHIVE_URL) names, else a private directory. */
+async function purgeArchive(
+  args: { "archive-dir"?: string; "archive-url"?: string },
+  queue: string,
+  operator: string,
+  credential: TokenCredential,
+): Promise<Archive> {
+  const url = args["archive-url"] ?? (process.env.SBINBOX_ARCHIVE_URL || undefined);
+  if (url !== undefined && args["archive-dir"] !== undefined)
+    throw new Error("say one archive: --archive-dir or --archive-url (SBINBOX_ARCHIVE_URL), not both");
+  if (url === undefined)
+    return openArchive(resolve(args["archive-dir"] ?? "sbinbox-archive"), queue, operator);
+  const { container, prefix } = await containerFromUrl(url, credential);
+  if (prefix !== "") throw new Error(`--archive-url names a container, not a path inside one: ${url}`);
+  return openBlobArchive(container, queue, operator);
+}
+
+/** The records of an archive file, or of every blob under an https:// URL of the container (or a path in it). */
+async function archivedRecords(archive: string, credential: TokenCredential): Promise<ArchivedMessage[]> {
+  if (!/^https?:\/\//i.test(archive)) return readArchive(archive);
+  const { container, prefix } = await containerFromUrl(archive, credential);
+  return readBlobArchive(container, prefix);
+}
+
 /** Sends the archived messages (all, or those --id names) back to the queue as replay copies. */
 async function restore(
   client: ServiceBusClient,
@@ -327,11 +374,15 @@ async function restore(
   args: { archive?: string; id?: string[]; to?: string },
   { out, err }: { out: NodeJS.WritableStream; err: NodeJS.WritableStream },
   fail: (message: string, code?: number) => number,
-  { audit, operator }: { audit: (event: AuditEvent) => void; operator: string },
+  {
+    audit,
+    operator,
+    credential,
+  }: { audit: (event: AuditEvent) => void; operator: string; credential: TokenCredential },
 ): Promise<number> {
-  if (args.archive === undefined) return fail("say which archive to restore from: --archive FILE");
+  if (args.archive === undefined) return fail("say which archive to restore from: --archive FILE or URL");
   const ids = args.id && args.id.length > 0 ? new Set(args.id) : undefined;
-  const records = readArchive(args.archive).filter(
+  const records = (await archivedRecords(args.archive, credential)).filter(
     (r) => !ids || ids.has(r.messageId) || ids.has(r.inboxKey),
   );
   if (records.length === 0)

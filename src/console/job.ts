@@ -1,5 +1,6 @@
 import type { Archive } from "../servicebus/dead-letter-archive.ts";
 import { ActFailed } from "../servicebus/dead-letter-act.ts";
+import { refusalMessage } from "../servicebus/refusal.ts";
 import {
   purgeDeadLetters,
   replayDeadLetters,
@@ -93,7 +94,8 @@ export async function execute(context: RunContext, planned: readonly Planned[], 
       });
     });
   } catch (error) {
-    job.error = (error as Error).message;
+    // A refusal of the operator's identity names the role the action needs (src/servicebus/refusal.ts).
+    job.error = refusalMessage(error, job.action, job.operator) ?? (error as Error).message;
     if (error instanceof ActFailed) inHand = error.sequenceNumber;
   }
   const acted = new Set(job.results.map((r) => r.sequenceNumber));

@@ -5,6 +5,7 @@ import { z } from "zod";
 import { renderPage } from "./page.ts";
 import { PersonalDataRefused, type ConsoleService, type Filter, type Job } from "./service.ts";
 import { createSignIn, same, type SignIn, type SignInOptions } from "./sign-in.ts";
+import { refusalMessage } from "../servicebus/refusal.ts";
 
 export interface ConsoleServer {
   /** The one-time sign-in link printed at start. */
@@ -42,7 +43,9 @@ export async function startConsoleServer(
   let hosts = new Set<string>();
   const server: Server = createServer((req, res) => {
     handle(req, res).catch((error: unknown) => {
-      if (!res.headersSent) send(res, 500, { error: (error as Error).message });
+      // A reader without Data Receiver is told which role the page needs, not given the SDK's bare refusal.
+      const refused = refusalMessage(error, "list", options.operator);
+      if (!res.headersSent) send(res, refused ? 403 : 500, { error: refused ?? (error as Error).message });
       else res.end();
     });
   });
@@ -58,7 +61,7 @@ export async function startConsoleServer(
     if (!url.pathname.startsWith("/api/")) return send(res, 404, { error: "not found" });
     if (!same(String(req.headers["x-sbinbox-token"] ?? ""), token))
       return send(res, 403, { error: "missing token" });
-    if (req.method === "GET") return routeGet(service, url, res);
+    if (req.method === "GET") return routeGet(service, url, operator, res);
     if (req.method !== "POST") return send(res, 405, { error: "method not allowed" });
     if (req.headers.origin !== `http://${req.headers.host}`)
       return send(res, 403, { error: "cross-origin write refused" });
@@ -136,10 +139,15 @@ function servePage(res: ServerResponse, token: string): void {
   res.end(renderPage({ token, nonce }));
 }
 
-async function routeGet(service: ConsoleService, url: URL, res: ServerResponse): Promise<void> {
+async function routeGet(
+  service: ConsoleService,
+  url: URL,
+  operator: string,
+  res: ServerResponse,
+): Promise<void> {
   const q = url.searchParams;
   if (url.pathname === "/api/state")
-    return send(res, 200, await service.state({ fresh: q.get("fresh") === "1" }));
+    return send(res, 200, { ...(await service.state({ fresh: q.get("fresh") === "1" })), operator });
   if (url.pathname === "/api/messages") {
     const filter = filterSchema.safeParse(
       Object.fromEntries([...q].filter(([k, v]) => k in filterShape && v !== "")),

@@ -67,29 +67,51 @@ export function openArchive(dir: string, entity: string, operator: string, now =
   return {
     path,
     append(message, info, edit) {
-      const record: ArchivedMessage = {
-        archivedAt: now().toISOString(),
-        entity,
-        operator,
-        sequenceNumber: info.sequenceNumber,
-        messageId: info.messageId,
-        inboxKey: info.inboxKey,
-        replay: info.replay,
-        reason: info.reason,
-        description: info.description,
-        enqueuedTime: info.enqueuedTime?.toISOString(),
-        body: bodyBytes(message.body).toString("base64"),
-        contentType: message.contentType,
-        subject: message.subject,
-        correlationId: message.correlationId === undefined ? undefined : String(message.correlationId),
-        sessionId: message.sessionId,
-        partitionKey: message.partitionKey,
-        applicationProperties: { ...message.applicationProperties },
-        ...(edit ? { editedBody: edit.editedBody.toString("base64") } : {}),
-      };
+      const record = archiveRecord(message, info, { entity, operator, at: now() }, edit);
       return appendDurably(dir, path, `${JSON.stringify(record)}\n`, known);
     },
   };
+}
+
+/** The record a file or blob archive keeps of one message: everything needed to send it again. */
+export function archiveRecord(
+  message: ServiceBusReceivedMessage,
+  info: DeadLetter,
+  by: { readonly entity: string; readonly operator: string; readonly at: Date },
+  edit?: { readonly editedBody: Buffer },
+): ArchivedMessage {
+  return {
+    archivedAt: by.at.toISOString(),
+    entity: by.entity,
+    operator: by.operator,
+    sequenceNumber: info.sequenceNumber,
+    messageId: info.messageId,
+    inboxKey: info.inboxKey,
+    replay: info.replay,
+    reason: info.reason,
+    description: info.description,
+    enqueuedTime: info.enqueuedTime?.toISOString(),
+    body: bodyBytes(message.body).toString("base64"),
+    contentType: message.contentType,
+    subject: message.subject,
+    correlationId: message.correlationId === undefined ? undefined : String(message.correlationId),
+    sessionId: message.sessionId,
+    partitionKey: message.partitionKey,
+    applicationProperties: { ...message.applicationProperties },
+    ...(edit ? { editedBody: edit.editedBody.toString("base64") } : {}),
+  };
+}
+
+/** One archived record from its JSON text; `where` names it in the error when it is not one. */
+export function parseArchived(text: string, where: string): ArchivedMessage {
+  try {
+    const record = JSON.parse(text) as ArchivedMessage;
+    if (typeof record.messageId !== "string" || typeof record.body !== "string")
+      throw new Error("not a record");
+    return record;
+  } catch (error) {
+    throw new Error(`${where} is not an archived message: ${(error as Error).message}`);
+  }
 }
 
 /** Creates `dir` 0700, or checks an existing one gives group and others no access (the bodies are unmasked). */
@@ -163,15 +185,7 @@ export function readArchive(path: string): ArchivedMessage[] {
   const lines = readFileSync(path, "utf8").split("\n");
   const out: ArchivedMessage[] = [];
   lines.forEach((line, i) => {
-    if (line.trim() === "") return;
-    try {
-      const record = JSON.parse(line) as ArchivedMessage;
-      if (typeof record.messageId !== "string" || typeof record.body !== "string")
-        throw new Error("not a record");
-      out.push(record);
-    } catch (error) {
-      throw new Error(`${path} line ${i + 1} is not an archived message: ${(error as Error).message}`);
-    }
+    if (line.trim() !== "") out.push(parseArchived(line, `${path} line ${i + 1}`));
   });
   return out;
 }

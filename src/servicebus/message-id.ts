@@ -138,17 +138,17 @@ export function editMessageId(inboxKey: string, replay: number, bodySha256: stri
 }
 
 /**
- * The MessageId of a restore's copy: the archived record's inbox key and replay number, and which record it is
- * (the entity and sequence number it was purged from, and when it was archived). Not the replay's: the edit or
- * replay that archived it, or a replay of it before, may have sent that id within the duplicate window. The same
- * record restored again gets the same id (a resend after a lost ack is dropped); another record another.
+ * The MessageId of a restore's copy: the archived record's inbox key and replay number, and which dead letter it is
+ * (the entity and sequence number it was purged from). Not the replay's: the edit or replay that archived it, or a
+ * replay of it before, may have sent that id within the duplicate window. The same record restored again gets the
+ * same id (a resend after a lost ack is dropped), and so do two records of one dead letter (a purge that crashed
+ * between the archive write and the delete, then archived it again): not the archive time, which differs between
+ * them, so duplicate detection drops the second copy as it would a resend.
  */
 export function restoreMessageId(
   inboxKey: string,
   replay: number,
-  record: { readonly entity: string; readonly sequenceNumber: string; readonly archivedAt: string },
+  record: { readonly entity: string; readonly sequenceNumber: string },
 ): string {
-  return sbinboxV5(
-    `restore\n${inboxKey}\n${replay}\n${record.entity}\n${record.sequenceNumber}\n${record.archivedAt}`,
-  );
+  return sbinboxV5(`restore\n${inboxKey}\n${replay}\n${record.entity}\n${record.sequenceNumber}`);
 }

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { request } from "node:http";
-import { tmpdir } from "node:os";
+import { tmpdir, userInfo } from "node:os";
 import { startConsoleServer } from "../../src/console/server.ts";
 import { createConsoleService } from "../../src/console/service.ts";
 import { peekDeadLetters } from "../../src/servicebus/dead-letter.ts";
@@ -141,8 +141,10 @@ describe("sbinbox console: binding, the warning off loopback, and reads that can
       assert.ok(token);
       const state = (await (
         await fetch(new URL("/api/state", url), { headers: { "x-sbinbox-token": token, cookie } })
-      ).json()) as { deadLettered: number; inbox?: unknown; reasons: { name: string }[] };
+      ).json()) as { deadLettered: number; inbox?: unknown; reasons: { name: string }[]; operator: string };
       assert.equal(state.deadLettered, 2);
+      // Who is signed in, for the page's "Signed in as": on a connection string, the OS user running the console.
+      assert.equal(state.operator, userInfo().username);
       assert.deepEqual(
         state.reasons.map((g) => g.name),
         ["Test"],

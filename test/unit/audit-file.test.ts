@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { tmpdir, userInfo } from "node:os";
 import { join } from "node:path";
 import { openAuditFile } from "../../src/cli/audit-file.ts";
 import { createAudit } from "../../src/cli/console-audit.ts";
@@ -30,6 +30,7 @@ describe("the durable audit file: append-only JSON lines, a plan never unrecorde
       entity: "q",
       job: "j",
       count: 1,
+      osUser: userInfo().username,
     });
     const fresh = join(dir, "b.jsonl");
     openAuditFile(fresh).close();
