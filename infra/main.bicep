@@ -155,6 +155,30 @@ param sqlAutoPauseDelayMinutes int = 60
 @description('Optional. Microsoft Defender for SQL on the server (Advanced Threat Protection: alerts on SQL injection, unusual access, brute force). Billed per server.')
 param defenderForSql bool = false
 
+@description('Optional. DLQ console readers (docs/operations.md, "Signed-in operators in Azure"): Entra ID groups whose members sign in with their own identity and may list the worker\'s dead letters and read their bodies: Azure Service Bus Data Receiver on the worker\'s queue. Empty: no assignment.')
+param dlqReaders operatorType[] = []
+
+@description('Optional. DLQ console operators: may also replay, edit-and-retry, purge and restore: Data Receiver and Data Sender on the worker\'s queue and Storage Blob Data Contributor on the dead-letter archive\'s container. Empty: no assignment.')
+param dlqOperators operatorType[] = []
+
+@description('Optional. With privateNetwork: Azure Bastion and a Linux jump VM with Entra ID login inside the VNet, from which the readers and operators run `sbinbox console` against the private endpoints (docs/operations.md, "Reaching prod\'s private namespace"). Off by default.')
+param operatorAccess bool = false
+
+@description('Optional. With operatorAccess: the SSH public key of the jump VM\'s break-glass local account (operators sign in with Entra ID). Not a secret.')
+param operatorVmAdminPublicKey string = ''
+
+@description('Optional. With operatorAccess: address prefix of the jump VM\'s subnet.')
+param operatorSubnetPrefix string = '10.60.4.0/27'
+
+@description('An operator group of the DLQ console (groups only: the deploy identity\'s ABAC condition pins operator roles to listed group ids, scripts/rbac-condition.ts).')
+type operatorType = {
+  @description('Required. Object ID of the group.')
+  principalId: string
+
+  @description('Optional. Kind of principal (Group by default).')
+  principalType: 'Group'?
+}
+
 @description('A principal allowed to publish to the queue.')
 type publisherType = {
   @description('Required. Object ID of the principal.')
@@ -182,6 +206,17 @@ var applicationInsightsName = 'appi-sbinbox-${resourceToken}'
 var logAnalyticsWorkspaceName = 'log-sbinbox-${resourceToken}'
 var workerIdentityName = 'id-sbinbox-worker-${resourceToken}'
 var publicNetworkAccess = privateNetwork ? 'Disabled' : 'Enabled'
+var archiveAccountName = 'stsbinbox${resourceToken}'
+// Operator access is the way into the private network: without it there is nothing to reach, and a silent no-op
+// would leave an operator who asked for it without a jump VM and no word why.
+var withOperatorAccess = operatorAccess
+  ? (privateNetwork
+      ? true
+      : fail('OperatorAccessWithoutPrivateNetwork: operatorAccess is on but privateNetwork is off: Bastion and the jump VM reach private endpoints; without the private network run the console from your own machine (docs/operations.md).'))
+  : false
+var checkedOperatorKey = !withOperatorAccess || !empty(operatorVmAdminPublicKey)
+  ? operatorVmAdminPublicKey
+  : fail('OperatorKeyMissing: operatorAccess is on but operatorVmAdminPublicKey is empty: the jump VM needs a break-glass SSH key (operators sign in with Entra ID; docs/deploy.md).')
 // Named failures at deployment time (ARM's fail()), so a prod deployment cannot leave its alerts unrouted.
 var alertRouted = !empty(alertEmail) || !empty(alertActionGroupId)
 var runbookAbsolute = startsWith(toLower(alertRunbookUrl), 'https://')
@@ -305,6 +340,7 @@ module network '../bicep/modules/network/main.bicep' = if (privateNetwork) {
     tags: tags
     runnerSubnetPrefix: runnerSubnetPrefix
     linkedVirtualNetworkIds: runnerVirtualNetworkIds
+    operatorSubnetPrefix: operatorAccess ? operatorSubnetPrefix : ''
   }
 }
 
@@ -343,6 +379,61 @@ module serviceBusEndpoint '../bicep/modules/network/private-endpoint.bicep' = if
     targetResourceId: serviceBus.outputs.resourceId
     groupId: 'namespace'
     dnsZoneId: network!.outputs.serviceBusDnsZoneId
+  }
+}
+
+// Where a purge writes what it removes first (docs/operations.md, "The archive"): Entra ID only, the operators'.
+module archive '../bicep/modules/archive/main.bicep' = {
+  // The diagnostic setting names the workspace.
+  dependsOn: [
+    monitoring
+  ]
+  params: {
+    logAnalyticsWorkspaceName: logAnalyticsWorkspaceName
+    name: archiveAccountName
+    location: location
+    tags: tags
+    skuName: zoneRedundant ? 'Standard_ZRS' : 'Standard_LRS'
+    publicNetworkAccess: publicNetworkAccess
+    writers: dlqOperators
+  }
+}
+
+module archiveEndpoint '../bicep/modules/network/private-endpoint.bicep' = if (privateNetwork) {
+  params: {
+    name: 'pe-${archiveAccountName}'
+    location: location
+    tags: tags
+    subnetId: network!.outputs.endpointSubnetId
+    targetResourceId: archive.outputs.resourceId
+    groupId: 'blob'
+    dnsZoneId: network!.outputs.blobDnsZoneId
+  }
+}
+
+// The console's readers and operators, each acting with their own Entra ID identity on the worker's queue only.
+module operators '../bicep/modules/operators/main.bicep' = {
+  // The queue is the Service Bus module's.
+  dependsOn: [
+    serviceBus
+  ]
+  params: {
+    namespaceName: serviceBusNamespaceName
+    queueName: workerQueueName
+    readers: dlqReaders
+    operators: dlqOperators
+  }
+}
+
+module operatorJumpbox '../bicep/modules/jumpbox/main.bicep' = if (withOperatorAccess) {
+  params: {
+    name: 'sbinbox-${resourceToken}'
+    location: location
+    tags: tags
+    bastionSubnetId: network!.outputs.bastionSubnetId
+    vmSubnetId: network!.outputs.operatorSubnetId
+    adminPublicKey: checkedOperatorKey
+    operators: union(dlqReaders, dlqOperators)
   }
 }
 
@@ -466,3 +557,12 @@ output SQL_SERVER_FQDN string = sql.outputs.fullyQualifiedDomainName
 
 @description('The database name.')
 output SQL_DATABASE_NAME string = sql.outputs.databaseName
+
+@description('The dead-letter archive\'s container URL (no key, no SAS: the operators write it with their Entra ID identity), for `sbinbox console --archive-url` and `sbinbox dlq purge|restore --archive-url`.')
+output ARCHIVE_CONTAINER_URL string = archive.outputs.containerUrl
+
+@description('With operatorAccess: the Bastion\'s name, for `az network bastion ssh --name`; empty otherwise.')
+output OPERATOR_BASTION_NAME string = withOperatorAccess ? operatorJumpbox!.outputs.bastionName : ''
+
+@description('With operatorAccess: the jump VM\'s resource ID, for `az network bastion ssh --target-resource-id`; empty otherwise.')
+output OPERATOR_JUMP_VM_ID string = withOperatorAccess ? operatorJumpbox!.outputs.vmResourceId : ''

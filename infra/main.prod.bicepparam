@@ -51,3 +51,15 @@ param defenderForSql = true
 param publishers = empty(readEnvironmentVariable('APP_PRINCIPAL_ID', ''))
   ? []
   : [{ principalId: readEnvironmentVariable('APP_PRINCIPAL_ID', ''), principalType: 'ServicePrincipal' }]
+// The DLQ console's operators, Entra ID groups (comma-separated object ids): readers list dead letters and read their
+// bodies, operators also replay, purge and restore (docs/operations.md, "Signed-in operators in Azure"). Unset: none.
+param dlqReaders = empty(readEnvironmentVariable('DLQ_READER_GROUP_IDS', ''))
+  ? []
+  : map(split(readEnvironmentVariable('DLQ_READER_GROUP_IDS', ''), ','), id => { principalId: trim(id), principalType: 'Group' })
+param dlqOperators = empty(readEnvironmentVariable('DLQ_OPERATOR_GROUP_IDS', ''))
+  ? []
+  : map(split(readEnvironmentVariable('DLQ_OPERATOR_GROUP_IDS', ''), ','), id => { principalId: trim(id), principalType: 'Group' })
+// Bastion and the jump VM the operators reach the private namespace from, when OPERATOR_ACCESS is true (docs/operations.md,
+// "Reaching prod's private namespace"); its break-glass SSH key (a public key, not a secret) is then required.
+param operatorAccess = readEnvironmentVariable('OPERATOR_ACCESS', '') == 'true'
+param operatorVmAdminPublicKey = readEnvironmentVariable('OPERATOR_VM_SSH_PUBLIC_KEY', '')

@@ -9,6 +9,7 @@
  *
  *   node scripts/environment-identities.ts --repo OWNER/REPO --subscription <id> [--location northeurope]
  *     [--environment dev --environment prod] [--reviewer <GitHub user id> ...] [--runner-group sbinbox-vnet]
+ *     [--operator-group prod=<group object id> ...]   the DLQ console's operator groups the deploy identity may grant
  *     [--role-assignable-groups]   prod's SQL admin group role-assignable (Entra ID P1, Privileged Role Administrator)
  *     [--dry-run]   prints the plan as JSON and changes nothing
  */
@@ -448,6 +449,7 @@ async function main(argv: string[]): Promise<number> {
       environment: { type: "string", multiple: true },
       reviewer: { type: "string", multiple: true },
       "runner-group": { type: "string" },
+      "operator-group": { type: "string", multiple: true },
       "role-assignable-groups": { type: "boolean", default: false },
       branch: { type: "string", default: "main" },
       "dry-run": { type: "boolean", default: false },
@@ -462,6 +464,13 @@ async function main(argv: string[]): Promise<number> {
       throw new Error(`--reviewer takes a GitHub user's numeric id (gh api users/NAME --jq .id), got "${r}"`);
     return Number(r);
   });
+  const operatorGroups: Record<string, string[]> = {};
+  for (const entry of values["operator-group"] ?? []) {
+    const [environment, id] = entry.split("=");
+    if (!environment || !id)
+      throw new Error(`--operator-group takes <environment>=<group object id>, got "${entry}"`);
+    (operatorGroups[environment] ??= []).push(id);
+  }
   const { repository, customization, organizationKeys } = await readRepository(owner, name, (path) =>
     run("gh", ["api", path]),
   );
@@ -479,6 +488,7 @@ async function main(argv: string[]): Promise<number> {
     runnerGroup: values["runner-group"],
     // prod's SQL admin group only: dev's stays a plain group its team can manage.
     roleAssignableGroups: values["role-assignable-groups"] ? ["prod"] : [],
+    operatorGroups,
   });
   if (values["dry-run"]) {
     process.stdout.write(`${JSON.stringify(plan, null, 2)}\n`);

@@ -46,6 +46,11 @@ export interface PlanInput {
    * Privileged Role Administrator), so Groups and User Administrators can no longer change its members.
    */
   readonly roleAssignableGroups?: readonly string[];
+  /**
+   * Per environment, the DLQ console's operator groups (object ids) its deploy identity may grant the operator
+   * roles to (scripts/rbac-condition.ts); none: no operator role can be assigned there.
+   */
+  readonly operatorGroups?: Readonly<Record<string, readonly string[]>>;
   /** An organization runner group (the VNet runner's) to restrict to the deploy workflow on the branch. */
   readonly runnerGroup?: string;
 }
@@ -193,7 +198,7 @@ function rolesOf(input: PlanInput, environment: string): PlannedRoleAssignment[]
       principal: infra,
       role: "Role Based Access Control Administrator",
       scope,
-      condition: roleAssignmentCondition(),
+      condition: roleAssignmentCondition(input.operatorGroups?.[environment] ?? []),
     },
     { principal: app, role: deployRoleName(environment), scope },
     // The queue's counts, which the first message's check reads (infra/scripts/first-message.sh).

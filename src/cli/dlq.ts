@@ -1,21 +1,38 @@
-import { userInfo } from "node:os";
+import { randomUUID } from "node:crypto";
 import { resolve } from "node:path";
 import { createInterface } from "node:readline/promises";
 import { parseArgs } from "node:util";
 import { loadConfig } from "../config/load.ts";
 import { ConfigError } from "../domain/errors.ts";
 import { createServiceBusClient, type ServiceBusClient } from "../servicebus/client.ts";
+import { execute, type Job, type Planned } from "../console/job.ts";
+import type { AuditEvent } from "../console/service.ts";
+import { createLogger } from "../telemetry/logger.ts";
 import {
   peekDeadLetters,
-  purgeDeadLetters,
-  replayDeadLetters,
   setAsideWarning,
   type DeadLetter,
   type Selector,
 } from "../servicebus/dead-letter.ts";
-import { openArchive, readArchive, restoreArchived } from "../servicebus/dead-letter-archive.ts";
+import type { TokenCredential } from "@azure/identity";
+import {
+  openArchive,
+  readArchive,
+  restoreArchived,
+  type Archive,
+  type ArchivedMessage,
+} from "../servicebus/dead-letter-archive.ts";
+import {
+  containerFromUrl,
+  openBlobArchive,
+  readBlobArchive,
+} from "../servicebus/dead-letter-blob-archive.ts";
+import { refusalMessage } from "../servicebus/refusal.ts";
 import { duration, selectorOf } from "../servicebus/dead-letter-select.ts";
 import { refuseSubscription } from "../domain/entity.ts";
+import { openAuditFile, type AuditFile } from "./audit-file.ts";
+import { createAudit } from "./console-audit.ts";
+import { actingOperator } from "./operator.ts";
 import { createProgress } from "./progress.ts";
 import { describeThrottled, throttledSoFar } from "../servicebus/busy.ts";
 import { OWN_RETRY } from "../servicebus/throttling.ts";
@@ -42,13 +59,25 @@ const usage = `usage: sbinbox dlq <list | replay | purge | restore> [options]
     --yes                   do not ask for confirmation
     --dry-run               show what would be purged, change nothing
     --archive-dir DIR       each message is written here before it is deleted (default ./sbinbox-archive)
-  restore                   send purged messages back to the queue from an archive file, as replay copies
-    --archive FILE          the archive (a .jsonl file a purge wrote, by \`sbinbox dlq\` or the console)
+    --archive-url URL       or to this blob container in Azure (SBINBOX_ARCHIVE_URL; the Bicep's
+                            ARCHIVE_CONTAINER_URL output), with your Entra ID identity
+  restore                   send purged messages back to the queue from an archive, as replay copies
+    --archive FILE|URL      the archive: a .jsonl file a purge wrote (by \`sbinbox dlq\` or the console), or an
+                            https:// URL of the blob container or of a path in it (a run's, a day's: each blob under it)
     --id ID                 only this MessageId or inbox key (repeatable; default every message in the file)
     --to ENTITY             send them to ENTITY, even when the archive says they were purged from another one
                             (without it, a record of another entity than SBINBOX_QUEUE is refused)
 
-Service Bus from SBINBOX_SERVICEBUS_CONNECTION_STRING or SBINBOX_SERVICEBUS_NAMESPACE (DefaultAzureCredential),
+  every action (replay, purge, restore)
+    --operator NAME         who acts, for the audit, against a local broker (default: the OS user); refused with
+                            SBINBOX_SERVICEBUS_NAMESPACE, where you act as your Entra ID sign-in
+    --audit-file FILE       also append each plan, run, per-message result and end to FILE as a JSON line, fsync'ed
+                            (created 0600); a plan or run whose line cannot be written is not started
+
+Every action's plan, run, per-message results and end are JSON log lines on stderr ("msg":"dlq.plan" ...) and
+spans (Application Insights with APPLICATIONINSIGHTS_CONNECTION_STRING), as the console's.
+
+Service Bus from SBINBOX_SERVICEBUS_CONNECTION_STRING or SBINBOX_SERVICEBUS_NAMESPACE (your own az login),
 queue SBINBOX_QUEUE (on a topic, the service's own queue, which its subscription forwards to: replays go there,
 past every other subscription). A replayed copy carries the original inbox key: the worker applies it at most
 once.
@@ -88,9 +117,12 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
         json: { type: "boolean" },
         max: { type: "string" },
         "archive-dir": { type: "string" },
+        "archive-url": { type: "string" },
         archive: { type: "string" },
         "set-aside": { type: "boolean" },
         to: { type: "string" },
+        operator: { type: "string" },
+        "audit-file": { type: "string" },
       },
       strict: true,
     }).values;
@@ -113,16 +145,38 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
     return fail(`configuration error: ${error.message}`);
   }
   const sb = config.serviceBus;
+  let credential: TokenCredential;
+  let operator: string;
+  try {
+    // The Entra ID sign-in against a namespace, else --operator or the OS user (src/cli/operator.ts).
+    ({ name: operator, credential } = await actingOperator(args.operator, sb.kind === "namespace"));
+  } catch (error) {
+    return fail((error as Error).message);
+  }
   // One SDK try per call: each is retried here while throttled (busy.ts), and the run says what was.
   const client: ServiceBusClient = createServiceBusClient(
     sb.kind === "namespace"
-      ? { fullyQualifiedNamespace: sb.fullyQualifiedNamespace }
+      ? { fullyQualifiedNamespace: sb.fullyQualifiedNamespace, credential }
       : { connectionString: (sb as { connectionString: string }).connectionString },
     { retryOptions: OWN_RETRY },
   );
   const queue = config.queue;
+  let file: AuditFile | undefined;
   try {
-    if (action === "restore") return await restore(client, queue, args, streams.out, fail);
+    file = args["audit-file"] === undefined ? undefined : openAuditFile(resolve(args["audit-file"]));
+  } catch (error) {
+    await client.close();
+    return fail((error as Error).message);
+  }
+  const audit = createAudit(createLogger({ fields: { component: "dlq" } }), {
+    component: "dlq",
+    ...(file ? { file } : {}),
+    onFileError: (error) =>
+      streams.err.write(`sbinbox dlq: WARNING: the audit file could not take a line: ${error.message}\n`),
+  });
+  try {
+    if (action === "restore")
+      return await restore(client, queue, args, streams, fail, { audit, operator, credential });
     if (action === "list") {
       const messages = await peekDeadLetters(client, queue, { max, bodies: args.bodies === true });
       writeList(streams.out, messages, args.json === true);
@@ -155,40 +209,25 @@ export async function run(argv: string[], streams: Streams = defaultStreams()): 
       if (!ok) return fail("purge cancelled", 1);
     }
     if (setAside !== undefined) streams.err.write(`--set-aside: ${setAside}\n`);
-    const progress = createProgress(action, total, streams.err);
-    const options = {
-      onProgress: (done: number) => progress.update(done),
+    const planned = matching.slice(0, total).map(plannedOf);
+    const job = await act(client, queue, action as "replay" | "purge", planned, {
+      audit,
+      operator,
       setAside: setAside !== undefined,
-    };
-    let result;
-    if (action === "replay") {
-      result = await replayDeadLetters(client, queue, targets, options);
-      progress.finish(undefined, result.replayed.length);
-      for (const r of result.replayed) streams.out.write(`replayed ${r.messageId} as ${r.copyMessageId}\n`);
-      streams.out.write(`replayed ${result.replayed.length} message(s) to ${queue}\n`);
-    } else {
-      const archive = openArchive(
-        resolve(args["archive-dir"] ?? "sbinbox-archive"),
-        queue,
-        userInfo().username,
-      );
-      streams.err.write(`archiving each message to ${archive.path} before it is deleted\n`);
-      result = await purgeDeadLetters(client, queue, targets, {
-        ...options,
-        beforeComplete: async (message, info) => {
-          await archive.append(message, info);
-        },
-      });
-      progress.finish(undefined, result.purged.length);
-      streams.out.write(`purged ${result.purged.length} message(s) from ${queue}/$DeadLetterQueue\n`);
-    }
+      archive: action === "purge" ? await purgeArchive(args, queue, operator, credential) : undefined,
+      err: streams.err,
+    });
+    writeActed(streams.out, queue, job);
     writeThrottled(streams.out, client);
-    return writeNotActed(streams.out, matching, result.notActed);
+    if (job.state === "failed") return fail(`${action} failed: ${job.error}`, 1);
+    return job.results.some((r) => r.result !== "replayed" && r.result !== "purged") ? 1 : 0;
   } catch (error) {
     writeThrottled(streams.out, client);
-    return fail(`${action} failed: ${(error as Error).message}`, 1);
+    const refused = refusalMessage(error, action as "list" | "replay" | "purge" | "restore");
+    return fail(`${action} failed: ${refused ?? (error as Error).message}`, 1);
   } finally {
     // Telemetry (the replay's PRODUCER spans) is started and flushed around every command by bin/sbinbox.js.
+    file?.close();
     await client.close();
   }
 }
@@ -213,18 +252,125 @@ function selector(
   return selectorOf({ ids, reason: args.reason, olderThanMs, all: args.all });
 }
 
-/** The selected messages not acted on, each with why; exit 1 when there are any. */
-function writeNotActed(
-  out: NodeJS.WritableStream,
-  matching: readonly DeadLetter[],
-  notActed: ReadonlyMap<string, string>,
-): number {
-  for (const m of matching) {
-    const why = notActed.get(m.sequenceNumber);
-    if (why !== undefined)
-      out.write(`not done ${m.messageId} (sequence number ${m.sequenceNumber}): ${why}\n`);
-  }
-  return notActed.size > 0 ? 1 : 0;
+/** A dead letter as a run plans it: by sequence number, with its MessageId and reason for the results. */
+function plannedOf(m: DeadLetter): Planned {
+  return {
+    sequenceNumber: m.sequenceNumber,
+    messageId: m.messageId,
+    ...(m.reason === undefined ? {} : { reason: m.reason }),
+  };
+}
+
+/**
+ * Replays or purges exactly the planned messages through the console's run (src/console/job.ts), so the two give
+ * the same results per message ("held by another operator", "gone", "not reached", "failed") and the same audit:
+ * the plan, the run, each result and the end, each a JSON line on stderr and a span, and a line in the audit file.
+ */
+async function act(
+  client: ServiceBusClient,
+  queue: string,
+  action: "replay" | "purge",
+  planned: Planned[],
+  options: {
+    audit: (event: AuditEvent) => void;
+    operator: string;
+    setAside: boolean;
+    /** A purge's: each message is written to it before it is deleted. */
+    archive: Archive | undefined;
+    err: NodeJS.WriteStream;
+  },
+): Promise<Job> {
+  const { audit, operator, archive } = options;
+  if (archive) options.err.write(`archiving each message to ${archive.path} before it is deleted\n`);
+  audit({ event: "plan", operator, action, entity: queue, count: planned.length, messages: planned });
+  const job: Job = {
+    id: randomUUID(),
+    action,
+    operator,
+    total: planned.length,
+    state: "running",
+    done: 0,
+    counts: {},
+    results: [],
+    ...(archive ? { archive: archive.path } : {}),
+  };
+  const base = { operator, action, entity: queue, job: job.id };
+  audit({ event: "run", ...base, count: planned.length, ...(archive ? { archive: archive.path } : {}) });
+  const progress = createProgress(action, planned.length, options.err);
+  let acted = 0;
+  // SIGINT or SIGTERM mid-run: the message in hand is finished, the rest are "not reached", the end is audited.
+  const stop = new AbortController();
+  const onSignal = () => {
+    options.err.write(`sbinbox dlq: stopping: finishing the message in hand\n`);
+    stop.abort();
+  };
+  process.once("SIGINT", onSignal);
+  process.once("SIGTERM", onSignal);
+  await execute(
+    {
+      client,
+      entity: queue,
+      signal: stop.signal,
+      ...(archive ? { archive } : {}),
+      setAside: options.setAside,
+      onResult: (r) => {
+        audit({ event: "result", ...base, ...r });
+        if (r.result === "replayed" || r.result === "purged") progress.update(++acted);
+      },
+    },
+    planned,
+    job,
+  ).finally(() => {
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+  });
+  progress.finish(undefined, acted);
+  audit({
+    event: "end",
+    ...base,
+    state: job.state,
+    counts: job.counts,
+    ...(job.error === undefined ? {} : { error: job.error }),
+  });
+  return job;
+}
+
+/** What the run did, a line a message, and why for each one it did not do. */
+function writeActed(out: NodeJS.WritableStream, queue: string, job: Job): void {
+  const done = job.results.filter((r) => r.result === "replayed" || r.result === "purged");
+  if (job.action === "replay") {
+    for (const r of done) out.write(`replayed ${r.messageId} as ${r.copyMessageId}\n`);
+    out.write(`replayed ${done.length} message(s) to ${queue}\n`);
+  } else out.write(`purged ${done.length} message(s) from ${queue}/$DeadLetterQueue\n`);
+  for (const r of job.results)
+    if (!done.includes(r))
+      out.write(
+        `not done ${r.messageId} (sequence number ${r.sequenceNumber}): ${r.result}${r.why ? ` (${r.why})` : ""}\n`,
+      );
+}
+
+/** A purge's archive: the blob container --archive-url (or SBINBOX_ARCHIVE_URL) names, else a private directory. */
+async function purgeArchive(
+  args: { "archive-dir"?: string; "archive-url"?: string },
+  queue: string,
+  operator: string,
+  credential: TokenCredential,
+): Promise<Archive> {
+  const url = args["archive-url"] ?? (process.env.SBINBOX_ARCHIVE_URL || undefined);
+  if (url !== undefined && args["archive-dir"] !== undefined)
+    throw new Error("say one archive: --archive-dir or --archive-url (SBINBOX_ARCHIVE_URL), not both");
+  if (url === undefined)
+    return openArchive(resolve(args["archive-dir"] ?? "sbinbox-archive"), queue, operator);
+  const { container, prefix } = await containerFromUrl(url, credential);
+  if (prefix !== "") throw new Error(`--archive-url names a container, not a path inside one: ${url}`);
+  return openBlobArchive(container, queue, operator);
+}
+
+/** The records of an archive file, or of every blob under an https:// URL of the container (or a path in it). */
+async function archivedRecords(archive: string, credential: TokenCredential): Promise<ArchivedMessage[]> {
+  if (!/^https?:\/\//i.test(archive)) return readArchive(archive);
+  const { container, prefix } = await containerFromUrl(archive, credential);
+  return readBlobArchive(container, prefix);
 }
 
 /** Sends the archived messages (all, or those --id names) back to the queue as replay copies. */
@@ -232,12 +378,17 @@ async function restore(
   client: ServiceBusClient,
   queue: string,
   args: { archive?: string; id?: string[]; to?: string },
-  out: NodeJS.WritableStream,
+  { out, err }: { out: NodeJS.WritableStream; err: NodeJS.WritableStream },
   fail: (message: string, code?: number) => number,
+  {
+    audit,
+    operator,
+    credential,
+  }: { audit: (event: AuditEvent) => void; operator: string; credential: TokenCredential },
 ): Promise<number> {
-  if (args.archive === undefined) return fail("say which archive to restore from: --archive FILE");
+  if (args.archive === undefined) return fail("say which archive to restore from: --archive FILE or URL");
   const ids = args.id && args.id.length > 0 ? new Set(args.id) : undefined;
-  const records = readArchive(args.archive).filter(
+  const records = (await archivedRecords(args.archive, credential)).filter(
     (r) => !ids || ids.has(r.messageId) || ids.has(r.inboxKey),
   );
   if (records.length === 0)
@@ -250,12 +401,51 @@ async function restore(
         `nothing restored; pass --to ${queue} to send them here anyway, or point SBINBOX_QUEUE at their entity`,
     );
   refuseSubscription(target, "sbinbox dlq restore");
+  const base = { operator, action: "restore" as const, entity: target, job: randomUUID() };
+  const messages = records.map((r) => ({ sequenceNumber: r.sequenceNumber, messageId: r.messageId }));
+  audit({ event: "plan", operator, action: "restore", entity: target, count: records.length, messages });
+  audit({ event: "run", ...base, count: records.length, archive: args.archive });
   const sender = client.createSender(target);
+  let restored = 0;
+  let error: string | undefined;
+  // SIGINT or SIGTERM mid-restore: the send in hand is finished, the rest are "not reached", the end is audited.
+  const stop = new AbortController();
+  const onSignal = () => {
+    err.write(`sbinbox dlq: stopping: finishing the message in hand\n`);
+    stop.abort();
+  };
+  process.once("SIGINT", onSignal);
+  process.once("SIGTERM", onSignal);
   try {
-    for (const record of records)
-      out.write(`restored ${record.messageId} as ${await restoreArchived(sender, record)}\n`);
+    for (const record of records) {
+      if (stop.signal.aborted) break;
+      const copyMessageId = await restoreArchived(sender, record);
+      restored += 1;
+      const { sequenceNumber, messageId } = record;
+      audit({ event: "result", ...base, sequenceNumber, messageId, result: "restored", copyMessageId });
+      out.write(`restored ${record.messageId} as ${copyMessageId}\n`);
+    }
+  } catch (caught) {
+    error = (caught as Error).message;
+    throw caught;
   } finally {
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
     await sender.close();
+    const counts = {
+      restored,
+      ...(restored < records.length ? { "not reached": records.length - restored } : {}),
+    };
+    const state = error !== undefined ? "failed" : stop.signal.aborted ? "stopped" : "done";
+    audit({ event: "end", ...base, state, counts, ...(error === undefined ? {} : { error }) });
+  }
+  if (stop.signal.aborted) {
+    for (const record of records.slice(restored))
+      out.write(
+        `not done ${record.messageId} (sequence number ${record.sequenceNumber}): not reached (the run was stopped)\n`,
+      );
+    out.write(`restored ${restored} of ${records.length} message(s) to ${target}: stopped\n`);
+    return 1;
   }
   out.write(`restored ${records.length} message(s) to ${target}\n`);
   return 0;

@@ -1,5 +1,7 @@
 import type { Archive } from "../servicebus/dead-letter-archive.ts";
 import { describeThrottled, throttledSoFar } from "../servicebus/busy.ts";
+import { ActFailed } from "../servicebus/dead-letter-act.ts";
+import { refusalMessage } from "../servicebus/refusal.ts";
 import {
   purgeDeadLetters,
   replayDeadLetters,
@@ -17,7 +19,13 @@ export interface Planned {
   readonly reason?: string;
 }
 
-export type Result = "replayed" | "purged" | "held by another operator" | "gone" | "not started" | "failed";
+/**
+ * held by another operator: another receiver had it locked; gone: no longer in the dead-letter queue; not reached:
+ * still dead-lettered, the run never got to it (stopped, an error ended the run, or its rounds ran out); failed: the
+ * act on this message threw (the error ended the run); restored: sent back from an archive (`sbinbox dlq restore`).
+ */
+export type Result =
+  "replayed" | "purged" | "restored" | "held by another operator" | "gone" | "not reached" | "failed";
 
 export interface MessageResult {
   readonly sequenceNumber: string;
@@ -79,6 +87,7 @@ export async function execute(context: RunContext, planned: readonly Planned[], 
   const archivedAt = new Map<string, number>();
   let outcome: DrainResult | undefined;
   const throttledBefore = throttledSoFar(context.client);
+  let inHand: string | undefined;
   try {
     outcome = await act(context, job, seqs, archivedAt, (m, copyMessageId) => {
       job.done += 1;
@@ -92,25 +101,50 @@ export async function execute(context: RunContext, planned: readonly Planned[], 
       });
     });
   } catch (error) {
-    job.error = (error as Error).message;
+    // A refusal of the operator's identity names the role the action needs (src/servicebus/refusal.ts).
+    job.error = refusalMessage(error, job.action, job.operator) ?? (error as Error).message;
+    if (error instanceof ActFailed) inHand = error.sequenceNumber;
   }
   const acted = new Set(job.results.map((r) => r.sequenceNumber));
   for (const seq of seqs) {
     if (acted.has(seq)) continue;
-    const m = bySeq.get(seq)!;
-    const why = outcome?.notActed.get(seq);
-    const result: Result =
-      why ?? (outcome === undefined ? "failed" : outcome.stopped.includes(seq) ? "not started" : "failed");
     record({
       sequenceNumber: seq,
-      messageId: m.messageId,
-      result,
-      ...(result === "failed" ? { why: job.error ?? "not reached" } : {}),
-      ...(result === "not started" ? { why: "the console was stopped first: still dead-lettered" } : {}),
+      messageId: bySeq.get(seq)!.messageId,
+      ...notDone(seq, job, outcome, inHand),
     });
   }
   job.throttled = describeThrottled(throttledBefore, throttledSoFar(context.client));
   job.state = finalState(job, outcome);
+}
+
+/** Why a planned message was not acted on, with what to know. */
+function notDone(
+  seq: string,
+  job: Job,
+  outcome: DrainResult | undefined,
+  inHand: string | undefined,
+): { result: Result; why?: string } {
+  if (seq === inHand) return { result: "failed", why: job.error! };
+  if (outcome === undefined)
+    return {
+      result: "not reached",
+      why: `the run ended on an error first (${job.error}): still dead-lettered`,
+    };
+  if (outcome.stopped.includes(seq))
+    return {
+      result: "not reached",
+      why: "the run was stopped (SIGTERM or SIGINT) first: still dead-lettered",
+    };
+  const why = outcome.notActed.get(seq) ?? "not reached";
+  if (why === "not reached")
+    return { result: why, why: "the run's rounds ended before it came up: still dead-lettered, run again" };
+  if (why === "gone")
+    return { result: why, why: "no longer in the dead-letter queue: another operator or tool acted on it" };
+  return {
+    result: why,
+    why: "locked by another receiver (another console, CLI or tool): still dead-lettered",
+  };
 }
 
 function finalState(job: Job, outcome: DrainResult | undefined): Job["state"] {

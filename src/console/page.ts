@@ -54,6 +54,8 @@ const STYLE = `  body { font: 15px/1.4 system-ui, sans-serif; margin: 1.5rem; co
 /** The page's markup: every region the script fills, labelled for a screen reader. */
 const MARKUP = `<header>
   <h1>sbinbox console: <span id="entity">…</span></h1>
+  <p id="operator"></p>
+  <button type="button" id="sign-out">Sign out</button>
   <p class="muted">Reads peek at the whole dead-letter queue and lock nothing. A replay or purge asks first, then acts on exactly the confirmed messages, by sequence number; a purge archives each message before deleting it. Every plan and run is logged with your name.</p>
 </header>
 <main>
@@ -213,6 +215,7 @@ function renderGroups(state) {
 
 function renderCounts(state) {
   $("entity").textContent = state.entity;
+  $("operator").textContent = "Signed in as " + state.operator;
   showPersonal = state.showPersonal === true;
   $("set-aside-label").hidden = state.setAsideAllowed !== true;
   const q = state.queue;
@@ -457,4 +460,10 @@ $("f-clear").addEventListener("click", () => { for (const id of ["f-reason", "f-
 $("prev").addEventListener("click", () => { offset = Math.max(0, offset - PAGE); loadPage(); });
 $("next").addEventListener("click", () => { if (offset + PAGE < total) { offset += PAGE; loadPage(); } });
 $("refresh").addEventListener("click", () => refresh(true));
+// Sign-out ends the session on the console: this page's token and cookie are worthless after it.
+$("sign-out").addEventListener("click", async () => {
+  try { await api("/api/sign-out", {}); }
+  catch (error) { say("Sign-out failed: " + error.message); return; }
+  document.querySelector("main").replaceChildren(el("p", "Signed out. Open a new sign-in link from the console to come back."));
+});
 refresh(false);`;

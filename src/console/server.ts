@@ -4,7 +4,8 @@ import type { AddressInfo } from "node:net";
 import { z } from "zod";
 import { renderPage } from "./page.ts";
 import { PersonalDataRefused, type ConsoleService, type Filter, type Job } from "./service.ts";
-import { createSignIn, type SignIn } from "./sign-in.ts";
+import { createSignIn, same, type SignIn, type SignInOptions } from "./sign-in.ts";
+import { refusalMessage } from "../servicebus/refusal.ts";
 
 export interface ConsoleServer {
   /** The one-time sign-in link printed at start. */
@@ -29,14 +30,22 @@ const RESULT_ROWS = 500;
  */
 export async function startConsoleServer(
   service: ConsoleService,
-  options: { host: string; port: number; allowHosts?: readonly string[]; operator: string },
+  options: {
+    host: string;
+    port: number;
+    allowHosts?: readonly string[];
+    operator: string;
+    signIn?: SignInOptions;
+  },
 ): Promise<ConsoleServer> {
   const token = randomBytes(24).toString("base64url");
-  const signIn = createSignIn(options.operator);
+  const signIn = createSignIn(options.operator, options.signIn);
   let hosts = new Set<string>();
   const server: Server = createServer((req, res) => {
     handle(req, res).catch((error: unknown) => {
-      if (!res.headersSent) send(res, 500, { error: (error as Error).message });
+      // A reader without Data Receiver is told which role the page needs, not given the SDK's bare refusal.
+      const refused = refusalMessage(error, "list", options.operator);
+      if (!res.headersSent) send(res, refused ? 403 : 500, { error: refused ?? (error as Error).message });
       else res.end();
     });
   });
@@ -50,8 +59,9 @@ export async function startConsoleServer(
       return send(res, 401, { error: "sign in with the one-time link the console printed at start" });
     if (req.method === "GET" && url.pathname === "/") return servePage(res, token);
     if (!url.pathname.startsWith("/api/")) return send(res, 404, { error: "not found" });
-    if (req.headers["x-sbinbox-token"] !== token) return send(res, 403, { error: "missing token" });
-    if (req.method === "GET") return routeGet(service, url, res);
+    if (!same(String(req.headers["x-sbinbox-token"] ?? ""), token))
+      return send(res, 403, { error: "missing token" });
+    if (req.method === "GET") return routeGet(service, url, operator, res);
     if (req.method !== "POST") return send(res, 405, { error: "method not allowed" });
     if (req.headers.origin !== `http://${req.headers.host}`)
       return send(res, 403, { error: "cross-origin write refused" });
@@ -63,6 +73,7 @@ export async function startConsoleServer(
     } catch (error) {
       return send(res, 400, { error: `bad request body: ${(error as Error).message}` });
     }
+    if (url.pathname === "/api/sign-out") return signOut(signIn, req, res);
     return routePost(service, url, input, operator, res);
   }
 
@@ -93,18 +104,29 @@ export async function startConsoleServer(
 function tradeSignIn(signIn: SignIn, req: IncomingMessage, url: URL, res: ServerResponse): boolean {
   const secret = url.searchParams.get("signin");
   if (req.method !== "GET" || url.pathname !== "/" || secret === null) return false;
-  const session = signIn.trade(secret);
-  if (session === undefined) {
-    send(res, 401, { error: "this sign-in link is unknown or used already: ask the console for a new one" });
+  const traded = signIn.trade(secret);
+  if ("refused" in traded) {
+    send(res, 401, { error: traded.refused });
     return true;
   }
   res.writeHead(303, {
     location: "/",
-    "set-cookie": `${signIn.cookieName}=${session}; HttpOnly; SameSite=Strict; Path=/`,
+    "set-cookie": `${signIn.cookieName}=${traded.session}; HttpOnly; SameSite=Strict; Path=/`,
     ...securityHeaders,
   });
   res.end();
   return true;
+}
+
+/** Ends the session (a run it started goes on: the console, not the browser, runs it) and clears the cookie. */
+function signOut(signIn: SignIn, req: IncomingMessage, res: ServerResponse): void {
+  signIn.signOut(req.headers.cookie);
+  res.writeHead(200, {
+    "content-type": "application/json",
+    "set-cookie": `${signIn.cookieName}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0`,
+    ...securityHeaders,
+  });
+  res.end(JSON.stringify({ signedOut: true }));
 }
 
 function servePage(res: ServerResponse, token: string): void {
@@ -117,10 +139,15 @@ function servePage(res: ServerResponse, token: string): void {
   res.end(renderPage({ token, nonce }));
 }
 
-async function routeGet(service: ConsoleService, url: URL, res: ServerResponse): Promise<void> {
+async function routeGet(
+  service: ConsoleService,
+  url: URL,
+  operator: string,
+  res: ServerResponse,
+): Promise<void> {
   const q = url.searchParams;
   if (url.pathname === "/api/state")
-    return send(res, 200, await service.state({ fresh: q.get("fresh") === "1" }));
+    return send(res, 200, { ...(await service.state({ fresh: q.get("fresh") === "1" })), operator });
   if (url.pathname === "/api/messages") {
     const filter = filterSchema.safeParse(
       Object.fromEntries([...q].filter(([k, v]) => k in filterShape && v !== "")),

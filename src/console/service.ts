@@ -28,12 +28,15 @@ import { execute, type Action, type Job, type MessageResult, type Planned } from
 export type { Action, Job, MessageResult } from "./job.ts";
 export type { Filter } from "./dead-letter-index.ts";
 
+/** What an audit record is of: the console's actions, and `sbinbox dlq restore` (from an archive). */
+export type AuditAction = Action | "restore";
+
 /** One audit record: a plan, a run's start, a message's result, a run's end. */
 export type AuditEvent =
   | {
       event: "plan";
       operator: string;
-      action: Action;
+      action: AuditAction;
       entity: string;
       count: number;
       messages: readonly Planned[];
@@ -45,17 +48,17 @@ export type AuditEvent =
   | {
       event: "run";
       operator: string;
-      action: Action;
+      action: AuditAction;
       entity: string;
       job: string;
       count: number;
       archive?: string;
     }
-  | ({ event: "result"; operator: string; action: Action; entity: string; job: string } & MessageResult)
+  | ({ event: "result"; operator: string; action: AuditAction; entity: string; job: string } & MessageResult)
   | {
       event: "end";
       operator: string;
-      action: Action;
+      action: AuditAction;
       entity: string;
       job: string;
       state: Job["state"];
@@ -263,8 +266,16 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
         throw new Error("this confirmation is unknown or expired: ask again");
       if (entry.operator !== operator) throw new Error("this confirmation is another operator's");
       if (running) throw new Error(`another ${running.job.action} is running (${running.job.operator}'s)`);
+      // Spent only once the run has started: a run whose audit line cannot be written can be asked for again.
+      const job = startJob(
+        entry.plan.action,
+        entry.messages,
+        operator,
+        entry.bodies,
+        entry.setAside === true,
+      );
       plans.delete(token);
-      return startJob(entry.plan.action, entry.messages, operator, entry.bodies, entry.setAside === true);
+      return job;
     },
 
     job: (id) => jobs.get(id),
@@ -336,9 +347,10 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
       results: [],
       ...(archive ? { archive: archive.path } : {}),
     };
-    jobs.set(job.id, job);
     const base = { operator, action, entity: sources.entity, job: job.id };
+    // Recorded before it exists: a run whose line cannot be written (a full audit disk) is refused, never shown.
     audit({ event: "run", ...base, count: messages.length, ...(archive ? { archive: archive.path } : {}) });
+    jobs.set(job.id, job);
     const stop = new AbortController();
     const context = {
       client: sources.client,

@@ -38,4 +38,34 @@ export function lazyDefaultAzureCredential(): TokenCredential {
   };
 }
 
+/**
+ * The operator's own developer sign-in, for the console and `sbinbox dlq`: the Azure CLI (`az login`, `az login
+ * --use-device-code` on a jump box), then the Azure Developer CLI, then Azure PowerShell. Never
+ * DefaultAzureCredential: its chain tries Environment, Workload Identity and Managed Identity before the Azure CLI, so
+ * on the jump VM (whose system-assigned identity Entra ID login needs) every Linux user would act, unnamed, as the
+ * VM. AZURE_TOKEN_CREDENTIALS, which narrows DefaultAzureCredential only, does not change this chain. Loaded on the
+ * first token request, like lazyDefaultAzureCredential.
+ */
+export function lazyOperatorCredential(): TokenCredential {
+  let credential: Promise<TokenCredential> | undefined;
+  return {
+    async getToken(scopes: string | string[], options?: GetTokenOptions): Promise<AccessToken | null> {
+      credential ??= import("@azure/identity").then(
+        ({
+          AzureCliCredential,
+          AzureDeveloperCliCredential,
+          AzurePowerShellCredential,
+          ChainedTokenCredential,
+        }) =>
+          new ChainedTokenCredential(
+            new AzureCliCredential(),
+            new AzureDeveloperCliCredential(),
+            new AzurePowerShellCredential(),
+          ),
+      );
+      return (await credential).getToken(scopes, options);
+    },
+  };
+}
+
 export type { ServiceBusClient } from "@azure/service-bus";

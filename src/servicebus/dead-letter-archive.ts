@@ -13,7 +13,7 @@ import { join } from "node:path";
 import type { ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSender } from "@azure/service-bus";
 import { CopyProperty } from "../domain/envelope.ts";
 import type { DeadLetter } from "./dead-letter.ts";
-import { replayMessageId } from "./message-id.ts";
+import { restoreMessageId } from "./message-id.ts";
 
 /** One purged dead letter as the archive keeps it: everything needed to send it again. */
 export interface ArchivedMessage {
@@ -67,29 +67,51 @@ export function openArchive(dir: string, entity: string, operator: string, now =
   return {
     path,
     append(message, info, edit) {
-      const record: ArchivedMessage = {
-        archivedAt: now().toISOString(),
-        entity,
-        operator,
-        sequenceNumber: info.sequenceNumber,
-        messageId: info.messageId,
-        inboxKey: info.inboxKey,
-        replay: info.replay,
-        reason: info.reason,
-        description: info.description,
-        enqueuedTime: info.enqueuedTime?.toISOString(),
-        body: bodyBytes(message.body).toString("base64"),
-        contentType: message.contentType,
-        subject: message.subject,
-        correlationId: message.correlationId === undefined ? undefined : String(message.correlationId),
-        sessionId: message.sessionId,
-        partitionKey: message.partitionKey,
-        applicationProperties: { ...message.applicationProperties },
-        ...(edit ? { editedBody: edit.editedBody.toString("base64") } : {}),
-      };
+      const record = archiveRecord(message, info, { entity, operator, at: now() }, edit);
       return appendDurably(dir, path, `${JSON.stringify(record)}\n`, known);
     },
   };
+}
+
+/** The record a file or blob archive keeps of one message: everything needed to send it again. */
+export function archiveRecord(
+  message: ServiceBusReceivedMessage,
+  info: DeadLetter,
+  by: { readonly entity: string; readonly operator: string; readonly at: Date },
+  edit?: { readonly editedBody: Buffer },
+): ArchivedMessage {
+  return {
+    archivedAt: by.at.toISOString(),
+    entity: by.entity,
+    operator: by.operator,
+    sequenceNumber: info.sequenceNumber,
+    messageId: info.messageId,
+    inboxKey: info.inboxKey,
+    replay: info.replay,
+    reason: info.reason,
+    description: info.description,
+    enqueuedTime: info.enqueuedTime?.toISOString(),
+    body: bodyBytes(message.body).toString("base64"),
+    contentType: message.contentType,
+    subject: message.subject,
+    correlationId: message.correlationId === undefined ? undefined : String(message.correlationId),
+    sessionId: message.sessionId,
+    partitionKey: message.partitionKey,
+    applicationProperties: { ...message.applicationProperties },
+    ...(edit ? { editedBody: edit.editedBody.toString("base64") } : {}),
+  };
+}
+
+/** One archived record from its JSON text; `where` names it in the error when it is not one. */
+export function parseArchived(text: string, where: string): ArchivedMessage {
+  try {
+    const record = JSON.parse(text) as ArchivedMessage;
+    if (typeof record.messageId !== "string" || typeof record.body !== "string")
+      throw new Error("not a record");
+    return record;
+  } catch (error) {
+    throw new Error(`${where} is not an archived message: ${(error as Error).message}`);
+  }
 }
 
 /** Creates `dir` 0700, or checks an existing one gives group and others no access (the bodies are unmasked). */
@@ -163,27 +185,20 @@ export function readArchive(path: string): ArchivedMessage[] {
   const lines = readFileSync(path, "utf8").split("\n");
   const out: ArchivedMessage[] = [];
   lines.forEach((line, i) => {
-    if (line.trim() === "") return;
-    try {
-      const record = JSON.parse(line) as ArchivedMessage;
-      if (typeof record.messageId !== "string" || typeof record.body !== "string")
-        throw new Error("not a record");
-      out.push(record);
-    } catch (error) {
-      throw new Error(`${path} line ${i + 1} is not an archived message: ${(error as Error).message}`);
-    }
+    if (line.trim() !== "") out.push(parseArchived(line, `${path} line ${i + 1}`));
   });
   return out;
 }
 
 /**
- * Sends an archived message back to its queue as a replay copy: the next replay number's MessageId and the original
- * inbox key, as `sbinbox dlq replay` would have, so a restore can never apply an effect a second time. Returns the
- * copy's MessageId.
+ * Sends an archived message back to its queue as a replay copy: the next replay number and the original inbox key,
+ * as `sbinbox dlq replay` would have, so a restore can never apply an effect a second time, under a MessageId of the
+ * restore's own (restoreMessageId: the replay's may have been sent within the duplicate window, and the copy
+ * dropped). Returns the copy's MessageId.
  */
 export async function restoreArchived(sender: ServiceBusSender, record: ArchivedMessage): Promise<string> {
   const replay = record.replay + 1;
-  const copyId = replayMessageId(record.inboxKey, replay);
+  const copyId = restoreMessageId(record.inboxKey, replay, record);
   const applicationProperties: Record<string, number | boolean | string | Date | null> = {};
   for (const [name, value] of Object.entries(record.applicationProperties))
     if (!["DeadLetterReason", "DeadLetterErrorDescription", CopyProperty.claimId].includes(name))

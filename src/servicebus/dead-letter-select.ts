@@ -38,10 +38,9 @@ export function selectorOf(selection: Selection, now: () => number = Date.now): 
 
 const UNITS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
-/** An age such as 30s, 15m, 12h or 7d, in milliseconds. */
-export function duration(text: string): number {
+/** An age such as 30s, 15m, 12h or 7d, in milliseconds; `option` names the flag in the error. */
+export function duration(text: string, option = "--older-than"): number {
   const match = /^(\d+)(ms|s|m|h|d)$/.exec(text.trim());
-  if (!match)
-    throw new Error(`--older-than "${text}" must be a number and a unit: ms, s, m, h or d (e.g. 7d)`);
+  if (!match) throw new Error(`${option} "${text}" must be a number and a unit: ms, s, m, h or d (e.g. 7d)`);
   return Number(match[1]) * UNITS[match[2]!]!;
 }

@@ -11,7 +11,8 @@ import { copyOf } from "./copy.ts";
 import { actOnDeadLetters, type ActOptions, type NotActed } from "./dead-letter-act.ts";
 import { createEntityReceiver } from "./entity-receiver.ts";
 import { refuseSubscription } from "../domain/entity.ts";
-import { replayMessageId } from "./message-id.ts";
+import { createHash } from "node:crypto";
+import { editMessageId, replayMessageId } from "./message-id.ts";
 import { toIncoming } from "./incoming.ts";
 import { endSpan, injectTraceContext, startSendSpan } from "./tracing.ts";
 import { completeWhileBusy, tallied, whileBusy } from "./busy.ts";
@@ -217,7 +218,11 @@ export async function sendReplay(
   body?: Buffer,
 ): Promise<string> {
   const replay = info.replay + 1;
-  const copyId = replayMessageId(info.inboxKey, replay);
+  // An edit's copy has an id of its own (editMessageId): a replay of the same dead letter may have sent this one.
+  const copyId =
+    body === undefined
+      ? replayMessageId(info.inboxKey, replay)
+      : editMessageId(info.inboxKey, replay, createHash("sha256").update(body).digest("hex"));
   const properties: Record<string, string | number> = {
     [CopyProperty.originalKey]: info.inboxKey,
     [CopyProperty.attempt]: 1,

@@ -126,3 +126,29 @@ export function retryMessageId(inboxKey: string, replay: number, attempt: number
 export function replayMessageId(inboxKey: string, replay: number): string {
   return sbinboxV5(`replay\n${inboxKey}\n${replay}`);
 }
+
+/**
+ * The MessageId of an edit-and-retry's copy: the dead letter's inbox key, the replay number and the SHA-256 of the
+ * edited body. Not the replay's: a replay of the same dead letter may have sent `replayMessageId(key, replay)`
+ * already (its original then not completed), and duplicate detection would drop the edit. The same edit sent again
+ * (a lock lost after the send, a re-run) gets the same id and is dropped; another body gets another.
+ */
+export function editMessageId(inboxKey: string, replay: number, bodySha256: string): string {
+  return sbinboxV5(`edit\n${inboxKey}\n${replay}\n${bodySha256}`);
+}
+
+/**
+ * The MessageId of a restore's copy: the archived record's inbox key and replay number, and which dead letter it is
+ * (the entity and sequence number it was purged from). Not the replay's: the edit or replay that archived it, or a
+ * replay of it before, may have sent that id within the duplicate window. The same record restored again gets the
+ * same id (a resend after a lost ack is dropped), and so do two records of one dead letter (a purge that crashed
+ * between the archive write and the delete, then archived it again): not the archive time, which differs between
+ * them, so duplicate detection drops the second copy as it would a resend.
+ */
+export function restoreMessageId(
+  inboxKey: string,
+  replay: number,
+  record: { readonly entity: string; readonly sequenceNumber: string },
+): string {
+  return sbinboxV5(`restore\n${inboxKey}\n${replay}\n${record.entity}\n${record.sequenceNumber}`);
+}

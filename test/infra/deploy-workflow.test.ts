@@ -107,7 +107,11 @@ describe("the deploy workflow's structure (.github/workflows/deploy.yml)", funct
         .filter((r): r is JsonObject => isObject(r) && r.type === "Microsoft.Resources/deployments")
         .map((r) => str(r.name, "module deployment name"));
     });
-    assert.equal(modules.length, 13, "the template's module deployments, the alert coverage one among them");
+    assert.equal(
+      modules.length,
+      17,
+      "the template's module deployments: the alert coverage one, the archive, its endpoint, the operators' roles and their jump box among them",
+    );
     for (const module of modules) {
       assert.match(
         module,

@@ -56,13 +56,17 @@ describe("the private network option (privateNetwork), compiled to ARM JSON by t
     // endpoints always, the GitHub runners' subnet (delegated to GitHub.Network/networkSettings) when given a prefix.
     // Each with its own NSG from the template (one attached by hand would be detached by the next deployment).
     const nsg = (i: number) =>
-      `'networkSecurityGroup', createObject('id', resourceId('Microsoft.Network/networkSecurityGroups', format('nsg-{0}-{1}', parameters('name'), createArray('app', 'endpoints', 'runner')[${i}])))`;
+      `'networkSecurityGroup', createObject('id', resourceId('Microsoft.Network/networkSecurityGroups', format('nsg-{0}-{1}', parameters('name'), createArray('app', 'endpoints', 'runner', 'operators')[${i}])))`;
     const app = `createObject('name', 'app', 'properties', createObject('addressPrefix', parameters('appSubnetPrefix'), ${nsg(0)}, 'delegations', createArray(createObject('name', 'app-service', 'properties', createObject('serviceName', 'Microsoft.Web/serverFarms')))))`;
     const endpoints = `createObject('name', 'endpoints', 'properties', createObject('addressPrefix', parameters('endpointSubnetPrefix'), ${nsg(1)}, 'privateEndpointNetworkPolicies', 'Enabled'))`;
     const runner = `createObject('name', 'runner', 'properties', createObject('addressPrefix', parameters('runnerSubnetPrefix'), ${nsg(2)}, 'delegations', createArray(createObject('name', 'github-runners', 'properties', createObject('serviceName', 'GitHub.Network/networkSettings')))))`;
+    // With operator access (bicep/modules/jumpbox): AzureBastionSubnet (no NSG: Bastion needs its own rules) and the
+    // jump VM's subnet, whose outbound traffic leaves through a NAT gateway.
+    const bastion = `createObject('name', 'AzureBastionSubnet', 'properties', createObject('addressPrefix', parameters('bastionSubnetPrefix')))`;
+    const operators = `createObject('name', 'operators', 'properties', createObject('addressPrefix', parameters('operatorSubnetPrefix'), ${nsg(3)}, 'natGateway', createObject('id', resourceId('Microsoft.Network/natGateways', format('ng-{0}-operators', parameters('name'))))))`;
     assert.equal(
       props(vnet).subnets,
-      `[concat(createArray(${app}, ${endpoints}), if(empty(parameters('runnerSubnetPrefix')), createArray(), createArray(${runner})))]`,
+      `[concat(createArray(${app}, ${endpoints}), if(empty(parameters('runnerSubnetPrefix')), createArray(), createArray(${runner})), if(not(variables('operatorAccess')), createArray(), createArray(${bastion}, ${operators})))]`,
     );
     assert.equal(param("network", "runnerSubnetPrefix"), "[parameters('runnerSubnetPrefix')]");
     assert.equal(parameterDefault(main, "runnerSubnetPrefix"), "");
@@ -81,19 +85,16 @@ describe("the private network option (privateNetwork), compiled to ARM JSON by t
     assert.equal(config.vnetRouteAllEnabled, "[not(equals(parameters('virtualNetworkSubnetId'), null()))]");
   });
 
-  it("has a network security group for every subnet, the runner's only with a runner subnet", function () {
+  it("has a network security group for every subnet but Bastion's, the runner's and the operators' only with their subnet", function () {
     const groups = single(main, "Microsoft.Network/networkSecurityGroups");
-    assert.deepEqual(groups.raw.copy, {
-      name: "securityGroups",
-      count: "[length(createArray('app', 'endpoints', 'runner'))]",
-    });
+    const names = "createArray('app', 'endpoints', 'runner', 'operators')";
+    assert.deepEqual(groups.raw.copy, { name: "securityGroups", count: `[length(${names})]` });
     assert.equal(
       groups.raw.condition,
-      "[or(not(equals(createArray('app', 'endpoints', 'runner')[copyIndex()], 'runner')), not(empty(parameters('runnerSubnetPrefix'))))]",
+      `[and(or(not(equals(${names}[copyIndex()], 'runner')), not(empty(parameters('runnerSubnetPrefix')))), or(not(equals(${names}[copyIndex()], 'operators')), variables('operatorAccess')))]`,
     );
     assert.deepEqual(props(groups), {
-      securityRules:
-        "[if(equals(createArray('app', 'endpoints', 'runner')[copyIndex()], 'runner'), parameters('runnerSecurityRules'), createArray())]",
+      securityRules: `[if(equals(${names}[copyIndex()], 'runner'), parameters('runnerSecurityRules'), createArray())]`,
     });
   });
 
@@ -105,6 +106,8 @@ describe("the private network option (privateNetwork), compiled to ARM JSON by t
       "[variables('sqlDnsZoneName')]",
       "[parameters('serviceBusDnsZoneName')]",
       "[parameters('sitesDnsZoneName')]",
+      // The dead-letter archive's blob endpoint (bicep/modules/archive).
+      "[parameters('blobDnsZoneName')]",
     ]);
     assert.equal(parameterDefault(network, "sitesDnsZoneName"), "privatelink.azurewebsites.net");
     assert.equal(zones.name, `[${names}[copyIndex()]]`);
@@ -183,9 +186,9 @@ describe("the private network option (privateNetwork), compiled to ARM JSON by t
     for (const name of ["sqlEndpoint", "serviceBusEndpoint", "siteEndpoint"]) {
       assert.equal(param(name, "subnetId"), "[reference('network').outputs.endpointSubnetId.value]", name);
     }
-    // One module template serves all three: the endpoint and its zone group.
+    // One module template serves all four (SQL, Service Bus, the site, the archive): the endpoint and its zone group.
     const endpoints = ofType(main, "Microsoft.Network/privateEndpoints");
-    assert.equal(endpoints.length, 3);
+    assert.equal(endpoints.length, 4);
     for (const endpoint of endpoints) {
       const connection = obj((props(endpoint).privateLinkServiceConnections as Json[])[0], "connection");
       assert.deepEqual(obj(connection.properties, "connection properties"), {
@@ -195,13 +198,13 @@ describe("the private network option (privateNetwork), compiled to ARM JSON by t
       assert.deepEqual(props(endpoint).subnet, { id: "[parameters('subnetId')]" });
     }
     const groups = ofType(main, "Microsoft.Network/privateEndpoints/privateDnsZoneGroups");
-    assert.equal(groups.length, 3);
+    assert.equal(groups.length, 4);
     for (const group of groups) {
       assert.match(JSON.stringify(props(group)), /"privateDnsZoneId":"\[parameters\('dnsZoneId'\)\]"/);
     }
     const allowed = (templates(main).find((t) => t === endpoints[0]!.template)!.parameters as JsonObject)
       .groupId;
-    assert.deepEqual(obj(allowed, "groupId").allowedValues, ["sqlServer", "namespace", "sites"]);
+    assert.deepEqual(obj(allowed, "groupId").allowedValues, ["sqlServer", "namespace", "sites", "blob"]);
   });
 
   it("turns public network access off for SQL and Service Bus, and opens no SQL firewall rule", function () {

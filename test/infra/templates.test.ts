@@ -184,8 +184,14 @@ describe("infra/main.bicep compiled to ARM JSON by the pinned Bicep CLI", functi
     it("give the worker Data Receiver and Data Sender (its scheduled retries), publishers Data Sender, on the queue, named guid(scope, principal, role)", function () {
       // The topic's assignments (test/infra/topic.test.ts) are the alternative to the queue's.
       const onTopic = ["topicSenderRoles"];
+      // The worker's and the publishers' (the identity module); the console's operators' are in
+      // test/infra/operators.test.ts.
+      const identity = obj(
+        obj(obj(main.resources, "resources").roles, "roles").properties,
+        "roles properties",
+      ).template;
       const assignments = ofType(main, "Microsoft.Authorization/roleAssignments").filter(
-        (a) => !onTopic.includes(a.symbol),
+        (a) => !onTopic.includes(a.symbol) && a.template === identity,
       );
       assert.equal(assignments.length, 4);
       const roleIds = obj(assignments[0]!.template.variables, "variables");
@@ -350,6 +356,11 @@ describe("infra/main.bicep compiled to ARM JSON by the pinned Bicep CLI", functi
           [
             "[parameters('receiverPrincipalId')]",
             "[parameters('senders')[copyIndex()].principalId]",
+            // The console's operators, people listed by object id (dlqReaders, dlqOperators): the operators module,
+            // the archive's writers and the jump box's sign-in.
+            "[variables('receivers')[copyIndex()].principalId]",
+            "[parameters('operators')[copyIndex()].principalId]",
+            "[parameters('writers')[copyIndex()].principalId]",
           ].includes(str(props(assignment).principalId)),
           str(props(assignment).principalId),
         );
@@ -377,11 +388,11 @@ describe("infra/main.bicep compiled to ARM JSON by the pinned Bicep CLI", functi
       );
     });
 
-    it("sends App Service, Service Bus and SQL audit logs to the Log Analytics workspace", function () {
+    it("sends App Service, Service Bus, SQL audit and the archive's blob logs to the Log Analytics workspace", function () {
       const settings = ofType(main, "Microsoft.Insights/diagnosticSettings");
       const byScope = new Map(settings.map((s) => [str(s.raw.scope), s]));
       const scopes = [...byScope.keys()].join(" ");
-      assert.equal(settings.length, 3, scopes);
+      assert.equal(settings.length, 4, scopes);
       for (const [scope, setting] of byScope) {
         assert.match(str(props(setting).workspaceId), /Microsoft\.OperationalInsights\/workspaces/, scope);
         assert.match(str(setting.raw.condition), /logAnalyticsWorkspaceName/, scope);
@@ -397,11 +408,13 @@ describe("infra/main.bicep compiled to ARM JSON by the pinned Bicep CLI", functi
         logsOf(/Microsoft\.Sql\/servers\/databases.*'master'/),
         /"category":"SQLSecurityAuditEvents"/,
       );
+      // The dead-letter archive: who wrote, read or deleted an archived message.
+      assert.match(logsOf(/Microsoft\.Storage\/storageAccounts\/blobServices/), /"category":"StorageDelete"/);
       const auditing = single(main, "Microsoft.Sql/servers/auditingSettings");
       assert.equal(props(auditing).state, "Enabled");
       assert.equal(props(auditing).isAzureMonitorTargetEnabled, true);
       // Every module is given the workspace: a diagnostic setting that is never created would pass the rest.
-      for (const module of ["serviceBus", "worker", "sql"]) {
+      for (const module of ["serviceBus", "worker", "sql", "archive"]) {
         const m = obj(obj(main.resources, "resources")[module], module);
         const params = obj(obj(m.properties, "module properties").parameters, "module parameters");
         assert.equal(

@@ -139,7 +139,7 @@ describe("sbinbox console in a real browser: dead-letters by reason, a replay ap
     );
     await page.locator("body").click({ position: { x: 1, y: 1 } });
     const order: string[] = [];
-    for (let i = 0; i < 5; i++) {
+    for (let i = 0; i < 6; i++) {
       await page.keyboard.press("Tab");
       order.push(
         // A string: the test's TypeScript has no DOM types; this runs in the page.
@@ -148,13 +148,14 @@ describe("sbinbox console in a real browser: dead-letters by reason, a replay ap
         ),
       );
     }
-    assert.deepEqual(order.slice(0, 4), [
+    assert.deepEqual(order.slice(0, 5), [
+      "Sign out",
       "Refresh",
       `Show group ${firstReason}`,
       `Replay group ${firstReason}`,
       `Purge group ${firstReason}`,
     ]);
-    assert.match(order[4]!, /^Show group /);
+    assert.match(order[5]!, /^Show group /);
     assert.equal(await page.locator("#progress").getAttribute("aria-live"), "polite");
   });
 
@@ -282,5 +283,19 @@ describe("sbinbox console in a real browser: dead-letters by reason, a replay ap
         .end();
     });
     assert.equal(status, 421, "a DNS-rebound Host is refused");
+  });
+
+  it("Sign out ends the session: the page is gone, and a reload is refused without a new link", async function () {
+    await page.goto(new URL("/", url).href);
+    await page.getByRole("button", { name: "Sign out" }).click();
+    await page.getByText("Signed out. Open a new sign-in link from the console to come back.").waitFor();
+    const reload = await page.reload();
+    assert.equal(reload?.status(), 401, "the session is over on the console, not only on the page");
+    assert.doesNotMatch(await page.content(), /sbinbox-token/, "and no token is served");
+    assert.equal(
+      (await page.context().cookies()).filter((c) => c.name === "sbinbox-session").length,
+      0,
+      "the cookie cleared",
+    );
   });
 });

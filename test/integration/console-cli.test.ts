@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { request } from "node:http";
-import { tmpdir } from "node:os";
+import { tmpdir, userInfo } from "node:os";
+import { startConsoleServer } from "../../src/console/server.ts";
 import { createConsoleService } from "../../src/console/service.ts";
 import { peekDeadLetters } from "../../src/servicebus/dead-letter.ts";
 import { sendRawMessages } from "../../src/servicebus/raw.ts";
@@ -140,8 +141,10 @@ describe("sbinbox console: binding, the warning off loopback, and reads that can
       assert.ok(token);
       const state = (await (
         await fetch(new URL("/api/state", url), { headers: { "x-sbinbox-token": token, cookie } })
-      ).json()) as { deadLettered: number; inbox?: unknown; reasons: { name: string }[] };
+      ).json()) as { deadLettered: number; inbox?: unknown; reasons: { name: string }[]; operator: string };
       assert.equal(state.deadLettered, 2);
+      // Who is signed in, for the page's "Signed in as": on a connection string, the OS user running the console.
+      assert.equal(state.operator, userInfo().username);
       assert.deepEqual(
         state.reasons.map((g) => g.name),
         ["Test"],
@@ -189,5 +192,111 @@ describe("sbinbox console: binding, the warning off loopback, and reads that can
     const result = await cli.done;
     assert.equal(result.code, 2);
     assert.match(result.stderr, /--allow-host "evil\/path" is not a host name or address/);
+  });
+
+  it("a sign-in link unused for its expiry is refused; sign-out ends the session; the token never goes to a request without one", async function () {
+    let clock = 1_000_000;
+    const service = createConsoleService({ client: fixture.client, entity: QUEUE });
+    const server = await startConsoleServer(service, {
+      host: "127.0.0.1",
+      port: 0,
+      operator: "alice",
+      signIn: { linkTtlMs: 10 * 60_000, now: () => clock },
+    });
+    try {
+      const stale = new URL(server.url);
+      const port = Number(stale.port);
+      clock += 10 * 60_000;
+      const expired = await get(port, `/?signin=${stale.searchParams.get("signin")}`, "127.0.0.1");
+      assert.equal(expired.status, 401, "expired after 10 minutes unused");
+      assert.match(expired.body, /expired unused after 10 min: press Enter/);
+      assert.doesNotMatch(expired.body, /sbinbox-token/);
+      assert.equal(expired.headers["set-cookie"], undefined);
+
+      const fresh = new URL(server.newSignInLink());
+      clock += 10 * 60_000 - 1;
+      const traded = await get(port, `/?signin=${fresh.searchParams.get("signin")}`, "127.0.0.1");
+      assert.equal(traded.status, 303, "good until its expiry");
+      const cookie = String(traded.headers["set-cookie"]).split(";")[0]!;
+      const page = await get(port, "/", "127.0.0.1", cookie);
+      const token = /name="sbinbox-token" content="([^"]+)"/.exec(page.body)![1]!;
+      const post = (path: string, headers: Record<string, string>) =>
+        fetch(`http://127.0.0.1:${port}${path}`, {
+          method: "POST",
+          headers: { origin: `http://127.0.0.1:${port}`, "content-type": "application/json", ...headers },
+          body: "{}",
+        });
+      assert.equal(
+        (await post("/api/sign-out", { cookie })).status,
+        403,
+        "sign-out needs the page's token too",
+      );
+      const out = await post("/api/sign-out", { cookie, "x-sbinbox-token": token });
+      assert.equal(out.status, 200);
+      assert.match(String(out.headers.get("set-cookie")), /sbinbox-session=; .*Max-Age=0/);
+
+      const after = await get(port, "/", "127.0.0.1", cookie);
+      assert.equal(after.status, 401, "the signed-out session gets no page");
+      assert.doesNotMatch(after.body, new RegExp(token), "nor the token");
+      const api = await fetch(`http://127.0.0.1:${port}/api/state`, {
+        headers: { cookie, "x-sbinbox-token": token },
+      });
+      assert.equal(api.status, 401, "the old cookie and token together read nothing");
+      const replan = await post("/api/plan", { cookie, "x-sbinbox-token": token });
+      assert.equal(replan.status, 401, "nor write");
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("a session idle for its limit is refused; one in use stays", async function () {
+    let clock = 1_000_000;
+    const service = createConsoleService({ client: fixture.client, entity: QUEUE });
+    const server = await startConsoleServer(service, {
+      host: "127.0.0.1",
+      port: 0,
+      operator: "alice",
+      signIn: { sessionIdleMs: 60 * 60_000, now: () => clock },
+    });
+    try {
+      const link = new URL(server.url);
+      const port = Number(link.port);
+      const traded = await get(port, `/?signin=${link.searchParams.get("signin")}`, "127.0.0.1");
+      const cookie = String(traded.headers["set-cookie"]).split(";")[0]!;
+      clock += 60 * 60_000 - 1;
+      assert.equal((await get(port, "/", "127.0.0.1", cookie)).status, 200, "in use just before its limit");
+      clock += 60 * 60_000 - 1;
+      assert.equal(
+        (await get(port, "/", "127.0.0.1", cookie)).status,
+        200,
+        "each request starts its idle time anew",
+      );
+      clock += 60 * 60_000;
+      const idle = await get(port, "/", "127.0.0.1", cookie);
+      assert.equal(idle.status, 401, "idle for 60 minutes: ended");
+      assert.doesNotMatch(idle.body, /sbinbox-token/);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("refuses a --sign-in-expiry or --session-idle of 0", async function () {
+    for (const option of ["--sign-in-expiry", "--session-idle"]) {
+      const result = await startCli(["console", option, "0s"], {
+        SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString,
+        SBINBOX_QUEUE: QUEUE,
+      }).done;
+      assert.equal(result.code, 2, option);
+      assert.match(result.stderr, new RegExp(`${option} "0s" must be more than 0`));
+    }
+  });
+
+  it("refuses a --sign-in-expiry that is not an age", async function () {
+    const result = await startCli(["console", "--sign-in-expiry", "soon"], {
+      SBINBOX_SERVICEBUS_CONNECTION_STRING: fixture.broker.connectionString,
+      SBINBOX_QUEUE: QUEUE,
+    }).done;
+    assert.equal(result.code, 2);
+    assert.match(result.stderr, /--sign-in-expiry "soon" must be a number and a unit/);
   });
 });

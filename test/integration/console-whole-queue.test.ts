@@ -169,7 +169,11 @@ describe("sbinbox console over the whole dead-letter queue: past the first 5,000
       const copy = await restoreArchived(sender, archived[2]!);
       assert.equal(
         copy,
-        (await import("../../src/servicebus/message-id.ts")).replayMessageId(far[0]!.messageId, 1),
+        (await import("../../src/servicebus/message-id.ts")).restoreMessageId(
+          far[0]!.messageId,
+          1,
+          archived[2]!,
+        ),
       );
     } finally {
       await sender.close();

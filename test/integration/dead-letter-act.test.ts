@@ -153,7 +153,7 @@ describe("dead-letter actions act on exactly the selected messages", function ()
     assert.ok((await peekDeadLetters(fixture.client, QUEUE)).some((m) => m.messageId === held.messageId));
   });
 
-  it("stops when asked: the message in hand is finished, the rest are reported as not started", async function () {
+  it("stops when asked: the message in hand is finished, the rest are reported as not reached", async function () {
     const list = await peekDeadLetters(fixture.client, QUEUE);
     const stop = new AbortController();
     const r = await purgeDeadLetters(

