@@ -134,23 +134,34 @@ export function createWorker(options: WorkerOptions): Worker {
       stats.held = receiver.stats.held;
       logger.info("worker stopped", { ...stats });
     },
-    async readiness() {
-      let database: Readiness["database"] = "ok";
-      try {
-        await probeDatabase();
-      } catch {
-        database = "unreachable";
-      }
-      const attached = receiver.attached;
-      const serviceBus = progress.state;
-      return {
-        ready: attached && database === "ok" && serviceBus === "ok" && !stopping,
-        status: stopping ? "stopping" : outage.paused ? "paused" : "running",
-        receiver: attached ? "attached" : "detached",
-        database,
-        serviceBus,
-      };
-    },
+    readiness: () => readinessOf({ probeDatabase, receiver, progress, outage, isStopping: () => stopping }),
+  };
+}
+
+/** Ready when the receive link is attached, the database answers, the link makes progress, and not stopping. */
+async function readinessOf(parts: {
+  readonly probeDatabase: () => Promise<void>;
+  readonly receiver: QueueReceiver;
+  readonly progress: ProgressMonitor;
+  readonly outage: OutagePause;
+  readonly isStopping: () => boolean;
+}): Promise<Readiness> {
+  const { receiver, progress, outage } = parts;
+  let database: Readiness["database"] = "ok";
+  try {
+    await parts.probeDatabase();
+  } catch {
+    database = "unreachable";
+  }
+  const attached = receiver.attached;
+  const serviceBus = progress.state;
+  const stopping = parts.isStopping();
+  return {
+    ready: attached && database === "ok" && serviceBus === "ok" && !stopping,
+    status: stopping ? "stopping" : outage.paused ? "paused" : "running",
+    receiver: attached ? "attached" : "detached",
+    database,
+    serviceBus,
   };
 }
 
