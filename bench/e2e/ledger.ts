@@ -12,7 +12,7 @@ import { floor } from "./ceilings.ts";
 import { CPU_MESSAGES, type Harness } from "./harness.ts";
 import { OtlpSink } from "./otlp-sink.ts";
 import { target, type Target } from "./targets.ts";
-import { CPU_NODE_OPTIONS, runWorkerProcess, type WorkerRun } from "./worker-process.ts";
+import { CPU_NODE_OPTIONS, maxRss, runWorkerProcess, type WorkerRun } from "./worker-process.ts";
 
 const env = process.env;
 /** maxConcurrentCalls of the ledger's workers and of the floor's loops (the issue's 32). */
@@ -29,6 +29,8 @@ interface Variant {
   readonly batched?: boolean;
   /** Run this entry instead of the checkout's (the "before" rows). */
   readonly bin?: string;
+  /** Node and V8 flags of the worker process (the heap rows). */
+  readonly execArgv?: readonly string[];
   /** What is switched off, and by which setting. */
   readonly setting: string;
   readonly env: (sink: OtlpSink) => Record<string, string>;
@@ -46,6 +48,14 @@ const SAMPLE_RATIO = env.SBINBOX_BENCH_LEDGER_SAMPLE_RATIO ?? "0.1";
 /** bin/sbinbox.js of a copy of the code before a change: adds its "all on" row beside this code's, alternated. */
 const BEFORE_BIN = env.SBINBOX_BENCH_LEDGER_BEFORE_BIN;
 export const SAMPLED = `sampled ${SAMPLE_RATIO}`;
+/**
+ * Further heap rows, each a set of Node/V8 flags for a worker with no telemetry, `;` between sets (e.g.
+ * `--heap-growing-percent=50;--max-semi-space-size=8`): each row is named `flags <set>` and runs in both modes.
+ */
+const HEAP_FLAGS = (env.SBINBOX_BENCH_LEDGER_HEAP_FLAGS ?? "")
+  .split(";")
+  .map((f) => f.trim())
+  .filter((f) => f !== "");
 
 /** Every layer on, then each off in turn (the batcher's row is the single mode's own), then all of them off. */
 const VARIANTS: readonly Variant[] = [
@@ -84,6 +94,30 @@ const VARIANTS: readonly Variant[] = [
     setting: "OTEL_SDK_DISABLED=true (as with nothing configured)",
     env: () => ({ ...NO_TELEMETRY, SBINBOX_LOG_LEVEL: "info" }),
   },
+  {
+    // bin/sbinbox.js sets a 4 MB semi-space and a 20% heap growth for the worker unless a flag is given; 0 is V8's
+    // own sizing for both. These rows weigh the collector's CPU against the resident memory those flags save.
+    name: "V8 young gen",
+    batched: true,
+    setting: "no telemetry, --max-semi-space-size=0 (V8's sizing of the young generation; RSS in max MB)",
+    execArgv: ["--max-semi-space-size=0"],
+    env: () => ({ ...NO_TELEMETRY, SBINBOX_LOG_LEVEL: "info" }),
+  },
+  {
+    name: "V8 heap",
+    batched: true,
+    setting:
+      "no telemetry, --max-semi-space-size=0 --heap-growing-percent=0 (V8's sizing of both generations)",
+    execArgv: ["--max-semi-space-size=0", "--heap-growing-percent=0"],
+    env: () => ({ ...NO_TELEMETRY, SBINBOX_LOG_LEVEL: "info" }),
+  },
+  ...HEAP_FLAGS.map((flags): Variant => ({
+    name: `flags ${flags}`,
+    batched: true,
+    setting: `no telemetry, ${flags}`,
+    execArgv: flags.split(/\s+/),
+    env: () => ({ ...NO_TELEMETRY, SBINBOX_LOG_LEVEL: "info" }),
+  })),
   {
     name: "- logging",
     setting: "SBINBOX_LOG_LEVEL=error",
@@ -130,7 +164,9 @@ const load = () =>
 /** The ledger's lines and targets. */
 export async function ledger(h: Harness): Promise<{ lines: string[]; targets: Target[] }> {
   const sink = await OtlpSink.start();
-  const variants = VARIANTS.filter((v) => PICK === undefined || PICK.includes(v.name));
+  const variants = VARIANTS.filter(
+    (v) => PICK === undefined || PICK.includes(v.name) || HEAP_FLAGS.includes(v.name.slice("flags ".length)),
+  );
   const modes = MODES.map((m) => (m === "auto" ? ("auto" as const) : 1));
   const cells = new Map<string, Cell>();
   const floors: number[] = [];
@@ -151,6 +187,7 @@ export async function ledger(h: Harness): Promise<{ lines: string[]; targets: Ta
             concurrency: LEDGER_CONCURRENCY,
             env: v.env(sink),
             ...(v.bin ? { bin: v.bin } : {}),
+            ...(v.execArgv ? { execArgv: v.execArgv } : {}),
           });
           const key = `${String(batchSize)}|${v.name}`;
           const cell = cells.get(key) ?? { runs: [], traceKb: [] };
@@ -159,7 +196,8 @@ export async function ledger(h: Harness): Promise<{ lines: string[]; targets: Ta
           cells.set(key, cell);
           process.stdout.write(
             `  ${String(batchSize).padEnd(4)} ${v.name.padEnd(20)} ${run.cpuUs.toFixed(0).padStart(5)} us/msg ` +
-              `${run.rate.toFixed(0).padStart(5)} msgs/s, load ${load()}\n`,
+              `${run.rate.toFixed(0).padStart(5)} msgs/s ${run.writes.toFixed(2)} writes/msg ` +
+              `${maxRss(run).toFixed(0)} MB, load ${load()}\n`,
           );
         }
       }
@@ -198,7 +236,9 @@ export async function ledger(h: Harness): Promise<{ lines: string[]; targets: Ta
           (m / floorUs).toFixed(2),
           median(cell.runs.map((r) => r.rate)).toFixed(0),
           median(cell.runs.map((r) => r.writes)).toFixed(2),
+          median(cell.runs.map((r) => r.roundTrips)).toFixed(2),
           median(cell.traceKb).toFixed(0),
+          median(cell.runs.map(maxRss)).toFixed(0),
         ],
       ];
     });
@@ -212,6 +252,8 @@ export async function ledger(h: Harness): Promise<{ lines: string[]; targets: Ta
           "",
           (base - single).toFixed(0),
           (single / floorUs).toFixed(2),
+          "",
+          "",
           "",
           "",
           "",
@@ -231,7 +273,9 @@ export async function ledger(h: Harness): Promise<{ lines: string[]; targets: Ta
           "x floor",
           "msgs/s",
           "writes/msg",
+          "rt/msg",
           "spans KB sent",
+          "max RSS MB",
         ],
         rows,
       ),

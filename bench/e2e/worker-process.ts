@@ -78,12 +78,14 @@ export async function runWorkerProcess(
     env?: Readonly<Record<string, string>>;
     /** Another entry than BIN, e.g. bin/sbinbox.js of a copy of the code before a change. */
     bin?: string;
+    /** Node and V8 flags before the entry (flags NODE_OPTIONS refuses, e.g. --heap-growing-percent). */
+    execArgv?: readonly string[];
   },
 ): Promise<WorkerRun> {
   const { messages } = options;
   await prefill(h, freshEvents(messages), RSS_QUEUE);
   const before = await h.proxy.counts();
-  const child = spawn(process.execPath, [options.bin ?? BIN, "worker"], {
+  const child = spawn(process.execPath, [...(options.execArgv ?? []), options.bin ?? BIN, "worker"], {
     env: {
       ...Object.fromEntries(
         Object.entries(process.env).filter(([k]) => !k.startsWith("SBINBOX_") && !k.startsWith("OTEL_")),
