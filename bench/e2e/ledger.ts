@@ -197,6 +197,7 @@ export async function ledger(h: Harness): Promise<{ lines: string[]; targets: Ta
           process.stdout.write(
             `  ${String(batchSize).padEnd(4)} ${v.name.padEnd(20)} ${run.cpuUs.toFixed(0).padStart(5)} us/msg ` +
               `${run.rate.toFixed(0).padStart(5)} msgs/s ${run.writes.toFixed(2)} writes/msg ` +
+              `${run.preempted.toFixed(2)} preempted/msg ` +
               `${maxRss(run).toFixed(0)} MB, load ${load()}\n`,
           );
         }
@@ -237,6 +238,7 @@ export async function ledger(h: Harness): Promise<{ lines: string[]; targets: Ta
           median(cell.runs.map((r) => r.rate)).toFixed(0),
           median(cell.runs.map((r) => r.writes)).toFixed(2),
           median(cell.runs.map((r) => r.roundTrips)).toFixed(2),
+          median(cell.runs.map((r) => r.preempted)).toFixed(2),
           median(cell.traceKb).toFixed(0),
           median(cell.runs.map(maxRss)).toFixed(0),
         ],
@@ -252,6 +254,7 @@ export async function ledger(h: Harness): Promise<{ lines: string[]; targets: Ta
           "",
           (base - single).toFixed(0),
           (single / floorUs).toFixed(2),
+          "",
           "",
           "",
           "",
@@ -274,6 +277,7 @@ export async function ledger(h: Harness): Promise<{ lines: string[]; targets: Ta
           "msgs/s",
           "writes/msg",
           "rt/msg",
+          "preempted/msg",
           "spans KB sent",
           "max RSS MB",
         ],

@@ -42,11 +42,23 @@ function writeCalls(pid: number): number {
   return Number(/syscw:\s+(\d+)/.exec(io)?.[1] ?? NaN);
 }
 
+/**
+ * Times the main thread was switched out while it could run (/proc/<pid>/status `nonvoluntary_ctxt_switches`, the
+ * thread group leader, i.e. the JavaScript thread): a socket write that wakes its reader (the proxy, PostgreSQL, the
+ * broker) on a busy machine can hand the core over inside the write. A CPU profile samples wall time and counts such a
+ * wait as time in the write; /proc's CPU does not.
+ */
+function preemptions(pid: number): number {
+  const status = readFileSync(`/proc/${pid}/status`, "utf8");
+  return Number(/nonvoluntary_ctxt_switches:\s+(\d+)/.exec(status)?.[1] ?? NaN);
+}
+
 interface Sample {
   readonly done: number;
   readonly rss: number;
   readonly cpu: number;
   readonly writes: number;
+  readonly preempted: number;
   readonly t: number;
 }
 
@@ -57,6 +69,8 @@ export interface WorkerRun {
   readonly cpuUs: number;
   /** Write system calls per message over the same span: a count, steady on a busy machine. */
   readonly writes: number;
+  /** The main thread's involuntary context switches per message over the same span (see `preemptions`). */
+  readonly preempted: number;
   readonly rate: number;
   readonly roundTrips: number;
   readonly commits: number;
@@ -122,6 +136,7 @@ export async function runWorkerProcess(
         rss: rssMb(child.pid!),
         cpu: cpuUs(child.pid!),
         writes: writeCalls(child.pid!),
+        preempted: preemptions(child.pid!),
         t: (performance.now() - started) / 1000,
       });
       if (c.active + c.locked === 0) break;
@@ -142,6 +157,7 @@ export async function runWorkerProcess(
     messages,
     cpuUs: (end.cpu - first.cpu) / span,
     writes: (end.writes - first.writes) / span,
+    preempted: (end.preempted - first.preempted) / span,
     rate: span / Math.max(0.001, end.t - first.t),
     ...counts,
   };
