@@ -17,7 +17,8 @@
 //                                 cache's pages, 16,384 at 128 MB), so the measured window shows the steady state
 //   --concurrency 8               lanes issuing them
 //   --shared-buffers 128MB        PostgreSQL's buffer cache
-//   --server pg|tds               tds: a TDS server instead (name keys, schema 0001), see bench/inbox-growth-tds.ts
+//   --server pg|tds               tds: a TDS server instead (the SQL Server migrations 0001 + 0002), see
+//                                 bench/inbox-growth-tds.ts
 //   --tds <connection string>     for --server tds; default SBINBOX_TEST_MSSQL
 //   --tds-fill bulk|worker        for --server tds: bulk (the default), a set-based INSERT ... SELECT in T-SQL, its
 //                                 ids the MD5 of the publisher's name `OrderPlaced:<n>` as a UUID (random like the
