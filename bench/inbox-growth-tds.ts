@@ -19,6 +19,8 @@ export interface TdsRun {
   warmup: number;
   concurrency: number;
   consumer: string;
+  /** bulk: INSERT ... SELECT in T-SQL, ids by HASHBYTES (messageId must be bulkMessageKey's); worker: batch inserts. */
+  fill: "bulk" | "worker";
   messageId: (g: number) => string;
   random: () => number;
   rate: (count: number, op: (i: number) => Promise<void>) => Promise<number>;
@@ -119,7 +121,7 @@ export async function runTds(run: TdsRun): Promise<void> {
       run.log(`Babelfish's shared_buffers: ${sb.recordset[0]!.sb}`);
     }
     run.log(
-      `inbox growth on ${babelfish ? "Babelfish" : "SQL Server"}: migrations 0001 + 0002 (compact), name keys, ${run.measure} measured ` +
+      `inbox growth on ${babelfish ? "Babelfish" : "SQL Server"}: migrations 0001 + 0002 (compact), ${run.fill === "bulk" ? "MD5 keys filled in T-SQL" : "name keys filled by the worker's batch insert"}, ${run.measure} measured ` +
         `per size at concurrency ${run.concurrency} (pages sampled on ${SAMPLED}), load ${run.load()}`,
     );
     const rows: string[][] = [];
@@ -130,7 +132,10 @@ export async function runTds(run: TdsRun): Promise<void> {
         .query(statements.insertProcessedMarker)
         .then(() => undefined);
     for (const size of run.sizes) {
-      next = await fill(dbPool, run, next, size);
+      next =
+        run.fill === "bulk"
+          ? await bulkFill(run.connectionString, database, run, next, size)
+          : await fill(dbPool, run, next, size);
       const bytes = await sizes(dbPool, babelfish);
       const markers = next;
       const warm = next;
@@ -235,4 +240,46 @@ async function fill(pool: mssql.ConnectionPool, run: TdsRun, from: number, to: n
       );
   });
   return from + batches * FILL_ROWS;
+}
+
+/** Rows one bulk fill statement inserts: 10^6, six cross-joined digit tables. */
+const BULK_ROWS = 1_000_000;
+
+/**
+ * Inserts markers `from` .. `to`-1 set-based: one INSERT ... SELECT a million rows, the numbers from six
+ * cross-joined digit tables (Babelfish has no GENERATE_SERIES), each key HASHBYTES('MD5', 'OrderPlaced:<n>'), the
+ * 16 bytes of the id `hashMessageId` formats. The unique index stays in place, so it grows by random inserts as
+ * the worker grows it (leaves about 69 % full), not packed by a build.
+ */
+async function bulkFill(
+  connectionString: string,
+  database: string,
+  run: TdsRun,
+  from: number,
+  to: number,
+): Promise<number> {
+  if (to <= from) return from;
+  const started = Date.now();
+  // A million rows a statement take longer than mssql's 15 s default request timeout.
+  const pool = await new mssql.ConnectionPool(
+    `${connectionString};Database=${database};Request Timeout=1800000`,
+  ).connect();
+  const digits = ["a", "b", "c", "d", "e", "f"];
+  const sql = `WITH d AS (SELECT n FROM (VALUES (0), (1), (2), (3), (4), (5), (6), (7), (8), (9)) AS v(n)),
+g AS (SELECT CAST(@p1 AS bigint) + ${digits.map((t, i) => `${10 ** i} * ${t}.n`).join(" + ")} AS g
+  FROM ${digits.map((t) => `d AS ${t}`).join(" CROSS JOIN ")})
+INSERT INTO dbo.Inbox (ConsumerId, MessageKey)
+SELECT (SELECT Id FROM dbo.InboxConsumer WHERE Name = @p3), HASHBYTES('MD5', CONCAT('OrderPlaced:', g))
+FROM g WHERE g < @p2;`;
+  try {
+    for (let at = from; at < to; at += BULK_ROWS) {
+      await bindParameters(pool.request(), [at, Math.min(to, at + BULK_ROWS), run.consumer]).query(sql);
+      run.log(
+        `  filled ${Math.min(to, at + BULK_ROWS).toLocaleString("en")} (${((Date.now() - started) / 1000).toFixed(0)} s, load ${run.load()})`,
+      );
+    }
+  } finally {
+    await pool.close();
+  }
+  return to;
 }

@@ -17,8 +17,14 @@
 //                                 cache's pages, 16,384 at 128 MB), so the measured window shows the steady state
 //   --concurrency 8               lanes issuing them
 //   --shared-buffers 128MB        PostgreSQL's buffer cache
-//   --server pg|tds               tds: a TDS server instead (name keys, schema 0001), see bench/inbox-growth-tds.ts
+//   --server pg|tds               tds: a TDS server instead (the SQL Server migrations 0001 + 0002), see
+//                                 bench/inbox-growth-tds.ts
 //   --tds <connection string>     for --server tds; default SBINBOX_TEST_MSSQL
+//   --tds-fill bulk|worker        for --server tds: bulk (the default), a set-based INSERT ... SELECT in T-SQL, its
+//                                 ids the MD5 of the publisher's name `OrderPlaced:<n>` as a UUID (random like the
+//                                 publisher's UUIDv5, and computable with HASHBYTES, which a UUIDv5's version bits
+//                                 are not on Babelfish); worker: the worker's own batch insert with the publisher's
+//                                 ids, about 19,000 markers a second
 //
 // Disk and time (docs/benchmark.md): the data folder (sbinbox-pg-* under the OS temp folder, which is a tmpfs on
 // some desktops: set TMPDIR to a disk) takes up to ~25 GB at 50 M markers of 0001 (12 GB of data, the WAL up to
@@ -49,6 +55,7 @@ const { values: args } = parseArgs({
     "shared-buffers": { type: "string", default: "128MB" },
     server: { type: "string", default: "pg" },
     tds: { type: "string", default: process.env.SBINBOX_TEST_MSSQL ?? "" },
+    "tds-fill": { type: "string", default: "bulk" },
   },
 });
 const SIZES = args.sizes.split(",").map((s) => Number(s.trim()));
@@ -71,6 +78,7 @@ for (const [name, ok] of [
   ["--keys", args.keys === "name" || args.keys === "time"],
   ["--schema", args.schema === "0001" || args.schema === "compact"],
   ["--server", args.server === "pg" || (args.server === "tds" && args.tds !== "" && args.keys === "name")],
+  ["--tds-fill", args["tds-fill"] === "bulk" || args["tds-fill"] === "worker"],
 ] as const) {
   if (!ok)
     throw new Error(`bench:inbox-growth: bad ${name} (see the comment at the top of bench/inbox-growth.ts)`);
@@ -83,6 +91,12 @@ function messageId(g: number): string {
   const h = (BASE_MS + g).toString(16).padStart(12, "0");
   const r = createHash("md5").update(String(g)).digest("hex");
   return `${h.slice(0, 8)}-${h.slice(8, 12)}-7${r.slice(0, 3)}-8${r.slice(3, 6)}-${r.slice(6, 18)}`;
+}
+
+/** The id of the g-th marker of a TDS bulk fill: MD5 of the publisher's name, as a canonical UUID. */
+function hashMessageId(g: number): string {
+  const h = createHash("md5").update(`${EVENT_TYPE}:${g}`).digest("hex");
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
 }
 
 /** The same ids in SQL, over a column `g`; `r` and `h` come from the fill's LATERAL. */
@@ -435,7 +449,8 @@ if (args.server === "tds") {
     warmup: WARMUP,
     concurrency: CONCURRENCY,
     consumer: CONSUMER,
-    messageId,
+    fill: args["tds-fill"] as "bulk" | "worker",
+    messageId: args["tds-fill"] === "bulk" ? hashMessageId : messageId,
     random: seeded(41),
     rate,
     log,

@@ -34,23 +34,68 @@ const INSERT_0001 = `INSERT INTO "Inbox" ("MessageId", "Consumer", "ProcessedUtc
 SELECT m, $2, now() FROM unnest($1::varchar[]) AS m ORDER BY m
 ON CONFLICT ("MessageId", "Consumer") DO NOTHING RETURNING "MessageId" AS id`;
 
-const SIZES = `SELECT c.relname AS name, c.relkind AS kind, pg_total_relation_size(c.oid)::bigint AS total,
-  pg_relation_size(c.oid)::bigint AS main
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i') ORDER BY c.relkind DESC, c.relname`;
+/**
+ * Every relation of the inbox's tables, fork by fork: each table, its TOAST table and that one's index, and its
+ * indexes. `owner` is the table a relation belongs to, so the small tables' fixed pages can be told apart.
+ */
+const FORKS = `WITH t AS (
+  SELECT c.oid, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+  WHERE n.nspname = 'public' AND c.relkind = 'r'
+), rel AS (
+  SELECT t.relname AS owner, t.oid, t.relname AS name, 'table' AS kind FROM t
+  UNION ALL SELECT t.relname, c.reltoastrelid, 'toast', 'toast' FROM t JOIN pg_class c ON c.oid = t.oid
+    WHERE c.reltoastrelid <> 0
+  UNION ALL SELECT t.relname, i.indexrelid, 'toast index', 'toast' FROM t JOIN pg_class c ON c.oid = t.oid
+    JOIN pg_index i ON i.indrelid = c.reltoastrelid
+  UNION ALL SELECT t.relname, i.indexrelid, (SELECT x.relname FROM pg_class x WHERE x.oid = i.indexrelid), 'index' FROM t
+    JOIN pg_index i ON i.indrelid = t.oid
+)
+SELECT owner, name, kind, pg_relation_size(oid, 'main')::bigint AS main, pg_relation_size(oid, 'fsm')::bigint AS fsm,
+  pg_relation_size(oid, 'vm')::bigint AS vm, pg_total_relation_size(oid)::bigint AS total
+FROM rel ORDER BY owner <> 'Inbox', owner, kind DESC, name`;
 
-interface Size {
+interface Fork {
+  owner: string;
   name: string;
   kind: string;
-  total: string;
   main: string;
+  fsm: string;
+  vm: string;
+  total: string;
 }
 
-async function measure(url: string): Promise<Size[]> {
+/** pgstattuple's view of the inbox table's heap and pgstatindex's of each of its B-trees: fill and free bytes. */
+const HEAP_STATS = `SELECT tuple_count, tuple_len, dead_tuple_len, free_space, table_len FROM pgstattuple('"Inbox"')`;
+const INDEX_STATS = `SELECT (SELECT x.relname FROM pg_class x WHERE x.oid = i.indexrelid) AS name, s.leaf_pages, s.internal_pages, s.empty_pages,
+  s.avg_leaf_density FROM pg_index i CROSS JOIN LATERAL pgstatindex(i.indexrelid) s
+WHERE i.indrelid = '"Inbox"'::regclass ORDER BY name`;
+
+async function measure(url: string): Promise<Fork[]> {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   try {
-    return (await client.query<Size>(SIZES)).rows;
+    return (await client.query<Fork>(FORKS)).rows;
+  } finally {
+    await client.end();
+  }
+}
+
+async function fillStats(url: string): Promise<void> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    await client.query("CREATE EXTENSION IF NOT EXISTS pgstattuple");
+    const heap = (await client.query(HEAP_STATS)).rows[0] as Record<string, string>;
+    const perTuple = Number(heap.tuple_len) / Number(heap.tuple_count);
+    console.log(
+      `  heap (pgstattuple): ${heap.tuple_count} rows, ${perTuple.toFixed(1)} B a row with its header, ` +
+        `${heap.free_space} B free in ${Number(heap.table_len) / 8192} pages (${(Number(heap.free_space) / MARKERS).toFixed(1)} a marker)`,
+    );
+    for (const r of (await client.query(INDEX_STATS)).rows as Record<string, string>[])
+      console.log(
+        `  ${r.name} (pgstatindex): ${r.leaf_pages} leaf, ${r.internal_pages} inner, ${r.empty_pages} empty pages, ` +
+          `leaves ${r.avg_leaf_density}% full`,
+      );
   } finally {
     await client.end();
   }
@@ -92,20 +137,31 @@ async function after0002(url: string): Promise<void> {
   }
 }
 
-function report(label: string, sizes: readonly Size[]): number {
-  const total = sizes.filter((s) => s.kind === "r").reduce((sum, s) => sum + Number(s.total), 0);
+/** Prints every relation and fork; returns the inbox's total and the part of it that grows with the markers. */
+function report(label: string, forks: readonly Fork[]): { total: number; fixed: number } {
+  const total = forks.reduce((sum, f) => sum + Number(f.total) * (f.kind === "table" ? 1 : 0), 0);
+  // Fixed: the pages that do not grow with the markers (the small tables, the empty indexes, the maps' first pages).
+  const grows = (f: Fork) =>
+    f.owner === "Inbox" && (f.kind === "table" || f.name.includes("MessageKey") || f.name.endsWith("pkey"));
+  const growing = forks.filter(grows).reduce((sum, f) => sum + Number(f.main), 0);
+  const fixed = total - growing;
   console.log(
-    `${label}: ${(total / MARKERS).toFixed(1)} bytes a marker (${total} bytes, every table with its indexes)`,
+    `${label}: ${(total / MARKERS).toFixed(1)} bytes a marker (${total} bytes, every table with its indexes); ` +
+      `the main forks of the table, unique index and primary key ${(growing / MARKERS).toFixed(1)}, the rest ` +
+      `${(fixed / MARKERS).toFixed(1)} (${fixed} bytes)`,
   );
-  const rows = sizes.map((s) => [
-    s.name,
-    s.kind === "r" ? "table" : "index",
-    String(s.kind === "r" ? s.total : s.main),
-    (Number(s.kind === "r" ? s.main : s.main) / MARKERS).toFixed(1),
+  const rows = forks.map((f) => [
+    f.owner,
+    f.name,
+    f.main,
+    f.fsm,
+    f.vm,
+    (Number(f.main) / MARKERS).toFixed(2),
+    ((Number(f.fsm) + Number(f.vm)) / MARKERS).toFixed(2),
   ]);
-  for (const line of formatTable(["relation", "kind", "bytes", "main fork / marker"], rows))
-    console.log(`  ${line}`);
-  return total;
+  const header = ["table", "relation", "main B", "fsm B", "vm B", "main / marker", "fsm+vm / marker"];
+  for (const line of formatTable(header, rows)) console.log(`  ${line}`);
+  return { total, fixed };
 }
 
 async function main(): Promise<void> {
@@ -116,10 +172,11 @@ async function main(): Promise<void> {
     );
     const old = await server.createDatabase("sbinbox_size_0001");
     await before0002(old);
-    const a = report("0001 (before)", await measure(old));
+    const a = report("0001 (before)", await measure(old)).total;
     const now = await server.createDatabase("sbinbox_size_0002");
     await after0002(now);
-    const b = report("0002 (after)", await measure(now));
+    const b = report("0002 (after)", await measure(now)).total;
+    await fillStats(now);
     console.log(`after / before: ${(b / a).toFixed(3)} (target <= 0.5), load ${loadavg()[0]!.toFixed(2)}`);
   } finally {
     await server.dispose();

@@ -5,7 +5,7 @@ import { parseArgs } from "node:util";
 import { loadConfig } from "../config/load.ts";
 import { ConfigError } from "../domain/errors.ts";
 import { createServiceBusClient, type ServiceBusClient } from "../servicebus/client.ts";
-import { execute, type Job, type Planned } from "../console/job.ts";
+import { endOf, execute, type Job, type Planned } from "../console/job.ts";
 import type { AuditEvent } from "../console/service.ts";
 import { createLogger } from "../telemetry/logger.ts";
 import {
@@ -325,13 +325,7 @@ async function act(
     process.off("SIGTERM", onSignal);
   });
   progress.finish(undefined, acted);
-  audit({
-    event: "end",
-    ...base,
-    state: job.state,
-    counts: job.counts,
-    ...(job.error === undefined ? {} : { error: job.error }),
-  });
+  audit({ event: "end", ...base, ...endOf(job) });
   return job;
 }
 

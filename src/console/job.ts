@@ -61,6 +61,11 @@ export interface Job {
   throttled?: string;
 }
 
+/** What the audit's "end" event records of a run, the same for the console and `sbinbox dlq`. */
+export function endOf(job: Job): Pick<Job, "state" | "counts" | "error"> {
+  return { state: job.state, counts: job.counts, ...(job.error === undefined ? {} : { error: job.error }) };
+}
+
 export interface RunContext {
   /** The Service Bus client (its type through src/servicebus/: only service.ts names the SDK). */
   readonly client: Parameters<typeof replayDeadLetters>[0];

@@ -23,7 +23,7 @@ import {
   type Tally,
 } from "./dead-letter-index.ts";
 import { maskBody } from "./mask.ts";
-import { execute, type Action, type Job, type MessageResult, type Planned } from "./job.ts";
+import { endOf, execute, type Action, type Job, type MessageResult, type Planned } from "./job.ts";
 
 export type { Action, Job, MessageResult } from "./job.ts";
 export type { Filter } from "./dead-letter-index.ts";
@@ -364,13 +364,7 @@ export function createConsoleService(sources: ConsoleSources, now: () => number 
     const ended = execute(context, messages, job).finally(() => {
       running = undefined;
       index.invalidate();
-      audit({
-        event: "end",
-        ...base,
-        state: job.state,
-        counts: job.counts,
-        ...(job.error === undefined ? {} : { error: job.error }),
-      });
+      audit({ event: "end", ...base, ...endOf(job) });
     });
     running = { job, stop, ended };
     return job;
