@@ -2,8 +2,10 @@
 // do to that worker's latency? (issue 41, item 5). A worker's inbox path (one transaction a message, or batches of
 // SBINBOX_BENCH_BATCH: the marker and a business row) is paced at SBINBOX_BENCH_RATE messages a second, first
 // without cleanup, then with the store's cleanup running pass after pass over a backlog of markers past the
-// retention, then without again. Prints messages/s, p50/p99 per message, deletes/s, and the two ratios the
-// targets are stated in (deletes/s >= 3 x the insert rate; p99 with cleanup <= 1.2 x without), with load average.
+// retention (one phase per spacing in SBINBOX_BENCH_CLEANUP_MODES: the pace, or a fixed pause), without again
+// between them. Prints messages/s, p50/p99 per message, deletes/s, the insert rate the pace measured, and the
+// ratios the targets are stated in (deletes/s >= 3 x the insert rate; p99 with cleanup <= 1.2 x without; p50 too),
+// with load average.
 // PostgreSQL: an embedded server. SQL Server: SBINBOX_BENCH_MSSQL=<connection string> (a database is created).
 // A benchmark, not a test.
 import { availableParallelism, loadavg } from "node:os";
@@ -14,14 +16,40 @@ import { createSqlServerInboxStore } from "../src/inbox/sqlserver/adapter.ts";
 import type { InboxCore } from "../src/inbox/core.ts";
 import type { SqlExecutor } from "../src/domain/sql.ts";
 import { formatTable } from "./common.ts";
+import { DEFAULT_CLEANUP_PACE } from "../src/inbox/cleanup-pace.ts";
+import type { CleanupOptions } from "../src/inbox/store.ts";
+
+interface CleanupMode {
+  readonly label: string;
+  readonly rows: number;
+  readonly spacing: Pick<CleanupOptions, "pace" | "pauseMs">;
+}
+
+function mode(text: string): CleanupMode {
+  const match = /^(pace|pause(\d+))\/(\d+)$/.exec(text.trim());
+  if (!match)
+    throw new Error(`SBINBOX_BENCH_CLEANUP_MODES: "${text}" is not pace/<rows> or pause<ms>/<rows>`);
+  const rows = Number(match[3]);
+  if (match[1] === "pace")
+    return {
+      label: `pace ${MULTIPLE} x, batches of ${rows}`,
+      rows,
+      spacing: { pace: { ...DEFAULT_CLEANUP_PACE, multiple: MULTIPLE } },
+    };
+  return { label: `pause ${match[2]} ms, batches of ${rows}`, rows, spacing: { pauseMs: Number(match[2]) } };
+}
 
 const RATE = Number(process.env.SBINBOX_BENCH_RATE ?? 1000);
 const BATCH = Number(process.env.SBINBOX_BENCH_BATCH ?? 1);
 const PHASE_MS = Number(process.env.SBINBOX_BENCH_PHASE_MS ?? 12_000);
 const BACKLOG = Number(process.env.SBINBOX_BENCH_BACKLOG ?? 1_500_000);
-const CLEANUP_BATCH = Number(process.env.SBINBOX_BENCH_CLEANUP_BATCH ?? 2000);
-/** The cleanup's pauses between batches to measure, one "with cleanup" phase each (SBINBOX_CLEANUP_PAUSE_MS). */
-const CLEANUP_PAUSES_MS = (process.env.SBINBOX_BENCH_CLEANUP_PAUSES_MS ?? "250,0").split(",").map(Number);
+/**
+ * The cleanup's spacings to measure, one "with cleanup" phase each: `pace/<rows>` (the pace by the insert rate,
+ * SBINBOX_CLEANUP_RATE_MULTIPLE of SBINBOX_BENCH_MULTIPLE, batches of <rows>) or `pause<ms>/<rows>` (a fixed pause,
+ * SBINBOX_CLEANUP_PAUSE_MS).
+ */
+const MULTIPLE = Number(process.env.SBINBOX_BENCH_MULTIPLE ?? DEFAULT_CLEANUP_PACE.multiple);
+const CLEANUP_MODES = (process.env.SBINBOX_BENCH_CLEANUP_MODES ?? "pace/500,pace/2000").split(",").map(mode);
 const RETENTION_MS = 360 * 3_600_000;
 const CONSUMER = "bench";
 /** How often the pacer starts the messages due (10 ms: 10 a tick at 1,000/s). */
@@ -142,6 +170,8 @@ interface PhaseResult {
   readonly passes: number;
   readonly load: [number, number];
   readonly failed: number;
+  /** The pace's last reading of the insert rate, when paced. */
+  readonly measuredInsertRate?: number;
 }
 
 /** The worker: RATE messages a second, started on schedule whatever the earlier ones are doing. */
@@ -150,11 +180,12 @@ async function phase(
   name: string,
   withCleanup: boolean,
   ids: { next: number },
-  pauseMs = 0,
+  cleanupMode?: CleanupMode,
 ): Promise<PhaseResult> {
   const latencies: number[] = [];
   const busyLatencies: number[] = [];
   let busyUntil = withCleanup ? Infinity : 0;
+  let measuredInsertRate: number | undefined;
   const inFlight = new Set<Promise<void>>();
   let failed = 0;
   const loadBefore = loadavg()[0]!;
@@ -167,10 +198,13 @@ async function phase(
   const phaseOver = new AbortController();
   const cleanup = (async () => {
     while (cleaning) {
-      const n = await target.store.cleanup(RETENTION_MS, CLEANUP_BATCH, {
-        pauseMs,
+      const n = await target.store.cleanup(RETENTION_MS, cleanupMode!.rows, {
+        ...cleanupMode!.spacing,
         signal: phaseOver.signal,
-        onBatch: (batch) => (deleted += batch),
+        onBatch: (batch, info) => {
+          deleted += batch;
+          measuredInsertRate = info?.pace?.insertPerSecond ?? measuredInsertRate;
+        },
       });
       passes += 1;
       if (n === 0) {
@@ -229,6 +263,7 @@ async function phase(
     passes,
     load: [loadBefore, loadavg()[0]!],
     failed,
+    measuredInsertRate,
   };
 }
 
@@ -246,8 +281,8 @@ async function main(): Promise<void> {
     );
     console.log(
       `worker paced at ${RATE} msg/s (${BATCH === 1 ? "one transaction a message" : `batches of ${BATCH}`}), ` +
-        `phases of ${PHASE_MS / 1000} s, a backlog of ${BACKLOG} markers 400 h old, cleanup batches of ${CLEANUP_BATCH}, ` +
-        `pauses between them of ${CLEANUP_PAUSES_MS.join(", ")} ms`,
+        `phases of ${PHASE_MS / 1000} s, a backlog of ${BACKLOG} markers 400 h old, cleanup: ` +
+        CLEANUP_MODES.map((m) => m.label).join("; "),
     );
     const ids = { next: 0 };
     await target.backlog(BACKLOG, 400);
@@ -255,8 +290,11 @@ async function main(): Promise<void> {
     await phase(target, "warm-up", false, ids);
     // Alternated: without, with (one pause), without, with (the next pause), ..., without.
     const results: PhaseResult[] = [await phase(target, "without cleanup", false, ids)];
-    for (const pauseMs of CLEANUP_PAUSES_MS) {
-      results.push(await phase(target, `with cleanup, pause ${pauseMs} ms`, true, ids, pauseMs));
+    for (const cleanupMode of CLEANUP_MODES) {
+      // SBINBOX_BENCH_CHECKPOINT=1 (PostgreSQL): a checkpoint before each phase with cleanup, so each pass meets
+      // pages not yet written since one, as a pass ten minutes after the last does.
+      if (process.env.SBINBOX_BENCH_CHECKPOINT === "1" && !mssqlUrl) await target.exec("CHECKPOINT");
+      results.push(await phase(target, `with cleanup, ${cleanupMode.label}`, true, ids, cleanupMode));
       results.push(await phase(target, "without cleanup", false, ids));
     }
     const rows = results.map((r) => [
@@ -282,12 +320,18 @@ async function main(): Promise<void> {
       // While it had old markers to delete: a backlog gone before the phase ended leaves an idle tail.
       const deleteRate = during.deleted / during.busySeconds;
       const p99Ratio = quantile(during.busyLatenciesMs, 0.99) / quantile(without, 0.99);
+      const p50Ratio = quantile(during.busyLatenciesMs, 0.5) / quantile(without, 0.5);
+      const measured = during.measuredInsertRate;
       console.log(
         `${during.name}: deleted for ${during.busySeconds.toFixed(1)} s of ${during.seconds.toFixed(1)} s; ` +
           `deletes/s / insert rate ${(deleteRate / insertRate).toFixed(2)} (target >= 3; ` +
-          `${deleteRate.toFixed(0)} against ${insertRate.toFixed(0)}); p99 of the ${during.busyLatenciesMs.length} ` +
-          `messages started meanwhile / p99 without cleanup: ${quantile(during.busyLatenciesMs, 0.99).toFixed(1)} / ` +
-          `${quantile(without, 0.99).toFixed(1)} = ${p99Ratio.toFixed(2)} (target <= 1.2)`,
+          `${deleteRate.toFixed(0)} against ${insertRate.toFixed(0)}` +
+          (measured === undefined ? "" : `, the pace measured ${measured.toFixed(0)}`) +
+          `); of the ${during.busyLatenciesMs.length} messages started meanwhile / without cleanup: ` +
+          `p50 ${quantile(during.busyLatenciesMs, 0.5).toFixed(1)} / ${quantile(without, 0.5).toFixed(1)} = ` +
+          `${p50Ratio.toFixed(2)}, p99 ${quantile(during.busyLatenciesMs, 0.99).toFixed(1)} / ` +
+          `${quantile(without, 0.99).toFixed(1)} = ${p99Ratio.toFixed(2)} (target <= 1.2); ` +
+          `load ${during.load[0].toFixed(2)} -> ${during.load[1].toFixed(2)}`,
       );
     }
     const left = await target.countMarkers();

@@ -288,6 +288,8 @@ function createAppWorker(
     retentionMs: config.retentionMs,
     cleanupIntervalMs: config.cleanupIntervalMs,
     cleanupPauseMs: config.cleanupPauseMs,
+    cleanupPace: config.cleanupPace,
+    cleanupBatchRows: config.cleanupBatchRows,
     outageBackoffMinMs: config.outageBackoffMinMs,
     outageBackoffMaxMs: config.outageBackoffMaxMs,
     probeTimeoutMs: config.databaseTimeouts.probeMs,

@@ -4,6 +4,7 @@ import { checkRelaySettings, type RelaySettings } from "../outbox/settings.ts";
 import { checkEntityConflicts } from "./rules.ts";
 import { parsers, settings, type BenchLayer, type RawSettings, type SettingName } from "./schema.ts";
 import type { PreCheckMode } from "../inbox/core.ts";
+import type { CleanupPace } from "../inbox/cleanup-pace.ts";
 
 export type ServiceBusConnection =
   | { readonly kind: "connection-string"; readonly connectionString: string }
@@ -52,8 +53,12 @@ export interface Config {
   readonly progress: ProgressSettings;
   readonly retentionMs: number;
   readonly cleanupIntervalMs: number;
-  /** SBINBOX_CLEANUP_PAUSE_MS: the pause between retention batches. */
-  readonly cleanupPauseMs: number;
+  /** SBINBOX_CLEANUP_PAUSE_MS: a fixed pause between retention batches, replacing the pace; unset: the pace. */
+  readonly cleanupPauseMs?: number;
+  /** SBINBOX_CLEANUP_RATE_MULTIPLE and SBINBOX_CLEANUP_MIN_RATE: how fast retention deletes. */
+  readonly cleanupPace: CleanupPace;
+  /** SBINBOX_CLEANUP_BATCH_ROWS: rows a retention statement reads by the key. */
+  readonly cleanupBatchRows: number;
   readonly claimTimeoutMs: number;
   readonly sweepIntervalMs: number;
   readonly outageBackoffMinMs: number;
@@ -132,7 +137,7 @@ export function loadConfig(options: LoadOptions = {}): Config {
     progress: progressSettings(s),
     retentionMs: retention(s),
     cleanupIntervalMs: s.SBINBOX_CLEANUP_INTERVAL_MS,
-    cleanupPauseMs: s.SBINBOX_CLEANUP_PAUSE_MS,
+    ...cleanupSpacing(s, raw),
     claimTimeoutMs: s.SBINBOX_CLAIM_TIMEOUT_MS,
     sweepIntervalMs: s.SBINBOX_SWEEP_INTERVAL_MS,
     outageBackoffMinMs: s.SBINBOX_OUTAGE_BACKOFF_MIN_MS,
@@ -353,6 +358,30 @@ function retention(s: RawSettings): number {
     );
   }
   return retentionMs;
+}
+
+/**
+ * The retention pass's spacing: the pace by the insert rate, or a fixed pause when SBINBOX_CLEANUP_PAUSE_MS is set.
+ * Both given is refused: the pause would silently override the pace's settings.
+ */
+function cleanupSpacing(
+  s: RawSettings,
+  raw: Partial<Record<SettingName, string>>,
+): Pick<Config, "cleanupPauseMs" | "cleanupPace" | "cleanupBatchRows"> {
+  const paceSet = (["SBINBOX_CLEANUP_RATE_MULTIPLE", "SBINBOX_CLEANUP_MIN_RATE"] as const).find(
+    (name) => raw[name] !== undefined,
+  );
+  if (s.SBINBOX_CLEANUP_PAUSE_MS !== undefined && paceSet !== undefined) {
+    throw new ConfigError(
+      "SBINBOX_CLEANUP_PAUSE_MS",
+      `a fixed pause replaces the pace, so ${paceSet} would be ignored: set one or the other`,
+    );
+  }
+  return {
+    cleanupPauseMs: s.SBINBOX_CLEANUP_PAUSE_MS,
+    cleanupPace: { multiple: s.SBINBOX_CLEANUP_RATE_MULTIPLE, minPerSecond: s.SBINBOX_CLEANUP_MIN_RATE },
+    cleanupBatchRows: s.SBINBOX_CLEANUP_BATCH_ROWS,
+  };
 }
 
 function backoffMax(s: RawSettings): number {

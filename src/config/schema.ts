@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { INBOX_SCHEMA_PATTERN } from "../inbox/schema-name.ts";
 import { PROGRESS_DEFAULTS } from "../domain/progress-defaults.ts";
+import { DEFAULT_CLEANUP_PACE, DEFAULT_PACED_BATCH_ROWS } from "../inbox/cleanup-pace.ts";
 import { serviceBusRules as sb } from "./rules.ts";
 
 /**
@@ -47,8 +48,13 @@ export const settings = {
   SBINBOX_PROGRESS_RECOVER_AFTER_MS: "answers heard throughout this long: /readyz says ok again",
   SBINBOX_RETENTION_HOURS: "how long inbox rows are kept",
   SBINBOX_CLEANUP_INTERVAL_MS: "how often old inbox rows are deleted (0 turns cleanup off)",
+  SBINBOX_CLEANUP_RATE_MULTIPLE:
+    "the cleanup deletes this many times the inbox's measured insert rate while old rows remain (1 to 1000)",
+  SBINBOX_CLEANUP_MIN_RATE: "the fewest rows a second the cleanup deletes, whatever the insert rate",
+  SBINBOX_CLEANUP_BATCH_ROWS:
+    "rows one cleanup statement reads by the key (1 to 4000, under lock escalation)",
   SBINBOX_CLEANUP_PAUSE_MS:
-    "a pause between the cleanup's batches of 2,000 rows, leaving the database to the worker",
+    "a fixed pause between the cleanup's batches instead of the pace (unset: the pace by the insert rate)",
   SBINBOX_QUEUE_LOCK_DURATION_MS: "the queue's LockDuration, for the retention check",
   SBINBOX_QUEUE_MAX_DELIVERY_COUNT: "the queue's MaxDeliveryCount, for the retention check",
   SBINBOX_QUEUE_MESSAGE_TTL_HOURS: "the queue's DefaultMessageTimeToLive, for the retention check",
@@ -238,7 +244,11 @@ export const parsers = {
   SBINBOX_PROGRESS_RECOVER_AFTER_MS: ms(100).default(PROGRESS_DEFAULTS.recoverAfterMs),
   SBINBOX_RETENTION_HOURS: hours(1).default(24 * 15),
   SBINBOX_CLEANUP_INTERVAL_MS: ms(0).default(600_000),
-  SBINBOX_CLEANUP_PAUSE_MS: ms(0, 10_000).default(250),
+  SBINBOX_CLEANUP_RATE_MULTIPLE: int(1, 1000).default(DEFAULT_CLEANUP_PACE.multiple),
+  SBINBOX_CLEANUP_MIN_RATE: int(1, 10_000_000).default(DEFAULT_CLEANUP_PACE.minPerSecond),
+  // 4,000: under SQL Server's lock escalation at 5,000 locks on one statement.
+  SBINBOX_CLEANUP_BATCH_ROWS: int(1, 4000).default(DEFAULT_PACED_BATCH_ROWS),
+  SBINBOX_CLEANUP_PAUSE_MS: ms(0, 10_000).optional(),
   SBINBOX_QUEUE_LOCK_DURATION_MS: ms(1).default(60_000),
   SBINBOX_QUEUE_MAX_DELIVERY_COUNT: int(1).default(10),
   SBINBOX_QUEUE_MESSAGE_TTL_HOURS: hours(1).default(24 * 14),

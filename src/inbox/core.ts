@@ -7,6 +7,7 @@ import { TransactionHandle } from "./transaction-handle.ts";
 import { messageKey } from "./message-key.ts";
 import { ConsumerRegistry, LegacyInbox } from "./legacy.ts";
 import { cleanupRanges } from "./cleanup.ts";
+import { ArrivalMeter, checkPace } from "./cleanup-pace.ts";
 import type {
   InboxDriver,
   InboxStatements,
@@ -76,6 +77,8 @@ export class InboxCore implements InboxStore {
   private readonly legacy: LegacyInbox;
   /** Where the last cleanup run found the first young marker: the next run starts its ranges there. */
   private cleanupAfterId = "0";
+  /** The inbox's insert rate, from the key's advance seen by the cleanup runs: their pace (cleanup-pace.ts). */
+  private readonly cleanupMeter = new ArrivalMeter();
 
   constructor(driver: InboxDriver, options: InboxStoreOptions = {}) {
     this.driver = driver;
@@ -368,6 +371,8 @@ export class InboxCore implements InboxStore {
       cutoffSec: cutoffSec!,
       onBatch: options.onBatch,
       pauseMs: options.pauseMs,
+      pace: options.pace === undefined ? undefined : checkPace(options.pace),
+      meter: this.cleanupMeter,
       signal: options.signal,
     });
     this.cleanupAfterId = run.resumeAfterId;

@@ -41,7 +41,8 @@ export interface InboxStatements {
   /**
    * [afterId, batchSize, cutoffSec]: takes the next batchSize rows by Id after afterId and deletes those received
    * before cutoffSec; returns { deleted, last (the range's last Id, null when empty), old (rows in it received
-   * before cutoffSec), firstYoung (the first Id it kept, or null) }.
+   * before cutoffSec), firstYoung (the first Id it kept, or null), high (the table's highest Id, null when empty:
+   * the pace's insert rate, src/inbox/cleanup-pace.ts) }.
    */
   readonly cleanupBatch: string;
   readonly ping: string;

@@ -1,5 +1,7 @@
 import type { ClaimOutcome, ErrorClass, ProcessOutcome } from "../domain/outcome.ts";
 import type { Dialect, SqlExecutor } from "../domain/sql.ts";
+import type { CleanupBatch } from "./cleanup.ts";
+import type { CleanupPace } from "./cleanup-pace.ts";
 import type { ModuleMigrations } from "./migrations.ts";
 
 export type { ModuleMigrations } from "./migrations.ts";
@@ -85,11 +87,19 @@ export type InboxClaimOutcome =
     };
 
 export interface CleanupOptions {
-  /** Called after each batch with the number of rows it deleted. */
-  onBatch?: (deleted: number) => void;
   /**
-   * A pause between batches, in milliseconds (default none): leaves the database to the worker's transactions
-   * between them, at the cost of a longer pass (docs/inbox.md, "Retention").
+   * Called after each batch with the number of rows it deleted, and (but for the table before 0002) its duration,
+   * the wait after it, and the pace's reading of the insert rate.
+   */
+  onBatch?: (deleted: number, batch?: CleanupBatch) => void;
+  /**
+   * Deletes at a multiple of the inbox's insert rate, in batches spaced evenly (src/inbox/cleanup-pace.ts;
+   * docs/inbox.md, "Retention"). Without it and without `pauseMs`, batches follow each other at once.
+   */
+  pace?: CleanupPace;
+  /**
+   * A fixed pause between batches, in milliseconds, instead of the pace (SBINBOX_CLEANUP_PAUSE_MS): leaves the
+   * database to the worker's transactions between them, at the cost of a longer pass.
    */
   pauseMs?: number;
   /** Ends the pass after the batch under way (a stopping worker, a benchmark's phase); what it deleted stays. */

@@ -1,6 +1,7 @@
 import type { HandlerRegistry, IncomingMessage } from "../domain/envelope.ts";
 import type { MessageHandler } from "../domain/handler.ts";
 import type { Decision } from "../domain/settlement.ts";
+import type { CleanupPace } from "../inbox/cleanup-pace.ts";
 import type { InboxStore } from "../inbox/store.ts";
 import type { ServiceBusClient } from "../servicebus/client.ts";
 import type { Logger } from "../telemetry/logger.ts";
@@ -48,8 +49,12 @@ export interface WorkerOptions {
   readonly sweepIntervalMs?: number;
   readonly retentionMs?: number;
   readonly cleanupIntervalMs?: number;
-  /** A pause between retention batches (SBINBOX_CLEANUP_PAUSE_MS; none when absent, 250 ms from the config). */
+  /** A fixed pause between retention batches instead of the pace (SBINBOX_CLEANUP_PAUSE_MS). */
   readonly cleanupPauseMs?: number;
+  /** The retention pass's pace (default DEFAULT_CLEANUP_PACE), unless cleanupPauseMs is given. */
+  readonly cleanupPace?: CleanupPace;
+  /** Rows a retention batch reads by the key (SBINBOX_CLEANUP_BATCH_ROWS; the store's default when absent). */
+  readonly cleanupBatchRows?: number;
   readonly outageBackoffMinMs?: number;
   readonly outageBackoffMaxMs?: number;
   /** Longest wait for one database probe (outage and readiness); a silent database fails the probe. */

@@ -13,6 +13,7 @@ import { createMessageLoop } from "./message-loop.ts";
 import { defaultRetryPolicy } from "./retry-policy.ts";
 import { ProgressMonitor } from "./progress.ts";
 import { cleanupPass } from "./cleanup-pass.ts";
+import { DEFAULT_CLEANUP_PACE } from "../inbox/cleanup-pace.ts";
 import { OutagePause } from "./outage.ts";
 import { ownRetryWarning, ThrottledPastDeadlineError } from "../servicebus/throttling.ts";
 import { createLinkProbe } from "../servicebus/link-probe.ts";
@@ -251,7 +252,17 @@ function scheduleChores(chores: Chores, options: WorkerOptions, logger: Logger):
   const retentionMs = options.retentionMs;
   if (retentionMs === undefined) return;
   chores.every(options.cleanupIntervalMs, "inbox cleanup", () =>
-    cleanupPass(store, retentionMs, logger, options.cleanupPauseMs, chores.stopped),
+    cleanupPass(
+      store,
+      retentionMs,
+      logger,
+      {
+        batchRows: options.cleanupBatchRows,
+        pace: options.cleanupPace ?? DEFAULT_CLEANUP_PACE,
+        pauseMs: options.cleanupPauseMs,
+      },
+      chores.stopped,
+    ),
   );
 }
 

@@ -1,4 +1,5 @@
 import { postgresBackend } from "./backends.ts";
+import { cleanupPaceConformance } from "./cleanup-pace-suite.ts";
 import { inboxConformance } from "./inbox-suite.ts";
 import { statementsConformance } from "./statements-suite.ts";
 import { transactionHandleConformance } from "./transaction-handle-suite.ts";
@@ -6,3 +7,4 @@ import { transactionHandleConformance } from "./transaction-handle-suite.ts";
 inboxConformance(postgresBackend);
 transactionHandleConformance(postgresBackend);
 statementsConformance(postgresBackend);
+cleanupPaceConformance(postgresBackend);

@@ -1,4 +1,5 @@
 import { sqlServerBackend } from "./backends.ts";
+import { cleanupPaceConformance } from "./cleanup-pace-suite.ts";
 import { inboxConformance } from "./inbox-suite.ts";
 import { statementsConformance } from "./statements-suite.ts";
 import { transactionHandleConformance } from "./transaction-handle-suite.ts";
@@ -9,4 +10,5 @@ if (connectionString) {
   inboxConformance(sqlServerBackend(connectionString));
   transactionHandleConformance(sqlServerBackend(connectionString));
   statementsConformance(sqlServerBackend(connectionString));
+  cleanupPaceConformance(sqlServerBackend(connectionString));
 }

@@ -68,6 +68,30 @@ describe("inbox cleanup pass: deleted markers reported in the log and the metric
     assert.equal(second?.batches, 1);
   });
 
+  it("the worker's paced pass: no faster than the pace allows, and the log says what the pace measured", async function () {
+    this.timeout(20_000);
+    await admin.query(`TRUNCATE "Inbox"`);
+    await admin.query(
+      `INSERT INTO "Inbox" ("ConsumerId", "MessageKey", "ReceivedSec")
+       SELECT 1, decode(md5('p' || g::text), 'hex'), floor(extract(epoch FROM now()) - 1577836800)::integer - 400 * 3600
+       FROM generate_series(1, 4500) AS g`,
+    );
+    const { logger, lines } = capturedLogs();
+    // Nothing inserts meanwhile: the insert rate measured is 0, so the pass goes at its floor, 3,000 a second.
+    const schedule = { batchRows: 1000, pace: { multiple: 4, minPerSecond: 3000 } };
+    assert.equal(await cleanupPass(store, 360 * 3_600_000, logger, schedule), 4500);
+    const pass = lines.filter((l) => l.msg === "inbox cleanup pass").at(-1);
+    assert.ok(pass, JSON.stringify(lines));
+    // 1,000 x 4, then 500, then an empty range: six statements.
+    assert.equal(pass.batches, 6);
+    // Each batch starts only when the slots of the deletes before it are used up: 4,500 at 3,000 a second is at
+    // least 1.5 s, whatever the machine; a database that deletes 1,000 rows in under 333 ms leaves waits.
+    assert.ok(Number(pass.perSecond) <= 3000, JSON.stringify(pass));
+    assert.ok(Number(pass.waitedMs) > 0, JSON.stringify(pass));
+    assert.equal(pass.insertPerSecond, 0);
+    assert.equal(typeof pass.statementMs, "number");
+  });
+
   it("a stop ends a paused pass after the batch under way; the next pass deletes the rest", async function () {
     this.timeout(20_000);
     await admin.query(`TRUNCATE "Inbox"`);

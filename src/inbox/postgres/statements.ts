@@ -95,7 +95,8 @@ WHERE "ClaimedUtc" IS NOT NULL
 SELECT cutoff, floor(extract(epoch FROM cutoff) - ${RECEIVED_EPOCH})::integer AS "cutoffSec" FROM c`,
       // One range of the primary key after the last Id of the batch before: the rows in it older than the cutoff
       // go. "old" counts them (a range with none ends the run) and "firstYoung" is the first Id kept, where the next
-      // run starts. The delete reads the key's range, never a secondary index.
+      // run starts; "high", the table's last Id, read from the key's end, paces the pass. The delete reads the
+      // key's range, never a secondary index.
       cleanupBatch: `WITH range AS (
   SELECT "Id", "ReceivedSec" FROM ${s}."Inbox" WHERE "Id" > $1::bigint ORDER BY "Id" LIMIT $2::integer
 ), gone AS (
@@ -105,7 +106,8 @@ SELECT cutoff, floor(extract(epoch FROM cutoff) - ${RECEIVED_EPOCH})::integer AS
 )
 SELECT (SELECT count(*) FROM gone)::integer AS deleted, (SELECT max("Id") FROM range) AS last,
   (SELECT count(*) FROM range WHERE "ReceivedSec" < $3::integer)::integer AS old,
-  (SELECT min("Id") FROM range WHERE "ReceivedSec" >= $3::integer) AS "firstYoung"`,
+  (SELECT min("Id") FROM range WHERE "ReceivedSec" >= $3::integer) AS "firstYoung",
+  (SELECT max("Id") FROM ${s}."Inbox") AS high`,
       ping: "SELECT 1 AS ok",
     } satisfies InboxStatements,
     // The table of the inbox before 0002, read while it still holds markers (docs/inbox.md, "Moving to 0002").

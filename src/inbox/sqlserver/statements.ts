@@ -92,16 +92,17 @@ WHERE ClaimedUtc IS NOT NULL
 FROM (SELECT CAST(DATEADD(millisecond, -@p2, DATEADD(second, -@p1, SYSUTCDATETIME())) AS datetime2(3)) AS cutoff) AS c;`,
     // One range of the clustered key after the last Id of the batch before: the rows in it older than the cutoff
     // go. "old" counts them (a range with none ends the run) and "firstYoung" is the first Id kept, where the next
-    // run starts. Small ranges stay under lock escalation (5,000 locks) and ROWLOCK keeps them row locks. No
-    // READPAST: a row skipped would be passed for good, and an old row is locked only by a stale claim's sweep or
-    // takeover, a short wait.
+    // run starts; "high", the table's last Id (a seek to the clustered key's end), paces the pass. Small ranges
+    // stay under lock escalation (5,000 locks) and ROWLOCK keeps them row locks. No READPAST: a row skipped would
+    // be passed for good, and an old row is locked only by a stale claim's sweep or takeover, a short wait.
     cleanupBatch: `DECLARE @last bigint, @old int, @firstYoung bigint, @deleted int;
 SELECT @last = MAX(Id), @old = SUM(CASE WHEN ReceivedSec < @p3 THEN 1 ELSE 0 END),
   @firstYoung = MIN(CASE WHEN ReceivedSec >= @p3 THEN Id END)
 FROM (SELECT TOP (@p2) Id, ReceivedSec FROM ${s}.Inbox WHERE Id > @p1 ORDER BY Id) AS r;
 DELETE FROM ${s}.Inbox WITH (ROWLOCK) WHERE Id > @p1 AND Id <= @last AND ReceivedSec < @p3;
 SET @deleted = @@ROWCOUNT;
-SELECT @deleted AS deleted, @last AS last, ISNULL(@old, 0) AS old, @firstYoung AS firstYoung;`,
+SELECT @deleted AS deleted, @last AS last, ISNULL(@old, 0) AS old, @firstYoung AS firstYoung,
+  (SELECT MAX(Id) FROM ${s}.Inbox) AS high;`,
     ping: "SELECT 1 AS ok;",
   };
 
