@@ -98,6 +98,11 @@ param appServicePlanSkuName string = 'P0v3'
 ])
 param linuxFxVersion string = 'NODE|22-lts'
 
+@description('Optional. Command App Service runs to start the worker, `node [flags] bin/sbinbox.js worker`. The default\'s 4 MB semi-space (and the 20% heap growth bin/sbinbox.js adds) keeps a worker within 150 MB resident; `node --max-semi-space-size=0 --heap-growing-percent=0 bin/sbinbox.js worker` leaves the heap to V8 for less garbage-collection CPU a message at about 230 MB (docs/benchmark.md). Heap flags go here: NODE_OPTIONS refuses --heap-growing-percent.')
+@minLength(1)
+@maxLength(500)
+param appCommandLine string = 'node --max-semi-space-size=4 bin/sbinbox.js worker'
+
 @description('Optional. Fewest worker instances.')
 param autoscaleMinimumCapacity int = 1
 
@@ -227,6 +232,11 @@ var checkedRunbookUrl = !requireAlertRouting
       : !runbookAbsolute
           ? fail('AlertRunbookUrlNotAbsolute: alertRunbookUrl must be an https:// URL of docs/operations.md (e.g. https://github.com/OWNER/REPO/blob/main/docs/operations.md), so the alerts\' links are clickable; got \'${alertRunbookUrl}\'.')
           : alertRunbookUrl
+// A start command that does not run the worker from the package would leave App Service restarting something else
+// with no word why: refused by name at deployment time instead.
+var checkedAppCommandLine = startsWith(appCommandLine, 'node ') && endsWith(appCommandLine, ' bin/sbinbox.js worker')
+  ? appCommandLine
+  : fail('AppCommandLineNotWorker: appCommandLine must be \'node [flags] bin/sbinbox.js worker\' (the worker from the deployed package, Node and V8 flags before the entry; docs/deploy.md); got \'${appCommandLine}\'.')
 // The first deployment starts at the minimum; later ones keep what autoscale chose.
 var planCapacity = appServicePlanCurrentCapacity > 0
   ? min(max(appServicePlanCurrentCapacity, autoscaleMinimumCapacity), autoscaleMaximumCapacity)
@@ -280,6 +290,7 @@ module worker '../bicep/modules/appservice/main.bicep' = {
     planCapacity: planCapacity
     logAnalyticsWorkspaceName: logAnalyticsWorkspaceName
     linuxFxVersion: linuxFxVersion
+    appCommandLine: checkedAppCommandLine
     applicationInsightsName: applicationInsightsName
     virtualNetworkSubnetId: privateNetwork ? network!.outputs.appSubnetId : null
     denyPublicInbound: privateNetwork

@@ -2,9 +2,9 @@
 // processes as a user starts them drain CPU_MESSAGES each at LEDGER_CONCURRENCY, one transaction a message
 // (SBINBOX_BATCH_SIZE=1) and batched (`auto`, the default), first with every layer on and spans and metrics
 // exported over OTLP/HTTP to a sink in this process, then with one layer switched off at a time. Rounds alternate
-// the variants (A B C ... A B C ...), and each cell is the median of its rounds, beside the floor's (a bare
-// subscribe() + complete loop plus a bare pg loop of the same four statements, in this process, at the same
-// concurrency). CPU from /proc/<pid>/stat of the worker process, not wall time.
+// the variants, in reverse on even rounds (A B C, C B A, A B C ...), and each cell is the median of its rounds,
+// beside the floor's (a bare subscribe() + complete loop plus a bare pg loop of the same four statements, in this
+// process, at the same concurrency). CPU from /proc/<pid>/stat of the worker process, not wall time.
 import { loadavg } from "node:os";
 import { formatTable } from "../common.ts";
 import { median } from "../median.ts";
@@ -151,6 +151,10 @@ const VARIANTS: readonly Variant[] = [
   },
 ];
 
+/** A `flags <set>` row runs whatever SBINBOX_BENCH_LEDGER_VARIANTS says (it is asked for by its own setting). */
+const isHeapFlagsRow = (v: Variant): boolean =>
+  v.name.startsWith("flags ") && HEAP_FLAGS.includes(v.name.slice("flags ".length));
+
 interface Cell {
   readonly runs: WorkerRun[];
   readonly traceKb: number[];
@@ -164,9 +168,7 @@ const load = () =>
 /** The ledger's lines and targets. */
 export async function ledger(h: Harness): Promise<{ lines: string[]; targets: Target[] }> {
   const sink = await OtlpSink.start();
-  const variants = VARIANTS.filter(
-    (v) => PICK === undefined || PICK.includes(v.name) || HEAP_FLAGS.includes(v.name.slice("flags ".length)),
-  );
+  const variants = VARIANTS.filter((v) => PICK === undefined || PICK.includes(v.name) || isHeapFlagsRow(v));
   const modes = MODES.map((m) => (m === "auto" ? ("auto" as const) : 1));
   const cells = new Map<string, Cell>();
   const floors: number[] = [];
@@ -177,7 +179,9 @@ export async function ledger(h: Harness): Promise<{ lines: string[]; targets: Ta
       process.stdout.write(`ledger round ${round + 1} of ${LEDGER_ROUNDS}, load average ${load()}\n`);
       floors.push((await floor(h, CPU_MESSAGES, LEDGER_CONCURRENCY)).totalUs);
       for (const batchSize of modes) {
-        for (const v of variants) {
+        // Even rounds run the variants in reverse, so that no variant always follows the same one (a
+        // collector's or a cache's state left by the run before, or a load that rises through a round).
+        for (const v of round % 2 === 0 ? variants : [...variants].reverse()) {
           if (batchSize === "auto" && v.batched !== true) continue;
           const before = sink.snapshot();
           const run = await runWorkerProcess(h, {
@@ -214,9 +218,10 @@ export async function ledger(h: Harness): Promise<{ lines: string[]; targets: Ta
   };
   const lines = [
     `ledger: sbinbox worker processes (maxConcurrentCalls ${LEDGER_CONCURRENCY}) draining ${CPU_MESSAGES} each, ` +
-      `${LEDGER_ROUNDS} alternated rounds, medians (min-max); CPU a message from /proc between the first and last ` +
-      `sample with messages done; floor ${floorUs.toFixed(0)} us (a bare receive-and-complete loop plus a bare pg ` +
-      `loop of the same four statements at ${LEDGER_CONCURRENCY}; rounds ${floors.map((f) => f.toFixed(0)).join(", ")}); ` +
+      `${LEDGER_ROUNDS} alternated rounds (even rounds in reverse order), medians (min-max); CPU a message from ` +
+      `/proc between the first and last sample with messages done; floor ${floorUs.toFixed(0)} us (a bare ` +
+      `receive-and-complete loop plus a bare pg loop of the same four statements at ${LEDGER_CONCURRENCY}; ` +
+      `rounds ${floors.map((f) => f.toFixed(0)).join(", ")}); ` +
       `load average at each round's start and the end: ${loads.join(" | ")}`,
   ];
   const targets: Target[] = [];
@@ -296,10 +301,11 @@ export async function ledger(h: Harness): Promise<{ lines: string[]; targets: Ta
     const limit = mode === 1 ? 1.5 : 1.2;
     for (const name of ["- telemetry", "all on"]) {
       const us = cpu(mode, name);
+      const telemetry = name === "all on" ? "telemetry exported" : "no telemetry configured";
       if (us !== undefined)
         targets.push(
           target(
-            `worker CPU <= ${limit} x the floor, ${label}, ${name === "all on" ? "telemetry exported" : "no telemetry configured"}`,
+            `worker CPU <= ${limit} x the floor, ${label}, ${telemetry}`,
             [["x floor", us / floorUs]],
             (x) => x <= limit,
           ),

@@ -171,7 +171,8 @@ export function memoryLines(run: WorkerRun, batchSize: number, nodeOptions: stri
   const end = samples.at(-1)!;
   const max = Math.max(...samples.map((s) => s.rss));
   const line = (label: string, s: Sample) =>
-    `  ${label.padEnd(6)} ${s.rss.toFixed(1).padStart(6)} MB  after ${String(s.done).padStart(6)} messages, ${s.t.toFixed(1)} s`;
+    `  ${label.padEnd(6)} ${s.rss.toFixed(1).padStart(6)} MB  ` +
+    `after ${String(s.done).padStart(6)} messages, ${s.t.toFixed(1)} s`;
   const quarter = at(0.25);
   return [
     `memory: RSS of one sbinbox worker process (maxConcurrentCalls 16, batch size ${batchSize}, ` +

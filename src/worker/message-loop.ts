@@ -321,7 +321,8 @@ async function giveUp(
 
 /** How long this delivery's lock can still be held: while the SDK renews it, or until it expires. */
 function lockRemaining(s: LoopState, message: IncomingMessage, receivedAt: number): number | undefined {
-  if (s.loop.options.sessions) return Infinity; // the session receiver renews the session's lock while it holds the session
+  // The session receiver renews the session's lock while it holds the session.
+  if (s.loop.options.sessions) return Infinity;
   const { maxAutoLockRenewalMs } = s.loop;
   if (maxAutoLockRenewalMs > 0) return receivedAt + maxAutoLockRenewalMs - Date.now();
   return message.lockedUntil ? message.lockedUntil.getTime() - Date.now() : undefined;

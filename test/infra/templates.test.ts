@@ -108,6 +108,23 @@ describe("infra/main.bicep compiled to ARM JSON by the pinned Bicep CLI", functi
       );
     });
 
+    it("takes the worker's start command from infra/main.bicep, refused by name unless it runs the worker", function () {
+      assert.equal(
+        parameterDefault(main, "appCommandLine"),
+        "node --max-semi-space-size=4 bin/sbinbox.js worker",
+      );
+      const worker = obj(obj(main.resources, "resources").worker, "worker");
+      const passed = obj(
+        obj(obj(worker.properties, "properties").parameters, "parameters").appCommandLine,
+        "it",
+      );
+      assert.equal(passed.value, "[variables('checkedAppCommandLine')]");
+      assert.match(
+        str(obj(main.variables, "variables").checkedAppCommandLine),
+        /^\[if\(and\(startsWith\(parameters\('appCommandLine'\), 'node '\), endsWith\(parameters\('appCommandLine'\), ' bin\/sbinbox\.js worker'\)\), parameters\('appCommandLine'\), fail\(format\('AppCommandLineNotWorker: /,
+      );
+    });
+
     it("keeps the worker always on, health-checked, HTTPS only, no FTP, TLS 1.2", function () {
       const site = single(main, "Microsoft.Web/sites");
       const config = obj(props(site).siteConfig, "siteConfig");
