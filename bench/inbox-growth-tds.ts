@@ -4,7 +4,8 @@
 // Pages come from SET STATISTICS IO on SQL Server (logical and physical reads, per statement, from the info
 // messages) and from BABELFISH_STATISTICS PROFILE with explain_buffers on Babelfish (which ignores STATISTICS IO):
 // shared hit and read of the statement's plan. Both are sampled on a few hundred statements, since they cost a round
-// trip of text each. Sizes come from sys.dm_db_partition_stats on SQL Server, from pg_relation_size on Babelfish.
+// trip of text each. Sizes come from sys.dm_db_partition_stats on SQL Server, from pg_relation_size on Babelfish;
+// the unique index's leaf fill from sys.dm_db_index_physical_stats on SQL Server only.
 import mssql from "mssql";
 import { bindParameters, createSqlServerInboxStore } from "../src/inbox/sqlserver/adapter.ts";
 import { batchStatements, statements } from "../src/inbox/sqlserver/statements.ts";
@@ -61,6 +62,22 @@ JOIN sys.indexes i ON i.object_id = p.object_id AND i.index_id = p.index_id
 WHERE p.object_id = OBJECT_ID('dbo.Inbox') GROUP BY i.name ORDER BY i.name`,
   );
   return r.recordset.map((row) => [row.name, Number(row.bytes)]);
+}
+
+/**
+ * The unique index's leaf fill on SQL Server (sys.dm_db_index_physical_stats, DETAILED: every page is read once),
+ * so a run shows whether the fill grew its leaves as the worker does (about 69 % for random keys) or packed them.
+ * The index is found by its role (unique, not the primary key), not by its name. Babelfish has no such function
+ * ("function sys.dm_db_index_physical_stats(...) does not exist", error 33557097): null there.
+ */
+async function uniqueLeafFill(pool: mssql.ConnectionPool, babelfish: boolean): Promise<number | null> {
+  if (babelfish) return null;
+  const r = await pool.request().query<{ fill: number | null }>(
+    `SELECT s.avg_page_space_used_in_percent AS fill
+FROM sys.indexes i CROSS APPLY sys.dm_db_index_physical_stats(DB_ID(), i.object_id, i.index_id, NULL, 'DETAILED') s
+WHERE i.object_id = OBJECT_ID('dbo.Inbox') AND i.is_unique = 1 AND i.is_primary_key = 0 AND s.index_level = 0`,
+  );
+  return r.recordset[0]?.fill ?? null;
 }
 
 interface Pages {
@@ -137,6 +154,7 @@ export async function runTds(run: TdsRun): Promise<void> {
           ? await bulkFill(run.connectionString, database, run, next, size)
           : await fill(dbPool, run, next, size);
       const bytes = await sizes(dbPool, babelfish);
+      const leafFill = await uniqueLeafFill(dbPool, babelfish);
       const markers = next;
       const warm = next;
       await run.rate(run.warmup, (i) => insert(warm + i));
@@ -167,6 +185,7 @@ export async function runTds(run: TdsRun): Promise<void> {
         markers.toLocaleString("en"),
         markers === 0 ? "-" : (total / markers).toFixed(0),
         bytes.map(([n, b]) => `${n} ${markers === 0 ? "-" : (b / markers).toFixed(0)}`).join(", "),
+        leafFill === null ? "-" : `${leafFill.toFixed(1)} %`,
         (insPages.read / SAMPLED).toFixed(2),
         (insPages.hit / SAMPLED).toFixed(2),
         insRate.toFixed(0),
@@ -183,8 +202,8 @@ export async function runTds(run: TdsRun): Promise<void> {
     run.log(formatTable(TDS_HEADER, rows).join("\n"));
     run.log(
       babelfish
-        ? "Babelfish stores the table as PostgreSQL does (nvarchar as UTF-8): its bytes are not SQL Server's; hit/read are PostgreSQL shared buffers"
-        : "read = physical + read-ahead reads, hit = logical reads less both (SET STATISTICS IO)",
+        ? "Babelfish stores the table as PostgreSQL does (nvarchar as UTF-8): its bytes are not SQL Server's; hit/read are PostgreSQL shared buffers; no unique leaf fill (Babelfish has no sys.dm_db_index_physical_stats)"
+        : "read = physical + read-ahead reads, hit = logical reads less both (SET STATISTICS IO); unique leaf fill = avg_page_space_used_in_percent of its leaves (sys.dm_db_index_physical_stats)",
     );
     await store.close();
   } finally {
@@ -201,6 +220,7 @@ const TDS_HEADER = [
   "markers",
   "B/marker",
   "per relation",
+  "unique leaf fill",
   "ins read",
   "ins hit",
   "ins/s",

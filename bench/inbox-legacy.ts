@@ -4,7 +4,7 @@
 // whose InboxLegacy still holds them, one where it is empty (as retention leaves it). Through the store, fresh
 // first deliveries one transaction a message and in batches of 32, then messages whose marker is in InboxLegacy:
 // statements and round trips a message (counted on the pool's clients) and the bench process's CPU a message,
-// alternated runs, medians. The handlers do nothing, so the figures are the inbox's own. A benchmark, not a test.
+// alternated runs, medians (and the rounds' CPU min-max). The handlers do nothing, so the figures are the inbox's own. A benchmark, not a test.
 import { randomUUID } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -193,10 +193,15 @@ async function main(): Promise<void> {
           m("statements").toFixed(2),
           m("roundTrips").toFixed(2),
           m("cpuUs").toFixed(0),
+          // The rounds' spread: CPU on two shared cores moves with the load, the counts do not.
+          `${Math.min(...figures.map((f) => f.cpuUs)).toFixed(0)}-${Math.max(...figures.map((f) => f.cpuUs)).toFixed(0)}`,
         ]);
       }
     }
-    for (const line of formatTable(["inbox", "messages", "statements", "round trips", "CPU µs"], rows))
+    for (const line of formatTable(
+      ["inbox", "messages", "statements", "round trips", "CPU µs", "rounds' CPU min-max"],
+      rows,
+    ))
       console.log(line);
     console.log(
       `(a redelivery's marker is in InboxLegacy where it holds rows, in the new table where it is empty; CPU is ` +

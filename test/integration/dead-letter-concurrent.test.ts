@@ -1,6 +1,11 @@
 import assert from "node:assert/strict";
 import { ServiceBusClient } from "@azure/service-bus";
-import { createConsoleService, type ConsoleService, type Job } from "../../src/console/service.ts";
+import {
+  createConsoleService,
+  type AuditEvent,
+  type ConsoleService,
+  type Job,
+} from "../../src/console/service.ts";
 import { peekDeadLetters } from "../../src/servicebus/dead-letter.ts";
 import { brokerConfig, useLocalBroker, waitUntil } from "../helpers/broker.ts";
 import { deadLetterMany } from "../helpers/dead-letters.ts";
@@ -106,9 +111,11 @@ describe("two consoles replaying one large group at once, by default (lock and a
   it("an error mid-run: the message in hand failed, the ones never got to are not reached, not held", async function () {
     await deadLetterMany(fixture.client, FAILING, 10, () => "A");
     let appended = 0;
+    const audited: AuditEvent[] = [];
     const service = createConsoleService({
       client: fixture.client,
       entity: FAILING,
+      audit: (event) => audited.push(event),
       archive: () => ({
         path: "/nowhere/archive.jsonl",
         append() {
@@ -122,6 +129,13 @@ describe("two consoles replaying one large group at once, by default (lock and a
     assert.equal(job.state, "failed");
     assert.equal(job.error, "the archive's disk is full");
     assert.deepEqual(job.counts, { purged: 3, failed: 1, "not reached": 6 });
+    // The audit's end event carries the error that ended the run, not only the state.
+    const end = audited.at(-1)!;
+    assert.equal(end.event, "end");
+    assert.deepEqual(
+      end.event === "end" ? { state: end.state, error: end.error, counts: end.counts } : undefined,
+      { state: "failed", error: "the archive's disk is full", counts: job.counts },
+    );
     const failed = job.results.find((r) => r.result === "failed")!;
     assert.equal(failed.messageId, "d-3");
     assert.equal(failed.why, "the archive's disk is full");

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { chmod, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { chmod, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
 import { tmpdir, userInfo } from "node:os";
 import { join } from "node:path";
 import { peekDeadLetters } from "../../src/servicebus/dead-letter.ts";
@@ -22,6 +22,7 @@ interface Line {
   copyMessageId?: string;
   counts?: Record<string, number>;
   state?: string;
+  error?: string;
   osUser?: string;
 }
 
@@ -192,6 +193,71 @@ describe("sbinbox dlq: a durable, per-operator audit of replay, purge and restor
     assert.equal(blank.code, 2);
     assert.match(blank.stderr, /--operator " " must be a name/);
     assert.equal((await peekDeadLetters(fixture.client, QUEUE)).length, left, "nothing purged");
+  });
+
+  it("an archive disk that is full fails the purge: the end is audited as failed with the error, nothing deleted", async function () {
+    await deadLetterMany(
+      fixture.client,
+      QUEUE,
+      3,
+      () => "Full",
+      () => "X",
+      12_000,
+    );
+    // The day's archive file is /dev/full, so its write fails with ENOSPC, as on a full disk (today's and
+    // tomorrow's name, in case the run crosses midnight UTC).
+    const archiveDir = join(dir, "archive-full");
+    await mkdir(archiveDir, { mode: 0o700 });
+    for (const day of [0, 1]) {
+      const date = new Date(Date.now() + day * 86_400_000).toISOString().slice(0, 10);
+      await symlink("/dev/full", join(archiveDir, `${QUEUE}-${date}.jsonl`));
+    }
+    const before = (await peekDeadLetters(fixture.client, QUEUE)).filter((m) => m.reason === "Full");
+    assert.equal(before.length, 3);
+    const file = join(dir, "full.jsonl");
+    const purge = await dlq(
+      "purge",
+      "--reason",
+      "Full",
+      "--yes",
+      "--audit-file",
+      file,
+      "--archive-dir",
+      archiveDir,
+    );
+    assert.equal(purge.code, 1, purge.stderr);
+    assert.match(purge.stderr, /purge failed: ENOSPC: no space left on device/);
+    const all = await lines(file);
+    assert.deepEqual(
+      all.map((l) => [l.event, l.result]),
+      [
+        ["plan", undefined],
+        ["run", undefined],
+        ["result", "failed"],
+        ["result", "not reached"],
+        ["result", "not reached"],
+        ["end", undefined],
+      ],
+    );
+    const end = all.at(-1)!;
+    assert.equal(end.state, "failed");
+    assert.match(end.error ?? "", /^ENOSPC: no space left on device/);
+    assert.deepEqual(end.counts, { failed: 1, "not reached": 2 });
+
+    // The same end event is the JSON log line on stderr.
+    const logged = purge.stderr
+      .split("\n")
+      .filter((l) => l.startsWith("{"))
+      .map((l) => JSON.parse(l) as { msg: string; audit: Line });
+    const loggedEnd = logged.find((l) => l.msg === "dlq.end")!;
+    assert.equal(loggedEnd.audit.state, "failed");
+    assert.equal(loggedEnd.audit.error, end.error);
+    const after = (await peekDeadLetters(fixture.client, QUEUE)).filter((m) => m.reason === "Full");
+    assert.deepEqual(
+      after.map((m) => m.messageId),
+      before.map((m) => m.messageId),
+      "all still dead-lettered: none deleted without its archive record",
+    );
   });
 
   it("SIGTERM mid-purge: the message in hand is finished, the rest not reached, the end audited as stopped", async function () {
