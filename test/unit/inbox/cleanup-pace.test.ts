@@ -81,6 +81,14 @@ describe("config: the retention pass's pace", function () {
     assert.equal(loadConfig({ env: { SBINBOX_CLEANUP_PAUSE_MS: "250" } }).cleanupPauseMs, 250);
   });
 
+  it("a fixed pause alone gives the batches of 2,000 it had before the pace; a batch size given with it wins", function () {
+    const paused = loadConfig({ env: { SBINBOX_CLEANUP_PAUSE_MS: "250" } });
+    assert.equal(paused.cleanupPauseMs, 250);
+    assert.equal(paused.cleanupBatchRows, 2000);
+    const both = loadConfig({ env: { SBINBOX_CLEANUP_PAUSE_MS: "250", SBINBOX_CLEANUP_BATCH_ROWS: "500" } });
+    assert.equal(both.cleanupBatchRows, 500);
+  });
+
   it("refuses a fixed pause beside the pace's settings, and batches past lock escalation, naming the setting", function () {
     const both = error({ SBINBOX_CLEANUP_PAUSE_MS: "250", SBINBOX_CLEANUP_RATE_MULTIPLE: "6" });
     assert.equal(both.setting, "SBINBOX_CLEANUP_PAUSE_MS");
