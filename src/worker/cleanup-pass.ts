@@ -19,7 +19,7 @@ export interface CleanupSchedule {
  * it deleted, so a pass that deletes nothing, or falls behind, shows as plainly as one that keeps up. The log says
  * what the pace measured (the insert rate, the deletes a second against it, the time spent waiting), so a pass
  * short of its multiple shows whether the server was the limit (no waits) or the pace was. A pass skipped because
- * another instance's holds the cleanup lock says so (`skipped`); one that fails part-way still reports the rows
+ * another instance's pass holds the cleanup lock says so (`skipped`); one that fails part-way still reports the rows
  * its batches deleted before the error (`error`), then throws it.
  */
 export async function cleanupPass(
@@ -40,10 +40,10 @@ export async function cleanupPass(
       pauseMs: spacing.pauseMs,
       signal,
     });
-    seen.report(logger, performance.now() - began, deleted);
+    seen.report(logger, performance.now() - began, { deleted });
     return deleted;
   } catch (error) {
-    seen.report(logger, performance.now() - began, undefined, error);
+    seen.report(logger, performance.now() - began, { error });
     throw error;
   }
 }
@@ -76,13 +76,14 @@ class PassReport {
   }
 
   /** The pass's log line and metric: completed, skipped, or failed with the rows deleted before the error. */
-  report(logger: Logger, durationMs: number, finished: number | undefined, error?: unknown): void {
-    const deleted = finished ?? this.deleted;
-    const outcome = error !== undefined ? "failed" : this.skipped !== undefined ? "skipped" : "completed";
+  report(logger: Logger, durationMs: number, end: { deleted: number } | { error: unknown }): void {
+    const error = "error" in end ? end.error : undefined;
+    const deleted = "deleted" in end ? end.deleted : this.deleted;
+    const outcome = "error" in end ? "failed" : this.skipped !== undefined ? "skipped" : "completed";
     recordCleanupPass({ deleted, batches: this.batches, durationMs, outcome, error });
     const fields: Record<string, unknown> = { deleted, ...this.fields(deleted, durationMs) };
     if (this.skipped !== undefined) fields.skipped = this.skipped;
-    if (error === undefined) return logger.info("inbox cleanup pass", fields);
+    if (outcome !== "failed") return logger.info("inbox cleanup pass", fields);
     fields.error = error instanceof Error ? error.message : JSON.stringify(error);
     logger.warn("inbox cleanup pass", fields);
   }
