@@ -3,7 +3,7 @@ import { ConfigError } from "../domain/errors.ts";
 import { checkRelaySettings, type RelaySettings } from "../outbox/settings.ts";
 import { checkEntityConflicts } from "./rules.ts";
 import { parsers, settings, type BenchLayer, type RawSettings, type SettingName } from "./schema.ts";
-import type { PreCheckMode } from "../inbox/core.ts";
+import { DEFAULT_CLEANUP_BATCH, type PreCheckMode } from "../inbox/core.ts";
 import type { CleanupPace } from "../inbox/cleanup-pace.ts";
 
 export type ServiceBusConnection =
@@ -377,10 +377,14 @@ function cleanupSpacing(
       `a fixed pause replaces the pace, so ${paceSet} would be ignored: set one or the other`,
     );
   }
+  // A fixed pause alone is the behaviour before the pace: batches of 2,000 (the pace's 500 a batch with a 250 ms
+  // pause would delete a quarter as fast), unless SBINBOX_CLEANUP_BATCH_ROWS says otherwise.
+  const pausedBatch =
+    s.SBINBOX_CLEANUP_PAUSE_MS !== undefined && raw.SBINBOX_CLEANUP_BATCH_ROWS === undefined;
   return {
     cleanupPauseMs: s.SBINBOX_CLEANUP_PAUSE_MS,
     cleanupPace: { multiple: s.SBINBOX_CLEANUP_RATE_MULTIPLE, minPerSecond: s.SBINBOX_CLEANUP_MIN_RATE },
-    cleanupBatchRows: s.SBINBOX_CLEANUP_BATCH_ROWS,
+    cleanupBatchRows: pausedBatch ? DEFAULT_CLEANUP_BATCH : s.SBINBOX_CLEANUP_BATCH_ROWS,
   };
 }
 

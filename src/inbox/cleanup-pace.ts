@@ -48,8 +48,13 @@ export class ArrivalMeter {
 
   observe(high: bigint, at: number): void {
     const newest = this.samples.at(-1);
-    // The table emptied and its identity started again: what came before says nothing now.
-    if (newest !== undefined && high < newest.high) this.samples.length = 0;
+    if (newest !== undefined && high < newest.high) {
+      // Below where the window began: the identity started again (a reseed), what came before says nothing now.
+      // A smaller fall is the newest rows deleted (a swept or released claim): the key did not go back, so the
+      // sample is left out and the rate stands.
+      if (high < this.samples[0]!.high) this.samples.length = 0;
+      else return;
+    }
     this.samples.push({ at, high });
     while (this.samples.length > 2 && this.samples[1]!.at <= at - this.windowMs) this.samples.shift();
   }

@@ -11,6 +11,7 @@ import { ArrivalMeter, checkPace } from "./cleanup-pace.ts";
 import type {
   InboxDriver,
   InboxStatements,
+  SessionQueries,
   InboxStoreOptions,
   InboxTransaction,
   StatementOrigin,
@@ -357,21 +358,37 @@ export class InboxCore implements InboxStore {
   ): Promise<number> {
     if (!Number.isInteger(batchSize) || batchSize < 1)
       throw new RangeError(`batchSize must be a positive integer`);
-    // One cutoff for the whole run, so rows inserted meanwhile never qualify and the loop ends.
-    const cut = await this.driver.query<{ cutoff: Date; cutoffSec: number }>(
-      this.sql.cleanupCutoff,
-      splitMs(retentionMs, "retentionMs"),
+    const olderThan = splitMs(retentionMs, "retentionMs");
+    const pace = options.pace === undefined ? undefined : checkPace(options.pace);
+    // Every instance runs passes; each paces to a multiple of the whole table's insert rate. Two at once would
+    // double it and fight over the same ranges, so the pass runs under a lock only one session holds at a time.
+    const held = await this.driver.whileHolding(CLEANUP_LOCK, (db) =>
+      this.cleanupHeld(db, olderThan, batchSize, { ...options, pace }),
     );
+    if (held.held) return held.value;
+    options.onSkipped?.(CLEANUP_LOCK_HELD);
+    return 0;
+  }
+
+  /** One pass, on the connection that holds the cleanup lock. */
+  private async cleanupHeld(
+    db: SessionQueries,
+    olderThan: [number, number],
+    batchSize: number,
+    options: CleanupOptions,
+  ): Promise<number> {
+    // One cutoff for the whole run, so rows inserted meanwhile never qualify and the loop ends.
+    const cut = await db.query<{ cutoff: Date; cutoffSec: number }>(this.sql.cleanupCutoff, olderThan);
     const { cutoff, cutoffSec } = cut.rows[0] ?? {};
     if (!(cutoff instanceof Date) || !Number.isInteger(cutoffSec))
       throw new Error("inbox cleanup: the database returned no cutoff");
-    const run = await cleanupRanges(this.driver, this.sql.cleanupBatch, {
+    const run = await cleanupRanges(db, this.sql.cleanupBatch, {
       afterId: this.cleanupAfterId,
       batchSize,
       cutoffSec: cutoffSec!,
       onBatch: options.onBatch,
       pauseMs: options.pauseMs,
-      pace: options.pace === undefined ? undefined : checkPace(options.pace),
+      pace: options.pace,
       meter: this.cleanupMeter,
       signal: options.signal,
     });
@@ -435,6 +452,11 @@ function splitMs(ms: number, name: string): [number, number] {
   const whole = Math.floor(ms);
   return [Math.floor(whole / 1000), whole % 1000];
 }
+
+/** The session lock a retention pass holds (per inbox: the driver scopes it to the schema). */
+const CLEANUP_LOCK = "cleanup";
+/** What a pass that found the lock held says in its log. */
+export const CLEANUP_LOCK_HELD = "another instance holds the cleanup lock";
 
 /** Rows per cleanup batch: a range of the key, small enough for SQL Server's row locks (escalation at 5,000). */
 export const DEFAULT_CLEANUP_BATCH = 2000;

@@ -130,8 +130,23 @@ export interface InboxDriver {
   isDeadlock?(error: unknown): boolean;
   migrate(module?: ModuleMigrations): Promise<MigrationResult>;
   pendingMigrations(module?: ModuleMigrations): Promise<string[]>;
+  /**
+   * Runs `work` on a connection of its own while that connection's session holds the lock `name` of this inbox
+   * (its schema: one holder in the database at a time), asked for without waiting: `{ held: false }` at once when another session has it.
+   * The lock is given back when `work` ends, and goes with the connection if that drops (the server releases a
+   * session's locks when it ends), so a crashed instance never keeps it.
+   */
+  whileHolding<T>(name: string, work: (db: SessionQueries) => Promise<T>): Promise<Held<T>>;
   close(): Promise<void>;
 }
+
+/** Statements on the one connection that holds a session lock (`InboxDriver.whileHolding`). */
+export interface SessionQueries {
+  query<R = Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>>;
+}
+
+/** What `whileHolding` did: ran the work under the lock, or found the lock held elsewhere and ran nothing. */
+export type Held<T> = { readonly held: true; readonly value: T } | { readonly held: false };
 
 export interface InboxStoreOptions {
   /** See `PreCheckMode` (default "redeliveries"). */

@@ -15,3 +15,8 @@ export function checkSchemaName(schema: string): string {
     );
   return schema;
 }
+
+/** A session lock's name within one inbox (its schema), so inboxes in one database never share a lock. */
+export function sessionLockName(schema: string, name: string): string {
+  return `sbinbox:${schema}:${name}`;
+}

@@ -102,6 +102,11 @@ export interface CleanupOptions {
    * database to the worker's transactions between them, at the cost of a longer pass.
    */
   pauseMs?: number;
+  /**
+   * Called instead of deleting anything when another instance's pass on this inbox is under way: one pass per
+   * inbox at a time, by a session lock on a connection of the pass's own (`reason` says so, for the pass's log).
+   */
+  onSkipped?: (reason: string) => void;
   /** Ends the pass after the batch under way (a stopping worker, a benchmark's phase); what it deleted stays. */
   signal?: AbortSignal;
 }
@@ -189,7 +194,10 @@ export interface InboxStore {
   /** Number of claims still open (for metrics). */
   countOpenClaims(): Promise<number>;
 
-  /** Deletes rows older than `retentionMs` in batches of `batchSize`; returns the number deleted. */
+  /**
+   * Deletes rows older than `retentionMs` in batches of `batchSize`; returns the number deleted. One instance's
+   * pass at a time per inbox: while another holds the cleanup lock this deletes nothing (`onSkipped`) and gives 0.
+   */
   cleanup(retentionMs: number, batchSize?: number, options?: CleanupOptions): Promise<number>;
 
   /**

@@ -130,6 +130,14 @@ export function traceInboxDriver<D extends InboxDriver>(driver: D): D {
     query: <R>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>> =>
       statement(sql, () => driver.query<R>(sql, params)),
     begin: async () => traceTx(await control("BEGIN", () => driver.begin())),
+    // The statements run under a session lock (the cleanup's) get their spans as any other.
+    whileHolding: (name, work) =>
+      driver.whileHolding(name, (db) =>
+        work({
+          query: <R>(sql: string, params?: readonly unknown[]) =>
+            statement(sql, () => db.query<R>(sql, params)),
+        }),
+      ),
   };
   return new Proxy(driver, {
     get(target, property, receiver) {

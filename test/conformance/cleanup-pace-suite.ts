@@ -5,7 +5,7 @@ import { disposingAfter } from "./guards.ts";
 import type { CleanupBatch } from "../../src/inbox/cleanup.ts";
 import type { InboxStore } from "../../src/inbox/store.ts";
 
-const CONSUMER = "pace";
+export const CONSUMER = "pace";
 const RETENTION_MS = 3_600_000;
 const BACKLOG = 3000;
 /**
@@ -16,7 +16,7 @@ const BACKLOG = 3000;
 const WRITER_PER_SECOND = { postgres: 150, sqlserver: 50 } as const;
 
 /** `count` markers two hours old, in one statement, before any the writer inserts (the lowest Ids). */
-function insertBacklog(db: BackendDatabase, count: number): Promise<unknown> {
+export function insertBacklog(db: BackendDatabase, count: number): Promise<unknown> {
   if (db.target.kind === "postgres") {
     const q = `"${db.schema ?? "public"}"`;
     return db.raw.query(

@@ -1,4 +1,5 @@
 import { postgresBackend } from "./backends.ts";
+import { cleanupLockConformance } from "./cleanup-lock-suite.ts";
 import { cleanupPaceConformance } from "./cleanup-pace-suite.ts";
 import { inboxConformance } from "./inbox-suite.ts";
 import { statementsConformance } from "./statements-suite.ts";
@@ -8,3 +9,4 @@ inboxConformance(postgresBackend);
 transactionHandleConformance(postgresBackend);
 statementsConformance(postgresBackend);
 cleanupPaceConformance(postgresBackend);
+cleanupLockConformance(postgresBackend);

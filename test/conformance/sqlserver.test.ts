@@ -1,4 +1,5 @@
 import { sqlServerBackend } from "./backends.ts";
+import { cleanupLockConformance } from "./cleanup-lock-suite.ts";
 import { cleanupPaceConformance } from "./cleanup-pace-suite.ts";
 import { inboxConformance } from "./inbox-suite.ts";
 import { statementsConformance } from "./statements-suite.ts";
@@ -11,4 +12,5 @@ if (connectionString) {
   transactionHandleConformance(sqlServerBackend(connectionString));
   statementsConformance(sqlServerBackend(connectionString));
   cleanupPaceConformance(sqlServerBackend(connectionString));
+  cleanupLockConformance(sqlServerBackend(connectionString));
 }

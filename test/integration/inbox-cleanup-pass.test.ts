@@ -116,4 +116,39 @@ describe("inbox cleanup pass: deleted markers reported in the log and the metric
     assert.deepEqual(batches, [2000]);
     assert.equal(await cleanupPass(store, 360 * 3_600_000, logger), 2500);
   });
+  it("a pass whose connection drops part-way reports what it deleted with the error; the lock went with it", async function () {
+    this.timeout(20_000);
+    await admin.query(`TRUNCATE "Inbox"`);
+    await admin.query(
+      `INSERT INTO "Inbox" ("ConsumerId", "MessageKey", "ReceivedSec")
+       SELECT 1, decode(md5('f' || g::text), 'hex'), floor(extract(epoch FROM now()) - 1577836800)::integer - 400 * 3600
+       FROM generate_series(1, 4500) AS g`,
+    );
+    const { logger, lines } = capturedLogs();
+    // Batches of 2,000 a second apart: after the first, the session that holds the cleanup lock is ended.
+    const pass = cleanupPass(store, 360 * 3_600_000, logger, 1000).then(
+      () => assert.fail("the pass should fail with its connection"),
+      (error: unknown) => error,
+    );
+    const left = async () =>
+      Number((await admin.query<{ n: string }>(`SELECT count(*) AS n FROM "Inbox"`)).rows[0]!.n);
+    while ((await left()) === 4500) await new Promise((r) => setTimeout(r, 20));
+    const ended = await admin.query(
+      `SELECT pg_terminate_backend(pid) AS ended FROM pg_locks WHERE locktype = 'advisory' AND granted`,
+    );
+    assert.equal(ended.rowCount, 1, "one session holds the cleanup lock");
+    assert.ok((await pass) instanceof Error);
+
+    const failed = lines.find((l) => l.msg === "inbox cleanup pass");
+    assert.ok(failed, JSON.stringify(lines));
+    assert.equal(failed.level, "warn");
+    assert.equal(failed.deleted, 2000, JSON.stringify(failed));
+    assert.equal(typeof failed.error, "string");
+    const data = await telemetry().collect();
+    assert.equal(metricTotal(data, Metric.cleanupDeleted, { "sbinbox.outcome": "failed" }), 2000);
+    assert.equal(histogramOf(data, Metric.cleanupDuration, { "sbinbox.outcome": "failed" }).count, 1);
+    // The lock ended with its session: the next pass takes it and deletes the rest.
+    assert.equal(await cleanupPass(store, 360 * 3_600_000, logger), 2500);
+    assert.equal(lines.filter((l) => l.msg === "inbox cleanup pass").at(-1)?.skipped, undefined);
+  });
 });

@@ -55,6 +55,7 @@ function store(insertFails: boolean, found: string[] = []) {
     classify: classifySqlServerError,
     migrate: () => Promise.reject(new Error("not used")),
     pendingMigrations: () => Promise.reject(new Error("not used")),
+    whileHolding: () => Promise.reject(new Error("not used")),
     close: () => Promise.resolve(),
   };
   return { store: new InboxCore(driver, { preCheck: true }), log };

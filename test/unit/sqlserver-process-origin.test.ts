@@ -45,6 +45,7 @@ function storeFailingAt(failing: "marker" | "business"): { store: InboxCore; log
     classify: classifySqlServerError,
     migrate: () => Promise.reject(new Error("not used")),
     pendingMigrations: () => Promise.reject(new Error("not used")),
+    whileHolding: () => Promise.reject(new Error("not used")),
     close: () => Promise.resolve(),
   };
   return { store: new InboxCore(driver, { preCheck: false }), log };

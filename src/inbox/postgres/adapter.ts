@@ -3,6 +3,7 @@ import pg from "pg";
 import type { ErrorClass } from "../../domain/outcome.ts";
 import type { SqlResult } from "../../domain/sql.ts";
 import type { InboxDriver, InboxStoreOptions, InboxTransaction, StatementOrigin } from "../core.ts";
+import type { Held, SessionQueries } from "../driver.ts";
 import { InboxCore } from "../core.ts";
 import { traceInboxDriver, traceInboxStore } from "../../telemetry/inbox-tracing.ts";
 import {
@@ -22,10 +23,12 @@ import {
   COMMIT,
   MIGRATION_LOCK_KEY,
   postgresSql,
+  RELEASE_SESSION_LOCK,
   ROLLBACK,
   SCHEMA_EXISTS,
+  TRY_SESSION_LOCK,
 } from "./statements.ts";
-import { DEFAULT_INBOX_SCHEMA } from "../schema-name.ts";
+import { DEFAULT_INBOX_SCHEMA, sessionLockName } from "../schema-name.ts";
 import { driverErrorInChain } from "../error-links.ts";
 import { statementExcerpt } from "../failed-statement.ts";
 
@@ -117,6 +120,50 @@ export class PostgresDriver implements InboxDriver {
       return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
     } catch (error) {
       throw this.tag(error);
+    }
+  }
+
+  async whileHolding<T>(name: string, work: (db: SessionQueries) => Promise<T>): Promise<Held<T>> {
+    const lock = sessionLockName(this.schema, name);
+    let client: pg.PoolClient;
+    try {
+      client = await this.pool.connect();
+    } catch (error) {
+      throw this.tag(error);
+    }
+    // As in begin: a checked-out client's connection error comes on the client; the query in flight fails too.
+    let lost: Error | undefined;
+    const onError = (error: Error): void => {
+      lost ??= error;
+    };
+    client.on("error", onError);
+    const run = async <R>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>> => {
+      try {
+        const result = await client.query(sql, sendable(sql, params));
+        return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
+      } catch (error) {
+        throw this.tag(error);
+      }
+    };
+    let unlocked = false;
+    try {
+      const got = await run<{ held: boolean }>(TRY_SESSION_LOCK, [lock]);
+      if (got.rows[0]?.held !== true) {
+        unlocked = true;
+        return { held: false };
+      }
+      try {
+        return { held: true, value: await work({ query: run }) };
+      } finally {
+        unlocked = await run(RELEASE_SESSION_LOCK, [lock]).then(
+          () => true,
+          () => false,
+        );
+      }
+    } finally {
+      client.removeListener("error", onError);
+      // A lock not given back goes with its connection: the client is destroyed instead of pooled.
+      client.release(lost ?? (unlocked ? undefined : true));
     }
   }
 

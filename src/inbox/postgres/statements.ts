@@ -16,6 +16,12 @@ export const ROLLBACK = "ROLLBACK";
 /** Any 64-bit constant unique to this purpose; held for the migration transaction only. */
 export const MIGRATION_LOCK_KEY = "7021996410348201";
 export const ACQUIRE_MIGRATION_LOCK = "SELECT pg_advisory_xact_lock($1::bigint)";
+/**
+ * A session-level advisory lock by name (the cleanup's, one pass per inbox at a time), asked for without waiting;
+ * the name is hashed to the lock's 64-bit key. Held until unlocked or until the session ends.
+ */
+export const TRY_SESSION_LOCK = "SELECT pg_try_advisory_lock(hashtextextended($1, 0)) AS held";
+export const RELEASE_SESSION_LOCK = "SELECT pg_advisory_unlock(hashtextextended($1, 0)) AS released";
 /** Asked before CREATE SCHEMA, which needs CREATE on the database even when the schema exists. */
 export const SCHEMA_EXISTS = "SELECT 1 AS found FROM pg_namespace WHERE nspname = $1";
 /**

@@ -4,6 +4,7 @@ import type { Connection as TediousConnection } from "tedious";
 import type { ErrorClass } from "../../domain/outcome.ts";
 import type { SqlResult } from "../../domain/sql.ts";
 import type { InboxDriver, InboxStoreOptions, InboxTransaction, StatementOrigin } from "../core.ts";
+import type { Held, SessionQueries } from "../driver.ts";
 import { InboxCore } from "../core.ts";
 import { traceInboxDriver, traceInboxStore } from "../../telemetry/inbox-tracing.ts";
 import {
@@ -18,8 +19,14 @@ import { clientGraceMs, DEFAULT_DATABASE_TIMEOUTS, type DatabaseTimeouts } from 
 import { classifySqlServerError } from "./classify.ts";
 import { sqlServerErrorNumbers } from "./error-chain.ts";
 import { closeConnectionsReleasedInTransaction, sqlServerStatementRequests } from "./statement-requests.ts";
-import { ACQUIRE_MIGRATION_LOCK, CREATE_SCHEMA, sqlServerSql } from "./statements.ts";
-import { DEFAULT_INBOX_SCHEMA } from "../schema-name.ts";
+import {
+  ACQUIRE_MIGRATION_LOCK,
+  CREATE_SCHEMA,
+  RELEASE_SESSION_LOCK,
+  sqlServerSql,
+  TRY_SESSION_LOCK,
+} from "./statements.ts";
+import { DEFAULT_INBOX_SCHEMA, sessionLockName } from "../schema-name.ts";
 import { rollbackOrDiscard, type HeldConnection } from "./rollback.ts";
 import { driverErrorInChain } from "../error-links.ts";
 
@@ -185,6 +192,8 @@ export class SqlServerDriver implements InboxDriver {
   private readonly pool: mssql.ConnectionPool;
   private readonly ownsPool: boolean;
   private connecting: Promise<mssql.ConnectionPool> | undefined;
+  /** One connection for the session locks (whileHolding): a request on the shared pool may take any connection. */
+  private sessionPool: Promise<mssql.ConnectionPool> | undefined;
   /** Errors raised by mssql for the store's own calls, as opposed to handler code: see classifySqlServerError. */
   private readonly driverErrors = new WeakSet<object>();
 
@@ -324,8 +333,45 @@ export class SqlServerDriver implements InboxDriver {
     );
   }
 
+  async whileHolding<T>(name: string, work: (db: SessionQueries) => Promise<T>): Promise<Held<T>> {
+    const lock = sessionLockName(this.schema, name);
+    const pool = await this.tagged(() => this.lockConnection());
+    const run = <R>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>> =>
+      this.tagged(async () => toResult<R>(await bindParameters(pool.request(), params).query(sql)));
+    const got = await run<{ result: number }>(TRY_SESSION_LOCK, [lock]);
+    if (!(Number(got.rows[0]?.result) >= 0)) return { held: false };
+    try {
+      return { held: true, value: await work({ query: run }) };
+    } finally {
+      // A lock not given back goes with its connection: the pool is closed, the next pass opens another.
+      await run(RELEASE_SESSION_LOCK, [lock]).catch(() => this.dropLockConnection());
+    }
+  }
+
   async close(): Promise<void> {
+    await this.dropLockConnection();
     if (this.ownsPool) await closeSqlServerPool(this.pool);
+  }
+
+  /** A pool of at most one connection, built like the store's, so a session lock and its statements share it. */
+  private lockConnection(): Promise<mssql.ConnectionPool> {
+    this.sessionPool ??= this.ready().then((shared) => {
+      const { config } = shared as unknown as { config: mssql.config };
+      const single = new mssql.ConnectionPool({ ...config, pool: { ...config.pool, min: 0, max: 1 } });
+      single.on("error", () => undefined);
+      return single.connect();
+    });
+    return this.sessionPool.catch((error: unknown) => {
+      this.sessionPool = undefined;
+      throw error;
+    });
+  }
+
+  private async dropLockConnection(): Promise<void> {
+    const pending = this.sessionPool;
+    this.sessionPool = undefined;
+    const pool = await pending?.catch(() => undefined);
+    if (pool !== undefined) await closeSqlServerPool(pool).catch(() => undefined);
   }
 
   private async tagged<T>(call: () => Promise<T>): Promise<T> {

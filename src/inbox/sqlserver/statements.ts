@@ -12,6 +12,16 @@ export const ACQUIRE_MIGRATION_LOCK = `DECLARE @result int;
 EXEC @result = sp_getapplock @Resource = @p1, @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 120000;
 IF @result < 0 THROW 51000, N'sbinbox migrate: could not take the migration lock', 1;`;
 
+/**
+ * A session-owned application lock by name (the cleanup's, one pass per inbox at a time), asked for without
+ * waiting: returns { result }, 0 or 1 when granted, below 0 when another session holds it (-1 on SQL Server, -999
+ * on Babelfish). Held until released or until the session ends.
+ */
+export const TRY_SESSION_LOCK = `DECLARE @result int;
+EXEC @result = sp_getapplock @Resource = @p1, @LockMode = N'Exclusive', @LockOwner = N'Session', @LockTimeout = 0;
+SELECT @result AS result;`;
+export const RELEASE_SESSION_LOCK = `EXEC sp_releaseapplock @Resource = @p1, @LockOwner = N'Session';`;
+
 /** Creates the configured schema when it is missing (CREATE SCHEMA must be alone in its batch, hence EXEC). */
 export const CREATE_SCHEMA = `IF SCHEMA_ID(@p1) IS NULL
 BEGIN

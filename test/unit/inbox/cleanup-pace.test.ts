@@ -15,6 +15,9 @@ describe("cleanup pace: deletes at a multiple of the insert rate, batches spaced
     // 40 s on at 250 a second: the window forgets the first 1,000 a second.
     for (let t = 2000; t <= 41_000; t += 1000) meter.observe(2000n + BigInt(((t - 1000) / 1000) * 250), t);
     assert.equal(meter.perSecond(), 250);
+    // The newest rows deleted (a swept claim was the highest Id): the key did not go back, the rate stands.
+    meter.observe(11_740n, 41_500);
+    assert.equal(meter.perSecond(), 250);
     // A table emptied and its identity started again: the rate is unknown until a second is seen anew.
     meter.observe(5n, 42_000);
     assert.equal(meter.perSecond(), undefined);
@@ -79,6 +82,14 @@ describe("config: the retention pass's pace", function () {
     assert.equal(config.cleanupBatchRows, 500);
     assert.equal(config.cleanupPauseMs, undefined);
     assert.equal(loadConfig({ env: { SBINBOX_CLEANUP_PAUSE_MS: "250" } }).cleanupPauseMs, 250);
+  });
+
+  it("a fixed pause alone gives the batches of 2,000 it had before the pace; a batch size given with it wins", function () {
+    const paused = loadConfig({ env: { SBINBOX_CLEANUP_PAUSE_MS: "250" } });
+    assert.equal(paused.cleanupPauseMs, 250);
+    assert.equal(paused.cleanupBatchRows, 2000);
+    const both = loadConfig({ env: { SBINBOX_CLEANUP_PAUSE_MS: "250", SBINBOX_CLEANUP_BATCH_ROWS: "500" } });
+    assert.equal(both.cleanupBatchRows, 500);
   });
 
   it("refuses a fixed pause beside the pace's settings, and batches past lock escalation, naming the setting", function () {
