@@ -15,6 +15,7 @@ import type { InboxKey, InboxStore, ProcessHint } from "../inbox/store.ts";
 import { errorType } from "../servicebus/tracing.ts";
 import type { Logger } from "../telemetry/logger.ts";
 import { Attr, SpanName, TRACER_NAME } from "../telemetry/names.ts";
+import { UNTRACED } from "../telemetry/recording.ts";
 
 export interface BatcherOptions {
   readonly store: InboxStore;
@@ -249,13 +250,20 @@ export class Batcher {
     else this.options.logger?.warn(line, fields);
   }
 
-  /** The batch's transaction: one span, linked from each message's process span and linking to each. */
+  /**
+   * The batch's transaction: one span, linked from each message's process span and linking to each. A batch none
+   * of whose messages is recorded (all sampled out) has no span: its transaction runs in a context that starts
+   * none, so its statements start none either (docs/telemetry.md, "Sampling").
+   */
   private transaction(entries: readonly Entry[]): Promise<InboxBatchResult> {
     const links: Link[] = [];
     for (const entry of entries) {
       const span = trace.getSpan(entry.ctx);
       if (span?.isRecording()) links.push({ context: span.spanContext() });
     }
+    const items = entries.map(itemOf);
+    const run = () => this.options.store.processBatch!(this.options.consumer, items);
+    if (links.length === 0) return context.with(UNTRACED, run);
     const span = trace
       .getTracer(TRACER_NAME)
       .startSpan(
@@ -263,36 +271,27 @@ export class Batcher {
         { kind: SpanKind.INTERNAL, links, attributes: { [Attr.batchMessageCount]: entries.length } },
         ROOT_CONTEXT,
       );
-    for (const entry of entries) trace.getSpan(entry.ctx)?.addLink({ context: span.spanContext() });
-    const items: InboxBatchItem[] = entries.map((entry) => ({
-      messageId: entry.key.messageId,
-      firstDelivery: entry.hint?.firstDelivery,
-      statements: entry.hint?.statements,
-      keys: entry.hint?.keys,
-      // Each handler runs in its own message's context, so its log lines and spans belong to that message.
-      work: (tx) => context.with(entry.ctx, () => entry.work(tx)),
-    }));
-    return context
-      .with(trace.setSpan(ROOT_CONTEXT, span), () =>
-        this.options.store.processBatch!(this.options.consumer, items),
-      )
-      .then(
-        (result) => {
-          const committed = result.outcomes.filter((o) => o.kind === "committed").length;
-          span.setAttribute(Attr.batchCommitted, committed);
-          if (result.failure !== undefined) {
-            span.setAttribute(Attr.errorType, errorType(result.failure));
-            span.setStatus({ code: SpanStatusCode.ERROR });
-          }
-          span.end();
-          return result;
-        },
-        (error: unknown) => {
+    for (const entry of entries) {
+      const own = trace.getSpan(entry.ctx);
+      if (own?.isRecording()) own.addLink({ context: span.spanContext() });
+    }
+    return context.with(trace.setSpan(ROOT_CONTEXT, span), run).then(
+      (result) => {
+        const committed = result.outcomes.filter((o) => o.kind === "committed").length;
+        span.setAttribute(Attr.batchCommitted, committed);
+        if (result.failure !== undefined) {
+          span.setAttribute(Attr.errorType, errorType(result.failure));
           span.setStatus({ code: SpanStatusCode.ERROR });
-          span.end();
-          throw error;
-        },
-      );
+        }
+        span.end();
+        return result;
+      },
+      (error: unknown) => {
+        span.setStatus({ code: SpanStatusCode.ERROR });
+        span.end();
+        throw error;
+      },
+    );
   }
 
   /**
@@ -313,6 +312,18 @@ export class Batcher {
       inKeyOrder(keyed, (e) => e.hint?.keys, one),
     ]);
   }
+}
+
+/** One message as the batch's transaction takes it. */
+function itemOf(entry: Entry): InboxBatchItem {
+  return {
+    messageId: entry.key.messageId,
+    firstDelivery: entry.hint?.firstDelivery,
+    statements: entry.hint?.statements,
+    keys: entry.hint?.keys,
+    // Each handler runs in its own message's context, so its log lines and spans belong to that message.
+    work: (tx) => context.with(entry.ctx, () => entry.work(tx)),
+  };
 }
 
 function outcomeOf(result: InboxBatchResult): BatchOutcome {
