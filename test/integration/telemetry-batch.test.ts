@@ -1,11 +1,17 @@
 import assert from "node:assert/strict";
+import { ParentBasedSampler, TraceIdRatioBasedSampler, type Sampler } from "@opentelemetry/sdk-trace";
 import { openDatabase, type Database } from "../../src/app/database.ts";
 import { deriveMessageId } from "../../src/servicebus/message-id.ts";
 import { createPublisher } from "../../src/servicebus/publisher.ts";
 import { Attr, Metric, SpanName } from "../../src/telemetry/names.ts";
 import { useLocalBroker, waitUntil } from "../helpers/broker.ts";
-import { metricTotal, useTelemetryCapture } from "../helpers/telemetry.ts";
-import { exampleDatabase, startTestWorker } from "../helpers/worker.ts";
+import {
+  installTelemetryCapture,
+  metricTotal,
+  useTelemetryCapture,
+  type TelemetryCapture,
+} from "../helpers/telemetry.ts";
+import { countCredits, exampleDatabase, startTestWorker } from "../helpers/worker.ts";
 
 const QUEUE = "sbinbox";
 
@@ -123,5 +129,66 @@ describe("group commit telemetry: one inbox.batch span, linked both ways, and th
     } finally {
       await lean.close();
     }
+  });
+});
+
+describe("group commit telemetry, sampled out: no batch span, no statement span, every metric", function () {
+  const fixture = useLocalBroker();
+  let db: Database & { url: string };
+  let capture: TelemetryCapture | undefined;
+  const asked: string[] = [];
+  before(async () => {
+    db = await exampleDatabase("telemetry_batch_sampled_out");
+    // OTEL_TRACES_SAMPLER=parentbased_traceidratio at 0, seeing every span the SDK is asked to start.
+    const inner = new ParentBasedSampler({ root: new TraceIdRatioBasedSampler(0) });
+    const sampler: Sampler = {
+      shouldSample: (ctx, traceId, name, kind, attributes, links) => {
+        asked.push(name);
+        return inner.shouldSample(ctx, traceId, name, kind, attributes, links);
+      },
+      toString: () => "counting",
+    };
+    capture = installTelemetryCapture({ sampler });
+  });
+  after(async () => {
+    await capture?.stop();
+    await db.close();
+  });
+
+  it("the batches run with no span of theirs; their messages' metrics all count", async function () {
+    const publisher = createPublisher({ client: fixture.client, queue: QUEUE });
+    for (let i = 0; i < 8; i += 1)
+      await publisher.publish("AccountCredited", `batch-untraced-${i}`, { accountId: "u", amount: 1 });
+    await publisher.close();
+    await capture!.reset();
+    asked.length = 0;
+    const worker = startTestWorker({ client: fixture.client, db, batchSize: 4, batchWaitMs: 100 });
+    try {
+      await waitUntil(() => worker.stats.settled === 8, "all are settled");
+    } finally {
+      await worker.stop();
+    }
+    const perMessage = asked.filter((name) => name === `process ${QUEUE}`).length;
+    assert.equal(perMessage, 8, "one process span asked for per message");
+    // The worker's own chores (a claim sweep at start) may start root spans; nothing per message or per batch.
+    const started = new Set(asked);
+    for (const name of [
+      SpanName.inboxBatch,
+      SpanName.inboxTransaction,
+      "INSERT Inbox",
+      "COMMIT",
+      `complete ${QUEUE}`,
+    ])
+      assert.ok(!started.has(name), `${name} was started: ${[...started].join(", ")}`);
+    assert.deepEqual(
+      capture!.spans().filter((s) => s.name === `process ${QUEUE}`),
+      [],
+    );
+    const data = await capture!.collect();
+    assert.ok(metricTotal(data, Metric.batchSize) >= 1, "the batches are counted");
+    assert.equal(metricTotal(data, Metric.outcomes, { [Attr.outcome]: "committed" }), 8);
+    assert.equal(metricTotal(data, Metric.dispositions, { [Attr.dispositionStatus]: "complete" }), 8);
+    assert.equal(metricTotal(data, Metric.consumedMessages), 8);
+    assert.equal(await countCredits(db), 8, "each message had its effect");
   });
 });
