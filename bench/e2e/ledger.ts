@@ -84,6 +84,8 @@ const VARIANTS: readonly Variant[] = [
   })),
   {
     name: "- spans",
+    // Batched too: beside `- telemetry` it is what the SDK's presence costs (bench/telemetry-cost.ts resolves it).
+    batched: true,
     setting: "OTEL_TRACES_EXPORTER=none",
     env: (s) => ({ ...exported(s), OTEL_TRACES_EXPORTER: "none" }),
   },
