@@ -23,6 +23,15 @@ const WARMUP = Number(process.env.SBINBOX_BENCH_TELEMETRY_WARMUP ?? 3_000);
 const ROUNDS = Number(process.env.SBINBOX_BENCH_TELEMETRY_ROUNDS ?? 5);
 /** Messages between turns of the event loop: the exporters' timers and sockets run there, as in the worker. */
 const YIELD_EVERY = 16;
+/**
+ * The rest of the worker's garbage, stood in for: KB of small objects allocated a message, the last RETAINED
+ * messages' kept (as in-flight messages are), so some survive scavenges and are promoted. 0 (the default): none.
+ * With it the children run with the worker's V8 settings (bin/sbinbox.js: --max-semi-space-size=4,
+ * --heap-growing-percent=20), to show what the SDK's live heap adds to the worker's full collections.
+ */
+const GARBAGE_KB = Number(process.env.SBINBOX_BENCH_TELEMETRY_GARBAGE_KB ?? 0);
+const RETAINED = 512;
+const WORKER_V8 = GARBAGE_KB > 0 ? ["--max-semi-space-size=4", "--heap-growing-percent=20"] : [];
 const QUEUE = "orders";
 /** Node options of the children, e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof` for a profile of each. */
 const CHILD_NODE_OPTIONS = process.env.SBINBOX_BENCH_TELEMETRY_NODE_OPTIONS ?? "";
@@ -32,6 +41,8 @@ const PICK = process.env.SBINBOX_BENCH_TELEMETRY_CONFIGS?.split(",").map((c) => 
 interface Config {
   readonly name: string;
   readonly env: (endpoint: string) => Record<string, string>;
+  /** The child's script: this one, or its copy in a checkout of other code (BEFORE). */
+  readonly script?: string;
 }
 const exported = (endpoint: string): Record<string, string> => ({
   OTEL_TRACES_EXPORTER: "otlp",
@@ -50,10 +61,20 @@ const ALL_CONFIGS: readonly Config[] = [
   { name: "sampled 0.1", env: sampled("0.1") },
   { name: "every span", env: exported },
   // A setting a team can make (the OTLP exporters read it): the span batches are repetitive text, gzip shrinks them.
-  { name: "every span, gzip", env: (e) => ({ ...exported(e), OTEL_EXPORTER_OTLP_COMPRESSION: "gzip" }) },
+  { name: "every span gzip", env: (e) => ({ ...exported(e), OTEL_EXPORTER_OTLP_COMPRESSION: "gzip" }) },
 ];
 
-const CONFIGS = ALL_CONFIGS.filter((c) => c.name === "no SDK" || PICK === undefined || PICK.includes(c.name));
+/**
+ * bench/telemetry-cost.ts in a copy of the code before a change (its src/ and this bench beside it): each picked
+ * configuration runs there too, as "<name>, before", alternated with this code's.
+ */
+const BEFORE = process.env.SBINBOX_BENCH_TELEMETRY_BEFORE;
+const PICKED = ALL_CONFIGS.filter((c) => c.name === "no SDK" || PICK === undefined || PICK.includes(c.name));
+const CONFIGS: readonly Config[] = BEFORE
+  ? PICKED.flatMap((c) =>
+      c.name === "no SDK" ? [c] : [c, { ...c, name: `${c.name}, before`, script: BEFORE }],
+    )
+  : PICKED;
 
 interface ChildResult {
   readonly usPerMessage: number;
@@ -77,7 +98,7 @@ async function main(): Promise<void> {
       process.stdout.write(`round ${round + 1} of ${ROUNDS}, load average ${load()}\n`);
       for (const config of CONFIGS) {
         const before = sink.snapshot();
-        const result = await runChild(config.env(sink.endpoint));
+        const result = await runChild(config.env(sink.endpoint), config.script);
         const after = sink.snapshot();
         results.set(config.name, [...(results.get(config.name) ?? []), result]);
         bytes.set(config.name, [
@@ -85,7 +106,7 @@ async function main(): Promise<void> {
           (after.traceBytes - before.traceBytes) / (MESSAGES + WARMUP),
         ]);
         process.stdout.write(
-          `  ${config.name.padEnd(16)} ${result.usPerMessage.toFixed(1).padStart(6)} us\n`,
+          `  ${config.name.padEnd(26)} ${result.usPerMessage.toFixed(1).padStart(6)} us\n`,
         );
       }
     }
@@ -105,18 +126,19 @@ async function main(): Promise<void> {
     us(c.name).toFixed(1),
     range(c.name),
     (us(c.name) - base).toFixed(1),
-    c.name === "no SDK" || c.name === "metrics only" || metricsOnly === undefined
+    c.name === "no SDK" || c.name.startsWith("metrics only") || metricsOnly === undefined
       ? ""
       : (us(c.name) - metricsOnly).toFixed(1),
     median(bytes.get(c.name)!).toFixed(0),
   ]);
   const lines = [
     `telemetry-cost: ${MESSAGES} messages a child (after ${WARMUP} warm-up), ${ROUNDS} alternated rounds, ` +
-      `medians; CPU (process.cpuUsage) of the worker's per-message telemetry and inbox code, no sockets`,
+      `medians; CPU (process.cpuUsage) of the worker's per-message telemetry and inbox code, no sockets` +
+      (GARBAGE_KB > 0 ? `; ${GARBAGE_KB} KB of garbage a message, the worker's V8 settings` : ""),
     ...formatTable(["config", "us/msg", "min-max", "over no SDK", "over metrics", "trace B/msg"], rows),
     `load average at the start and the end: ${loads.join(" | ")}`,
   ];
-  for (const c of CONFIGS.filter((c) => c.name !== "no SDK" && c.name !== "metrics only")) {
+  for (const c of CONFIGS.filter((c) => c.name !== "no SDK" && !c.name.startsWith("metrics only"))) {
     const cost = us(c.name) - base;
     lines.push(
       `  telemetry <= 40 us a message, ${c.name}: ${cost.toFixed(1)} us, ` +
@@ -126,18 +148,17 @@ async function main(): Promise<void> {
   process.stdout.write(`${lines.join("\n")}\n`);
 }
 
-function runChild(env: Record<string, string>): Promise<ChildResult> {
+function runChild(
+  env: Record<string, string>,
+  script = fileURLToPath(import.meta.url),
+): Promise<ChildResult> {
   const clean = Object.fromEntries(
     Object.entries(process.env).filter(
       ([k]) => !k.startsWith("OTEL_") && !k.startsWith("APPLICATIONINSIGHTS_"),
     ),
   );
   return new Promise((resolve, reject) => {
-    const args = [
-      ...CHILD_NODE_OPTIONS.split(/\s+/).filter(Boolean),
-      fileURLToPath(import.meta.url),
-      "--child",
-    ];
+    const args = [...WORKER_V8, ...CHILD_NODE_OPTIONS.split(/\s+/).filter(Boolean), script, "--child"];
     const proc = spawn(process.execPath, args, {
       env: { ...clean, ...env },
       stdio: ["ignore", "pipe", "inherit"],
@@ -157,7 +178,12 @@ async function child(): Promise<void> {
   const { startTelemetry } = await import("../src/telemetry/setup.ts");
   const telemetry = await startTelemetry({ serviceName: "sbinbox-bench" });
   const { oneMessage } = await import("./telemetry-cost-message.ts");
-  const run = await oneMessage(QUEUE);
+  const message = await oneMessage(QUEUE);
+  const kept: unknown[] = [];
+  const run = async (i: number): Promise<void> => {
+    await message(i);
+    if (GARBAGE_KB > 0) kept[i % RETAINED] = garbage(GARBAGE_KB);
+  };
   for (let i = 0; i < WARMUP; i += 1) {
     await run(i);
     if (i % YIELD_EVERY === 0) await new Promise((r) => setImmediate(r));
@@ -176,6 +202,13 @@ async function child(): Promise<void> {
     systemUs: used.system,
   };
   process.stdout.write(`${JSON.stringify(result)}\n`);
+}
+
+/** About `kb` KB of small objects (a message's decoded properties, buffers' wrappers, closures). */
+function garbage(kb: number): unknown[] {
+  const objects: unknown[] = [];
+  for (let i = 0; i < kb * 16; i += 1) objects.push({ i, s: `x${i}` });
+  return objects;
 }
 
 await main();

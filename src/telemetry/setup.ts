@@ -118,24 +118,24 @@ export async function startTelemetry(options: TelemetryOptions = {}): Promise<Te
   if (plan.traces.length === 0 && plan.metrics.length === 0) {
     return { plan, active: false, shutdown: () => Promise.resolve() };
   }
-  const [{ NodeSDK }, spanProcessors, metricReaders] = await Promise.all([
-    import("@opentelemetry/sdk-node"),
+  const [{ registerProviders }, spanProcessors, metricReaders, sampler] = await Promise.all([
+    import("./providers.ts"),
     createSpanProcessors(plan),
     createMetricReaders(plan),
+    // Always ours: the SDK would read OTEL_TRACES_SAMPLER itself and keep every span on a value it does not know.
+    createSampler(plan.sampler),
   ]);
   const named =
     Boolean(env.OTEL_SERVICE_NAME?.trim()) ||
     /(^|,)\s*service\.name\s*=/.test(env.OTEL_RESOURCE_ATTRIBUTES ?? "");
-  const sdk = new NodeSDK({
-    // Always ours: the SDK would read OTEL_TRACES_SAMPLER itself and keep every span on a value it does not know.
-    sampler: await createSampler(plan.sampler),
+  // What NodeSDK would register, without the exporters, logs SDK and instrumentation loader it imports unused
+  // (providers.ts). Logs go to stdout/stderr as JSON lines (logger.ts), where App Service collects them.
+  const sdk = registerProviders({
+    sampler,
     spanProcessors,
     metricReaders,
-    // Logs go to stdout/stderr as JSON lines (logger.ts), where App Service collects them; no OTLP log export.
-    logRecordProcessors: [],
     ...(named ? {} : { serviceName: options.serviceName ?? "sbinbox" }),
   });
-  sdk.start();
   let stopped: Promise<void> | undefined;
   return {
     plan,

@@ -252,6 +252,47 @@ describe("telemetry set-up", () => {
       assert.match(child.stdout, /'service\.name': 'orders-worker'/);
     });
 
+    // What NodeSDK registered, now built from its parts (providers.ts): the context manager (a child span of the
+    // active one), the W3C propagators, the default resource detectors, and the same settings read.
+    it("registers the context manager, W3C propagation and the detected resource as NodeSDK did", async () => {
+      const child = await runChild(
+        { OTEL_TRACES_EXPORTER: "console", OTEL_RESOURCE_ATTRIBUTES: "deployment.environment.name=test" },
+        `
+import { startProcessTelemetry, shutdownProcessTelemetry } from "./src/telemetry/register.ts";
+if (!(await startProcessTelemetry())) process.exit(2);
+const { context, propagation, trace } = await import("@opentelemetry/api");
+const tracer = trace.getTracer("sbinbox");
+const parent = tracer.startSpan("parent");
+const carrier = {};
+await context.with(trace.setSpan(context.active(), parent), async () => {
+  await new Promise((r) => setTimeout(r, 1));
+  tracer.startSpan("child").end();
+  propagation.inject(context.active(), carrier);
+});
+parent.end();
+process.stdout.write("carrier " + JSON.stringify(carrier) + " parent " + parent.spanContext().spanId + "\\n");
+if (!(await shutdownProcessTelemetry())) process.exit();
+`,
+      );
+      assert.equal(child.code, 0, child.stderr);
+      const parentId = /parent ([0-9a-f]{16})/.exec(child.stdout)?.[1];
+      assert.ok(parentId, child.stdout);
+      assert.match(child.stdout, new RegExp(`"traceparent":"00-[0-9a-f]{32}-${parentId}-01"`));
+      assert.match(child.stdout, new RegExp(`parentSpanContext: \\{[^}]*spanId: '${parentId}'`));
+      assert.match(child.stdout, /'host\.name':/);
+      assert.match(child.stdout, /'process\.pid': \d+/);
+      assert.match(child.stdout, /'service\.instance\.id':/);
+      assert.match(child.stdout, /'deployment\.environment\.name': 'test'/);
+      for (const [setting, value] of [
+        ["OTEL_PROPAGATORS", "b3"],
+        ["OTEL_NODE_RESOURCE_DETECTORS", "gcp"],
+      ] as const) {
+        const refused = await runChild({ OTEL_TRACES_EXPORTER: "console", [setting]: value });
+        assert.equal(refused.code, 2, refused.stdout);
+        assert.match(refused.stderr, new RegExp(`${setting}: unknown .*"${value}"`));
+      }
+    });
+
     it("with a wrong setting, says which and exits 2", async () => {
       const child = await runChild({ OTEL_TRACES_EXPORTER: "jaeger" });
       assert.equal(child.code, 2);

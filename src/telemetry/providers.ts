@@ -1,0 +1,131 @@
+import { context, diag, DiagConsoleLogger, metrics, propagation, trace } from "@opentelemetry/api";
+import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
+import {
+  CompositePropagator,
+  diagLogLevelFromString,
+  getNumberFromEnv,
+  getStringFromEnv,
+  getStringListFromEnv,
+  W3CBaggagePropagator,
+  W3CTraceContextPropagator,
+} from "@opentelemetry/core";
+import {
+  defaultResource,
+  detectResources,
+  envDetector,
+  hostDetector,
+  osDetector,
+  processDetector,
+  resourceFromAttributes,
+  serviceInstanceIdDetector,
+  type ResourceDetector,
+} from "@opentelemetry/resources";
+import { MeterProvider, type IMetricReader } from "@opentelemetry/sdk-metrics";
+import { TracerProvider, type Sampler, type SpanLimits, type SpanProcessor } from "@opentelemetry/sdk-trace";
+import { ATTR_SERVICE_NAME } from "@opentelemetry/semantic-conventions";
+import { ConfigError } from "../domain/errors.ts";
+
+export interface ProviderOptions {
+  readonly sampler: Sampler;
+  readonly spanProcessors: readonly SpanProcessor[];
+  readonly metricReaders: readonly IMetricReader[];
+  /** `service.name` when the environment names none. */
+  readonly serviceName?: string;
+}
+
+/**
+ * What NodeSDK.start() registers for the worker, built from the SDK's own parts: the AsyncLocalStorage context
+ * manager, the W3C propagators, the resource of its default detectors, a meter provider with the readers and a
+ * tracer provider with the span processors (none when there are none). Not NodeSDK itself: it imports every
+ * exporter, the logs SDK and the instrumentation loader whether used or not (19 MB of live heap against 11 MB for
+ * these parts), and a worker's every full garbage collection marks that heap again (docs/benchmark.md).
+ * Reads the same settings as NodeSDK: OTEL_LOG_LEVEL, OTEL_PROPAGATORS, OTEL_NODE_RESOURCE_DETECTORS,
+ * OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME (the env detector), OTEL_*_COUNT_LIMIT / *_LENGTH_LIMIT.
+ */
+export function registerProviders(options: ProviderOptions): { shutdown(): Promise<void> } {
+  const logLevel = getStringFromEnv("OTEL_LOG_LEVEL");
+  if (logLevel !== undefined)
+    diag.setLogger(new DiagConsoleLogger(), { logLevel: diagLogLevelFromString(logLevel) });
+  const propagator = propagatorFromEnv();
+  const contextManager = new AsyncLocalStorageContextManager().enable();
+  context.setGlobalContextManager(contextManager);
+  if (propagator !== null) propagation.setGlobalPropagator(propagator);
+  let resource = defaultResource().merge(detectResources({ detectors: resourceDetectors() }));
+  if (options.serviceName !== undefined)
+    resource = resource.merge(resourceFromAttributes({ [ATTR_SERVICE_NAME]: options.serviceName }));
+  const meterProvider =
+    options.metricReaders.length > 0
+      ? new MeterProvider({ resource, readers: [...options.metricReaders] })
+      : undefined;
+  if (meterProvider) metrics.setGlobalMeterProvider(meterProvider);
+  const tracerProvider =
+    options.spanProcessors.length > 0
+      ? new TracerProvider({
+          sampler: options.sampler,
+          spanLimits: spanLimitsFromEnv(),
+          resource,
+          spanProcessors: [...options.spanProcessors],
+        })
+      : undefined;
+  if (tracerProvider) trace.setGlobalTracerProvider(tracerProvider);
+  return {
+    shutdown: async () => {
+      await Promise.all([tracerProvider?.shutdown(), meterProvider?.shutdown()]);
+    },
+  };
+}
+
+/** OTEL_PROPAGATORS: `tracecontext` and `baggage` (the default, both), or `none`; null for none. */
+function propagatorFromEnv(): CompositePropagator | W3CTraceContextPropagator | W3CBaggagePropagator | null {
+  const names = [...new Set(getStringListFromEnv("OTEL_PROPAGATORS") ?? ["tracecontext", "baggage"])];
+  if (names.includes("none")) return null;
+  const known = { tracecontext: W3CTraceContextPropagator, baggage: W3CBaggagePropagator };
+  const propagators = names.map((name) => {
+    // Service Bus carries W3C trace context (Diagnostic-Id, traceparent); B3 and Jaeger headers have no place there.
+    if (!(name in known))
+      throw new ConfigError(
+        "OTEL_PROPAGATORS",
+        `unknown propagator "${name}"; use tracecontext, baggage, none`,
+      );
+    return new known[name as keyof typeof known]();
+  });
+  return propagators.length === 1 ? propagators[0]! : new CompositePropagator({ propagators });
+}
+
+/** OTEL_NODE_RESOURCE_DETECTORS as NodeSDK reads it: `all` (the default), `none`, or names among these. */
+function resourceDetectors(): ResourceDetector[] {
+  const all: Record<string, ResourceDetector> = {
+    env: envDetector,
+    host: hostDetector,
+    os: osDetector,
+    process: processDetector,
+    serviceinstance: serviceInstanceIdDetector,
+  };
+  const names = getStringListFromEnv("OTEL_NODE_RESOURCE_DETECTORS") ?? ["all"];
+  if (names.includes("all")) return Object.values(all);
+  if (names.includes("none")) return [];
+  return names.map((name) => {
+    const detector = all[name];
+    if (detector === undefined)
+      throw new ConfigError(
+        "OTEL_NODE_RESOURCE_DETECTORS",
+        `unknown detector "${name}"; use ${Object.keys(all).join(", ")}, all, none`,
+      );
+    return detector;
+  });
+}
+
+function spanLimitsFromEnv(): SpanLimits {
+  const limits: Record<string, number | undefined> = {
+    attributeCountLimit:
+      getNumberFromEnv("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT") ?? getNumberFromEnv("OTEL_ATTRIBUTE_COUNT_LIMIT"),
+    attributeValueLengthLimit:
+      getNumberFromEnv("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT") ??
+      getNumberFromEnv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"),
+    eventCountLimit: getNumberFromEnv("OTEL_SPAN_EVENT_COUNT_LIMIT"),
+    linkCountLimit: getNumberFromEnv("OTEL_SPAN_LINK_COUNT_LIMIT"),
+    attributePerEventCountLimit: getNumberFromEnv("OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT"),
+    attributePerLinkCountLimit: getNumberFromEnv("OTEL_LINK_ATTRIBUTE_COUNT_LIMIT"),
+  };
+  return Object.fromEntries(Object.entries(limits).filter(([, v]) => v !== undefined));
+}
