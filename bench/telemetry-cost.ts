@@ -9,8 +9,8 @@
 // writes no log line (the worker logs a message only on retry or failure), so no logger call is driven.
 // CPU is process.cpuUsage() over the loop plus the SDK's shutdown (which exports what is buffered), per message.
 // Left out: the sockets (AMQP, pg wire), the Service Bus SDK, the lock renewal, progress, the settlement guard,
-// the batcher (group commit), and the garbage the rest of the worker makes (its GC pressure raises the cost of
-// the SDK's allocations in the worker). Rounds alternate the configurations; each figure is the median.
+// the batcher (group commit), and the garbage the rest of the worker makes (SBINBOX_BENCH_TELEMETRY_GARBAGE_KB
+// stands in for it; docs/benchmark.md). Rounds alternate the configurations; each figure is the median.
 import { spawn } from "node:child_process";
 import { loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
