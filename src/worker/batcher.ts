@@ -251,30 +251,28 @@ export class Batcher {
   }
 
   /**
-   * The batch's transaction: one span, linked from each message's process span and linking to each. A batch none
-   * of whose messages is recorded (all sampled out) has no span: its transaction runs in a context that starts
-   * none, so its statements start none either (docs/telemetry.md, "Sampling").
+   * The batch's transaction: one span, a child of the first recorded message's process span (so a parent-based
+   * sampler keeps it whenever that message is kept), linked from each other recorded message's process span and
+   * linking to each. A batch none of whose messages is recorded (all sampled out) has no span: its transaction runs
+   * under the first message's non-recording process span, so the worker's statements start none, and any span a
+   * library starts inside (pg/mssql instrumentation) is a non-recorded child in that message's trace, not a new root
+   * (docs/telemetry.md, "Sampling").
    */
   private transaction(entries: readonly Entry[]): Promise<InboxBatchResult> {
-    const links: Link[] = [];
-    for (const entry of entries) {
-      const span = trace.getSpan(entry.ctx);
-      if (span?.isRecording()) links.push({ context: span.spanContext() });
-    }
+    const recorded = entries.map((e) => trace.getSpan(e.ctx)).filter((s) => s?.isRecording() === true);
     const items = entries.map(itemOf);
     const run = () => this.options.store.processBatch!(this.options.consumer, items);
-    if (links.length === 0) return context.with(UNTRACED, run);
+    const first = recorded[0];
+    if (first === undefined) return context.with(untracedBatch(entries), run);
+    const links: Link[] = recorded.slice(1).map((s) => ({ context: s!.spanContext() }));
     const span = trace
       .getTracer(TRACER_NAME)
       .startSpan(
         SpanName.inboxBatch,
         { kind: SpanKind.INTERNAL, links, attributes: { [Attr.batchMessageCount]: entries.length } },
-        ROOT_CONTEXT,
+        trace.setSpan(ROOT_CONTEXT, first),
       );
-    for (const entry of entries) {
-      const own = trace.getSpan(entry.ctx);
-      if (own?.isRecording()) own.addLink({ context: span.spanContext() });
-    }
+    for (const own of recorded.slice(1)) own!.addLink({ context: span.spanContext() });
     return context.with(trace.setSpan(ROOT_CONTEXT, span), run).then(
       (result) => {
         const committed = result.outcomes.filter((o) => o.kind === "committed").length;
@@ -312,6 +310,15 @@ export class Batcher {
       inKeyOrder(keyed, (e) => e.hint?.keys, one),
     ]);
   }
+}
+
+/**
+ * The context of a batch none of whose messages is recorded: the first message's own (non-recording) process span,
+ * or, when it has none, one that carries no trace at all.
+ */
+function untracedBatch(entries: readonly Entry[]): Context {
+  const span = trace.getSpan(entries[0]!.ctx);
+  return span === undefined ? UNTRACED : trace.setSpan(ROOT_CONTEXT, span);
 }
 
 /** One message as the batch's transaction takes it. */
