@@ -123,8 +123,9 @@ function instruments(): Instruments {
 /**
  * The four counters every message adds to (consumed, outcome, disposition, duplicate) as running totals in plain
  * numbers, reported through observable counters when the SDK collects: the same names, units and attribute sets,
- * and the same monotonic Sum (the SDK aggregates an ObservableCounter as one, cumulative or as the deltas between
- * collections, by the exporter's temporality). A synchronous counter's `add` hashes its attribute set in the SDK
+ * and the same monotonic Sum (the SDK aggregates an ObservableCounter as one). A different instrument type, though:
+ * a temporality selector may differ (OTLP's `lowmemory` sends a Counter as deltas, an ObservableCounter cumulative)
+ * and a View selecting instrumentType COUNTER does not match (docs/telemetry.md, "Sampling"). A synchronous counter's `add` hashes its attribute set in the SDK
  * on every call; these cost an addition, and the SDK's work happens once per collection (every 60 s by default).
  */
 interface QueueTally {
