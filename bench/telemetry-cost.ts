@@ -80,6 +80,10 @@ interface ChildResult {
   readonly usPerMessage: number;
   readonly userUs: number;
   readonly systemUs: number;
+  /** Spans the SDK's tracer was asked to start, a message (recorded or not: the sampler sees each). */
+  readonly spanStarts?: number;
+  /** Records into the SDK's synchronous instruments (counter add, histogram record), a message. */
+  readonly metricRecords?: number;
 }
 
 const load = () =>
@@ -130,12 +134,26 @@ async function main(): Promise<void> {
       ? ""
       : (us(c.name) - metricsOnly).toFixed(1),
     median(bytes.get(c.name)!).toFixed(0),
+    count(results.get(c.name)!, (r) => r.spanStarts),
+    count(results.get(c.name)!, (r) => r.metricRecords),
   ]);
   const lines = [
     `telemetry-cost: ${MESSAGES} messages a child (after ${WARMUP} warm-up), ${ROUNDS} alternated rounds, ` +
       `medians; CPU (process.cpuUsage) of the worker's per-message telemetry and inbox code, no sockets` +
       (GARBAGE_KB > 0 ? `; ${GARBAGE_KB} KB of garbage a message, the worker's V8 settings` : ""),
-    ...formatTable(["config", "us/msg", "min-max", "over no SDK", "over metrics", "trace B/msg"], rows),
+    ...formatTable(
+      [
+        "config",
+        "us/msg",
+        "min-max",
+        "over no SDK",
+        "over metrics",
+        "trace B/msg",
+        "span starts/msg",
+        "records/msg",
+      ],
+      rows,
+    ),
     `load average at the start and the end: ${loads.join(" | ")}`,
   ];
   for (const c of CONFIGS.filter((c) => c.name !== "no SDK" && !c.name.startsWith("metrics only"))) {
@@ -146,6 +164,12 @@ async function main(): Promise<void> {
     );
   }
   process.stdout.write(`${lines.join("\n")}\n`);
+}
+
+/** A per-message count's median over the rounds, "-" where the SDK was not there to count in. */
+function count(all: readonly ChildResult[], pick: (r: ChildResult) => number | undefined): string {
+  const values = all.map(pick).filter((v): v is number => v !== undefined);
+  return values.length === 0 ? "-" : median(values).toFixed(2);
 }
 
 function runChild(
@@ -177,6 +201,7 @@ async function child(): Promise<void> {
   // As bin/sbinbox.js: telemetry first, then the program's modules, so their tracers and meters are the SDK's.
   const { startTelemetry } = await import("../src/telemetry/setup.ts");
   const telemetry = await startTelemetry({ serviceName: "sbinbox-bench" });
+  const counts = await countSdkCalls();
   const { oneMessage } = await import("./telemetry-cost-message.ts");
   const message = await oneMessage(QUEUE);
   const kept: unknown[] = [];
@@ -188,6 +213,7 @@ async function child(): Promise<void> {
     await run(i);
     if (i % YIELD_EVERY === 0) await new Promise((r) => setImmediate(r));
   }
+  counts?.reset();
   const start = process.cpuUsage();
   for (let i = 0; i < MESSAGES; i += 1) {
     await run(WARMUP + i);
@@ -200,8 +226,44 @@ async function child(): Promise<void> {
     usPerMessage: (used.user + used.system) / MESSAGES,
     userUs: used.user,
     systemUs: used.system,
+    ...(counts && { spanStarts: counts.spans / MESSAGES, metricRecords: counts.records / MESSAGES }),
   };
   process.stdout.write(`${JSON.stringify(result)}\n`);
+}
+
+/**
+ * Counts span starts (the registered tracer's startSpan, which the SDK's startActiveSpan calls too) and synchronous metric
+ * records (SyncInstrument's _record, under every add and record), by wrapping the SDK classes' prototypes that the
+ * registered providers hand out: the same counts in this code and in a BEFORE checkout, with no change to either's
+ * src. An increment each, next to the microseconds measured. Undefined when the SDK is disabled (nothing to count).
+ */
+async function countSdkCalls(): Promise<{ spans: number; records: number; reset(): void } | undefined> {
+  if (process.env.OTEL_SDK_DISABLED === "true") return undefined;
+  const { metrics, trace } = await import("@opentelemetry/api");
+  const counts = { spans: 0, records: 0, reset: () => ((counts.spans = 0), (counts.records = 0)) };
+  const tracer = (trace.getTracerProvider() as { getDelegate?: () => { getTracer(n: string): object } })
+    .getDelegate?.()
+    .getTracer("bench-probe");
+  // The tracer the provider in use hands out (the SDK's; the API's no-op one with OTEL_TRACES_EXPORTER=none).
+  if (tracer !== undefined) {
+    const proto = Object.getPrototypeOf(tracer) as { startSpan: (...args: unknown[]) => unknown };
+    const startSpan = proto.startSpan;
+    proto.startSpan = function (this: unknown, ...args: unknown[]) {
+      counts.spans += 1;
+      return startSpan.apply(this, args);
+    };
+  }
+  const probe = metrics.getMeterProvider().getMeter("bench-probe").createCounter("bench.probe");
+  const sync = Object.getPrototypeOf(Object.getPrototypeOf(probe)) as {
+    _record?: (...args: unknown[]) => unknown;
+  };
+  if (typeof sync._record !== "function") return tracer === undefined ? undefined : counts;
+  const record = sync._record;
+  sync._record = function (this: unknown, ...args: unknown[]) {
+    counts.records += 1;
+    return record.apply(this, args);
+  };
+  return counts;
 }
 
 /** About `kb` KB of small objects (a message's decoded properties, buffers' wrappers, closures). */
