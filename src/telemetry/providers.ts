@@ -92,27 +92,33 @@ function propagatorFromEnv(): CompositePropagator | W3CTraceContextPropagator | 
   return propagators.length === 1 ? propagators[0]! : new CompositePropagator({ propagators });
 }
 
-/** OTEL_NODE_RESOURCE_DETECTORS as NodeSDK reads it: `all` (the default), `none`, or names among these. */
+/**
+ * OTEL_NODE_RESOURCE_DETECTORS: `all` (the default), `none`, or names among these. detectResources merges in
+ * order and a later detector's value wins, so they run in NodeSDK's default order with `env` last: what
+ * OTEL_RESOURCE_ATTRIBUTES sets (service.instance.id, from which Azure Monitor takes cloud_RoleInstance; host.name)
+ * wins over what is detected. A list of names runs in this order too, whatever order it is written in.
+ */
 function resourceDetectors(): ResourceDetector[] {
   const all: Record<string, ResourceDetector> = {
-    env: envDetector,
+    serviceinstance: serviceInstanceIdDetector,
+    process: processDetector,
     host: hostDetector,
     os: osDetector,
-    process: processDetector,
-    serviceinstance: serviceInstanceIdDetector,
+    env: envDetector,
   };
   const names = getStringListFromEnv("OTEL_NODE_RESOURCE_DETECTORS") ?? ["all"];
   if (names.includes("all")) return Object.values(all);
   if (names.includes("none")) return [];
-  return names.map((name) => {
-    const detector = all[name];
-    if (detector === undefined)
+  for (const name of names) {
+    if (!(name in all))
       throw new ConfigError(
         "OTEL_NODE_RESOURCE_DETECTORS",
         `unknown detector "${name}"; use ${Object.keys(all).join(", ")}, all, none`,
       );
-    return detector;
-  });
+  }
+  return Object.entries(all)
+    .filter(([name]) => names.includes(name))
+    .map(([, detector]) => detector);
 }
 
 function spanLimitsFromEnv(): SpanLimits {

@@ -293,6 +293,32 @@ if (!(await shutdownProcessTelemetry())) process.exit();
       }
     });
 
+    // Azure Monitor's cloud_RoleInstance comes from service.instance.id: a detector must not overwrite what the
+    // operator set, so the env detector runs last, as in NodeSDK.
+    it("keeps service.instance.id and host.name from OTEL_RESOURCE_ATTRIBUTES over the detected ones", async () => {
+      const child = await runChild({
+        OTEL_TRACES_EXPORTER: "console",
+        OTEL_RESOURCE_ATTRIBUTES:
+          "service.instance.id=worker-7,host.name=appsvc-1,process.runtime.name=custom",
+      });
+      assert.equal(child.code, 0, child.stderr);
+      assert.match(child.stdout, /'service\.instance\.id': 'worker-7'/);
+      assert.match(child.stdout, /'host\.name': 'appsvc-1'/);
+      assert.match(child.stdout, /'process\.runtime\.name': 'custom'/);
+      // The other detected attributes are still there.
+      assert.match(child.stdout, /'process\.pid': \d+/);
+      assert.match(child.stdout, /'os\.type':/);
+      // A list of detectors runs in that order too, whatever order it is written in.
+      const listed = await runChild({
+        OTEL_TRACES_EXPORTER: "console",
+        OTEL_NODE_RESOURCE_DETECTORS: "env,host",
+        OTEL_RESOURCE_ATTRIBUTES: "host.name=appsvc-1",
+      });
+      assert.equal(listed.code, 0, listed.stderr);
+      assert.match(listed.stdout, /'host\.name': 'appsvc-1'/);
+      assert.doesNotMatch(listed.stdout, /'process\.pid'/);
+    });
+
     it("with a wrong setting, says which and exits 2", async () => {
       const child = await runChild({ OTEL_TRACES_EXPORTER: "jaeger" });
       assert.equal(child.code, 2);
