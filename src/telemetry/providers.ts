@@ -37,10 +37,14 @@ export interface ProviderOptions {
  * What NodeSDK.start() registers for the worker, built from the SDK's own parts: the AsyncLocalStorage context
  * manager, the W3C propagators, the resource of its default detectors, a meter provider with the readers and a
  * tracer provider with the span processors (none when there are none). Not NodeSDK itself: it imports every
- * exporter, the logs SDK and the instrumentation loader whether used or not (19 MB of live heap against 11 MB for
- * these parts), and a worker's every full garbage collection marks that heap again (docs/benchmark.md).
- * Reads the same settings as NodeSDK: OTEL_LOG_LEVEL, OTEL_PROPAGATORS, OTEL_NODE_RESOURCE_DETECTORS,
- * OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME (the env detector), OTEL_*_COUNT_LIMIT / *_LENGTH_LIMIT.
+ * exporter, the logs SDK and the instrumentation loader whether used or not (a process with NodeSDK started had
+ * 24.8 MB of live heap after a full collection, with these parts 15.1 MB), and a worker's every full garbage
+ * collection marks that heap again (docs/benchmark.md).
+ * Reads NodeSDK's settings: OTEL_LOG_LEVEL, OTEL_PROPAGATORS, OTEL_NODE_RESOURCE_DETECTORS,
+ * OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME (the env detector), OTEL_*_COUNT_LIMIT / *_LENGTH_LIMIT. Where it
+ * differs (docs/telemetry.md): an unknown propagator or detector stops the start, where NodeSDK warned and skipped
+ * it; b3 / b3multi are refused; a listed subset of detectors runs in the default order; and
+ * OTEL_NODE_EXPERIMENTAL_SDK_METRICS (the SDK's metrics about itself) is not read.
  */
 export function registerProviders(options: ProviderOptions): { shutdown(): Promise<void> } {
   const logLevel = getStringFromEnv("OTEL_LOG_LEVEL");
@@ -81,7 +85,8 @@ function propagatorFromEnv(): CompositePropagator | W3CTraceContextPropagator | 
   if (names.includes("none")) return null;
   const known = { tracecontext: W3CTraceContextPropagator, baggage: W3CBaggagePropagator };
   const propagators = names.map((name) => {
-    // Service Bus carries W3C trace context (Diagnostic-Id, traceparent); B3 and Jaeger headers have no place there.
+    // Service Bus carries W3C trace context (Diagnostic-Id, traceparent); NodeSDK's b3 / b3multi headers have no
+    // place there. NodeSDK warned and skipped an unknown name; refused here, so a typo cannot drop propagation.
     if (!(name in known))
       throw new ConfigError(
         "OTEL_PROPAGATORS",
@@ -121,6 +126,7 @@ function resourceDetectors(): ResourceDetector[] {
     .map(([, detector]) => detector);
 }
 
+/** The span limits as NodeSDK reads them (sdk-node create-from-env.mjs createSpanLimitsFromEnv), old names too. */
 function spanLimitsFromEnv(): SpanLimits {
   const limits: Record<string, number | undefined> = {
     attributeCountLimit:
@@ -130,8 +136,12 @@ function spanLimitsFromEnv(): SpanLimits {
       getNumberFromEnv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"),
     eventCountLimit: getNumberFromEnv("OTEL_SPAN_EVENT_COUNT_LIMIT"),
     linkCountLimit: getNumberFromEnv("OTEL_SPAN_LINK_COUNT_LIMIT"),
-    attributePerEventCountLimit: getNumberFromEnv("OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT"),
-    attributePerLinkCountLimit: getNumberFromEnv("OTEL_LINK_ATTRIBUTE_COUNT_LIMIT"),
+    attributePerEventCountLimit:
+      getNumberFromEnv("OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT") ??
+      getNumberFromEnv("OTEL_SPAN_ATTRIBUTE_PER_EVENT_COUNT_LIMIT"),
+    attributePerLinkCountLimit:
+      getNumberFromEnv("OTEL_LINK_ATTRIBUTE_COUNT_LIMIT") ??
+      getNumberFromEnv("OTEL_SPAN_ATTRIBUTE_PER_LINK_COUNT_LIMIT"),
   };
   return Object.fromEntries(Object.entries(limits).filter(([, v]) => v !== undefined));
 }

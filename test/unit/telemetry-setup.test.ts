@@ -361,6 +361,36 @@ if (!(await shutdownProcessTelemetry())) process.exit();
       assert.doesNotMatch(listed.stdout, /'process\.pid'/);
     });
 
+    it("limits a span's event and link attributes by the span limits, their old names too", async () => {
+      const child = await runChild(
+        {
+          OTEL_TRACES_EXPORTER: "console",
+          OTEL_SPAN_ATTRIBUTE_PER_EVENT_COUNT_LIMIT: "1",
+          OTEL_LINK_ATTRIBUTE_COUNT_LIMIT: "2",
+        },
+        `
+import { startProcessTelemetry, shutdownProcessTelemetry } from "./src/telemetry/register.ts";
+if (!(await startProcessTelemetry())) process.exit(2);
+const { trace } = await import("@opentelemetry/api");
+const tracer = trace.getTracer("sbinbox");
+const other = tracer.startSpan("other");
+other.end();
+const span = tracer.startSpan("limited", {
+  links: [{ context: other.spanContext(), attributes: { a: 1, b: 2, c: 3 } }],
+});
+span.addEvent("retried", { a: 1, b: 2, c: 3 });
+span.end();
+const kept = (items) => items.map((item) => [item.attributes, item.droppedAttributesCount]);
+process.stdout.write("limited " + JSON.stringify([kept(span.events), kept(span.links)]) + "\\n");
+if (!(await shutdownProcessTelemetry())) process.exit();
+`,
+      );
+      assert.equal(child.code, 0, child.stderr);
+      const line = /^limited (.*)$/m.exec(child.stdout)?.[1];
+      assert.ok(line, child.stdout);
+      assert.deepEqual(JSON.parse(line), [[[{ a: 1 }, 2]], [[{ a: 1, b: 2 }, 1]]]);
+    });
+
     it("with a wrong setting, says which and exits 2", async () => {
       const child = await runChild({ OTEL_TRACES_EXPORTER: "jaeger" });
       assert.equal(child.code, 2);
