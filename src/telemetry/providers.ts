@@ -31,6 +31,12 @@ export interface ProviderOptions {
   readonly metricReaders: readonly IMetricReader[];
   /** `service.name` when the environment names none. */
   readonly serviceName?: string;
+  /**
+   * False: the default resource only, no detectors (NodeSDK's `autoDetectResources: false`). For tests that read a
+   * span as it ends: the host detector's `host.id` is read asynchronously, and until it is in a SimpleSpanProcessor
+   * exports later.
+   */
+  readonly detectResources?: boolean;
 }
 
 /**
@@ -54,7 +60,9 @@ export function registerProviders(options: ProviderOptions): { shutdown(): Promi
   const contextManager = new AsyncLocalStorageContextManager().enable();
   context.setGlobalContextManager(contextManager);
   if (propagator !== null) propagation.setGlobalPropagator(propagator);
-  let resource = defaultResource().merge(detectResources({ detectors: resourceDetectors() }));
+  let resource = defaultResource();
+  if (options.detectResources !== false)
+    resource = resource.merge(detectResources({ detectors: resourceDetectors() }));
   if (options.serviceName !== undefined)
     resource = resource.merge(resourceFromAttributes({ [ATTR_SERVICE_NAME]: options.serviceName }));
   const meterProvider =
