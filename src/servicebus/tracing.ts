@@ -23,6 +23,7 @@ import {
   type Disposition,
   type Outcome,
 } from "../telemetry/names.ts";
+import { sampledOut } from "../telemetry/recording.ts";
 
 export { errorType } from "../telemetry/names.ts";
 
@@ -144,12 +145,15 @@ function perKey<T>(build: (key: string) => T): (key: string) => T {
 
 /** The attempt now running, on the message's process span (set again by each retry in place). */
 export function recordAttempt(ctx: Context, attempt: number): void {
-  trace.getSpan(ctx)?.setAttribute(Attr.attempt, attempt);
+  const span = trace.getSpan(ctx);
+  if (span?.isRecording()) span.setAttribute(Attr.attempt, attempt);
 }
 
 /** A span event on the process span: the worker waits `delayMs` under the lock before the attempt named. */
 export function recordRetryWait(ctx: Context, attempt: number, delayMs: number, error: unknown): void {
-  trace.getSpan(ctx)?.addEvent(SpanEvent.retryWaited, {
+  const span = trace.getSpan(ctx);
+  if (!span?.isRecording()) return;
+  span.addEvent(SpanEvent.retryWaited, {
     [Attr.attempt]: attempt,
     [Attr.retryDelay]: delayMs,
     [Attr.errorType]: errorType(error),
@@ -158,7 +162,7 @@ export function recordRetryWait(ctx: Context, attempt: number, delayMs: number, 
 
 /**
  * The PRODUCER span of a scheduled retry, a child of the process span, with an event on the process span: the
- * copy's MessageId, its attempt and when it is due.
+ * copy's MessageId, its attempt and when it is due. None for a sampled-out message.
  */
 export async function traceRetryScheduled<T>(
   queue: string,
@@ -166,6 +170,7 @@ export async function traceRetryScheduled<T>(
   copy: { messageId: string; attempt: number; enqueueAt: Date },
   fn: () => Promise<T>,
 ): Promise<T> {
+  if (sampledOut(parent)) return await fn();
   const delayMs = Math.max(0, copy.enqueueAt.getTime() - Date.now());
   trace.getSpan(parent)?.addEvent(SpanEvent.retryScheduled, {
     [Attr.attempt]: copy.attempt,
@@ -202,6 +207,10 @@ export function endProcessSpan(
     reason?: string;
   },
 ): void {
+  if (!span.isRecording()) {
+    span.end();
+    return;
+  }
   span.setAttribute(Attr.outcome, result.outcome);
   if (result.disposition !== undefined) span.setAttribute(Attr.dispositionStatus, result.disposition);
   if (result.messageType !== undefined) span.setAttribute(Attr.messageType, result.messageType);
@@ -213,13 +222,17 @@ export function endProcessSpan(
   span.end();
 }
 
-/** A child span around one settlement call (`complete <queue>`, `abandon <queue>`, `dead_letter <queue>`). */
+/**
+ * A child span around one settlement call (`complete <queue>`, `abandon <queue>`, `dead_letter <queue>`); none
+ * for a sampled-out message.
+ */
 export async function traceSettlement<T>(
   disposition: Disposition,
   queue: string,
   parent: Context,
   fn: () => Promise<T>,
 ): Promise<T> {
+  if (sampledOut(parent)) return await fn();
   const { name, attributes } = settleSpans[disposition](queue);
   const span = tracer().startSpan(name, { kind: SpanKind.CLIENT, attributes }, parent);
   return await endedAfter(span, fn);

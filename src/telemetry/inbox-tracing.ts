@@ -4,6 +4,7 @@ import type { InboxDriver, InboxStatements, InboxTransaction } from "../inbox/co
 import type { InboxStore } from "../inbox/store.ts";
 import { sqlServerErrorNumbers } from "../inbox/sqlserver/error-chain.ts";
 import { Attr, DbSystem, errorType, SpanName, TRACER_NAME } from "./names.ts";
+import { sampledOut } from "./recording.ts";
 
 /**
  * Spans for the inbox: `traceInboxStore` gives the transaction (and the two-phase claim) a span carrying its
@@ -182,9 +183,13 @@ const DESCRIBED_CHARS = 256 * 1024;
 
 /**
  * An active INTERNAL span around `run` (its children nest under it); ended however `run` ends. It starts with the
- * fixed `attributes`; `run` adds the per-message ones once the span is known to record.
+ * fixed `attributes`; `run` adds the per-message ones once the span is known to record. Under a sampled-out
+ * message's span it starts none: `run` gets that span (whose calls record nothing) and runs in the message's own
+ * context, so a handler's spans and log lines still carry the message's trace.
  */
 async function inSpan<T>(name: string, attributes: Attributes, run: (span: Span) => Promise<T>): Promise<T> {
+  const active = trace.getActiveSpan();
+  if (active !== undefined && !active.isRecording()) return run(active);
   return tracer().startActiveSpan(name, { attributes }, async (span) => {
     try {
       return await run(span);
@@ -199,7 +204,8 @@ async function inSpan<T>(name: string, attributes: Attributes, run: (span: Span)
 
 /**
  * A CLIENT span around one statement: a leaf (nothing runs inside it that takes a span), so it is started as a
- * child of the active span without becoming active itself, which spares a context switch per statement.
+ * child of the active span without becoming active itself, which spares a context switch per statement. None
+ * under a sampled-out message's span.
  */
 async function inLeafSpan<T>(
   name: string,
@@ -207,6 +213,7 @@ async function inLeafSpan<T>(
   run: () => Promise<T>,
   dialect: Dialect,
 ): Promise<T> {
+  if (sampledOut()) return run();
   const span = tracer().startSpan(name, { kind: SpanKind.CLIENT, attributes });
   try {
     return await run();

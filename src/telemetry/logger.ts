@@ -1,4 +1,4 @@
-import { trace } from "@opentelemetry/api";
+import { isSpanContextValid, trace } from "@opentelemetry/api";
 import {
   destination as pinoDestination,
   pino,
@@ -85,7 +85,8 @@ function wrap(logger: PinoLogger): Logger {
   };
 }
 
+/** The active span's ids; none for a span that carries no trace (all zeros), which would join unrelated lines. */
 function traceIds(): LogFields {
   const span = trace.getActiveSpan()?.spanContext();
-  return span ? { trace_id: span.traceId, span_id: span.spanId } : {};
+  return span && isSpanContextValid(span) ? { trace_id: span.traceId, span_id: span.spanId } : {};
 }

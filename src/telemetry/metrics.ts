@@ -3,6 +3,7 @@ import {
   type Attributes,
   type Counter,
   type Histogram,
+  type Meter,
   type MeterProvider,
   type ObservableResult,
 } from "@opentelemetry/api";
@@ -59,10 +60,8 @@ export interface WorkerMetrics {
 interface Instruments {
   readonly provider: MeterProvider;
   readonly processDuration: Histogram;
-  readonly consumed: Counter;
-  readonly outcomes: Counter;
-  readonly dispositions: Counter;
-  readonly duplicates: Counter;
+  /** The per-message counters' running totals, reported at each collection (`tallyCounters`). */
+  readonly tallies: Map<string, QueueTally>;
   readonly settlementFailures: Counter;
   readonly outagePause: Histogram;
   readonly retries: Counter;
@@ -98,22 +97,7 @@ function instruments(): Instruments {
       unit: "s",
       advice: { explicitBucketBoundaries: DURATION_BUCKETS },
     }),
-    consumed: meter.createCounter(Metric.consumedMessages, {
-      description: "Messages delivered to the worker.",
-      unit: "{message}",
-    }),
-    outcomes: meter.createCounter(Metric.outcomes, {
-      description: "Processed messages by outcome: committed, duplicate, poison, failed.",
-      unit: "{message}",
-    }),
-    dispositions: meter.createCounter(Metric.dispositions, {
-      description: "Settlements that took effect, by disposition: complete, abandon, dead_letter.",
-      unit: "{message}",
-    }),
-    duplicates: meter.createCounter(Metric.duplicatesAbsorbed, {
-      description: "Redeliveries the inbox recognised as already processed.",
-      unit: "{message}",
-    }),
+    tallies: tallyCounters(meter),
     settlementFailures: meter.createCounter(Metric.settlementFailures, {
       description: "Settlements that failed (lock lost, link detached); the broker redelivers.",
       unit: "{message}",
@@ -134,6 +118,76 @@ function instruments(): Instruments {
     }),
   };
   return current;
+}
+
+/**
+ * The four counters every message adds to (consumed, outcome, disposition, duplicate) as running totals in plain
+ * numbers, reported through observable counters when the SDK collects: the same names, units and attribute sets,
+ * and the same monotonic Sum (the SDK aggregates an ObservableCounter as one). A different instrument type, though:
+ * a temporality selector may differ (OTLP's `lowmemory` sends a Counter as deltas, an ObservableCounter cumulative)
+ * and a View selecting instrumentType COUNTER does not match (docs/telemetry.md, "Sampling"). A synchronous counter's `add` hashes its attribute set in the SDK
+ * on every call; these cost an addition, and the SDK's work happens once per collection (every 60 s by default).
+ */
+interface QueueTally {
+  readonly attributes: QueueAttributes;
+  consumed: number;
+  duplicates: number;
+  readonly outcomes: Record<Outcome, number>;
+  readonly dispositions: Record<Disposition, number>;
+}
+
+function tallyCounters(meter: Meter): Map<string, QueueTally> {
+  // Per meter provider: a provider registered anew (a test's, a restarted SDK) starts from zero, as its
+  // synchronous counters would.
+  const tallies = new Map<string, QueueTally>();
+  const each =
+    (observe: (tally: QueueTally, result: ObservableResult) => void) => (result: ObservableResult) => {
+      for (const tally of tallies.values()) observe(tally, result);
+    };
+  const counter = (
+    name: string,
+    description: string,
+    observe: (t: QueueTally, r: ObservableResult) => void,
+  ) => meter.createObservableCounter(name, { description, unit: "{message}" }).addCallback(each(observe));
+  counter(Metric.consumedMessages, "Messages delivered to the worker.", (t, r) => {
+    if (t.consumed > 0) r.observe(t.consumed, t.attributes.consumed);
+  });
+  counter(Metric.outcomes, "Processed messages by outcome: committed, duplicate, poison, failed.", (t, r) => {
+    for (const outcome of OUTCOMES)
+      if (t.outcomes[outcome] > 0) r.observe(t.outcomes[outcome], t.attributes.outcomes[outcome]);
+  });
+  counter(
+    Metric.dispositions,
+    "Settlements that took effect, by disposition: complete, abandon, dead_letter.",
+    (t, r) => {
+      for (const disposition of DISPOSITIONS)
+        if (t.dispositions[disposition] > 0)
+          r.observe(t.dispositions[disposition], t.attributes.dispositions[disposition]);
+    },
+  );
+  counter(Metric.duplicatesAbsorbed, "Redeliveries the inbox recognised as already processed.", (t, r) => {
+    if (t.duplicates > 0) r.observe(t.duplicates, t.attributes.destination);
+  });
+  return tallies;
+}
+
+const OUTCOMES: readonly Outcome[] = ["committed", "duplicate", "poison", "failed"];
+const DISPOSITIONS: readonly Disposition[] = ["complete", "abandon", "dead_letter"];
+
+/** The running totals of one entity; kept for every entity the worker records (a worker has a few). */
+function tallyOf(m: Instruments, queue: string): QueueTally {
+  let tally = m.tallies.get(queue);
+  if (tally === undefined) {
+    tally = {
+      attributes: attributesOf(queue),
+      consumed: 0,
+      duplicates: 0,
+      outcomes: { committed: 0, duplicate: 0, poison: 0, failed: 0 },
+      dispositions: { complete: 0, abandon: 0, dead_letter: 0 },
+    };
+    m.tallies.set(queue, tally);
+  }
+  return tally;
 }
 
 async function observeClaims(result: ObservableResult): Promise<void> {
@@ -191,9 +245,20 @@ function attributesOf(queue: string): QueueAttributes {
   return built;
 }
 
+/** A batch's attribute set, built once per outcome (a batch records one). */
+const batchSets = new Map<string, Attributes>();
+function batchAttributes(outcome: string): Attributes {
+  let set = batchSets.get(outcome);
+  if (set === undefined) {
+    set = Object.freeze({ [Attr.batchOutcome]: outcome === "committed", [Attr.batchResult]: outcome });
+    if (batchSets.size < 16) batchSets.set(outcome, set);
+  }
+  return set;
+}
+
 const api: WorkerMetrics = {
   recordConsumed(queue, count = 1) {
-    instruments().consumed.add(count, attributesOf(queue).consumed);
+    tallyOf(instruments(), queue).consumed += count;
   },
   recordProcessed({ queue, outcome, durationMs, errorType }) {
     const m = instruments();
@@ -203,14 +268,18 @@ const api: WorkerMetrics = {
       durationMs / 1000,
       error ? { ...a.processed, [Attr.errorType]: errorType } : a.processed,
     );
-    m.outcomes.add(1, a.outcomes[outcome]);
-    if (outcome === "duplicate") m.duplicates.add(1, a.destination);
+    const tally = tallyOf(m, queue);
+    tally.outcomes[outcome] += 1;
+    if (outcome === "duplicate") tally.duplicates += 1;
   },
   recordSettlement({ queue, disposition, errorType }) {
     const m = instruments();
-    const attributes = attributesOf(queue).dispositions[disposition];
-    if (errorType === undefined) m.dispositions.add(1, attributes);
-    else m.settlementFailures.add(1, { ...attributes, [Attr.errorType]: errorType });
+    if (errorType === undefined) tallyOf(m, queue).dispositions[disposition] += 1;
+    else
+      m.settlementFailures.add(1, {
+        ...attributesOf(queue).dispositions[disposition],
+        [Attr.errorType]: errorType,
+      });
   },
   recordOutagePause(durationMs) {
     instruments().outagePause.record(durationMs / 1000);
@@ -223,10 +292,7 @@ const api: WorkerMetrics = {
     });
   },
   recordBatch(size, outcome) {
-    instruments().batchSize.record(size, {
-      [Attr.batchOutcome]: outcome === "committed",
-      [Attr.batchResult]: outcome,
-    });
+    instruments().batchSize.record(size, batchAttributes(outcome));
   },
   observeOpenClaims(read, attributes = {}) {
     instruments();

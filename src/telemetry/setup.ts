@@ -14,6 +14,10 @@ export interface TelemetryPlan {
   readonly tracesProtocol: OtlpProtocol;
   readonly metricsProtocol: OtlpProtocol;
   readonly metricExportIntervalMs: number;
+  /** OTEL_METRIC_EXPORT_TIMEOUT; no more than the interval. */
+  readonly metricExportTimeoutMs: number;
+  /** The batch span processor's OTEL_BSP_* settings, or the specification's defaults. */
+  readonly batchSpans: BatchSpanSettings;
   /** OTEL_TRACES_SAMPLER and its OTEL_TRACES_SAMPLER_ARG, checked; absent for the SDK's default. */
   readonly sampler?: SamplerPlan;
   readonly azureMonitor?: {
@@ -21,6 +25,13 @@ export interface TelemetryPlan {
     /** Entra ID authentication (Application Insights with local authentication disabled). */
     readonly entraId?: { readonly managedIdentityClientId?: string };
   };
+}
+
+export interface BatchSpanSettings {
+  readonly scheduledDelayMillis: number;
+  readonly exportTimeoutMillis: number;
+  readonly maxQueueSize: number;
+  readonly maxExportBatchSize: number;
 }
 
 export interface TelemetryOptions {
@@ -102,7 +113,8 @@ export function planTelemetry(
     metrics,
     tracesProtocol: protocol(env, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"),
     metricsProtocol: protocol(env, "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"),
-    metricExportIntervalMs: positiveInt(env, "OTEL_METRIC_EXPORT_INTERVAL", 60_000),
+    ...metricExport(env),
+    batchSpans: batchSpanSettings(env),
     ...(disabled ? {} : samplerPlan(env, azureMonitor !== undefined)),
     ...(azureMonitor ? { azureMonitor } : {}),
   };
@@ -118,24 +130,24 @@ export async function startTelemetry(options: TelemetryOptions = {}): Promise<Te
   if (plan.traces.length === 0 && plan.metrics.length === 0) {
     return { plan, active: false, shutdown: () => Promise.resolve() };
   }
-  const [{ NodeSDK }, spanProcessors, metricReaders] = await Promise.all([
-    import("@opentelemetry/sdk-node"),
+  const [{ registerProviders }, spanProcessors, metricReaders, sampler] = await Promise.all([
+    import("./providers.ts"),
     createSpanProcessors(plan),
     createMetricReaders(plan),
+    // Always ours: the SDK would read OTEL_TRACES_SAMPLER itself and keep every span on a value it does not know.
+    createSampler(plan.sampler),
   ]);
   const named =
     Boolean(env.OTEL_SERVICE_NAME?.trim()) ||
     /(^|,)\s*service\.name\s*=/.test(env.OTEL_RESOURCE_ATTRIBUTES ?? "");
-  const sdk = new NodeSDK({
-    // Always ours: the SDK would read OTEL_TRACES_SAMPLER itself and keep every span on a value it does not know.
-    sampler: await createSampler(plan.sampler),
+  // What NodeSDK would register, without the exporters, logs SDK and instrumentation loader it imports unused
+  // (providers.ts). Logs go to stdout/stderr as JSON lines (logger.ts), where App Service collects them.
+  const sdk = registerProviders({
+    sampler,
     spanProcessors,
     metricReaders,
-    // Logs go to stdout/stderr as JSON lines (logger.ts), where App Service collects them; no OTLP log export.
-    logRecordProcessors: [],
     ...(named ? {} : { serviceName: options.serviceName ?? "sbinbox" }),
   });
-  sdk.start();
   let stopped: Promise<void> | undefined;
   return {
     plan,
@@ -178,11 +190,12 @@ async function createSpanProcessors(plan: TelemetryPlan): Promise<SpanProcessor[
       // Printed as each span ends, so the output reads in order with the program's own.
       processors.push(new SimpleSpanProcessor({ exporter: new ConsoleSpanExporter() }));
     } else if (name === "otlp") {
-      processors.push(new BatchSpanProcessor({ exporter: await otlpTraceExporter(plan.tracesProtocol) }));
+      const exporter = await otlpTraceExporter(plan.tracesProtocol);
+      processors.push(new BatchSpanProcessor({ exporter, ...plan.batchSpans }));
     } else {
       const { AzureMonitorTraceExporter } = await import("@azure/monitor-opentelemetry-exporter");
       const exporter = new AzureMonitorTraceExporter(await azureMonitorOptions(plan));
-      processors.push(new BatchSpanProcessor({ exporter }));
+      processors.push(new BatchSpanProcessor({ exporter, ...plan.batchSpans }));
     }
   }
   return processors;
@@ -204,7 +217,11 @@ async function createMetricReaders(plan: TelemetryPlan): Promise<IMetricReader[]
       exporter = new AzureMonitorMetricExporter(await azureMonitorOptions(plan));
     }
     readers.push(
-      new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: plan.metricExportIntervalMs }),
+      new PeriodicExportingMetricReader({
+        exporter,
+        exportIntervalMillis: plan.metricExportIntervalMs,
+        exportTimeoutMillis: plan.metricExportTimeoutMs,
+      }),
     );
   }
   return readers;
@@ -338,16 +355,60 @@ function protocol(env: Readonly<Record<string, string | undefined>>, setting: st
   return value as OtlpProtocol;
 }
 
+/**
+ * OTEL_METRIC_EXPORT_INTERVAL and OTEL_METRIC_EXPORT_TIMEOUT (60000 and 30000 by default). A default timeout
+ * longer than a set interval is cut to it, as the SDK does; a set one longer than the interval is refused.
+ */
+function metricExport(
+  env: Readonly<Record<string, string | undefined>>,
+): Pick<TelemetryPlan, "metricExportIntervalMs" | "metricExportTimeoutMs"> {
+  const interval = positiveInt(env, "OTEL_METRIC_EXPORT_INTERVAL", 60_000);
+  const timeout = positiveInt(env, "OTEL_METRIC_EXPORT_TIMEOUT", Math.min(30_000, interval));
+  if (timeout > interval)
+    throw new ConfigError(
+      "OTEL_METRIC_EXPORT_TIMEOUT",
+      `${timeout} ms is longer than OTEL_METRIC_EXPORT_INTERVAL (${interval} ms); an export must end before the next`,
+    );
+  return { metricExportIntervalMs: interval, metricExportTimeoutMs: timeout };
+}
+
+/**
+ * OTEL_BSP_SCHEDULE_DELAY, OTEL_BSP_EXPORT_TIMEOUT, OTEL_BSP_MAX_QUEUE_SIZE, OTEL_BSP_MAX_EXPORT_BATCH_SIZE, with
+ * the specification's defaults (5000, 30000, 2048, 512). Read here because a BatchSpanProcessor built in code
+ * takes only its options. A default batch larger than a set queue is cut to it; a set one is refused.
+ */
+function batchSpanSettings(env: Readonly<Record<string, string | undefined>>): BatchSpanSettings {
+  const maxQueueSize = positiveInt(env, "OTEL_BSP_MAX_QUEUE_SIZE", 2048, "spans");
+  const maxExportBatchSize = positiveInt(
+    env,
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+    Math.min(512, maxQueueSize),
+    "spans",
+  );
+  if (maxExportBatchSize > maxQueueSize)
+    throw new ConfigError(
+      "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+      `${maxExportBatchSize} spans is more than OTEL_BSP_MAX_QUEUE_SIZE (${maxQueueSize})`,
+    );
+  return {
+    scheduledDelayMillis: positiveInt(env, "OTEL_BSP_SCHEDULE_DELAY", 5000),
+    exportTimeoutMillis: positiveInt(env, "OTEL_BSP_EXPORT_TIMEOUT", 30_000),
+    maxQueueSize,
+    maxExportBatchSize,
+  };
+}
+
 function positiveInt(
   env: Readonly<Record<string, string | undefined>>,
   setting: string,
   fallback: number,
+  unit = "milliseconds",
 ): number {
   const raw = env[setting]?.trim();
   if (!raw) return fallback;
   const value = Number(raw);
   if (!Number.isInteger(value) || value <= 0)
-    throw new ConfigError(setting, `expected a positive whole number of milliseconds, got "${raw}"`);
+    throw new ConfigError(setting, `expected a positive whole number of ${unit}, got "${raw}"`);
   return value;
 }
 

@@ -15,6 +15,7 @@ import type { InboxKey, InboxStore, ProcessHint } from "../inbox/store.ts";
 import { errorType } from "../servicebus/tracing.ts";
 import type { Logger } from "../telemetry/logger.ts";
 import { Attr, SpanName, TRACER_NAME } from "../telemetry/names.ts";
+import { UNTRACED } from "../telemetry/recording.ts";
 
 export interface BatcherOptions {
   readonly store: InboxStore;
@@ -249,50 +250,46 @@ export class Batcher {
     else this.options.logger?.warn(line, fields);
   }
 
-  /** The batch's transaction: one span, linked from each message's process span and linking to each. */
+  /**
+   * The batch's transaction: one span, a child of the first recorded message's process span (so a parent-based
+   * sampler keeps it whenever that message is kept), linked from each other recorded message's process span and
+   * linking to each. A batch none of whose messages is recorded (all sampled out) has no span: its transaction runs
+   * under the first message's non-recording process span, so the worker's statements start none, and any span a
+   * library starts inside (pg/mssql instrumentation) is a non-recorded child in that message's trace, not a new root
+   * (docs/telemetry.md, "Sampling").
+   */
   private transaction(entries: readonly Entry[]): Promise<InboxBatchResult> {
-    const links: Link[] = [];
-    for (const entry of entries) {
-      const span = trace.getSpan(entry.ctx);
-      if (span?.isRecording()) links.push({ context: span.spanContext() });
-    }
+    const recorded = entries.map((e) => trace.getSpan(e.ctx)).filter((s) => s?.isRecording() === true);
+    const items = entries.map(itemOf);
+    const run = () => this.options.store.processBatch!(this.options.consumer, items);
+    const first = recorded[0];
+    if (first === undefined) return context.with(untracedBatch(entries), run);
+    const links: Link[] = recorded.slice(1).map((s) => ({ context: s!.spanContext() }));
     const span = trace
       .getTracer(TRACER_NAME)
       .startSpan(
         SpanName.inboxBatch,
         { kind: SpanKind.INTERNAL, links, attributes: { [Attr.batchMessageCount]: entries.length } },
-        ROOT_CONTEXT,
+        trace.setSpan(ROOT_CONTEXT, first),
       );
-    for (const entry of entries) trace.getSpan(entry.ctx)?.addLink({ context: span.spanContext() });
-    const items: InboxBatchItem[] = entries.map((entry) => ({
-      messageId: entry.key.messageId,
-      firstDelivery: entry.hint?.firstDelivery,
-      statements: entry.hint?.statements,
-      keys: entry.hint?.keys,
-      // Each handler runs in its own message's context, so its log lines and spans belong to that message.
-      work: (tx) => context.with(entry.ctx, () => entry.work(tx)),
-    }));
-    return context
-      .with(trace.setSpan(ROOT_CONTEXT, span), () =>
-        this.options.store.processBatch!(this.options.consumer, items),
-      )
-      .then(
-        (result) => {
-          const committed = result.outcomes.filter((o) => o.kind === "committed").length;
-          span.setAttribute(Attr.batchCommitted, committed);
-          if (result.failure !== undefined) {
-            span.setAttribute(Attr.errorType, errorType(result.failure));
-            span.setStatus({ code: SpanStatusCode.ERROR });
-          }
-          span.end();
-          return result;
-        },
-        (error: unknown) => {
+    for (const own of recorded.slice(1)) own!.addLink({ context: span.spanContext() });
+    return context.with(trace.setSpan(ROOT_CONTEXT, span), run).then(
+      (result) => {
+        const committed = result.outcomes.filter((o) => o.kind === "committed").length;
+        span.setAttribute(Attr.batchCommitted, committed);
+        if (result.failure !== undefined) {
+          span.setAttribute(Attr.errorType, errorType(result.failure));
           span.setStatus({ code: SpanStatusCode.ERROR });
-          span.end();
-          throw error;
-        },
-      );
+        }
+        span.end();
+        return result;
+      },
+      (error: unknown) => {
+        span.setStatus({ code: SpanStatusCode.ERROR });
+        span.end();
+        throw error;
+      },
+    );
   }
 
   /**
@@ -313,6 +310,27 @@ export class Batcher {
       inKeyOrder(keyed, (e) => e.hint?.keys, one),
     ]);
   }
+}
+
+/**
+ * The context of a batch none of whose messages is recorded: the first message's own (non-recording) process span,
+ * or, when it has none, one that carries no trace at all.
+ */
+function untracedBatch(entries: readonly Entry[]): Context {
+  const span = trace.getSpan(entries[0]!.ctx);
+  return span === undefined ? UNTRACED : trace.setSpan(ROOT_CONTEXT, span);
+}
+
+/** One message as the batch's transaction takes it. */
+function itemOf(entry: Entry): InboxBatchItem {
+  return {
+    messageId: entry.key.messageId,
+    firstDelivery: entry.hint?.firstDelivery,
+    statements: entry.hint?.statements,
+    keys: entry.hint?.keys,
+    // Each handler runs in its own message's context, so its log lines and spans belong to that message.
+    work: (tx) => context.with(entry.ctx, () => entry.work(tx)),
+  };
 }
 
 function outcomeOf(result: InboxBatchResult): BatchOutcome {

@@ -1,5 +1,4 @@
 import { context, metrics, propagation, trace, type Attributes } from "@opentelemetry/api";
-import { NodeSDK } from "@opentelemetry/sdk-node";
 import {
   AggregationTemporality,
   DataPointType,
@@ -8,11 +7,14 @@ import {
   type ResourceMetrics,
 } from "@opentelemetry/sdk-metrics";
 import {
+  AlwaysOnSampler,
   InMemorySpanExporter,
+  ParentBasedSampler,
   SimpleSpanProcessor,
   type ReadableSpan,
   type Sampler,
 } from "@opentelemetry/sdk-trace";
+import { registerProviders } from "../../src/telemetry/providers.ts";
 
 /** A reader that reports what was recorded since its last collection, so each test sees only its own counts. */
 class DeltaReader extends MetricReader {
@@ -39,21 +41,22 @@ export interface TelemetryCapture {
 }
 
 /**
- * Registers an SDK (context manager, W3C propagator, tracer and meter providers) whose spans and metrics stay in
- * memory, as the process-wide globals. Only one may be installed at a time.
+ * Registers the providers the worker registers (src/telemetry/providers.ts: context manager, W3C propagators,
+ * tracer and meter providers; the default resource, undetected, so each span is in the exporter as it ends), with
+ * processors and a reader that keep spans and metrics in memory, as the process-wide globals. Only one may be
+ * installed at a time.
  */
 export function installTelemetryCapture(options: { sampler?: Sampler } = {}): TelemetryCapture {
   disableGlobals();
   const exporter = new InMemorySpanExporter();
   const reader = new DeltaReader();
-  const sdk = new NodeSDK({
-    autoDetectResources: false,
-    ...(options.sampler ? { sampler: options.sampler } : {}),
+  const sdk = registerProviders({
+    // The SDK's default, as startTelemetry's createSampler gives for no OTEL_TRACES_SAMPLER.
+    sampler: options.sampler ?? new ParentBasedSampler({ root: new AlwaysOnSampler() }),
     spanProcessors: [new SimpleSpanProcessor({ exporter })],
     metricReaders: [reader],
-    logRecordProcessors: [],
+    detectResources: false,
   });
-  sdk.start();
   return {
     spans: () => exporter.getFinishedSpans(),
     spansNamed: (name) => exporter.getFinishedSpans().filter((span) => span.name === name),

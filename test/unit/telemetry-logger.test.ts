@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { trace } from "@opentelemetry/api";
+import { context, INVALID_SPAN_CONTEXT, ROOT_CONTEXT, trace } from "@opentelemetry/api";
 import { decodeMessage, HandlerRegistry } from "../../src/domain/envelope.ts";
 import { PoisonMessageError } from "../../src/domain/errors.ts";
 import { exampleHandlers } from "../../src/example/index.ts";
@@ -40,6 +40,16 @@ describe("telemetry: the structured logger", () => {
   it("carries no ids outside a span", () => {
     const { logger, lines } = capturingLogger();
     logger.warn("idle");
+    assert.equal(lines.length, 1);
+    assert.equal("trace_id" in lines[0]!, false);
+    assert.equal("span_id" in lines[0]!, false);
+  });
+
+  it("carries no ids under a span that carries no trace (all-zero ids would join unrelated lines)", () => {
+    const { logger, lines } = capturingLogger();
+    context.with(trace.setSpan(ROOT_CONTEXT, trace.wrapSpanContext(INVALID_SPAN_CONTEXT)), () =>
+      logger.info("untraced"),
+    );
     assert.equal(lines.length, 1);
     assert.equal("trace_id" in lines[0]!, false);
     assert.equal("span_id" in lines[0]!, false);

@@ -1,4 +1,12 @@
 import assert from "node:assert/strict";
+import { metrics } from "@opentelemetry/api";
+import {
+  AggregationTemporality,
+  DataPointType,
+  MeterProvider,
+  MetricReader,
+  type MetricData,
+} from "@opentelemetry/sdk-metrics";
 import { retryStartupStep, type StartupState } from "../../src/app/startup.ts";
 import { createLogger } from "../../src/telemetry/logger.ts";
 import { workerMetrics } from "../../src/telemetry/metrics.ts";
@@ -151,3 +159,74 @@ describe("telemetry: metrics recorded before and after the SDK starts", () => {
     }
   });
 });
+
+describe("telemetry: the per-message counters, tallied and reported at collection", () => {
+  it("are monotonic Sums, cumulative across collections, with their names, units and attribute sets", async () => {
+    metrics.disable();
+    const reader = new CumulativeReader();
+    const provider = new MeterProvider({ readers: [reader] });
+    metrics.setGlobalMeterProvider(provider);
+    try {
+      const m = workerMetrics();
+      m.recordConsumed(queue, 2);
+      m.recordProcessed({ queue, outcome: "duplicate", durationMs: 5 });
+      m.recordSettlement({ queue, disposition: "complete" });
+      const first = allOf((await reader.collect()).resourceMetrics.scopeMetrics);
+      m.recordConsumed(queue);
+      m.recordProcessed({ queue, outcome: "duplicate", durationMs: 5 });
+      m.recordSettlement({ queue, disposition: "complete" });
+      const second = allOf((await reader.collect()).resourceMetrics.scopeMetrics);
+      for (const name of [
+        Metric.consumedMessages,
+        Metric.outcomes,
+        Metric.dispositions,
+        Metric.duplicatesAbsorbed,
+      ]) {
+        const metric = second.find((d) => d.descriptor.name === name);
+        assert.ok(metric, name);
+        assert.equal(metric.dataPointType, DataPointType.SUM, name);
+        assert.equal(metric.isMonotonic, true, name);
+        assert.equal(metric.aggregationTemporality, AggregationTemporality.CUMULATIVE, name);
+        assert.equal(metric.descriptor.unit, "{message}", name);
+      }
+      const destination = { [Attr.messagingSystem]: "servicebus", [Attr.destinationName]: queue };
+      assert.equal(
+        metricTotal(first, Metric.consumedMessages, { ...destination, [Attr.operationName]: "receive" }),
+        2,
+      );
+      assert.equal(
+        metricTotal(second, Metric.consumedMessages, { ...destination, [Attr.operationName]: "receive" }),
+        3,
+      );
+      assert.equal(metricTotal(second, Metric.outcomes, { ...destination, [Attr.outcome]: "duplicate" }), 2);
+      assert.equal(metricTotal(second, Metric.duplicatesAbsorbed, destination), 2);
+      assert.equal(metricTotal(second, Metric.dispositions, { [Attr.dispositionStatus]: "complete" }), 2);
+      // Only what was counted is reported: no zero points for outcomes and dispositions that never happened.
+      const outcomes = second.find((d) => d.descriptor.name === Metric.outcomes)!;
+      assert.deepEqual(
+        outcomes.dataPoints.map((p) => p.attributes[Attr.outcome]),
+        ["duplicate"],
+      );
+      assert.deepEqual(
+        second.find((d) => d.descriptor.name === Metric.duplicatesAbsorbed)!.dataPoints[0]!.attributes,
+        destination,
+      );
+    } finally {
+      await provider.shutdown();
+      metrics.disable();
+    }
+  });
+});
+
+class CumulativeReader extends MetricReader {
+  protected override onForceFlush(): Promise<void> {
+    return Promise.resolve();
+  }
+  protected override onShutdown(): Promise<void> {
+    return Promise.resolve();
+  }
+}
+
+function allOf(scopes: { metrics: MetricData[] }[]): MetricData[] {
+  return scopes.flatMap((s) => s.metrics);
+}

@@ -165,6 +165,35 @@ describe("telemetry set-up", () => {
       assert.ok((await createSampler(undefined)) instanceof ParentBasedSampler);
     });
 
+    it("takes the batch span processor's OTEL_BSP_* and OTEL_METRIC_EXPORT_TIMEOUT, with the specification's defaults", () => {
+      const defaults = planTelemetry({});
+      assert.deepEqual(defaults.batchSpans, {
+        scheduledDelayMillis: 5000,
+        exportTimeoutMillis: 30_000,
+        maxQueueSize: 2048,
+        maxExportBatchSize: 512,
+      });
+      assert.deepEqual([defaults.metricExportIntervalMs, defaults.metricExportTimeoutMs], [60_000, 30_000]);
+      const set = planTelemetry({
+        OTEL_BSP_SCHEDULE_DELAY: "250",
+        OTEL_BSP_EXPORT_TIMEOUT: "1000",
+        OTEL_BSP_MAX_QUEUE_SIZE: "8192",
+        OTEL_BSP_MAX_EXPORT_BATCH_SIZE: "1024",
+        OTEL_METRIC_EXPORT_INTERVAL: "15000",
+        OTEL_METRIC_EXPORT_TIMEOUT: "5000",
+      });
+      assert.deepEqual(set.batchSpans, {
+        scheduledDelayMillis: 250,
+        exportTimeoutMillis: 1000,
+        maxQueueSize: 8192,
+        maxExportBatchSize: 1024,
+      });
+      assert.deepEqual([set.metricExportIntervalMs, set.metricExportTimeoutMs], [15_000, 5000]);
+      // A default longer than a set limit is cut to it, as the SDK does.
+      assert.equal(planTelemetry({ OTEL_BSP_MAX_QUEUE_SIZE: "100" }).batchSpans.maxExportBatchSize, 100);
+      assert.equal(planTelemetry({ OTEL_METRIC_EXPORT_INTERVAL: "10000" }).metricExportTimeoutMs, 10_000);
+    });
+
     it("turns everything off with OTEL_SDK_DISABLED", () => {
       const plan = planTelemetry({ OTEL_SDK_DISABLED: "true", OTEL_TRACES_EXPORTER: "console" });
       assert.deepEqual([plan.traces, plan.metrics], [[], []]);
@@ -177,6 +206,19 @@ describe("telemetry set-up", () => {
         [{ OTEL_EXPORTER_OTLP_PROTOCOL: "thrift" }, "OTEL_EXPORTER_OTLP_PROTOCOL"],
         [{ OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: "udp" }, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"],
         [{ OTEL_METRIC_EXPORT_INTERVAL: "soon" }, "OTEL_METRIC_EXPORT_INTERVAL"],
+        [{ OTEL_METRIC_EXPORT_TIMEOUT: "0" }, "OTEL_METRIC_EXPORT_TIMEOUT"],
+        [
+          { OTEL_METRIC_EXPORT_INTERVAL: "10000", OTEL_METRIC_EXPORT_TIMEOUT: "20000" },
+          "OTEL_METRIC_EXPORT_TIMEOUT",
+        ],
+        [{ OTEL_BSP_SCHEDULE_DELAY: "5s" }, "OTEL_BSP_SCHEDULE_DELAY"],
+        [{ OTEL_BSP_EXPORT_TIMEOUT: "-1" }, "OTEL_BSP_EXPORT_TIMEOUT"],
+        [{ OTEL_BSP_MAX_QUEUE_SIZE: "2048.5" }, "OTEL_BSP_MAX_QUEUE_SIZE"],
+        [{ OTEL_BSP_MAX_EXPORT_BATCH_SIZE: "many" }, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"],
+        [
+          { OTEL_BSP_MAX_QUEUE_SIZE: "100", OTEL_BSP_MAX_EXPORT_BATCH_SIZE: "200" },
+          "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+        ],
         [{ OTEL_TRACES_SAMPLER: "parentbased_traceidratoi" }, "OTEL_TRACES_SAMPLER"],
         [{ OTEL_TRACES_SAMPLER: "traceidratio", OTEL_TRACES_SAMPLER_ARG: "10%" }, "OTEL_TRACES_SAMPLER_ARG"],
         [{ OTEL_TRACES_SAMPLER: "traceidratio", OTEL_TRACES_SAMPLER_ARG: "1.5" }, "OTEL_TRACES_SAMPLER_ARG"],
@@ -252,6 +294,103 @@ describe("telemetry set-up", () => {
       assert.match(child.stdout, /'service\.name': 'orders-worker'/);
     });
 
+    // What NodeSDK registered, now built from its parts (providers.ts): the context manager (a child span of the
+    // active one), the W3C propagators, the default resource detectors, and the same settings read.
+    it("registers the context manager, W3C propagation and the detected resource as NodeSDK did", async () => {
+      const child = await runChild(
+        { OTEL_TRACES_EXPORTER: "console", OTEL_RESOURCE_ATTRIBUTES: "deployment.environment.name=test" },
+        `
+import { startProcessTelemetry, shutdownProcessTelemetry } from "./src/telemetry/register.ts";
+if (!(await startProcessTelemetry())) process.exit(2);
+const { context, propagation, trace } = await import("@opentelemetry/api");
+const tracer = trace.getTracer("sbinbox");
+const parent = tracer.startSpan("parent");
+const carrier = {};
+await context.with(trace.setSpan(context.active(), parent), async () => {
+  await new Promise((r) => setTimeout(r, 1));
+  tracer.startSpan("child").end();
+  propagation.inject(context.active(), carrier);
+});
+parent.end();
+process.stdout.write("carrier " + JSON.stringify(carrier) + " parent " + parent.spanContext().spanId + "\\n");
+if (!(await shutdownProcessTelemetry())) process.exit();
+`,
+      );
+      assert.equal(child.code, 0, child.stderr);
+      const parentId = /parent ([0-9a-f]{16})/.exec(child.stdout)?.[1];
+      assert.ok(parentId, child.stdout);
+      assert.match(child.stdout, new RegExp(`"traceparent":"00-[0-9a-f]{32}-${parentId}-01"`));
+      assert.match(child.stdout, new RegExp(`parentSpanContext: \\{[^}]*spanId: '${parentId}'`));
+      assert.match(child.stdout, /'host\.name':/);
+      assert.match(child.stdout, /'process\.pid': \d+/);
+      assert.match(child.stdout, /'service\.instance\.id':/);
+      assert.match(child.stdout, /'deployment\.environment\.name': 'test'/);
+      for (const [setting, value] of [
+        ["OTEL_PROPAGATORS", "b3"],
+        ["OTEL_NODE_RESOURCE_DETECTORS", "gcp"],
+      ] as const) {
+        const refused = await runChild({ OTEL_TRACES_EXPORTER: "console", [setting]: value });
+        assert.equal(refused.code, 2, refused.stdout);
+        assert.match(refused.stderr, new RegExp(`${setting}: unknown .*"${value}"`));
+      }
+    });
+
+    // Azure Monitor's cloud_RoleInstance comes from service.instance.id: a detector must not overwrite what the
+    // operator set, so the env detector runs last, as in NodeSDK.
+    it("keeps service.instance.id and host.name from OTEL_RESOURCE_ATTRIBUTES over the detected ones", async () => {
+      const child = await runChild({
+        OTEL_TRACES_EXPORTER: "console",
+        OTEL_RESOURCE_ATTRIBUTES:
+          "service.instance.id=worker-7,host.name=appsvc-1,process.runtime.name=custom",
+      });
+      assert.equal(child.code, 0, child.stderr);
+      assert.match(child.stdout, /'service\.instance\.id': 'worker-7'/);
+      assert.match(child.stdout, /'host\.name': 'appsvc-1'/);
+      assert.match(child.stdout, /'process\.runtime\.name': 'custom'/);
+      // The other detected attributes are still there.
+      assert.match(child.stdout, /'process\.pid': \d+/);
+      assert.match(child.stdout, /'os\.type':/);
+      // A list of detectors runs in that order too, whatever order it is written in.
+      const listed = await runChild({
+        OTEL_TRACES_EXPORTER: "console",
+        OTEL_NODE_RESOURCE_DETECTORS: "env,host",
+        OTEL_RESOURCE_ATTRIBUTES: "host.name=appsvc-1",
+      });
+      assert.equal(listed.code, 0, listed.stderr);
+      assert.match(listed.stdout, /'host\.name': 'appsvc-1'/);
+      assert.doesNotMatch(listed.stdout, /'process\.pid'/);
+    });
+
+    it("limits a span's event and link attributes by the span limits, their old names too", async () => {
+      const child = await runChild(
+        {
+          OTEL_TRACES_EXPORTER: "console",
+          OTEL_SPAN_ATTRIBUTE_PER_EVENT_COUNT_LIMIT: "1",
+          OTEL_LINK_ATTRIBUTE_COUNT_LIMIT: "2",
+        },
+        `
+import { startProcessTelemetry, shutdownProcessTelemetry } from "./src/telemetry/register.ts";
+if (!(await startProcessTelemetry())) process.exit(2);
+const { trace } = await import("@opentelemetry/api");
+const tracer = trace.getTracer("sbinbox");
+const other = tracer.startSpan("other");
+other.end();
+const span = tracer.startSpan("limited", {
+  links: [{ context: other.spanContext(), attributes: { a: 1, b: 2, c: 3 } }],
+});
+span.addEvent("retried", { a: 1, b: 2, c: 3 });
+span.end();
+const kept = (items) => items.map((item) => [item.attributes, item.droppedAttributesCount]);
+process.stdout.write("limited " + JSON.stringify([kept(span.events), kept(span.links)]) + "\\n");
+if (!(await shutdownProcessTelemetry())) process.exit();
+`,
+      );
+      assert.equal(child.code, 0, child.stderr);
+      const line = /^limited (.*)$/m.exec(child.stdout)?.[1];
+      assert.ok(line, child.stdout);
+      assert.deepEqual(JSON.parse(line), [[[{ a: 1 }, 2]], [[{ a: 1, b: 2 }, 1]]]);
+    });
+
     it("with a wrong setting, says which and exits 2", async () => {
       const child = await runChild({ OTEL_TRACES_EXPORTER: "jaeger" });
       assert.equal(child.code, 2);
@@ -272,6 +411,85 @@ describe("telemetry set-up", () => {
         assert.ok(traces.body.includes("complete orders"));
         assert.ok(metrics.body.includes("sbinbox.test.count"));
       } finally {
+        server.close();
+      }
+    });
+
+    // A BatchSpanProcessor built in code takes only its options: these show OTEL_BSP_* reach it.
+    it("batches spans by OTEL_BSP_MAX_EXPORT_BATCH_SIZE and drops beyond OTEL_BSP_MAX_QUEUE_SIZE", async () => {
+      const server = createHttpServer();
+      const received = collect(server);
+      const port = await listen(server);
+      try {
+        const child = await runChild(
+          {
+            OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: `http://127.0.0.1:${port}/v1/traces`,
+            OTEL_EXPORTER_OTLP_PROTOCOL: "http/json",
+            OTEL_BSP_MAX_QUEUE_SIZE: "4",
+            OTEL_BSP_MAX_EXPORT_BATCH_SIZE: "2",
+          },
+          `
+import { startProcessTelemetry, shutdownProcessTelemetry } from "./src/telemetry/register.ts";
+if (!(await startProcessTelemetry())) process.exit(2);
+const { trace } = await import("@opentelemetry/api");
+// In one turn of the event loop: the 2nd span starts an export of 2, spans 3 to 6 fill the queue of 4,
+// 7 to 10 find it full.
+for (let i = 0; i < 10; i++) trace.getTracer("sbinbox").startSpan("span " + i).end();
+if (!(await shutdownProcessTelemetry())) process.exit();
+`,
+        );
+        assert.equal(child.code, 0, child.stderr);
+        const perRequest = received
+          .filter((r) => r.url === "/v1/traces")
+          .map(
+            (r) =>
+              (
+                JSON.parse(r.body.toString("utf8")) as {
+                  resourceSpans: { scopeSpans: { spans: unknown[] }[] }[];
+                }
+              ).resourceSpans
+                .flatMap((resource) => resource.scopeSpans)
+                .flatMap((scope) => scope.spans).length,
+          );
+        assert.deepEqual(
+          [perRequest.reduce((a, b) => a + b, 0), Math.max(...perRequest)],
+          [6, 2],
+          `spans per request ${perRequest.join(", ")}`,
+        );
+      } finally {
+        server.close();
+      }
+    });
+
+    // A collector that never answers: each export gives up after its set timeout, not the default 30 s (nor the
+    // OTLP exporter's 10 s), within the child's 1 s bound on its shutdown.
+    it("gives up an export after OTEL_BSP_EXPORT_TIMEOUT and OTEL_METRIC_EXPORT_TIMEOUT", async () => {
+      const server = createHttpServer(() => {});
+      const port = await listen(server);
+      const script = CHILD.replace(
+        /const flushed = [^]*$/,
+        "await shutdownProcessTelemetry(1000);\nprocess.exit();\n",
+      );
+      try {
+        const endpoint = { OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${port}` };
+        const traces = await runChild(
+          { ...endpoint, OTEL_METRICS_EXPORTER: "none", OTEL_BSP_EXPORT_TIMEOUT: "200" },
+          script,
+        );
+        // The processor's own timeout rejects the shutdown, inside shutdownProcessTelemetry's 3 s.
+        assert.match(traces.stderr, /telemetry shutdown failed: Error: Timeout/);
+        const metrics = await runChild(
+          {
+            ...endpoint,
+            OTEL_TRACES_EXPORTER: "none",
+            OTEL_METRIC_EXPORT_TIMEOUT: "200",
+            OTEL_LOG_LEVEL: "error",
+          },
+          script,
+        );
+        assert.match(metrics.stderr, /metrics export timed out after 200ms/);
+      } finally {
+        server.closeAllConnections();
         server.close();
       }
     });
