@@ -77,6 +77,14 @@ export function createPostgresInboxStore(options: PostgresInboxOptions): InboxCo
 /** SQLSTATE deadlock_detected: this transaction was the deadlock's victim. */
 const DEADLOCK_DETECTED = "40P01";
 
+interface CheckedOut {
+  readonly client: pg.PoolClient;
+  /** The first connection error the client emitted while checked out. */
+  readonly lost: () => Error | undefined;
+  /** Back to the pool, or destroyed when given a reason or when the connection was lost. */
+  readonly release: (reason?: Error | boolean) => void;
+}
+
 export class PostgresDriver implements InboxDriver {
   readonly dialect = "postgres" as const;
   readonly statements: ReturnType<typeof postgresSql>["statements"];
@@ -125,18 +133,8 @@ export class PostgresDriver implements InboxDriver {
 
   async whileHolding<T>(name: string, work: (db: SessionQueries) => Promise<T>): Promise<Held<T>> {
     const lock = sessionLockName(this.schema, name);
-    let client: pg.PoolClient;
-    try {
-      client = await this.pool.connect();
-    } catch (error) {
-      throw this.tag(error);
-    }
-    // As in begin: a checked-out client's connection error comes on the client; the query in flight fails too.
-    let lost: Error | undefined;
-    const onError = (error: Error): void => {
-      lost ??= error;
-    };
-    client.on("error", onError);
+    const out = await this.checkOut();
+    const client = out.client;
     const run = async <R>(sql: string, params?: readonly unknown[]): Promise<SqlResult<R>> => {
       try {
         const result = await client.query(sql, sendable(sql, params));
@@ -161,36 +159,51 @@ export class PostgresDriver implements InboxDriver {
         );
       }
     } finally {
-      client.removeListener("error", onError);
       // A lock not given back goes with its connection: the client is destroyed instead of pooled.
-      client.release(lost ?? (unlocked ? undefined : true));
+      out.release(unlocked ? undefined : true);
     }
   }
 
-  async begin(): Promise<InboxTransaction> {
+  /**
+   * A client out of the pool, listening for its connection's error: while checked out, a client's connection error
+   * is emitted on the client, not the pool, and without a listener it would crash the process. The query in flight
+   * fails with it too, and that is what the caller sees; `lost()` keeps the first (the server's reason, 25P03 or
+   * 57P01 sent before it closes; "Connection terminated" follows). `release` destroys a lost client.
+   */
+  private async checkOut(): Promise<CheckedOut> {
     let client: pg.PoolClient;
     try {
       client = await this.pool.connect();
     } catch (error) {
       throw this.tag(error);
     }
-    // While checked out, a client's connection error is emitted on the client, not the pool: without a listener
-    // it would crash the process. The query in flight fails with it too, and that is what the caller sees.
     let lost: Error | undefined;
     const onError = (error: Error): void => {
-      // The first is the server's reason (25P03, 57P01 sent before it closes); "Connection terminated" follows.
       lost ??= error;
     };
     client.on("error", onError);
+    return {
+      client,
+      lost: () => lost,
+      release: (reason) => {
+        client.removeListener("error", onError);
+        client.release(lost ?? reason);
+      },
+    };
+  }
+
+  async begin(): Promise<InboxTransaction> {
+    const out = await this.checkOut();
+    const client = out.client;
+    const lostError = out.lost;
     let done = false;
     const finish = (broken?: unknown, destroy = false): void => {
       if (done) return;
       done = true;
-      client.removeListener("error", onError);
       // A client whose connection failed is destroyed instead of returned to the pool; a server-side error
       // (DatabaseError) leaves the connection fine.
       const healthy = !destroy && (broken === undefined || broken instanceof pg.DatabaseError);
-      client.release(lost ?? (healthy ? undefined : broken instanceof Error ? broken : true));
+      out.release(healthy ? undefined : broken instanceof Error ? broken : true);
     };
     // BEGIN is not sent here: it goes out with the transaction's first statement, in one write when the client
     // pipelines (the pool this driver builds does), so a transaction costs no round trip of its own to open.
@@ -212,7 +225,7 @@ export class PostgresDriver implements InboxDriver {
     const inOrder = <T>(send: () => Promise<T>): Promise<T> => {
       if (client.pipeline) return send();
       const run = (): Promise<T> => {
-        const failed = broken ?? lost;
+        const failed = broken ?? lostError();
         return failed !== undefined ? Promise.reject(failed) : send();
       };
       const next = last.then(run, run);
@@ -230,7 +243,7 @@ export class PostgresDriver implements InboxDriver {
             const first = inOrder(() =>
               withBegin(client, sql, values, (error) => {
                 // Statements given after this one must not run without the transaction.
-                const reason = lost ?? error;
+                const reason = lostError() ?? error;
                 broken ??= reason instanceof Error ? reason : new Error(String(reason));
               }),
             );
@@ -244,8 +257,8 @@ export class PostgresDriver implements InboxDriver {
           return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
         } catch (error) {
           // The server's own reason (idle_in_transaction_session_timeout, a shutdown) beats pg's "not queryable".
-          const reason = this.tag(lost ?? error);
-          if ((lost !== undefined || !(error instanceof pg.DatabaseError)) && reason instanceof Error)
+          const reason = this.tag(lostError() ?? error);
+          if ((lostError() !== undefined || !(error instanceof pg.DatabaseError)) && reason instanceof Error)
             broken ??= reason;
           throw reason;
         }
@@ -263,7 +276,7 @@ export class PostgresDriver implements InboxDriver {
           result = await inOrder(() => client.query(COMMIT));
         } catch (error) {
           finish(error);
-          throw this.tag(lost ?? error);
+          throw this.tag(lostError() ?? error);
         }
         finish();
         // COMMIT of a transaction that an earlier statement aborted (a handler caught that error and went on)
@@ -274,10 +287,10 @@ export class PostgresDriver implements InboxDriver {
         if (done) return;
         if (opening === undefined) return finish();
         await waitForOpening();
-        if (broken !== undefined || lost !== undefined) {
+        if (broken !== undefined || lostError() !== undefined) {
           // No ROLLBACK on a connection that cannot answer: it would wait out a second query_timeout. Closing
           // the connection ends the transaction; the server rolls it back when it sees the close.
-          finish(broken ?? lost, true);
+          finish(broken ?? lostError(), true);
           return;
         }
         try {
