@@ -1,5 +1,5 @@
-import { metrics, type Counter, type Histogram, type MeterProvider } from "@opentelemetry/api";
-import { Attr, errorType, METER_NAME, Metric } from "./names.ts";
+import { perMeterProvider } from "./meter-cache.ts";
+import { Attr, errorType, Metric } from "./names.ts";
 
 /** One retention pass of the inbox: what it deleted, in how many batches, in how long. */
 export interface CleanupPass {
@@ -15,10 +15,20 @@ export interface CleanupPass {
   readonly error?: unknown;
 }
 
-let current: { provider: MeterProvider; deleted: Counter; duration: Histogram } | undefined;
-
 // A pass takes milliseconds when it keeps up and grows when it falls behind; the buckets span both.
 const PASS_BUCKETS = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
+
+const instruments = perMeterProvider((meter) => ({
+  deleted: meter.createCounter(Metric.cleanupDeleted, {
+    description: "Inbox markers deleted by retention, older than SBINBOX_RETENTION_HOURS.",
+    unit: "{marker}",
+  }),
+  duration: meter.createHistogram(Metric.cleanupDuration, {
+    description: "Duration of one inbox retention pass.",
+    unit: "s",
+    advice: { explicitBucketBoundaries: PASS_BUCKETS },
+  }),
+}));
 
 /**
  * Records a pass on the global meter provider: the markers deleted (a counter, so its rate is the deletes a second
@@ -26,22 +36,7 @@ const PASS_BUCKETS = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
  * falling behind), both with the pass's outcome (sbinbox.outcome: completed, skipped or failed).
  */
 export function recordCleanupPass(pass: CleanupPass): void {
-  const provider = metrics.getMeterProvider();
-  if (current?.provider !== provider) {
-    const meter = provider.getMeter(METER_NAME);
-    current = {
-      provider,
-      deleted: meter.createCounter(Metric.cleanupDeleted, {
-        description: "Inbox markers deleted by retention, older than SBINBOX_RETENTION_HOURS.",
-        unit: "{marker}",
-      }),
-      duration: meter.createHistogram(Metric.cleanupDuration, {
-        description: "Duration of one inbox retention pass.",
-        unit: "s",
-        advice: { explicitBucketBoundaries: PASS_BUCKETS },
-      }),
-    };
-  }
+  const current = instruments();
   const attributes = {
     [Attr.outcome]: pass.outcome,
     ...(pass.outcome === "failed" ? { [Attr.errorType]: errorType(pass.error) } : {}),

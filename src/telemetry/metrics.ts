@@ -1,16 +1,14 @@
 import {
-  metrics,
   type Attributes,
   type Counter,
   type Histogram,
   type Meter,
-  type MeterProvider,
   type ObservableResult,
 } from "@opentelemetry/api";
+import { perMeterProvider } from "./meter-cache.ts";
 import {
   Attr,
   MESSAGING_SYSTEM,
-  METER_NAME,
   Metric,
   type Disposition,
   type Outcome,
@@ -58,7 +56,6 @@ export interface WorkerMetrics {
 }
 
 interface Instruments {
-  readonly provider: MeterProvider;
   readonly processDuration: Histogram;
   /** The per-message counters' running totals, reported at each collection (`tallyCounters`). */
   readonly tallies: Map<string, QueueTally>;
@@ -75,23 +72,14 @@ const PAUSE_BUCKETS = [1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600];
 
 type ClaimSource = { read: () => number | Promise<number>; attributes: Attributes };
 const claimSources = new Set<ClaimSource>();
-let current: Instruments | undefined;
 
-/**
- * Instruments are created from the global meter provider on first use, and again if it changes: the metrics API
- * has no proxy, so an instrument taken before the SDK registered its provider would stay a no-op forever.
- */
-function instruments(): Instruments {
-  const provider = metrics.getMeterProvider();
-  if (current?.provider === provider) return current;
-  const meter = provider.getMeter(METER_NAME);
+const instruments = perMeterProvider((meter): Instruments => {
   const openClaims = meter.createObservableGauge(Metric.openClaims, {
     description: "Two-phase claims committed whose external effect is not yet recorded as done.",
     unit: "{claim}",
   });
   openClaims.addCallback(observeClaims);
-  current = {
-    provider,
+  return {
     processDuration: meter.createHistogram(Metric.processDuration, {
       description: "Duration of processing one message, settlement included.",
       unit: "s",
@@ -117,8 +105,7 @@ function instruments(): Instruments {
       advice: { explicitBucketBoundaries: BATCH_BUCKETS },
     }),
   };
-  return current;
-}
+});
 
 /**
  * The four counters every message adds to (consumed, outcome, disposition, duplicate) as running totals in plain

@@ -1,23 +1,18 @@
-import { metrics, type Counter, type MeterProvider, type ObservableResult } from "@opentelemetry/api";
-import { Attr, MESSAGING_SYSTEM, METER_NAME, Metric, destinationAttributes } from "./names.ts";
+import type { Counter, ObservableResult } from "@opentelemetry/api";
+import { perMeterProvider } from "./meter-cache.ts";
+import { Attr, MESSAGING_SYSTEM, Metric, destinationAttributes } from "./names.ts";
 
 /** What a relay reports about its outbox: the last status it read (undefined when the read failed). */
 export type OutboxStatusSource = () => { lagMs: number; stale: number } | undefined;
 
 interface Instruments {
-  readonly provider: MeterProvider;
   readonly sent: Counter;
   readonly setAside: Counter;
 }
 
 const sources = new Map<OutboxStatusSource, string>();
-let current: Instruments | undefined;
 
-// Created on first use and again when the global provider changes, as in metrics.ts.
-function instruments(): Instruments {
-  const provider = metrics.getMeterProvider();
-  if (current?.provider === provider) return current;
-  const meter = provider.getMeter(METER_NAME);
+const instruments = perMeterProvider((meter): Instruments => {
   meter
     .createObservableGauge(Metric.outboxLag, {
       description: "Age of the oldest unsent outbox row: how far the relay is behind the upstream commits.",
@@ -41,8 +36,7 @@ function instruments(): Instruments {
         if (status) result.observe(status.stale, destination(queue));
       }
     });
-  current = {
-    provider,
+  return {
     sent: meter.createCounter(Metric.outboxSent, {
       description: "Outbox rows accepted by the broker and marked sent.",
       unit: "{row}",
@@ -52,8 +46,7 @@ function instruments(): Instruments {
       unit: "{row}",
     }),
   };
-  return current;
-}
+});
 
 function destination(queue: string): Record<string, string> {
   return { [Attr.messagingSystem]: MESSAGING_SYSTEM, ...destinationAttributes(queue) };
